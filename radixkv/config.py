@@ -1,0 +1,46 @@
+"""CacheConfig: one frozen dataclass, validated once; the parts below it receive plain scalars."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from radixkv.errors import ConfigError
+
+_FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
+
+
+@dataclass(frozen=True)
+class CacheConfig:
+    num_layers: int
+    num_kv_heads: int
+    head_dim: int
+    num_slots: int  # token slots in the device pool; a multiple of page_size
+    page_size: int = 1  # tokens per page; matching, insertion and eviction are page-granular
+    max_requests: int = 64  # rows of req_to_token: how many Sequences may be open at once
+    max_context_len: int = 4096  # columns of req_to_token: the longest Sequence
+    dtype: torch.dtype = torch.float16
+    device: str | torch.device = "cpu"
+    eviction: str = "lru"  # a name in radixkv.eviction.POLICIES
+
+    def __post_init__(self) -> None:
+        for name in ("num_layers", "num_kv_heads", "head_dim", "num_slots", "page_size",
+                     "max_requests", "max_context_len"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"CacheConfig.{name} must be a positive int, got {value!r}")
+        if self.num_slots % self.page_size:
+            raise ConfigError(
+                f"CacheConfig.num_slots ({self.num_slots}) must be a multiple of page_size "
+                f"({self.page_size}); try num_slots={self.num_slots // self.page_size * self.page_size or self.page_size}")
+        if self.dtype not in _FLOAT_DTYPES:
+            raise ConfigError(f"CacheConfig.dtype must be a float dtype, got {self.dtype}")
+        from radixkv.eviction import POLICIES  # late: eviction must not import config
+
+        if self.eviction not in POLICIES:
+            raise ConfigError(f"unknown eviction policy {self.eviction!r}; choose from {sorted(POLICIES)}")
+
+    @property
+    def num_pages(self) -> int:
+        return self.num_slots // self.page_size

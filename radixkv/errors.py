@@ -1,0 +1,42 @@
+"""Typed errors. Every public call that raises one of these leaves the cache exactly as it was.
+
+Messages say what was asked, what was available, and what to do about it.
+"""
+
+from __future__ import annotations
+
+
+class RadixKVError(Exception):
+    """Base class of every error radixkv raises on purpose."""
+
+
+class ConfigError(RadixKVError, ValueError):
+    """A CacheConfig field is out of range or inconsistent with another."""
+
+
+class OutOfSlotsError(RadixKVError):
+    """Not enough KV slots, even after evicting every unlocked cached token."""
+
+
+class OutOfRowsError(RadixKVError):
+    """All `max_requests` rows of req_to_token are held by open Sequences."""
+
+
+class InvalidTokensError(RadixKVError, ValueError):
+    """Tokens of the wrong type, dtype or rank, or ids outside [0, 2**31 - 1]."""
+
+
+class InvalidSlotsError(RadixKVError, ValueError):
+    """Slots outside the pool, duplicated, or not owned the way the call requires."""
+
+
+class ContextLengthError(RadixKVError, ValueError):
+    """A request would grow past `max_context_len` positions."""
+
+
+class LockError(RadixKVError):
+    """lock/unlock imbalance, or a lock on an evicted node."""
+
+
+class SequenceError(RadixKVError):
+    """A closed or foreign Sequence, or a commit that contradicts what the Sequence holds."""

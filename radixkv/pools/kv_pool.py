@@ -1,0 +1,32 @@
+"""TokenToKVPool: `kv[slot] -> (k, v)`, one K and one V buffer per layer.
+
+Each buffer is `[num_slots, num_kv_heads, head_dim]` (NHD, as SGLang's MHATokenToKVPool and
+FlashInfer's NHD layout), any float dtype, any device. Slot indices come from SlotAllocator; this
+pool never decides who owns a slot.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+class TokenToKVPool:
+    def __init__(self, num_slots: int, num_layers: int, num_kv_heads: int, head_dim: int,
+                 dtype: torch.dtype, device: str | torch.device) -> None:
+        self.num_slots = num_slots
+        self.num_layers = num_layers
+        self.dtype = dtype
+        self.device = torch.device(device)
+        shape = (num_slots, num_kv_heads, head_dim)
+        self.k_buffer = [torch.zeros(shape, dtype=dtype, device=self.device) for _ in range(num_layers)]
+        self.v_buffer = [torch.zeros(shape, dtype=dtype, device=self.device) for _ in range(num_layers)]
+
+    @property
+    def bytes_per_token(self) -> int:
+        """K and V of one token over all layers."""
+        k = self.k_buffer[0]
+        return 2 * self.num_layers * k.shape[1] * k.shape[2] * k.element_size()
+
+    @property
+    def nbytes(self) -> int:
+        return self.bytes_per_token * self.num_slots
