@@ -1,0 +1,68 @@
+"""Eviction policies as key functions: the evictable leaf with the smallest key goes first.
+
+A policy is an object with `key(node) -> tuple`, computed when a leaf enters the evictable index
+or is touched while in it, and `on_evict(node)`, called once per victim (adaptive policies learn
+there; the simple ones ignore it). Keys end with `node.id` so they are unique and deterministic.
+Recency is an integer logical clock (`node.last_access`), never wall time, so tests need no sleeps.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Callable
+
+if TYPE_CHECKING:
+    from radixkv.radix.node import TreeNode
+
+
+class EvictionPolicy:
+    name = "base"
+
+    def key(self, node: TreeNode) -> tuple:
+        raise NotImplementedError
+
+    def on_evict(self, node: TreeNode) -> None:
+        """Called once for each victim, before its tokens are freed."""
+
+
+class LRU(EvictionPolicy):
+    name = "lru"
+
+    def key(self, node: TreeNode) -> tuple:
+        return (node.last_access, node.id)
+
+
+class LFU(EvictionPolicy):
+    """Fewest hits first; ties go to the least recently used (SGLang's LFUStrategy)."""
+
+    name = "lfu"
+
+    def key(self, node: TreeNode) -> tuple:
+        return (node.hit_count, node.last_access, node.id)
+
+
+class FIFO(EvictionPolicy):
+    name = "fifo"
+
+    def key(self, node: TreeNode) -> tuple:
+        return (node.created, node.id)
+
+
+class Priority(EvictionPolicy):
+    """Lowest request priority first, then least recently used."""
+
+    name = "priority"
+
+    def key(self, node: TreeNode) -> tuple:
+        return (node.priority, node.last_access, node.id)
+
+
+POLICIES: dict[str, Callable[[], EvictionPolicy]] = {
+    "lru": LRU,
+    "lfu": LFU,
+    "fifo": FIFO,
+    "priority": Priority,
+}
+
+
+def make_policy(name: str) -> EvictionPolicy:
+    return POLICIES[name]()
