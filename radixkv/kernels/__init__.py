@@ -1,0 +1,17 @@
+"""Triton kernels that read and write KV through slot indices, each beside its torch reference.
+
+Every public op `name(...)` checks its inputs, then launches its Triton kernel when a tensor is on
+CUDA or `TRITON_INTERPRET=1` is set at call time, and runs `name_ref(...)` (plain torch, same
+signature, same result) otherwise. See `_common.use_triton`.
+"""
+
+from __future__ import annotations
+
+from radixkv.kernels._common import KernelInputError, use_triton
+from radixkv.kernels.indices import (build_kv_indices, build_kv_indices_ref, write_req_to_token,
+                                     write_req_to_token_ref)
+
+__all__ = [
+    "KernelInputError", "use_triton",
+    "build_kv_indices", "build_kv_indices_ref", "write_req_to_token", "write_req_to_token_ref",
+]

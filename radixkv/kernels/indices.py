@@ -1,0 +1,171 @@
+"""Index plumbing between the radix tree and attention: `req_to_token[row, pos] -> slot`.
+
+- `write_req_to_token`: batched row writes, one launch for a whole batch (`RadixCache.open/reserve`):
+
+      for b:  req_to_token[rows[b], starts[b] : starts[b] + lens[b]] = slots[indptr[b] : indptr[b + 1]]
+      where indptr = [0, lens[0], lens[0] + lens[1], ...]
+
+- `build_kv_indices`: FlashInfer's CSR over a batch's KV (`RadixCache.batch`):
+
+      kv_indptr  int32 [batch + 1]        kv_indptr[b + 1] - kv_indptr[b] == seq_lens[b]
+      kv_indices int64 [kv_indptr[-1]]    kv_indices[kv_indptr[b] + i] == req_to_token[rows[b], i]
+
+Both move 4 bytes (int32 table) + 8 bytes (int64 slot) per token and nothing else; they are
+launch-bound at decode sizes. Rows in one call should be distinct (or their ranges disjoint):
+two writes to one entry race.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from radixkv.errors import InvalidSlotsError
+from radixkv.kernels._common import (KernelInputError, check_lens, check_rows, check_same_device,
+                                     check_slots, check_tensor, exclusive_cumsum, tl, triton,
+                                     use_triton)
+
+_BLOCK = 128  # positions per loop step; a row is copied in ceil(len / _BLOCK) steps
+_INT32_MAX = 2**31 - 1
+
+
+@triton.jit
+def _write_req_to_token_kernel(
+    req_to_token_ptr,  # int32 [max_requests, max_context_len]
+    stride_row,
+    rows_ptr,  # int32/int64 [batch]
+    starts_ptr,  # int32/int64 [batch]
+    lens_ptr,  # int32/int64 [batch]
+    indptr_ptr,  # int64 [batch + 1]: where request b's slots begin in slots_ptr
+    slots_ptr,  # int64 [sum(lens)]
+    BLOCK: tl.constexpr,
+):
+    b = tl.program_id(0).to(tl.int64)
+    row = tl.load(rows_ptr + b).to(tl.int64)
+    start = tl.load(starts_ptr + b).to(tl.int64)
+    n = tl.load(lens_ptr + b).to(tl.int64)
+    src = tl.load(indptr_ptr + b)
+    dst = req_to_token_ptr + row * stride_row + start  # int64: row * stride may pass 2**31
+    # read 8 * n bytes of slots; write 4 * n bytes of table
+    for i in range(0, n, BLOCK):
+        offs = i + tl.arange(0, BLOCK)
+        mask = offs < n
+        slot = tl.load(slots_ptr + src + offs, mask=mask, other=0)
+        tl.store(dst + offs, slot.to(tl.int32), mask=mask)
+
+
+def _check_write(req_to_token: torch.Tensor, rows: torch.Tensor, starts: torch.Tensor,
+                 slots: torch.Tensor, lens: torch.Tensor) -> None:
+    check_tensor("req_to_token", req_to_token, 2, (torch.int32,))
+    check_same_device(req_to_token=req_to_token, rows=rows, starts=starts, slots=slots, lens=lens)
+    batch = check_rows(rows, req_to_token.shape[0])
+    check_lens("lens", lens, batch, 0, req_to_token.shape[1])
+    check_lens("starts", starts, batch, 0, req_to_token.shape[1])
+    if batch and int((starts.long() + lens.long()).max().item()) > req_to_token.shape[1]:
+        raise KernelInputError(f"starts + lens reaches past max_context_len {req_to_token.shape[1]}")
+    total = int(lens.long().sum().item()) if batch else 0
+    if slots.dim() != 1 or slots.numel() != total:
+        raise InvalidSlotsError(f"slots has shape {tuple(slots.shape)}; lens sum to {total}")
+    check_slots("slots", slots, _INT32_MAX)  # anything that fits the int32 table
+
+
+def write_req_to_token(req_to_token: torch.Tensor, rows: torch.Tensor, starts: torch.Tensor,
+                       slots: torch.Tensor, lens: torch.Tensor) -> None:
+    """Write each request's new slots into its row of the table, in place, in one launch.
+
+    Args:
+        req_to_token: int32 `[max_requests, max_context_len]`; mutated.
+        rows: int32 (or int64) `[batch]`, each in `[0, max_requests)`.
+        starts: int32 (or int64) `[batch]`: first position written in each row.
+        slots: int64 `[sum(lens)]`, request after request; each in `[0, 2**31)`.
+        lens: int32 (or int64) `[batch]`; `starts + lens <= max_context_len`.
+
+    Raises KernelInputError / InvalidSlotsError / ContextLengthError before touching the table.
+    """
+    _check_write(req_to_token, rows, starts, slots, lens)
+    if not use_triton(req_to_token):
+        return write_req_to_token_ref(req_to_token, rows, starts, slots, lens)
+    if rows.numel() == 0:
+        return None
+    indptr = exclusive_cumsum(lens)
+    _write_req_to_token_kernel[(rows.numel(),)](
+        req_to_token, req_to_token.stride(0), rows, starts, lens, indptr, slots, BLOCK=_BLOCK)
+    return None
+
+
+def _segments(lens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """For a ragged batch of `lens`: (request of each element, its offset in that request)."""
+    lens = lens.long()
+    seg = torch.repeat_interleave(torch.arange(lens.numel(), device=lens.device), lens)
+    offset = torch.arange(seg.numel(), device=lens.device) - exclusive_cumsum(lens)[seg]
+    return seg, offset
+
+
+def write_req_to_token_ref(req_to_token: torch.Tensor, rows: torch.Tensor, starts: torch.Tensor,
+                           slots: torch.Tensor, lens: torch.Tensor) -> None:
+    """Torch reference of `write_req_to_token` (same arguments, same effect; no checks)."""
+    seg, offset = _segments(lens)
+    req_to_token[rows.long()[seg], starts.long()[seg] + offset] = slots.to(torch.int32)
+
+
+@triton.jit
+def _build_kv_indices_kernel(
+    req_to_token_ptr,  # int32 [max_requests, max_context_len]
+    stride_row,
+    rows_ptr,  # int32/int64 [batch]
+    seq_lens_ptr,  # int32/int64 [batch]
+    kv_indptr_ptr,  # int32 [batch + 1]
+    kv_indices_ptr,  # int64 [kv_indptr[-1]]
+    BLOCK: tl.constexpr,
+):
+    b = tl.program_id(0).to(tl.int64)
+    row = tl.load(rows_ptr + b).to(tl.int64)
+    n = tl.load(seq_lens_ptr + b).to(tl.int64)
+    dst = tl.load(kv_indptr_ptr + b).to(tl.int64)
+    src = req_to_token_ptr + row * stride_row
+    # read 4 * n bytes of table; write 8 * n bytes of indices
+    for i in range(0, n, BLOCK):
+        offs = i + tl.arange(0, BLOCK)
+        mask = offs < n
+        slot = tl.load(src + offs, mask=mask, other=0)
+        tl.store(kv_indices_ptr + dst + offs, slot.to(tl.int64), mask=mask)
+
+
+def _check_build(req_to_token: torch.Tensor, rows: torch.Tensor, seq_lens: torch.Tensor) -> int:
+    check_tensor("req_to_token", req_to_token, 2, (torch.int32,))
+    check_same_device(req_to_token=req_to_token, rows=rows, seq_lens=seq_lens)
+    batch = check_rows(rows, req_to_token.shape[0])
+    check_lens("seq_lens", seq_lens, batch, 0, req_to_token.shape[1])
+    return batch
+
+
+def build_kv_indices(req_to_token: torch.Tensor, rows: torch.Tensor,
+                     seq_lens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """CSR of the slots of positions `[0, seq_lens[b])` of each row (FlashInfer's layout).
+
+    Args:
+        req_to_token: int32 `[max_requests, max_context_len]`; not modified.
+        rows: int32 (or int64) `[batch]`, each in `[0, max_requests)`.
+        seq_lens: int32 (or int64) `[batch]`, each in `[0, max_context_len]`.
+
+    Returns:
+        kv_indptr: int32 `[batch + 1]`; kv_indices: int64 `[kv_indptr[-1]]` (the slots, row after row).
+    """
+    batch = _check_build(req_to_token, rows, seq_lens)
+    if not use_triton(req_to_token):
+        return build_kv_indices_ref(req_to_token, rows, seq_lens)
+    kv_indptr = exclusive_cumsum(seq_lens).to(torch.int32)
+    total = int(kv_indptr[-1].item())
+    kv_indices = torch.empty(total, dtype=torch.int64, device=req_to_token.device)
+    if batch and total:
+        _build_kv_indices_kernel[(batch,)](req_to_token, req_to_token.stride(0), rows, seq_lens,
+                                           kv_indptr, kv_indices, BLOCK=_BLOCK)
+    return kv_indptr, kv_indices
+
+
+def build_kv_indices_ref(req_to_token: torch.Tensor, rows: torch.Tensor,
+                         seq_lens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Torch reference of `build_kv_indices` (same arguments, same result; no checks)."""
+    kv_indptr = exclusive_cumsum(seq_lens).to(torch.int32)
+    seg, offset = _segments(seq_lens)
+    kv_indices = req_to_token[rows.long()[seg], offset].long()
+    return kv_indptr, kv_indices

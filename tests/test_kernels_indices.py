@@ -1,0 +1,143 @@
+"""write_req_to_token and build_kv_indices: Triton (interpreter) vs torch reference, compared
+exactly (they are pure copies); a hand-written example pins the reference itself; bad inputs raise
+before the table is touched; dispatch follows TRITON_INTERPRET at call time."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from radixkv.errors import ContextLengthError, InvalidSlotsError, RadixKVError
+from radixkv.kernels import (KernelInputError, build_kv_indices, build_kv_indices_ref,
+                             write_req_to_token, write_req_to_token_ref)
+from radixkv.kernels import indices as indices_mod
+
+MAX_REQ, MAX_CTX, NUM_SLOTS = 9, 320, 5000
+# odd lengths around the kernel's block of 128, plus empty rows
+LENS_CASES = [[1], [7, 0, 97], [300, 1, 129, 0, 7], [0, 0]]
+
+
+def _assert_equal(name: str, got: torch.Tensor, want: torch.Tensor) -> None:
+    assert got.shape == want.shape and got.dtype == want.dtype, (
+        f"{name}: got {tuple(got.shape)} {got.dtype}, want {tuple(want.shape)} {want.dtype}")
+    diff = (got != want).nonzero()
+    assert diff.numel() == 0, (f"{name}: {diff.shape[0]} entries differ, first at "
+                               f"{diff[0].tolist()}: got {got[tuple(diff[0])]}, want {want[tuple(diff[0])]}")
+
+
+def _random_batch(lens: list[int], dtype: torch.dtype):
+    batch = len(lens)
+    table = torch.randint(-5, NUM_SLOTS, (MAX_REQ, MAX_CTX), dtype=torch.int32)  # stale garbage
+    rows = torch.randperm(MAX_REQ)[:batch].to(dtype)
+    lens_t = torch.tensor(lens, dtype=dtype)
+    starts = torch.tensor([int(torch.randint(0, MAX_CTX - n + 1, ())) for n in lens], dtype=dtype)
+    slots = torch.randperm(NUM_SLOTS)[:sum(lens)]  # int64, no duplicates, no order
+    return table, rows, starts, slots, lens_t
+
+
+@pytest.mark.parametrize("lens", LENS_CASES)
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64])
+def test_write_req_to_token_matches_ref(lens: list[int], dtype: torch.dtype) -> None:
+    table, rows, starts, slots, lens_t = _random_batch(lens, dtype)
+    want = table.clone()
+    write_req_to_token_ref(want, rows, starts, slots, lens_t)
+    write_req_to_token(table, rows, starts, slots, lens_t)
+    _assert_equal("req_to_token", table, want)
+
+
+def test_write_req_to_token_ref_by_hand() -> None:
+    table = torch.full((3, 6), -1, dtype=torch.int32)
+    write_req_to_token_ref(table, torch.tensor([2, 0], dtype=torch.int32),
+                           torch.tensor([1, 0], dtype=torch.int32), torch.tensor([10, 11, 12, 20]),
+                           torch.tensor([3, 1], dtype=torch.int32))
+    want = torch.tensor([[20, -1, -1, -1, -1, -1], [-1] * 6, [-1, 10, 11, 12, -1, -1]],
+                        dtype=torch.int32)
+    _assert_equal("req_to_token", table, want)
+
+
+@pytest.mark.parametrize("lens", LENS_CASES)
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64])
+def test_build_kv_indices_matches_ref(lens: list[int], dtype: torch.dtype) -> None:
+    table = torch.randint(0, NUM_SLOTS, (MAX_REQ, MAX_CTX), dtype=torch.int32)
+    rows = torch.randperm(MAX_REQ)[:len(lens)].to(dtype)
+    seq_lens = torch.tensor(lens, dtype=dtype)
+    got_indptr, got_indices = build_kv_indices(table, rows, seq_lens)
+    want_indptr, want_indices = build_kv_indices_ref(table, rows, seq_lens)
+    _assert_equal("kv_indptr", got_indptr, want_indptr)
+    _assert_equal("kv_indices", got_indices, want_indices)
+
+
+def test_build_kv_indices_ref_by_hand() -> None:
+    table = torch.arange(12, dtype=torch.int32).reshape(3, 4)
+    indptr, indices = build_kv_indices_ref(table, torch.tensor([2, 0, 1], dtype=torch.int32),
+                                           torch.tensor([3, 0, 2], dtype=torch.int32))
+    _assert_equal("kv_indptr", indptr, torch.tensor([0, 3, 3, 5], dtype=torch.int32))
+    _assert_equal("kv_indices", indices, torch.tensor([8, 9, 10, 4, 5]))
+
+
+def test_write_then_build_round_trip() -> None:
+    """Rows written from position 0 read back, through the CSR, as the slots that were written."""
+    lens = [97, 1, 7, 300]
+    table, rows, _, slots, lens_t = _random_batch(lens, torch.int32)
+    write_req_to_token(table, rows, torch.zeros_like(lens_t), slots, lens_t)
+    indptr, indices = build_kv_indices(table, rows, lens_t)
+    _assert_equal("kv_indices", indices, slots)
+    assert indptr.tolist() == [0, 97, 98, 105, 405]
+
+
+def _bad_write_cases():
+    i32 = lambda *x: torch.tensor(x, dtype=torch.int32)  # noqa: E731
+    yield "row out of range", (i32(MAX_REQ), i32(0), torch.arange(3), i32(3)), KernelInputError
+    yield "negative row", (i32(-1), i32(0), torch.arange(3), i32(3)), KernelInputError
+    yield "past max_context_len", (i32(0), i32(MAX_CTX - 2), torch.arange(3), i32(3)), KernelInputError
+    yield "len past max_context_len", (i32(0), i32(0), torch.arange(MAX_CTX + 1), i32(MAX_CTX + 1)), \
+        ContextLengthError
+    yield "negative start", (i32(0), i32(-1), torch.arange(3), i32(3)), KernelInputError
+    yield "slots count", (i32(0), i32(0), torch.arange(4), i32(3)), InvalidSlotsError
+    yield "negative slot", (i32(0), i32(0), torch.tensor([0, -1, 2]), i32(3)), InvalidSlotsError
+    yield "slot over int32", (i32(0), i32(0), torch.tensor([0, 2**31, 2]), i32(3)), InvalidSlotsError
+    yield "int32 slots", (i32(0), i32(0), i32(0, 1, 2), i32(3)), KernelInputError
+    yield "float lens", (i32(0), i32(0), torch.arange(3), torch.tensor([3.0])), KernelInputError
+
+
+@pytest.mark.parametrize("case", list(_bad_write_cases()), ids=lambda c: c[0])
+def test_write_req_to_token_rejects_before_writing(case) -> None:
+    _, (rows, starts, slots, lens), err = case
+    table = torch.full((MAX_REQ, MAX_CTX), -1, dtype=torch.int32)
+    with pytest.raises(err):
+        write_req_to_token(table, rows, starts, slots, lens)
+    assert issubclass(err, RadixKVError)
+    assert bool((table == -1).all()), "a rejected call wrote into the table"
+
+
+def test_build_kv_indices_rejects_bad_rows_and_lens() -> None:
+    table = torch.zeros((MAX_REQ, MAX_CTX), dtype=torch.int32)
+    i32 = lambda *x: torch.tensor(x, dtype=torch.int32)  # noqa: E731
+    with pytest.raises(KernelInputError):
+        build_kv_indices(table, i32(MAX_REQ), i32(1))
+    with pytest.raises(ContextLengthError):
+        build_kv_indices(table, i32(0), i32(MAX_CTX + 1))
+    with pytest.raises(KernelInputError):
+        build_kv_indices(table, i32(0, 1), i32(1))
+    with pytest.raises(KernelInputError):
+        build_kv_indices(table.long(), i32(0), i32(1))
+
+
+def test_dispatch_reads_env_at_call_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Unset TRITON_INTERPRET on a CPU tensor: the launcher must call the reference."""
+    calls = []
+    real_ref = indices_mod.build_kv_indices_ref
+
+    def spy(*args):
+        calls.append(args)
+        return real_ref(*args)
+
+    monkeypatch.setattr(indices_mod, "build_kv_indices_ref", spy)
+    table = torch.arange(12, dtype=torch.int32).reshape(3, 4)
+    rows, lens = torch.tensor([1], dtype=torch.int32), torch.tensor([4], dtype=torch.int32)
+    build_kv_indices(table, rows, lens)
+    assert calls == [], "with TRITON_INTERPRET=1 the kernel, not the reference, must run"
+    monkeypatch.delenv("TRITON_INTERPRET")
+    _, got = build_kv_indices(table, rows, lens)
+    assert len(calls) == 1, "without TRITON_INTERPRET on CPU the reference must run"
+    _assert_equal("kv_indices", got, torch.tensor([4, 5, 6, 7]))
