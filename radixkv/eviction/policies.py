@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 
 class EvictionPolicy:
     name = "base"
+    stateless = False  # True when key(node) depends on the node alone (check_invariants re-derives it)
 
     def key(self, node: TreeNode) -> tuple:
         raise NotImplementedError
@@ -26,6 +27,7 @@ class EvictionPolicy:
 
 class LRU(EvictionPolicy):
     name = "lru"
+    stateless = True
 
     def key(self, node: TreeNode) -> tuple:
         return (node.last_access, node.id)
@@ -35,6 +37,7 @@ class LFU(EvictionPolicy):
     """Fewest hits first; ties go to the least recently used (SGLang's LFUStrategy)."""
 
     name = "lfu"
+    stateless = True
 
     def key(self, node: TreeNode) -> tuple:
         return (node.hit_count, node.last_access, node.id)
@@ -42,6 +45,7 @@ class LFU(EvictionPolicy):
 
 class FIFO(EvictionPolicy):
     name = "fifo"
+    stateless = True
 
     def key(self, node: TreeNode) -> tuple:
         return (node.created, node.id)
@@ -51,6 +55,7 @@ class Priority(EvictionPolicy):
     """Lowest request priority first, then least recently used."""
 
     name = "priority"
+    stateless = True
 
     def key(self, node: TreeNode) -> tuple:
         return (node.priority, node.last_access, node.id)

@@ -44,7 +44,7 @@ class SlotAllocator:
                 f"asked for {k} pages ({k * self.page_size} slots), {self._top} free; "
                 "free or evict pages first")
         self._top -= k
-        pages = self._stack[self._top:self._top + k].copy()
+        pages = self._stack[self._top:self._top + k][::-1].copy()  # pop order
         self._is_free[pages] = False
         return pages
 

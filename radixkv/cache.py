@@ -1,0 +1,160 @@
+"""RadixCache: the radix tree, the slot pools and the eviction index, tied together.
+
+Two levels of API (DESIGN.md). The tree level speaks SGLang's vocabulary: match_prefix, lock,
+unlock, alloc, free, insert, evict. The request level (requests.py) is what a generation loop
+calls: open, reserve, commit, close, batch. Both keep one record of page ownership
+(`PageStates`): free, cached, private (alloc) or reserved (a Sequence), and every public call
+validates its input completely before it changes anything, so a raising call leaves the cache
+exactly as it was.
+"""
+
+from __future__ import annotations
+
+from typing import Hashable
+
+import numpy as np
+import torch
+
+from radixkv.config import CacheConfig
+from radixkv.errors import InvalidSlotsError, LockError, OutOfSlotsError
+from radixkv.eviction import make_policy
+from radixkv.invariants import check_cache
+from radixkv.pools import ReqToTokenPool, SlotAllocator, TokenToKVPool, page_slots
+from radixkv.pools.pages import CACHED, FREE, PRIVATE, PageStates
+from radixkv.radix.node import TreeNode
+from radixkv.radix.tree import RadixTree
+from radixkv.requests import RequestAPI
+from radixkv.results import MatchResult, SizeInfo
+from radixkv.tokens import TokensLike, as_count, as_slots, as_tokens
+
+
+def _to_tensor(slots: np.ndarray) -> torch.Tensor:
+    return torch.from_numpy(np.ascontiguousarray(slots, dtype=np.int64))
+
+
+class RadixCache(RequestAPI):
+    """A prefix-sharing KV cache. Not thread-safe: one scheduler thread drives it."""
+
+    def __init__(self, config: CacheConfig) -> None:
+        self.config = config
+        self.page_size = ps = config.page_size
+        self.kv_pool = TokenToKVPool(config.num_slots, config.num_layers, config.num_kv_heads,
+                                     config.head_dim, config.dtype, config.device)
+        self.req_pool = ReqToTokenPool(config.max_requests, config.max_context_len, config.device)
+        self.allocator = SlotAllocator(config.num_pages, ps)
+        self.pages = PageStates(config.num_pages)
+        self.tree = RadixTree(ps, make_policy(config.eviction))
+        self._seqs: dict[int, object] = {}  # row -> open Sequence
+
+    # ------------------------------------------------------------------ tree level
+
+    def match_prefix(self, tokens: TokensLike, namespace: Hashable = None) -> MatchResult:
+        """Longest cached prefix of `tokens`, whole pages only. Does not lock. Refreshes the
+        recency of the matched path and may split the edge where the match ends."""
+        node, length, slots = self.tree.match(as_tokens(tokens), self.tree.root(namespace))
+        return MatchResult(length, _to_tensor(slots), node)
+
+    def lock(self, node: TreeNode) -> None:
+        """Protect `node` and its ancestors from eviction; pairs with one unlock(node)."""
+        self._check_node(node)
+        self.tree.lock(node)
+
+    def unlock(self, node: TreeNode) -> None:
+        """Undo one earlier lock(node). LockError if there is none."""
+        self._check_node(node)
+        self.tree.unlock(node)
+
+    def _check_node(self, node: TreeNode) -> None:
+        if not isinstance(node, TreeNode):
+            raise LockError(f"expected a TreeNode from match_prefix, got {type(node).__name__}")
+
+    def alloc(self, n: int) -> torch.Tensor:
+        """`n` private slots: the first n slots of ceil(n / page_size) fresh pages, evicting
+        unlocked cached tokens as needed. OutOfSlotsError, nothing changed, if even full
+        eviction cannot serve. Returns int64 `[n]`."""
+        n = as_count(n, "alloc(n)")
+        pages = self._take_pages(-(-n // self.page_size), PRIVATE)
+        return _to_tensor(page_slots(pages, self.page_size)[:n])
+
+    def _take_pages(self, k: int, state: int, owner: int = -1) -> np.ndarray:
+        short = k - self.allocator.num_free_pages
+        if short > 0:
+            evictable_pages = self.tree.evictable_size // self.page_size
+            if short > evictable_pages:
+                raise OutOfSlotsError(
+                    f"need {k} pages ({k * self.page_size} slots): {self.allocator.num_free_pages} "
+                    f"free and {evictable_pages} evictable; close Sequences, unlock nodes, "
+                    "or raise CacheConfig.num_slots")
+            self._release(self.tree.evict(short * self.page_size))
+        pages = self.allocator.alloc_pages(k)
+        self.pages.set(pages, state, owner)
+        return pages
+
+    def _release(self, slots: np.ndarray) -> None:
+        """Give the pages of whole-page `slots` back to the allocator."""
+        self._free_pages(slots[::self.page_size] // self.page_size)
+
+    def _free_pages(self, pages: np.ndarray) -> None:
+        self.pages.set(pages, FREE)
+        self.allocator.free_pages(pages)
+
+    def free(self, slots: TokensLike) -> None:
+        """Free the pages of `slots`, each whole. Every page touched must be private from alloc()."""
+        pages = np.unique(as_slots(slots, self.config.num_slots) // self.page_size)
+        if not self.pages.all_in(pages, PRIVATE):
+            raise InvalidSlotsError(f"free() takes only slots from alloc(): {self.pages.describe(pages, PRIVATE)}")
+        self._free_pages(pages)
+
+    def insert(self, tokens: TokensLike, slots: TokensLike, namespace: Hashable = None,
+               priority: int = 0) -> int:
+        """Cache `tokens` with their `slots`; returns how many leading tokens were already cached.
+
+        Per whole page of positions, the slots are either the tree's own (they stay) or one private
+        page in order (a duplicate of a cached page is freed, a new page moves to the tree). The
+        slots of a trailing partial page must be private; their pages are freed. Anything else
+        raises InvalidSlotsError with nothing changed. Afterwards the caller owns none of `slots`.
+        """
+        toks = as_tokens(tokens)
+        given = as_slots(slots, self.config.num_slots)
+        if len(given) != len(toks):
+            raise InvalidSlotsError(f"insert: {len(toks)} tokens but {len(given)} slots")
+        ps, root = self.page_size, self.tree.root(namespace)
+        n = len(toks) // ps * ps
+        path, m = self.tree.walk(toks[:n], root)
+        pages = given[:n].reshape(-1, ps)
+        shared = np.zeros(len(pages), dtype=np.bool_)
+        shared[:m // ps] = (pages[:m // ps] == self.tree.path_slots(path, m).reshape(-1, ps)).all(1)
+        own = pages[~shared]
+        own_pages = own[:, 0] // ps
+        if ((own[:, 0] % ps) != 0).any() or (own != own[:, :1] + np.arange(ps)).any():
+            raise InvalidSlotsError("insert: each page of positions must be the tree's own slots there "
+                                    "or the page_size slots of one private page, in order")
+        tail_pages = np.unique(given[n:] // ps)
+        if not self.pages.all_in(np.concatenate([own_pages, tail_pages]), PRIVATE):
+            raise InvalidSlotsError(f"insert: slots must be private from alloc(): "
+                                    f"{self.pages.describe(np.concatenate([own_pages, tail_pages]), PRIVATE)}")
+        self.tree.insert(toks[:n], given[:n], root, priority)
+        self.pages.set(given[m:n:ps] // ps, CACHED)
+        self._free_pages(np.concatenate([pages[:m // ps][~shared[:m // ps], 0] // ps, tail_pages]))
+        return m
+
+    def evict(self, n: int) -> int:
+        """Evict at least `n` unlocked cached tokens if that many exist (trimming a leaf's tail
+        page by page rather than dropping it whole). Returns tokens freed. evict(0) does nothing."""
+        freed = self.tree.evict(as_count(n, "evict(n)"))
+        self._release(freed)
+        return len(freed)
+
+    # ------------------------------------------------------------------ accounting
+
+    def sizes(self) -> SizeInfo:
+        """Slot counts; O(1), mutates nothing."""
+        free = self.allocator.num_free_slots
+        evictable, protected = self.tree.evictable_size, self.tree.protected_size
+        cached = evictable + protected
+        total = self.config.num_slots
+        return SizeInfo(free, cached, evictable, protected, total - free - cached, total)
+
+    def check_invariants(self) -> None:
+        """Recompute every counter, owner and index from scratch; AssertionError on a mismatch."""
+        check_cache(self)

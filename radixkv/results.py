@@ -1,0 +1,40 @@
+"""Small typed results returned by RadixCache."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, NamedTuple
+
+import torch
+
+if TYPE_CHECKING:
+    from radixkv.radix.node import TreeNode
+
+
+class MatchResult(NamedTuple):
+    length: int  # cached tokens from the start, a whole number of pages
+    slots: torch.Tensor  # int64 [length]: their KV slots, in order
+    node: TreeNode  # the node ending exactly at `length` (the namespace root when length == 0)
+    host_length: int = 0  # further tokens held only in the host tier (0 without one)
+
+
+class SizeInfo(NamedTuple):
+    """Slot counts: free + cached + private == total; cached == evictable + protected."""
+
+    free: int
+    cached: int
+    evictable: int  # cached tokens no lock protects
+    protected: int  # cached tokens on a locked path
+    private: int  # handed out by alloc()/reserve(), including the unused tail of a private page
+    total: int
+
+
+class BatchInputs(NamedTuple):
+    """One forward over positions [committed_len, kv_len) of each Sequence (batch order)."""
+
+    rows: torch.Tensor  # int32 [batch]: req_to_token rows
+    prefix_lens: torch.Tensor  # int32 [batch]: committed_len, KV already written
+    extend_lens: torch.Tensor  # int32 [batch]: kv_len - committed_len, positions computed now
+    seq_lens: torch.Tensor  # int32 [batch]: kv_len
+    out_slots: torch.Tensor  # int64 [sum(extend_lens)]: where the new K/V go, concatenated
+    kv_indptr: torch.Tensor  # int32 [batch + 1]: CSR offsets into kv_indices
+    kv_indices: torch.Tensor  # int64 [sum(seq_lens)]: slots of positions [0, seq_len) of each
