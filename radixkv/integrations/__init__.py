@@ -1,0 +1,8 @@
+"""Generation loops on top of the request-level API.
+
+- `radixkv.integrations.transformers`: `Engine` for HuggingFace causal LMs of the Llama family
+  (continuous batching, chunked prefill, preemption, token-identical greedy output).
+- `scheduler`, `sampling`, `stats`: its parts, usable by a hand-written loop.
+
+Nothing is imported here, so `import radixkv.integrations` does not require transformers.
+"""

@@ -1,0 +1,62 @@
+"""What one `Engine.generate` call did and where its time went (wall-clock, `time.perf_counter`).
+
+Time buckets do not overlap except that `attention_s` lies inside `forward_s`:
+
+```
+wall_s = forward_s (model forward, attention_s included) + cache_s (scheduler + batch + commit + close)
+       + sample_s + other (Python glue: building inputs, stop checks)
+```
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The `q`-th percentile (0..100) by linear interpolation; nan for no values."""
+    if not values:
+        return float("nan")
+    xs = sorted(values)
+    pos = (len(xs) - 1) * q / 100.0
+    lo = int(pos)
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+@dataclass
+class GenerateStats:
+    wall_s: float = 0.0
+    forward_s: float = 0.0  # inside model(...): embeddings, projections, MLP, norms, lm_head, attention
+    attention_s: float = 0.0  # inside the radixkv attention function: store_kv + attention kernels
+    cache_s: float = 0.0  # radixkv bookkeeping: schedule (open/reserve/close), batch, commit
+    sample_s: float = 0.0
+    steps: int = 0  # forwards run
+    output_tokens: int = 0
+    prompt_tokens: int = 0
+    prefill_computed: int = 0  # prompt positions whose KV was computed (recomputation after preemption included)
+    prefill_reused: int = 0  # prompt positions found in the cache when each request was first admitted
+    preemptions: int = 0
+    ttft_s: list[float] = field(default_factory=list)  # per request: generate() start -> first new token
+
+    @property
+    def other_s(self) -> float:
+        return self.wall_s - self.forward_s - self.cache_s - self.sample_s
+
+    @property
+    def output_tokens_per_s(self) -> float:
+        return self.output_tokens / self.wall_s if self.wall_s > 0 else float("nan")
+
+    def ttft_percentiles(self) -> tuple[float, float, float]:
+        """(p50, p90, p99) time to first token, seconds."""
+        return tuple(percentile(self.ttft_s, q) for q in (50, 90, 99))  # type: ignore[return-value]
+
+    def profile(self) -> dict[str, float]:
+        """Seconds per bucket, non-overlapping, summing to `wall_s`."""
+        return {
+            "model forward (w/o attention)": self.forward_s - self.attention_s,
+            "attention (store_kv + kernels)": self.attention_s,
+            "cache bookkeeping": self.cache_s,
+            "sampling": self.sample_s,
+            "python glue": self.other_s,
+        }
