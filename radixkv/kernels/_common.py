@@ -159,3 +159,19 @@ def exclusive_cumsum(lens: torch.Tensor) -> torch.Tensor:
     out = torch.zeros(lens.numel() + 1, dtype=torch.int64, device=lens.device)
     torch.cumsum(lens, 0, out=out[1:])
     return out
+
+
+def check_attention(q: torch.Tensor, k_buf: torch.Tensor, v_buf: torch.Tensor,
+                    req_to_token: torch.Tensor, rows: torch.Tensor) -> tuple[int, int]:
+    """q `[tokens, num_heads, head_dim]` against one layer's buffers and the table. Returns
+    (batch, group) where group = num_heads // num_kv_heads query heads share a kv head."""
+    check_kv_buffers(k_buf, v_buf)
+    check_tensor("q", q, 3, (k_buf.dtype,))
+    check_tensor("req_to_token", req_to_token, 2, (torch.int32,))
+    check_same_device(q=q, k_buf=k_buf, v_buf=v_buf, req_to_token=req_to_token, rows=rows)
+    heads, dim = q.shape[1:]
+    kv_heads = k_buf.shape[1]
+    if dim != k_buf.shape[2] or heads % kv_heads != 0:
+        raise KernelInputError(f"q has {heads} heads of dim {dim}; the buffers {kv_heads} heads of dim "
+                               f"{k_buf.shape[2]}: need equal dims and num_heads % num_kv_heads == 0")
+    return check_rows(rows, req_to_token.shape[0]), heads // kv_heads

@@ -1,0 +1,190 @@
+"""decode_attention: one query token per request against its whole cached context, read through
+`req_to_token`, with grouped-query attention (flash-decoding: split the sequence, then reduce).
+
+    out[b, h] = softmax(sm_scale * q[b, h] . K_b^T) V_b,  K_b = k_buf[req_to_token[rows[b], :seq_lens[b]],
+                                                               h // (num_heads // num_kv_heads)]
+
+Stage 1 (`_decode_split_kernel`, grid `[batch, num_kv_heads, num_splits]`): each program takes one
+kv head, all `group` query heads that share it, and one contiguous split of the sequence; it runs
+an fp32 online softmax and writes the split's normalized output and log-sum-exp. Stage 2
+(`_decode_reduce_kernel`, grid `[batch, num_heads]`) weights the splits by `exp(lse - max lse)`.
+
+Bytes moved, for S = sum(seq_lens) tokens, kv heads h, dim d, element size e:
+    read  2 * S * h * d * e (K and V, each cached token once per kv head) + 4 * S (req_to_token)
+    plus  batch * num_heads * d * (e + 8 * num_splits) for q, the fp32 partials and out.
+The first term dominates; it is the bound `bench/kernels.py` reports GB/s against.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from radixkv.kernels._common import (check_attention, check_lens, check_table_slots, tl, triton,
+                                     use_triton)
+
+_BLOCK_N = 32  # positions per inner step
+_MIN_SPLIT_LEN = 256  # a split shorter than this does not pay for its partial write
+_MAX_SPLITS = 16
+_TARGET_PROGRAMS = 512  # enough stage-1 programs to fill a GPU (~4 per SM on an H100)
+
+
+@triton.jit
+def _decode_split_kernel(
+    q_ptr, q_stride_b, q_stride_h,  # [batch, num_heads, head_dim]
+    k_buf_ptr, v_buf_ptr, buf_stride_s, buf_stride_h,  # [num_slots, num_kv_heads, head_dim]
+    req_to_token_ptr, r2t_stride,  # int32 [max_requests, max_context_len]
+    rows_ptr, seq_lens_ptr,  # [batch]
+    mid_o_ptr,  # fp32 [batch, num_heads, num_splits, head_dim]
+    mid_lse_ptr,  # fp32 [batch, num_heads, num_splits]
+    sm_scale, head_dim, group, num_splits,
+    BLOCK_N: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr,
+):
+    b = tl.program_id(0).to(tl.int64)
+    kvh = tl.program_id(1).to(tl.int64)
+    split = tl.program_id(2).to(tl.int64)
+    row = tl.load(rows_ptr + b).to(tl.int64)
+    seq_len = tl.load(seq_lens_ptr + b).to(tl.int64)
+    split_len = tl.cdiv(seq_len, num_splits)
+    start = split * split_len
+    end = tl.minimum(start + split_len, seq_len)  # start >= end: an empty split
+
+    offs_g = tl.arange(0, BLOCK_H)
+    offs_d = tl.arange(0, BLOCK_D)
+    heads = kvh * group + offs_g  # the query heads that read this kv head
+    mask_h = offs_g < group
+    mask_d = offs_d < head_dim
+    q = tl.load(q_ptr + b * q_stride_b + heads[:, None] * q_stride_h + offs_d[None, :],
+                mask=mask_h[:, None] & mask_d[None, :], other=0.0).to(tl.float32)  # [BLOCK_H, BLOCK_D]
+
+    m_i = tl.full([BLOCK_H], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_H], tl.float32)
+    acc = tl.zeros([BLOCK_H, BLOCK_D], tl.float32)
+    for n0 in range(start, end, BLOCK_N):
+        offs_n = n0 + tl.arange(0, BLOCK_N)
+        mask_n = offs_n < end
+        # read 4 bytes of table and 2 * d * e bytes of K, V per position
+        slot = tl.load(req_to_token_ptr + row * r2t_stride + offs_n, mask=mask_n, other=0).to(tl.int64)
+        kv_off = slot[:, None] * buf_stride_s + kvh * buf_stride_h + offs_d[None, :]
+        kv_mask = mask_n[:, None] & mask_d[None, :]
+        k = tl.load(k_buf_ptr + kv_off, mask=kv_mask, other=0.0).to(tl.float32)  # [BLOCK_N, BLOCK_D]
+        s = tl.sum(q[:, None, :] * k[None, :, :], axis=2) * sm_scale  # [BLOCK_H, BLOCK_N]
+        s = tl.where(mask_n[None, :], s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, axis=1))
+        alpha = tl.exp(m_i - m_new)
+        p = tl.exp(s - m_new[:, None])
+        v = tl.load(v_buf_ptr + kv_off, mask=kv_mask, other=0.0).to(tl.float32)
+        acc = acc * alpha[:, None] + tl.sum(p[:, :, None] * v[None, :, :], axis=1)
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        m_i = m_new
+
+    has = l_i > 0.0
+    lse = tl.where(has, m_i + tl.log(tl.where(has, l_i, 1.0)), float("-inf"))
+    out = acc / tl.where(has, l_i, 1.0)[:, None]
+    mid = (b * group * tl.num_programs(1) + heads) * num_splits + split  # [BLOCK_H]
+    tl.store(mid_lse_ptr + mid, lse, mask=mask_h)
+    tl.store(mid_o_ptr + mid[:, None] * head_dim + offs_d[None, :], out,
+             mask=mask_h[:, None] & mask_d[None, :])
+
+
+@triton.jit
+def _decode_reduce_kernel(
+    mid_o_ptr,  # fp32 [batch, num_heads, num_splits, head_dim]
+    mid_lse_ptr,  # fp32 [batch, num_heads, num_splits]
+    out_ptr, out_stride_b, out_stride_h,  # [batch, num_heads, head_dim]
+    head_dim, num_splits,
+    BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr,
+):
+    b = tl.program_id(0).to(tl.int64)
+    h = tl.program_id(1).to(tl.int64)
+    offs_s = tl.arange(0, BLOCK_S)
+    offs_d = tl.arange(0, BLOCK_D)
+    mask_s = offs_s < num_splits
+    mask_d = offs_d < head_dim
+    base = (b * tl.num_programs(1) + h) * num_splits
+    lse = tl.load(mid_lse_ptr + base + offs_s, mask=mask_s, other=float("-inf"))
+    w = tl.exp(lse - tl.max(lse, axis=0))  # split 0 is never empty (seq_len >= 1): max is finite
+    o = tl.load(mid_o_ptr + (base + offs_s[:, None]) * head_dim + offs_d[None, :],
+                mask=mask_s[:, None] & mask_d[None, :], other=0.0)
+    out = tl.sum(w[:, None] * o, axis=0) / tl.sum(w, axis=0)
+    tl.store(out_ptr + b * out_stride_b + h * out_stride_h + offs_d,
+             out.to(out_ptr.dtype.element_ty), mask=mask_d)
+
+
+def num_splits_for(batch: int, num_kv_heads: int, max_seq_len: int) -> int:
+    """Splits per sequence: enough programs to fill the GPU, none shorter than _MIN_SPLIT_LEN."""
+    by_len = triton.cdiv(max_seq_len, _MIN_SPLIT_LEN)
+    by_occupancy = triton.cdiv(_TARGET_PROGRAMS, max(1, batch * num_kv_heads))
+    return max(1, min(_MAX_SPLITS, by_len, by_occupancy))
+
+
+def _decode_launch(q: torch.Tensor, k_buf: torch.Tensor, v_buf: torch.Tensor,
+                   req_to_token: torch.Tensor, rows: torch.Tensor, seq_lens: torch.Tensor,
+                   sm_scale: float, num_splits: int) -> torch.Tensor:
+    """The two launches, no checks. Tests call it to force a number of splits."""
+    batch, heads, dim = q.shape
+    kv_heads = k_buf.shape[1]
+    out = torch.empty_like(q, memory_format=torch.contiguous_format)
+    if batch == 0:
+        return out
+    mid_o = torch.empty((batch, heads, num_splits, dim), dtype=torch.float32, device=q.device)
+    mid_lse = torch.empty((batch, heads, num_splits), dtype=torch.float32, device=q.device)
+    block_d = triton.next_power_of_2(dim)
+    _decode_split_kernel[(batch, kv_heads, num_splits)](
+        q, q.stride(0), q.stride(1), k_buf, v_buf, k_buf.stride(0), k_buf.stride(1),
+        req_to_token, req_to_token.stride(0), rows, seq_lens, mid_o, mid_lse,
+        float(sm_scale), dim, heads // kv_heads, num_splits,
+        BLOCK_N=_BLOCK_N, BLOCK_H=triton.next_power_of_2(heads // kv_heads), BLOCK_D=block_d)
+    _decode_reduce_kernel[(batch, heads)](
+        mid_o, mid_lse, out, out.stride(0), out.stride(1), dim, num_splits,
+        BLOCK_S=triton.next_power_of_2(num_splits), BLOCK_D=block_d)
+    return out
+
+
+def decode_attention(q: torch.Tensor, k_buf: torch.Tensor, v_buf: torch.Tensor,
+                     req_to_token: torch.Tensor, rows: torch.Tensor, seq_lens: torch.Tensor,
+                     sm_scale: float) -> torch.Tensor:
+    """Attention of each request's one new query token over its cached KV. Modifies nothing.
+
+    Args:
+        q: `[batch, num_heads, head_dim]`, the buffers' dtype (fp32/fp16/bf16).
+        k_buf, v_buf: one layer's `[num_slots, num_kv_heads, head_dim]`; num_heads % num_kv_heads == 0.
+        req_to_token: int32 `[max_requests, max_context_len]`.
+        rows: int32 (or int64) `[batch]`: each request's row.
+        seq_lens: int32 (or int64) `[batch]`, each in `[1, max_context_len]`: positions attended,
+            including the new token (whose K/V must already be stored).
+        sm_scale: multiplies q . k before the softmax (usually head_dim ** -0.5).
+
+    Returns:
+        `[batch, num_heads, head_dim]` in q's dtype; softmax and sums in fp32.
+
+    Raises KernelInputError / ContextLengthError / InvalidSlotsError (a table entry outside the
+    pool) before launching.
+    """
+    batch, _ = check_attention(q, k_buf, v_buf, req_to_token, rows)
+    max_len = check_lens("seq_lens", seq_lens, batch, 1, req_to_token.shape[1])
+    check_table_slots(req_to_token, rows, None, seq_lens, k_buf.shape[0])
+    if not use_triton(q):
+        return decode_attention_ref(q, k_buf, v_buf, req_to_token, rows, seq_lens, sm_scale)
+    splits = num_splits_for(batch, k_buf.shape[1], max_len)
+    return _decode_launch(q, k_buf, v_buf, req_to_token, rows, seq_lens, sm_scale, splits)
+
+
+def decode_attention_ref(q: torch.Tensor, k_buf: torch.Tensor, v_buf: torch.Tensor,
+                         req_to_token: torch.Tensor, rows: torch.Tensor, seq_lens: torch.Tensor,
+                         sm_scale: float) -> torch.Tensor:
+    """Torch reference of `decode_attention` (same arguments, same result; no checks): pads the
+    batch to its longest sequence, masks, and computes in fp32."""
+    batch, heads, dim = q.shape
+    kv_heads = k_buf.shape[1]
+    if batch == 0:
+        return torch.empty_like(q)
+    width = int(seq_lens.max())
+    valid = torch.arange(width, device=q.device)[None, :] < seq_lens[:, None]  # [batch, width]
+    slots = req_to_token[rows.long(), :width].long().masked_fill(~valid, 0)  # stale entries unread
+    k = k_buf[slots].float()  # [batch, width, kv_heads, dim]
+    v = v_buf[slots].float()
+    qg = q.float().reshape(batch, kv_heads, heads // kv_heads, dim)
+    s = torch.einsum("bkgd,bwkd->bkgw", qg, k) * sm_scale
+    s = s.masked_fill(~valid[:, None, None, :], float("-inf"))
+    out = torch.einsum("bkgw,bwkd->bkgd", torch.softmax(s, dim=-1), v)
+    return out.reshape(batch, heads, dim).to(q.dtype)
