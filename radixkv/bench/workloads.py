@@ -1,0 +1,200 @@
+"""Synthetic, seeded request traces for prefix-cache benchmarks (nothing is downloaded).
+
+A trace is a list of `Request(tokens, prompt_len)`: `tokens` (int32 numpy `[n]`) is the whole
+sequence the request leaves in the cache (prompt + output), `prompt_len` how many leading tokens
+are the prompt (what `match_prefix` sees). Token ids are random draws from `vocab`, so two
+sequences share a prefix exactly when the workload makes them share it. The JSON-lines form
+(`{"tokens": [...], "prompt_len": n}` per line) is the one `/work/shared/peers/make_trace.py`
+writes, so SGLang's harness can replay the same trace.
+
+Every generator takes `seed` and keyword parameters (defaults below) and is deterministic.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Callable, Iterable, NamedTuple
+
+import numpy as np
+
+VOCAB = 32000  # Llama-2's vocabulary size; the ids are opaque to the cache
+
+
+class Request(NamedTuple):
+    tokens: np.ndarray  # int32 [n]: prompt then output
+    prompt_len: int  # 0 <= prompt_len <= n
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    summary: str  # one line: what it models and its parameters
+    make: Callable[..., list[Request]]
+
+
+def _ids(rng: np.random.Generator, n: int) -> np.ndarray:
+    return rng.integers(0, VOCAB, size=n, dtype=np.int32)
+
+
+def _len(rng: np.random.Generator, full: int, ratio: float) -> int:
+    """Uniform in [full * ratio, full] (SGLang's compute_random_lens); ratio 1.0 gives `full`."""
+    lo = max(1, int(full * ratio))
+    return full if lo >= full else int(rng.integers(lo, full + 1))
+
+
+def gsp(seed: int = 0, num_groups: int = 64, prompts_per_group: int = 16, system_prompt_len: int = 2048,
+        question_len: int = 128, output_len: int = 256, range_ratio: float = 1.0) -> list[Request]:
+    """generated-shared-prefix (SGLang bench_serving defaults): groups share a system prompt; shuffled."""
+    rng = np.random.default_rng(seed)
+    systems = [_ids(rng, _len(rng, system_prompt_len, range_ratio)) for _ in range(num_groups)]
+    reqs = []
+    for g in range(num_groups):
+        for _ in range(prompts_per_group):
+            prompt = np.concatenate([systems[g], _ids(rng, _len(rng, question_len, range_ratio))])
+            out = _ids(rng, _len(rng, output_len, range_ratio))
+            reqs.append(Request(np.concatenate([prompt, out]), len(prompt)))
+    order = rng.permutation(len(reqs))
+    return [reqs[i] for i in order]
+
+
+def chat(seed: int = 0, num_convs: int = 128, turns: int = 8, num_system_prompts: int = 4,
+         system_prompt_len: int = 1024, user_len: int = 128, answer_len: int = 256,
+         range_ratio: float = 1.0) -> list[Request]:
+    """interleaved multi-turn chat: turn t's prompt = turn t-1's prompt + answer + user message."""
+    rng = np.random.default_rng(seed)
+    systems = [_ids(rng, system_prompt_len) for _ in range(num_system_prompts)]
+    history = [systems[c % num_system_prompts] for c in range(num_convs)]
+    left = [turns] * num_convs
+    active = list(range(num_convs))
+    reqs = []
+    while active:
+        c = active[int(rng.integers(len(active)))]
+        prompt = np.concatenate([history[c], _ids(rng, _len(rng, user_len, range_ratio))])
+        full = np.concatenate([prompt, _ids(rng, _len(rng, answer_len, range_ratio))])
+        reqs.append(Request(full, len(prompt)))
+        history[c] = full
+        left[c] -= 1
+        if left[c] == 0:
+            active.remove(c)
+    return reqs
+
+
+def tot(seed: int = 0, num_trees: int = 16, shared_prefix_len: int = 512, root_len: int = 1024,
+        branch: int = 3, depth: int = 4, thought_len: int = 128) -> list[Request]:
+    """tree-of-thought: each expansion's prompt is its path so far; level by level, shuffled per level."""
+    rng = np.random.default_rng(seed)
+    shared = _ids(rng, shared_prefix_len)
+    levels: list[list[Request]] = [[] for _ in range(depth)]
+    for _ in range(num_trees):
+        frontier = [np.concatenate([shared, _ids(rng, root_len)])]
+        for d in range(depth):
+            nxt = []
+            for path in frontier:
+                for _ in range(branch):
+                    full = np.concatenate([path, _ids(rng, thought_len)])
+                    levels[d].append(Request(full, len(path)))
+                    nxt.append(full)
+            frontier = nxt
+    out: list[Request] = []
+    for lvl in levels:
+        out.extend(lvl[i] for i in rng.permutation(len(lvl)))
+    return out
+
+
+def fewshot(seed: int = 0, num_requests: int = 1024, exemplar_len: int = 3072, question_len: int = 48,
+            output_len: int = 32, range_ratio: float = 0.5) -> list[Request]:
+    """few-shot: one long shared exemplar block, then a short question and a short answer."""
+    rng = np.random.default_rng(seed)
+    block = _ids(rng, exemplar_len)
+    reqs = []
+    for _ in range(num_requests):
+        prompt = np.concatenate([block, _ids(rng, _len(rng, question_len, range_ratio))])
+        reqs.append(Request(np.concatenate([prompt, _ids(rng, _len(rng, output_len, range_ratio))]), len(prompt)))
+    return reqs
+
+
+def agent(seed: int = 0, num_agents: int = 48, steps: int = 12, tools_prompt_len: int = 1536,
+          action_len: int = 64, tool_output_len: int = 384, range_ratio: float = 0.25) -> list[Request]:
+    """agent loop: a shared tool preamble, then a transcript that grows by action + tool output each step."""
+    rng = np.random.default_rng(seed)
+    preamble = _ids(rng, tools_prompt_len)
+    transcript = [np.concatenate([preamble, _ids(rng, 128)]) for _ in range(num_agents)]  # + the task
+    left = [steps] * num_agents
+    active = list(range(num_agents))
+    reqs = []
+    while active:
+        a = active[int(rng.integers(len(active)))]
+        prompt = transcript[a]
+        full = np.concatenate([prompt, _ids(rng, _len(rng, action_len, range_ratio))])
+        reqs.append(Request(full, len(prompt)))
+        transcript[a] = np.concatenate([full, _ids(rng, _len(rng, tool_output_len, range_ratio))])
+        left[a] -= 1
+        if left[a] == 0:
+            active.remove(a)
+    return reqs
+
+
+def rag(seed: int = 0, num_requests: int = 1024, num_docs: int = 256, doc_len: int = 512, k: int = 3,
+        zipf_s: float = 1.1, system_prompt_len: int = 256, question_len: int = 64,
+        output_len: int = 96) -> list[Request]:
+    """RAG: system prompt + k distinct documents drawn from a Zipf(s)-popular pool + question."""
+    rng = np.random.default_rng(seed)
+    system = _ids(rng, system_prompt_len)
+    docs = [_ids(rng, doc_len) for _ in range(num_docs)]
+    weights = 1.0 / np.arange(1, num_docs + 1) ** zipf_s
+    weights /= weights.sum()
+    reqs = []
+    for _ in range(num_requests):
+        picked = rng.choice(num_docs, size=k, replace=False, p=weights)  # most relevant first
+        prompt = np.concatenate([system, *(docs[d] for d in picked), _ids(rng, question_len)])
+        reqs.append(Request(np.concatenate([prompt, _ids(rng, output_len)]), len(prompt)))
+    return reqs
+
+
+WORKLOADS: dict[str, Workload] = {
+    w.name: w for w in (
+        Workload("gsp", "generated-shared-prefix: 64 groups x 16 prompts, system 2048, question 128, output 256", gsp),
+        Workload("chat", "multi-turn chat: 128 convs x 8 turns, 4 systems of 1024, user 128, answer 256, interleaved", chat),
+        Workload("tot", "tree-of-thought: 16 trees, shared 512 + root 1024, branch 3, depth 4, thought 128", tot),
+        Workload("fewshot", "few-shot: 1024 requests, one 3072-token exemplar block, question 24-48, output 16-32", fewshot),
+        Workload("agent", "agent loop: 48 agents x 12 steps, tools 1536 + task 128, action 16-64, tool output 96-384", agent),
+        Workload("rag", "RAG: 1024 requests, system 256 + 3 of 256 docs (512 each, Zipf 1.1) + question 64, output 96", rag),
+    )
+}
+
+
+def make_workload(name: str, seed: int = 0, scale: float = 1.0) -> list[Request]:
+    """The named workload; `scale` < 1 keeps the first `ceil(scale * n)` requests (for quick runs)."""
+    if name not in WORKLOADS:
+        raise KeyError(f"unknown workload {name!r}; choose from {sorted(WORKLOADS)}")
+    reqs = WORKLOADS[name].make(seed=seed)
+    return reqs[: max(1, int(np.ceil(scale * len(reqs))))]
+
+
+def unique_prefix_tokens(reqs: Iterable[Request]) -> int:
+    """Distinct token prefixes over all full sequences = tokens a radix tree needs to hold them all."""
+    from radixkv.bench.opt import build_segments  # same trie, no per-token Python loop
+
+    return build_segments(list(reqs), page_size=1).total_pages
+
+
+def write_jsonl(reqs: Iterable[Request], path: str) -> None:
+    """Write make_trace.py's format: one {"tokens": [...], "prompt_len": n} per line."""
+    with open(path, "w") as f:
+        for r in reqs:
+            f.write(json.dumps({"tokens": r.tokens.tolist(), "prompt_len": int(r.prompt_len)},
+                               separators=(",", ":")))
+            f.write("\n")
+
+
+def read_jsonl(path: str) -> list[Request]:
+    """Read a make_trace.py trace; a missing prompt_len means the whole sequence is the prompt."""
+    reqs = []
+    with open(path) as f:
+        for line in f:
+            if line.strip():
+                d = json.loads(line)
+                toks = np.asarray(d["tokens"], dtype=np.int32)
+                reqs.append(Request(toks, int(d.get("prompt_len", len(toks)))))
+    return reqs
