@@ -1,0 +1,229 @@
+"""Hypothesis state machines: random interleavings of every public call, under memory pressure.
+
+After every step: `check_invariants()` (recomputes everything), the KV identity of every open
+Sequence's committed positions and every locked prefix, and the model's own accounting (private
+slots, locks). Calls that must fail are made on purpose and must leave `sizes()` unchanged.
+Page sizes 1 and 4; a pool of 12 pages, a 3-token vocabulary (lots of sharing and splits) and two
+namespaces.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from radixkv import (CacheConfig, InvalidSlotsError, LockError, OutOfRowsError, OutOfSlotsError,
+                     RadixCache, SequenceError)
+from radixkv.pools import page_slots
+from state_machine_model import Model, assert_stamped, stamp
+
+TOKENS = st.lists(st.integers(0, 2), min_size=0, max_size=14)
+NAMESPACES = st.sampled_from([None, "b"])
+
+
+class CacheMachine(RuleBasedStateMachine):
+    page_size = 1
+    policy = "lru"
+
+    def __init__(self) -> None:
+        super().__init__()
+        ps = self.page_size
+        self.cache = RadixCache(CacheConfig(num_layers=1, num_kv_heads=1, head_dim=1, num_slots=12 * ps,
+                                            page_size=ps, max_requests=3, max_context_len=24,
+                                            dtype=torch.float32, eviction=self.policy))
+        self.model = Model(ps)
+
+    def _unchanged(self, call, error: type[Exception]) -> None:
+        before = self.cache.sizes()
+        with pytest.raises(error):
+            call()
+        assert self.cache.sizes() == before
+
+    # ------------------------------------------------------------------ tree level
+
+    @rule(tokens=TOKENS, ns=NAMESPACES)
+    def match(self, tokens: list[int], ns: object) -> None:
+        r = self.cache.match_prefix(tokens, ns)
+        assert r.length % self.page_size == 0 and r.length <= len(tokens) and len(r.slots) == r.length
+        assert r.node.end == r.length
+        assert_stamped(self.cache, ns, tokens, r.slots, "match_prefix")
+
+    @rule(tokens=TOKENS, ns=NAMESPACES)
+    def lock_match(self, tokens: list[int], ns: object) -> None:
+        r = self.cache.match_prefix(tokens, ns)
+        self.cache.lock(r.node)
+        self.model.locks.append((r.node, ns, tokens[:r.length]))
+
+    @precondition(lambda self: self.model.locks)
+    @rule(i=st.integers(0, 100))
+    def unlock(self, i: int) -> None:
+        node, _, _ = self.model.locks.pop(i % len(self.model.locks))
+        self.cache.unlock(node)
+
+    @rule(tokens=TOKENS, ns=NAMESPACES)
+    def unlock_unlocked(self, tokens: list[int], ns: object) -> None:
+        node = self.cache.match_prefix(tokens, ns).node
+        if node.own_locks == 0:
+            self._unchanged(lambda: self.cache.unlock(node), LockError)
+
+    @rule(n=st.integers(0, 30))
+    def alloc(self, n: int) -> None:
+        s = self.cache.sizes()
+        need = -(-n // self.page_size) * self.page_size
+        if need > s.free + s.evictable:
+            self._unchanged(lambda: self.cache.alloc(n), OutOfSlotsError)
+            return
+        slots = self.cache.alloc(n)
+        after = self.cache.sizes()
+        assert len(slots) == n and after.private == s.private + need
+        assert after.cached == s.cached - max(0, need - s.free), "alloc evicts exactly the shortfall"
+        self.model.held.append(slots.numpy().copy())
+
+    @precondition(lambda self: self.model.held)
+    @rule(i=st.integers(0, 100))
+    def free(self, i: int) -> None:
+        self.cache.free(self.model.held.pop(i % len(self.model.held)))
+
+    @rule(tokens=TOKENS, ns=NAMESPACES, priority=st.integers(0, 2))
+    def insert(self, tokens: list[int], ns: object, priority: int) -> None:
+        r = self.cache.match_prefix(tokens, ns)
+        self.cache.lock(r.node)
+        try:
+            new = self.cache.alloc(len(tokens) - r.length)
+        except OutOfSlotsError:
+            self.cache.unlock(r.node)
+            return
+        stamp(self.cache, ns, tokens, new, start=r.length)
+        assert self.cache.insert(tokens, torch.cat([r.slots, new]), ns, priority=priority) == r.length
+        self.cache.unlock(r.node)
+
+    @rule(tokens=TOKENS, ns=NAMESPACES)
+    def insert_free_slots(self, tokens: list[int], ns: object) -> None:
+        r = self.cache.match_prefix(tokens, ns)
+        extra, free = len(tokens) - r.length, np.flatnonzero(self.cache.allocator.free_mask())
+        if 0 < extra <= len(free) * self.page_size:
+            bad = torch.cat([r.slots, torch.from_numpy(page_slots(free, self.page_size)[:extra])])
+            self._unchanged(lambda: self.cache.insert(tokens, bad, ns), InvalidSlotsError)
+
+    @precondition(lambda self: self.page_size > 1 and any(len(h) >= self.page_size for h in self.model.held))
+    @rule()
+    def insert_misordered_page(self) -> None:
+        held = next(h for h in self.model.held if len(h) >= self.page_size)
+        bad = held[:self.page_size][::-1].copy()
+        self._unchanged(lambda: self.cache.insert([1] * self.page_size, bad), InvalidSlotsError)
+
+    @rule(n=st.integers(0, 30))
+    def evict(self, n: int) -> None:
+        ps, before = self.page_size, self.cache.sizes().evictable
+        freed = self.cache.evict(n)
+        assert freed == min(-(-n // ps) * ps, before), "eviction must trim, not over-free"
+
+    # ------------------------------------------------------------------ request level
+
+    @rule(tokens=TOKENS, ns=NAMESPACES, keep_last=st.booleans())
+    def open(self, tokens: list[int], ns: object, keep_last: bool) -> None:
+        if not self.cache.req_pool.num_free_rows:
+            self._unchanged(lambda: self.cache.open(tokens, ns), OutOfRowsError)
+            return
+        seq = self.cache.open(tokens, ns, max_reuse=max(len(tokens) - 1, 0) if keep_last else None)
+        assert seq.cached_len == seq.committed_len == seq.kv_len and seq.kv_len % self.page_size == 0
+        assert list(seq.tokens) == tokens
+        self.model.seqs.append((seq, ns, list(tokens)))
+
+    @precondition(lambda self: self.cache.req_pool.num_free_rows >= 2)
+    @rule(tokens=TOKENS, ns=NAMESPACES)
+    def race(self, tokens: list[int], ns: object) -> None:
+        """Two Sequences open the same prompt before either commits: the second one's full pages
+        duplicate the first one's, so commit re-points its row to the tree's slots."""
+        seqs = [self.cache.open(tokens, ns) for _ in range(2)]
+        for seq in seqs:
+            try:
+                self.cache.reserve(seq, len(tokens) - seq.kv_len)
+            except OutOfSlotsError:
+                break
+            stamp(self.cache, ns, tokens, seq.slots(seq.committed_len), start=seq.committed_len)
+            self.cache.commit(seq, tokens[seq.committed_len:])
+        if seqs[1].committed_len == len(tokens) and len(tokens) >= self.page_size:
+            assert torch.equal(torch.from_numpy(seqs[0].slots(0, seqs[0].tree_len).copy()),
+                               torch.from_numpy(seqs[1].slots(0, seqs[1].tree_len).copy()))
+        self.model.seqs.extend((seq, ns, list(tokens)) for seq in seqs)
+
+    @precondition(lambda self: self.model.seqs)
+    @rule(i=st.integers(0, 100), n=st.integers(0, 9))
+    def reserve(self, i: int, n: int) -> None:
+        seq, _, _ = self.model.seqs[i % len(self.model.seqs)]
+        n = min(n, self.cache.config.max_context_len - seq.kv_len)
+        kv_len = seq.kv_len
+        try:
+            slots = self.cache.reserve(seq, n)
+        except OutOfSlotsError:
+            assert seq.kv_len == kv_len
+            return
+        assert len(slots) == n and seq.kv_len == kv_len + n
+        assert torch.equal(self.cache.req_pool.req_to_token[seq.row, kv_len:seq.kv_len].long(), slots)
+
+    @precondition(lambda self: self.model.seqs)
+    @rule(i=st.integers(0, 100), k=st.integers(0, 9), new=st.lists(st.integers(0, 2), max_size=9))
+    def write_and_commit(self, i: int, k: int, new: list[int]) -> None:
+        seq, ns, tokens = self.model.seqs[i % len(self.model.seqs)]
+        c = seq.committed_len
+        k = min(k, seq.kv_len - c)
+        tokens.extend((new + [0] * k)[:max(0, c + k - len(tokens))])
+        stamp(self.cache, ns, tokens, seq.slots(c, c + k), start=c)
+        self.cache.commit(seq, tokens[c:c + k])
+        assert seq.committed_len == c + k and list(seq.tokens) == tokens
+
+    @precondition(lambda self: self.model.seqs)
+    @rule(i=st.integers(0, 100))
+    def bad_commit(self, i: int) -> None:
+        seq, _, tokens = self.model.seqs[i % len(self.model.seqs)]
+        c = seq.committed_len
+        self._unchanged(lambda: self.cache.commit(seq, [0] * (seq.kv_len - c + 1)), SequenceError)
+        if c < min(seq.kv_len, len(tokens)):
+            wrong = [(tokens[c] + 1) % 3]
+            self._unchanged(lambda: self.cache.commit(seq, wrong), SequenceError)
+
+    @precondition(lambda self: self.model.seqs)
+    @rule(i=st.integers(0, 100))
+    def close(self, i: int) -> None:
+        seq, _, _ = self.model.seqs.pop(i % len(self.model.seqs))
+        self.cache.close(seq)
+        self._unchanged(lambda: self.cache.reserve(seq, 1), SequenceError)
+
+    # ------------------------------------------------------------------ after every step
+
+    @invariant()
+    def consistent(self) -> None:
+        self.cache.check_invariants()
+        s = self.cache.sizes()
+        reserved = sum(-(-seq.kv_len // self.page_size) - seq.tree_len // self.page_size
+                       for seq, _, _ in self.model.seqs)
+        assert s.private == (self.model.held_pages() + reserved) * self.page_size
+        for node, ns, prefix in self.model.locks:
+            assert not node.evicted and node.end == len(prefix)
+            path, length = self.cache.tree.walk(np.asarray(prefix, np.int32), self.cache.tree.root(ns))
+            assert length == len(prefix), "a locked prefix lost tokens"
+            assert_stamped(self.cache, ns, prefix, self.cache.tree.path_slots(path, length), "locked prefix")
+        for seq, ns, tokens in self.model.seqs:
+            assert_stamped(self.cache, ns, tokens, seq.slots(0, seq.committed_len), f"{seq} committed KV")
+
+
+class PagedCacheMachine(CacheMachine):
+    page_size = 4
+
+
+class LFUPagedCacheMachine(CacheMachine):
+    page_size = 4
+    policy = "lfu"
+
+
+TestCacheMachine = CacheMachine.TestCase
+TestPagedCacheMachine = PagedCacheMachine.TestCase
+TestLFUPagedCacheMachine = LFUPagedCacheMachine.TestCase
+for _case, _examples in ((TestCacheMachine, 200), (TestPagedCacheMachine, 200), (TestLFUPagedCacheMachine, 80)):
+    _case.settings = settings(max_examples=_examples, stateful_step_count=50, deadline=None)
+del _case
