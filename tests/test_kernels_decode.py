@@ -30,6 +30,8 @@ def _randn(*shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
 def _assert_close(name: str, got: torch.Tensor, want: torch.Tensor, atol: float, rtol: float) -> None:
     assert got.shape == want.shape and got.dtype == want.dtype, (
         f"{name}: got {tuple(got.shape)} {got.dtype}, want {tuple(want.shape)} {want.dtype}")
+    if got.numel() == 0:
+        return
     err = (got.float() - want.float()).abs() - rtol * want.float().abs()
     worst = int(err.argmax())
     idx = tuple(int(i) for i in torch.unravel_index(torch.tensor(worst), got.shape))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from radixkv.kernels._common import KernelInputError, use_triton
 from radixkv.kernels.decode import decode_attention, decode_attention_ref
+from radixkv.kernels.extend import extend_attention, extend_attention_ref
 from radixkv.kernels.gather import gather_kv, gather_kv_ref
 from radixkv.kernels.indices import (build_kv_indices, build_kv_indices_ref, write_req_to_token,
                                      write_req_to_token_ref)
@@ -18,5 +19,5 @@ __all__ = [
     "KernelInputError", "use_triton",
     "store_kv", "store_kv_ref", "gather_kv", "gather_kv_ref",
     "build_kv_indices", "build_kv_indices_ref", "write_req_to_token", "write_req_to_token_ref",
-    "decode_attention", "decode_attention_ref",
+    "decode_attention", "decode_attention_ref", "extend_attention", "extend_attention_ref",
 ]

@@ -1,0 +1,177 @@
+"""extend_attention: prefill of each request's new tokens, ragged over the batch. New token i of
+request b attends to the b's cached prefix (read through `req_to_token[rows[b], :prefix_lens[b]]`)
+and, causally, to new tokens 0..i (read from `k`, `v`, not from the pool):
+
+    request b, new tokens [qo_indptr[b], qo_indptr[b + 1]) of q, k, v:
+      keys:  | prefix: k_buf[req_to_token[rows[b], 0:P]] | new: k[qo_indptr[b] + 0 .. + i] |
+      query i sees all P prefix keys and new keys 0..i (positions P + 0 .. P + i)
+
+Grid `[ceil(max(extend_lens) / BLOCK_M), batch, num_heads]`: a program takes BLOCK_M new tokens of
+one request and one query head, runs an fp32 online softmax over the prefix, then over the new
+tokens up to its last row (the causal diagonal), and writes its rows.
+
+Bytes moved, for request b with P prefix and E new tokens, kv heads h, dim d, element size e:
+    at least (P + E) * h * d * 2 * e (each K/V row once) + 4 * P (table), plus q and out;
+    as launched, each of the `group` query heads of a kv head and each of the ceil(E / BLOCK_M)
+    row blocks re-reads the prefix (the re-reads are what L2 absorbs on a GPU).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from radixkv.kernels._common import (KernelInputError, check_attention, check_lens,
+                                     check_table_slots, check_tensor, exclusive_cumsum, tl, triton,
+                                     use_triton)
+
+_BLOCK_M = 32  # new tokens (query rows) per program
+_BLOCK_N = 32  # keys per inner step; tl.dot needs M, N, K >= 16 on a GPU
+
+
+@triton.jit
+def _attend_block(q, k, v, keep, m_i, l_i, acc, sm_scale, PRECISION: tl.constexpr):
+    """One online-softmax step: q [M, D], k and v [N, D] in fp32, keep [M, N]."""
+    s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * sm_scale
+    s = tl.where(keep, s, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(s, axis=1))
+    alpha = tl.exp(m_i - m_new)
+    p = tl.exp(s - m_new[:, None])
+    acc = acc * alpha[:, None] + tl.dot(p, v, input_precision=PRECISION)
+    return m_new, l_i * alpha + tl.sum(p, axis=1), acc
+
+
+@triton.jit
+def _extend_kernel(
+    q_ptr, q_stride_t, q_stride_h,  # [sum(extend_lens), num_heads, head_dim]
+    k_ptr, k_stride_t, k_stride_h, v_ptr, v_stride_t, v_stride_h,  # [sum(extend_lens), kv_heads, dim]
+    k_buf_ptr, v_buf_ptr, buf_stride_s, buf_stride_h,  # [num_slots, num_kv_heads, head_dim]
+    req_to_token_ptr, r2t_stride,  # int32 [max_requests, max_context_len]
+    rows_ptr, prefix_lens_ptr, extend_lens_ptr,  # [batch]
+    qo_indptr_ptr,  # int64 [batch + 1]
+    out_ptr,  # [sum(extend_lens), num_heads, head_dim], contiguous
+    sm_scale, num_heads, head_dim, group,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, PRECISION: tl.constexpr,
+):
+    tl.static_assert(BLOCK_M >= 16 and BLOCK_N >= 16 and BLOCK_D >= 16)  # tl.dot's minimum
+    m_start = tl.program_id(0).to(tl.int64) * BLOCK_M
+    b = tl.program_id(1).to(tl.int64)
+    h = tl.program_id(2).to(tl.int64)
+    kvh = h // group
+    row = tl.load(rows_ptr + b).to(tl.int64)
+    prefix = tl.load(prefix_lens_ptr + b).to(tl.int64)
+    ext = tl.load(extend_lens_ptr + b).to(tl.int64)
+    q0 = tl.load(qo_indptr_ptr + b)
+
+    offs_m = m_start + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, BLOCK_D)
+    mask_m = offs_m < ext
+    mask_d = offs_d < head_dim
+    q = tl.load(q_ptr + (q0 + offs_m)[:, None] * q_stride_t + h * q_stride_h + offs_d[None, :],
+                mask=mask_m[:, None] & mask_d[None, :], other=0.0).to(tl.float32)
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
+
+    # cached prefix, through the table: 4 bytes of table + 2 * d * e bytes of K, V per key
+    prefix_end = tl.where(m_start < ext, prefix, 0)  # a block past this request's rows does nothing
+    for n0 in range(0, prefix_end, BLOCK_N):
+        offs_n = n0 + tl.arange(0, BLOCK_N)
+        mask_n = offs_n < prefix
+        slot = tl.load(req_to_token_ptr + row * r2t_stride + offs_n, mask=mask_n, other=0).to(tl.int64)
+        off = slot[:, None] * buf_stride_s + kvh * buf_stride_h + offs_d[None, :]
+        kv_mask = mask_n[:, None] & mask_d[None, :]
+        k = tl.load(k_buf_ptr + off, mask=kv_mask, other=0.0).to(tl.float32)
+        v = tl.load(v_buf_ptr + off, mask=kv_mask, other=0.0).to(tl.float32)
+        m_i, l_i, acc = _attend_block(q, k, v, mask_n[None, :], m_i, l_i, acc, sm_scale, PRECISION)
+
+    # new tokens, causal: rows of this block see keys up to their own index
+    ext_end = tl.minimum(ext, m_start + BLOCK_M)
+    for n0 in range(0, ext_end, BLOCK_N):
+        offs_n = n0 + tl.arange(0, BLOCK_N)
+        mask_n = offs_n < ext
+        kv_mask = mask_n[:, None] & mask_d[None, :]
+        k = tl.load(k_ptr + (q0 + offs_n)[:, None] * k_stride_t + kvh * k_stride_h + offs_d[None, :],
+                    mask=kv_mask, other=0.0).to(tl.float32)
+        v = tl.load(v_ptr + (q0 + offs_n)[:, None] * v_stride_t + kvh * v_stride_h + offs_d[None, :],
+                    mask=kv_mask, other=0.0).to(tl.float32)
+        keep = mask_n[None, :] & (offs_n[None, :] <= offs_m[:, None])
+        m_i, l_i, acc = _attend_block(q, k, v, keep, m_i, l_i, acc, sm_scale, PRECISION)
+
+    out = acc / tl.where(l_i > 0.0, l_i, 1.0)[:, None]  # l_i == 0 only on masked rows
+    tl.store(out_ptr + ((q0 + offs_m)[:, None] * num_heads + h) * head_dim + offs_d[None, :],
+             out.to(out_ptr.dtype.element_ty), mask=mask_m[:, None] & mask_d[None, :])
+
+
+def _check_extend(q, k, v, k_buf, v_buf, req_to_token, rows, prefix_lens, extend_lens) -> int:
+    """All checks; returns the longest extend length."""
+    batch, _ = check_attention(q, k_buf, v_buf, req_to_token, rows)
+    for name, t in (("k", k), ("v", v)):
+        check_tensor(name, t, 3, (q.dtype,))
+        if t.shape != (q.shape[0], *k_buf.shape[1:]):
+            raise KernelInputError(f"{name} is {tuple(t.shape)}; expected {(q.shape[0], *k_buf.shape[1:])}")
+    check_lens("prefix_lens", prefix_lens, batch, 0, req_to_token.shape[1])
+    max_ext = check_lens("extend_lens", extend_lens, batch, 0, req_to_token.shape[1])
+    total = int(extend_lens.long().sum().item()) if batch else 0
+    if total != q.shape[0]:
+        raise KernelInputError(f"extend_lens sum to {total}; q has {q.shape[0]} tokens")
+    check_table_slots(req_to_token, rows, None, prefix_lens, k_buf.shape[0])
+    return max_ext
+
+
+def extend_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_buf: torch.Tensor,
+                     v_buf: torch.Tensor, req_to_token: torch.Tensor, rows: torch.Tensor,
+                     prefix_lens: torch.Tensor, extend_lens: torch.Tensor,
+                     sm_scale: float) -> torch.Tensor:
+    """Prefill attention of each request's new tokens over its cached prefix and, causally, each
+    other. Modifies nothing (store the new K/V with `store_kv` separately).
+
+    Args:
+        q: `[sum(extend_lens), num_heads, head_dim]`, requests in batch order; fp32/fp16/bf16.
+        k, v: `[sum(extend_lens), num_kv_heads, head_dim]`, the new tokens' K/V, q's dtype.
+        k_buf, v_buf: one layer's `[num_slots, num_kv_heads, head_dim]`, q's dtype.
+        req_to_token: int32 `[max_requests, max_context_len]`.
+        rows, prefix_lens, extend_lens: int32 (or int64) `[batch]`; lengths may be 0.
+        sm_scale: multiplies q . k before the softmax.
+
+    Returns:
+        `[sum(extend_lens), num_heads, head_dim]` in q's dtype (softmax and sums in fp32).
+    """
+    max_ext = _check_extend(q, k, v, k_buf, v_buf, req_to_token, rows, prefix_lens, extend_lens)
+    if not use_triton(q):
+        return extend_attention_ref(q, k, v, k_buf, v_buf, req_to_token, rows, prefix_lens,
+                                    extend_lens, sm_scale)
+    tokens, heads, dim = q.shape
+    out = torch.empty((tokens, heads, dim), dtype=q.dtype, device=q.device)
+    if tokens == 0:
+        return out
+    grid = (triton.cdiv(max_ext, _BLOCK_M), rows.numel(), heads)
+    _extend_kernel[grid](
+        q, q.stride(0), q.stride(1), k, k.stride(0), k.stride(1), v, v.stride(0), v.stride(1),
+        k_buf, v_buf, k_buf.stride(0), k_buf.stride(1), req_to_token, req_to_token.stride(0),
+        rows, prefix_lens, extend_lens, exclusive_cumsum(extend_lens), out,
+        float(sm_scale), heads, dim, heads // k_buf.shape[1],
+        BLOCK_M=_BLOCK_M, BLOCK_N=_BLOCK_N, BLOCK_D=max(16, triton.next_power_of_2(dim)),
+        # fp16/bf16 values are exact in tf32; fp32 inputs need full-precision products
+        PRECISION="ieee" if q.dtype == torch.float32 else "tf32")
+    return out
+
+
+def extend_attention_ref(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_buf: torch.Tensor,
+                         v_buf: torch.Tensor, req_to_token: torch.Tensor, rows: torch.Tensor,
+                         prefix_lens: torch.Tensor, extend_lens: torch.Tensor,
+                         sm_scale: float) -> torch.Tensor:
+    """Torch reference of `extend_attention` (same arguments, same result; no checks), one
+    request at a time, in fp32."""
+    group = q.shape[1] // k_buf.shape[1]
+    out = torch.empty_like(q, memory_format=torch.contiguous_format)
+    starts = exclusive_cumsum(extend_lens).tolist()
+    for b, (row, p, e) in enumerate(zip(rows.tolist(), prefix_lens.tolist(), extend_lens.tolist())):
+        new = slice(starts[b], starts[b] + e)
+        slots = req_to_token[row, :p].long()
+        keys = torch.cat([k_buf[slots], k[new]]).float().repeat_interleave(group, dim=1)
+        vals = torch.cat([v_buf[slots], v[new]]).float().repeat_interleave(group, dim=1)
+        s = torch.einsum("ihd,nhd->hin", q[new].float(), keys) * sm_scale  # [heads, e, p + e]
+        seen = torch.arange(p + e, device=q.device)[None, :] <= p + torch.arange(e, device=q.device)[:, None]
+        s = s.masked_fill(~seen, float("-inf"))
+        out[new] = torch.einsum("hin,nhd->ihd", torch.softmax(s, dim=-1), vals).to(q.dtype)
+    return out
