@@ -191,13 +191,41 @@ class Engine:
         self.last_stats = stats
         return [r.output for r in requests]
 
+    @torch.inference_mode()
+    def score(self, tokens: Sequence[int]) -> tuple[int, torch.Tensor]:
+        """Logits of a prompt's positions that are not reused from the cache (prompt logprobs).
+
+        Opens a Sequence (reusing the cached prefix, at most `len(tokens) - 1` tokens), computes
+        the rest in one forward, commits it (so it is cached afterwards) and closes the Sequence.
+        Returns `(reused, logits)`: `reused` cached tokens and fp `[len(tokens) - reused, vocab]`
+        logits, row `i` predicting token `reused + i + 1`.
+        """
+        req = Request(0, [int(t) for t in tokens], len(tokens), 0)
+        Scheduler(self.cache, 1).validate(req.prompt_len, 0)
+        req.seq = self.cache.open(req.tokens, namespace=self.namespace, max_reuse=len(tokens) - 1)
+        try:
+            reused = req.seq.committed_len
+            n = len(tokens) - reused
+            self.cache.reserve(req.seq, n)
+            plan = Plan([req], [n])
+            with self._attention_backend():
+                logits, _ = self._forward(plan, self.cache.batch([req.seq]), list(range(n)))
+            self.cache.commit(req.seq, req.tokens[reused:])
+        finally:
+            self.cache.close(req.seq)
+        return reused, logits
+
     def _step(self, sched: Scheduler, params: SamplingParams, eos: frozenset[int],
               stats: GenerateStats, start: float) -> None:
         t0 = time.perf_counter()
         plan = sched.schedule()
         inputs = self.cache.batch([r.seq for r in plan.requests])
+        # Requests whose chunk reaches their last known token sample from that position.
+        ends = list(itertools.accumulate(plan.chunks))
+        last = [i for i, (r, n) in enumerate(zip(plan.requests, plan.chunks)) if r.pending == n]
+        sampling = [plan.requests[i] for i in last]
         t1 = time.perf_counter()
-        logits, sampling = self._forward(plan, inputs, stats)
+        logits, attention_s = self._forward(plan, inputs, [ends[i] - 1 for i in last])
         t2 = time.perf_counter()
         for req, n in zip(plan.requests, plan.chunks):
             done = req.seq.committed_len
@@ -214,29 +242,33 @@ class Engine:
                 sched.finish(req)
         t5 = time.perf_counter()
         stats.steps += 1
+        stats.forward_s += t2 - t1
+        stats.attention_s += attention_s
         stats.cache_s += (t1 - t0) + (t3 - t2) + (t5 - t4)
         stats.sample_s += t4 - t3
 
-    def _forward(self, plan: Plan, inputs: BatchInputs, stats: GenerateStats) -> tuple[torch.Tensor, list[Request]]:
-        """One model forward over the planned positions; returns logits `[k, vocab]` of the k
-        requests whose chunk reaches their last known token, and those requests."""
+    def _forward(self, plan: Plan, inputs: BatchInputs, keep: list[int]) -> tuple[torch.Tensor, float]:
+        """One model forward over the planned positions (packed, in plan order).
+
+        Args:
+            plan: requests and their chunk lengths; their slots are reserved, not yet committed.
+            inputs: `cache.batch()` of the plan's Sequences.
+            keep: indices into the packed positions whose logits to return.
+        Returns:
+            (`[len(keep), vocab]` logits, seconds spent inside the attention function).
+        """
         device = self.model.device
         ids = list(itertools.chain.from_iterable(
             r.tokens[r.seq.committed_len:r.seq.committed_len + n] for r, n in zip(plan.requests, plan.chunks)))
-        ends = list(itertools.accumulate(plan.chunks))
-        sampling = [i for i, (r, n) in enumerate(zip(plan.requests, plan.chunks)) if r.pending == n]
         extend_lens = inputs.extend_lens.to(device=device, dtype=torch.int64)
         starts = torch.cumsum(extend_lens, 0) - extend_lens
         offsets = inputs.prefix_lens.to(device=device, dtype=torch.int64) - starts
-        position_ids = torch.arange(ends[-1], device=device) + torch.repeat_interleave(offsets, extend_lens)
-        keep = torch.tensor([ends[i] - 1 for i in sampling], dtype=torch.int64, device=device)
+        position_ids = torch.arange(len(ids), device=device) + torch.repeat_interleave(offsets, extend_lens)
         batch = ForwardBatch(self.cache, inputs, is_decode=all(n == 1 for n in plan.chunks))
-        t0 = time.perf_counter()
         out = self.model(input_ids=torch.tensor([ids], device=device), position_ids=position_ids[None],
-                         use_cache=False, logits_to_keep=keep, radixkv_batch=batch)
-        stats.forward_s += time.perf_counter() - t0
-        stats.attention_s += batch.attention_s
-        return out.logits[0], [plan.requests[i] for i in sampling]
+                         use_cache=False, logits_to_keep=torch.tensor(keep, dtype=torch.int64, device=device),
+                         radixkv_batch=batch)
+        return out.logits[0], batch.attention_s
 
     def _check_window(self, length: int) -> None:
         window = getattr(self.model.config, "sliding_window", None)
