@@ -25,7 +25,7 @@ from radixkv.radix.node import TreeNode
 from radixkv.radix.tree import RadixTree
 from radixkv.requests import RequestAPI
 from radixkv.results import MatchResult, SizeInfo
-from radixkv.tokens import TokensLike, as_count, as_slots, as_tokens
+from radixkv.tokens import SlotValidator, TokensLike, as_count, as_tokens
 
 
 def _to_tensor(slots: np.ndarray) -> torch.Tensor:
@@ -45,6 +45,7 @@ class RadixCache(RequestAPI):
         self.pages = PageStates(config.num_pages)
         self.tree = RadixTree(ps, make_policy(config.eviction))
         self._seqs: dict[int, object] = {}  # row -> open Sequence
+        self._as_slots = SlotValidator(config.num_slots)
 
     # ------------------------------------------------------------------ tree level
 
@@ -100,7 +101,7 @@ class RadixCache(RequestAPI):
 
     def free(self, slots: TokensLike) -> None:
         """Free the pages of `slots`, each whole. Every page touched must be private from alloc()."""
-        pages = np.unique(as_slots(slots, self.config.num_slots) // self.page_size)
+        pages = np.unique(self._as_slots(slots) // self.page_size)
         if not self.pages.all_in(pages, PRIVATE):
             raise InvalidSlotsError(f"free() takes only slots from alloc(): {self.pages.describe(pages, PRIVATE)}")
         self._free_pages(pages)
@@ -115,7 +116,7 @@ class RadixCache(RequestAPI):
         raises InvalidSlotsError with nothing changed. Afterwards the caller owns none of `slots`.
         """
         toks = as_tokens(tokens)
-        given = as_slots(slots, self.config.num_slots)
+        given = self._as_slots(slots)
         if len(given) != len(toks):
             raise InvalidSlotsError(f"insert: {len(toks)} tokens but {len(given)} slots")
         ps, root = self.page_size, self.tree.root(namespace)

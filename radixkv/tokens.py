@@ -48,16 +48,28 @@ def as_tokens(tokens: TokensLike) -> np.ndarray:
     return arr.astype(np.int32, copy=False)
 
 
-def as_slots(slots: TokensLike, num_slots: int) -> np.ndarray:
-    """int64 `[n]` of distinct slots in [0, num_slots); raises InvalidSlotsError."""
-    arr = _as_int_array(slots, "slots", InvalidSlotsError)
-    if len(arr) and (arr.min() < 0 or arr.max() >= num_slots):
-        raise InvalidSlotsError(
-            f"slots must lie in [0, {num_slots}), got min {arr.min()} and max {arr.max()}")
-    arr = arr.astype(np.int64, copy=False)
-    if len(np.unique(arr)) != len(arr):
-        raise InvalidSlotsError("slots must be distinct; the same slot appears twice")
-    return arr
+class SlotValidator:
+    """Turns slots into int64 `[n]` of distinct slots in [0, num_slots), or raises InvalidSlotsError.
+
+    Distinctness costs O(n), not a sort: write each slot's own index into a scratch table
+    (`int32 [num_slots]`) and read it back; a repeated slot reads a later index than its own.
+    """
+
+    def __init__(self, num_slots: int) -> None:
+        self.num_slots = num_slots
+        self._scratch = np.zeros(num_slots, dtype=np.int32)
+
+    def __call__(self, slots: TokensLike) -> np.ndarray:
+        arr = _as_int_array(slots, "slots", InvalidSlotsError)
+        if len(arr) and (arr.min() < 0 or arr.max() >= self.num_slots):
+            raise InvalidSlotsError(
+                f"slots must lie in [0, {self.num_slots}), got min {arr.min()} and max {arr.max()}")
+        arr = arr.astype(np.int64, copy=False)
+        order = np.arange(len(arr), dtype=np.int32)
+        self._scratch[arr] = order
+        if not np.array_equal(self._scratch[arr], order):
+            raise InvalidSlotsError("slots must be distinct; the same slot appears twice")
+        return arr
 
 
 def as_count(n: Any, what: str) -> int:
