@@ -41,7 +41,7 @@ except ImportError:  # pragma: no cover - exercised only where triton is absent
 
 __all__ = ["KernelInputError", "use_triton", "triton", "tl", "HAS_TRITON"]
 
-FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)  # attention math: fp32
 INDEX_DTYPES = (torch.int32, torch.int64)
 
 

@@ -146,7 +146,7 @@ def decode_attention(q: torch.Tensor, k_buf: torch.Tensor, v_buf: torch.Tensor,
     """Attention of each request's one new query token over its cached KV. Modifies nothing.
 
     Args:
-        q: `[batch, num_heads, head_dim]`, the buffers' dtype (fp32/fp16/bf16).
+        q: `[batch, num_heads, head_dim]`, the buffers' dtype (fp32/fp16/bf16/fp64).
         k_buf, v_buf: one layer's `[num_slots, num_kv_heads, head_dim]`; num_heads % num_kv_heads == 0.
         req_to_token: int32 `[max_requests, max_context_len]`.
         rows: int32 (or int64) `[batch]`: each request's row.

@@ -126,7 +126,7 @@ def extend_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_buf: t
     other. Modifies nothing (store the new K/V with `store_kv` separately).
 
     Args:
-        q: `[sum(extend_lens), num_heads, head_dim]`, requests in batch order; fp32/fp16/bf16.
+        q: `[sum(extend_lens), num_heads, head_dim]`, requests in batch order; fp32/fp16/bf16/fp64.
         k, v: `[sum(extend_lens), num_kv_heads, head_dim]`, the new tokens' K/V, q's dtype.
         k_buf, v_buf: one layer's `[num_slots, num_kv_heads, head_dim]`, q's dtype.
         req_to_token: int32 `[max_requests, max_context_len]`.
@@ -152,7 +152,7 @@ def extend_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_buf: t
         float(sm_scale), heads, dim, heads // k_buf.shape[1],
         BLOCK_M=_BLOCK_M, BLOCK_N=_BLOCK_N, BLOCK_D=max(16, triton.next_power_of_2(dim)),
         # fp16/bf16 values are exact in tf32; fp32 inputs need full-precision products
-        PRECISION="ieee" if q.dtype == torch.float32 else "tf32")
+        PRECISION="tf32" if q.dtype in (torch.float16, torch.bfloat16) else "ieee")
     return out
 
 

@@ -37,7 +37,7 @@ def gather_kv(buf: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
     """Copy the rows of `slots` out of one layer's K (or V) buffer. Does not modify `buf`.
 
     Args:
-        buf: `[num_slots, num_kv_heads, head_dim]`, fp32/fp16/bf16, unit stride on the last dim.
+        buf: `[num_slots, num_kv_heads, head_dim]`, fp32/fp16/bf16/fp64, unit stride on the last dim.
         slots: int64 `[n]`, each in `[0, num_slots)`; repeats allowed.
 
     Returns:

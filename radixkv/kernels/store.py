@@ -52,7 +52,7 @@ def store_kv(k_buf: torch.Tensor, v_buf: torch.Tensor, slots: torch.Tensor,
     """Write `k[i]`, `v[i]` into slot `slots[i]` of one layer's buffers, in place.
 
     Args:
-        k_buf, v_buf: `[num_slots, num_kv_heads, head_dim]`, fp32/fp16/bf16; mutated.
+        k_buf, v_buf: `[num_slots, num_kv_heads, head_dim]`, fp32/fp16/bf16/fp64; mutated.
         slots: int64 `[n]`, distinct, each in `[0, num_slots)`.
         k, v: `[n, num_kv_heads, head_dim]`, the buffers' dtype, unit stride on the last dim.
 
