@@ -67,6 +67,8 @@ POLICIES: dict[str, Callable[[], EvictionPolicy]] = {
     "fifo": FIFO,
     "priority": Priority,
 }
+from radixkv.eviction.adaptive import SLRU, Adaptive  # noqa: E402  (adaptive.py imports the base class)
+POLICIES.update(slru=SLRU, adaptive=Adaptive)
 
 
 def make_policy(name: str) -> EvictionPolicy:
