@@ -55,7 +55,8 @@ def _table(seq_lens: list[int], page_size: int) -> tuple[torch.Tensor, torch.Ten
 
 
 def _inputs(group: int, dtype: torch.dtype, page_size: int = 1, seq_lens: list[int] = SEQ_LENS):
-    k_buf, v_buf = _randn(NUM_SLOTS, KV_HEADS, DIM, dtype=dtype), _randn(NUM_SLOTS, KV_HEADS, DIM, dtype=dtype)
+    k_buf = _randn(NUM_SLOTS, KV_HEADS, DIM, dtype=dtype)
+    v_buf = _randn(NUM_SLOTS, KV_HEADS, DIM, dtype=dtype)
     table, rows = _table(seq_lens, page_size)
     q = _randn(len(seq_lens), KV_HEADS * group, DIM, dtype=dtype)
     return q, k_buf, v_buf, table, rows, torch.tensor(seq_lens, dtype=torch.int32)

@@ -50,7 +50,8 @@ def _batch(group: int, dtype: torch.dtype, page_size: int = 1, pe: list = PREFIX
     for row, (p, _) in zip(rows.tolist(), pe):
         table[row, :p] = all_slots[used:used + p].to(torch.int32)
         used += -(-p // page_size) * page_size
-    k_buf, v_buf = _randn(NUM_SLOTS, KV_HEADS, DIM, dtype=dtype), _randn(NUM_SLOTS, KV_HEADS, DIM, dtype=dtype)
+    k_buf = _randn(NUM_SLOTS, KV_HEADS, DIM, dtype=dtype)
+    v_buf = _randn(NUM_SLOTS, KV_HEADS, DIM, dtype=dtype)
     heads = KV_HEADS * group
     qkv = _randn(sum(e for _, e in pe), heads + 2 * KV_HEADS, DIM, dtype=dtype)
     q, k, v = qkv[:, :heads], qkv[:, heads:heads + KV_HEADS], qkv[:, heads + KV_HEADS:]

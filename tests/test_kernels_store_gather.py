@@ -79,7 +79,8 @@ def test_gather_kv_matches_ref(n: int, heads: int, dim: int, dtype: torch.dtype)
 
 
 def test_store_then_gather_round_trip() -> None:
-    k_buf, v_buf = _randn(NUM_SLOTS, 2, 40, dtype=torch.float32), _randn(NUM_SLOTS, 2, 40, dtype=torch.float32)
+    k_buf = _randn(NUM_SLOTS, 2, 40, dtype=torch.float32)
+    v_buf = _randn(NUM_SLOTS, 2, 40, dtype=torch.float32)
     slots = _slots(97, 16)
     k, v = _randn(97, 2, 40, dtype=torch.float32), _randn(97, 2, 40, dtype=torch.float32)
     store_kv(k_buf, v_buf, slots, k, v)

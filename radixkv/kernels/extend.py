@@ -168,10 +168,12 @@ def extend_attention_ref(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_bu
     for b, (row, p, e) in enumerate(zip(rows.tolist(), prefix_lens.tolist(), extend_lens.tolist())):
         new = slice(starts[b], starts[b] + e)
         slots = req_to_token[row, :p].long()
-        keys = torch.cat([k_buf[slots], k[new]]).float().repeat_interleave(group, dim=1)
-        vals = torch.cat([v_buf[slots], v[new]]).float().repeat_interleave(group, dim=1)
-        s = torch.einsum("ihd,nhd->hin", q[new].float(), keys) * sm_scale  # [heads, e, p + e]
+        keys = torch.cat([k_buf[slots], k[new]]).float().transpose(0, 1)  # [kv_heads, p + e, dim]
+        vals = torch.cat([v_buf[slots], v[new]]).float().transpose(0, 1)
+        qg = q[new].float().transpose(0, 1).unflatten(0, (-1, group))  # [kv_heads, group, e, dim]
+        s = (qg @ keys.transpose(-1, -2)[:, None]) * sm_scale  # [kv_heads, group, e, p + e]
         seen = torch.arange(p + e, device=q.device)[None, :] <= p + torch.arange(e, device=q.device)[:, None]
         s = s.masked_fill(~seen, float("-inf"))
-        out[new] = torch.einsum("hin,nhd->ihd", torch.softmax(s, dim=-1), vals).to(q.dtype)
+        o = torch.softmax(s, dim=-1) @ vals[:, None]  # [kv_heads, group, e, dim]
+        out[new] = o.flatten(0, 1).transpose(0, 1).to(q.dtype)
     return out

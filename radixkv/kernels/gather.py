@@ -48,6 +48,11 @@ def gather_kv(buf: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
     check_slots("slots", slots, buf.shape[0])
     if not use_triton(buf):
         return gather_kv_ref(buf, slots)
+    return _gather_kv_launch(buf, slots)
+
+
+def _gather_kv_launch(buf: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
+    """The launch alone, no checks (bench/kernels.py times it)."""
     n, (_, heads, dim) = slots.numel(), buf.shape
     out = torch.empty((n, heads, dim), dtype=buf.dtype, device=buf.device)
     if n:

