@@ -1,0 +1,178 @@
+"""KVIndex: which instance of a fleet holds which block, fed by the instances' KV events.
+
+Every instance of a fleet publishes batches of KV events (radixkv.events: BlockStored,
+BlockRemoved, AllBlocksCleared, or their dict forms from the wire) under its `instance_id`. The
+index keeps, per block hash, the set of (instance, medium) pairs that hold it, and answers
+
+    holders(block_hashes)  -> [instances holding block 0, instances holding block 1, ...]
+    lookup(block_hashes)   -> {instance: longest run of consecutive blocks held from block 0}
+
+for the block hashes of a request (radixkv.events.block_hashes, namespace included). A block counts
+as held when it is on any medium (GPU or CPU tier).
+
+Batch contract (both backends): a batch is validated whole before anything is applied. If any
+payload is malformed, `ingest` raises EventFormatError naming the instance, the position in the
+batch and the reason, adds the number of malformed payloads to `stats().rejected`, and applies
+none of the batch; the instance's state in the index is then stale until it resyncs. Events of a
+valid batch are applied in order. `ingest` returns whether the index already held state for this
+instance before the batch (False the first time, after `drop_instance`, and for RedisIndex after a
+server restart or TTL expiry): a publisher that gets False must resync (see publisher.py).
+
+InMemoryIndex is the default: a dict in the router's process, no server, not thread-safe.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from radixkv.errors import RadixKVError
+from radixkv.events import (AllBlocksCleared, BlockRemoved, BlockStored, EventFormatError, KVEvent, event_from_dict,
+                            event_to_dict)
+
+HASH_LIMIT = 1 << 64  # block hashes are the first 8 bytes of a sha256, unsigned
+
+
+class IndexUnavailableError(RadixKVError):
+    """The index's server could not be reached; the call had no effect. Route without it and retry."""
+
+
+@dataclass
+class IndexStats:
+    applied: int = 0  # events applied, all instances
+    rejected: int = 0  # malformed payloads seen (their whole batch was dropped)
+    rejected_batches: int = 0
+
+
+class KVIndex(Protocol):
+    """What a Router needs from an index; InMemoryIndex and RedisIndex implement it."""
+
+    def ingest(self, instance_id: str, events: Iterable[KVEvent | dict]) -> bool: ...
+
+    def holders(self, block_hashes: Sequence[int]) -> list[frozenset[str]]: ...
+
+    def lookup(self, block_hashes: Sequence[int]) -> dict[str, int]: ...
+
+    def drop_instance(self, instance_id: str) -> None: ...
+
+    def stats(self) -> IndexStats: ...
+
+
+def longest_prefix(holders: Sequence[frozenset[str]]) -> dict[str, int]:
+    """{instance: number of consecutive blocks it holds from block 0}; instances with 0 are left out."""
+    out: dict[str, int] = {}
+    alive = set(holders[0]) if holders else set()
+    for b, held in enumerate(holders):
+        alive &= held
+        if not alive:
+            break
+        for inst in alive:
+            out[inst] = b + 1
+    return out
+
+
+def check_instance_id(instance_id: object) -> str:
+    if not isinstance(instance_id, str) or not instance_id or any(c in instance_id for c in ":\n"):
+        raise ValueError(f"instance_id must be a non-empty str without ':' or newlines, got {instance_id!r}")
+    return instance_id
+
+
+def parse_batch(instance_id: str, events: Iterable[KVEvent | dict], stats: IndexStats) -> list[KVEvent]:
+    """Validate a whole batch (dicts through event_from_dict); raise before anything is applied."""
+    out: list[KVEvent] = []
+    errors: list[str] = []
+    for i, ev in enumerate(events):
+        try:
+            if isinstance(ev, (BlockStored, BlockRemoved, AllBlocksCleared)):
+                ev = event_from_dict(event_to_dict(ev))  # re-check: dataclasses do not check types
+            else:
+                ev = event_from_dict(ev)
+            _check_hash_range(ev)
+            out.append(ev)
+        except EventFormatError as e:
+            errors.append(f"event {i}: {e}")
+    if errors:
+        stats.rejected += len(errors)
+        stats.rejected_batches += 1
+        raise EventFormatError(
+            f"instance {instance_id!r}: rejected a batch of {len(out) + len(errors)} events, "
+            f"{len(errors)} malformed ({'; '.join(errors[:3])}); nothing was applied, resync this instance")
+    return out
+
+
+def _check_hash_range(ev: KVEvent) -> None:
+    if isinstance(ev, AllBlocksCleared):
+        return
+    hashes = list(ev.block_hashes)
+    if isinstance(ev, BlockStored) and ev.parent_block_hash is not None:
+        hashes.append(ev.parent_block_hash)
+    if any(h < 0 or h >= HASH_LIMIT for h in hashes):
+        raise EventFormatError(f"{type(ev).__name__}: block hashes must lie in [0, 2**64)")
+
+
+class InMemoryIndex:
+    """A KVIndex in this process: block hash -> {instance: set of media}, plus each instance's blocks."""
+
+    def __init__(self) -> None:
+        self._blocks: dict[int, dict[str, set[str]]] = {}  # hash -> instance -> media
+        self._owned: dict[str, set[tuple[int, str]]] = {}  # instance -> {(hash, medium)}
+        self._stats = IndexStats()
+
+    def ingest(self, instance_id: str, events: Iterable[KVEvent | dict]) -> bool:
+        """Apply one batch from `instance_id` (see the module docstring for the contract). Mutates."""
+        check_instance_id(instance_id)
+        batch = parse_batch(instance_id, events, self._stats)
+        known = instance_id in self._owned
+        owned = self._owned.setdefault(instance_id, set())
+        for ev in batch:
+            if isinstance(ev, AllBlocksCleared):
+                self._clear(instance_id, owned)
+            elif isinstance(ev, BlockStored):
+                for h in ev.block_hashes:
+                    self._blocks.setdefault(h, {}).setdefault(instance_id, set()).add(ev.medium)
+                    owned.add((h, ev.medium))
+            else:
+                for h in ev.block_hashes:
+                    self._remove(instance_id, h, ev.medium)
+                    owned.discard((h, ev.medium))
+        self._stats.applied += len(batch)
+        return known
+
+    def _remove(self, instance_id: str, h: int, medium: str) -> None:
+        per = self._blocks.get(h)
+        media = per.get(instance_id) if per else None
+        if media is None:
+            return
+        media.discard(medium)
+        if not media:
+            del per[instance_id]
+            if not per:
+                del self._blocks[h]
+
+    def _clear(self, instance_id: str, owned: set[tuple[int, str]]) -> None:
+        for h, medium in owned:
+            self._remove(instance_id, h, medium)
+        owned.clear()
+
+    def holders(self, block_hashes: Sequence[int]) -> list[frozenset[str]]:
+        """Instances holding each block (any medium), in order. Does not mutate."""
+        empty: dict[str, set[str]] = {}
+        return [frozenset(self._blocks.get(h, empty)) for h in block_hashes]
+
+    def lookup(self, block_hashes: Sequence[int]) -> dict[str, int]:
+        """{instance: longest consecutive hit in blocks from block 0}. Does not mutate."""
+        return longest_prefix(self.holders(block_hashes))
+
+    def drop_instance(self, instance_id: str) -> None:
+        """Forget everything about an instance (it left the fleet); a no-op for an unknown one."""
+        owned = self._owned.pop(instance_id, None)
+        if owned is not None:
+            self._clear(instance_id, owned)
+
+    def stats(self) -> IndexStats:
+        return IndexStats(self._stats.applied, self._stats.rejected, self._stats.rejected_batches)
+
+    def num_blocks(self) -> int:
+        """Distinct block hashes held by any instance."""
+        return len(self._blocks)

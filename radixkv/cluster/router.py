@@ -1,0 +1,138 @@
+"""Router: send each request to the instance that already caches the longest part of its prompt.
+
+Per request: hash the prompt's full blocks exactly as the engine's KV events do
+(radixkv.events.block_hashes with the same namespace and block size), ask the index which
+instances hold each block (one lookup), score every registered instance with one of llm-d's
+kv-cache-manager scorers, and pick the best score; ties go to the instance with the fewest open
+requests, then to the one registered first. When no instance scores above 0, or the index cannot be
+reached, the request goes to the least-loaded instance.
+
+Scorers (scores are in blocks; `holders[b]` = instances holding block b of the prompt):
+
+    longest_prefix     blocks held consecutively from block 0 (the default; what a prefix cache reuses)
+    highest_block_hit  1 + index of the last block held, whatever lies before it
+    coverage           how many of the prompt's blocks are held, anywhere
+
+Load is what instances report (`report_load`: their open requests); the router also counts each
+request it routes as one more open request on its instance until the next report, so a burst between
+reports spreads out. An index outage is logged once (warning) and its end once (info).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from radixkv.cluster.index import IndexUnavailableError, KVIndex, check_instance_id, longest_prefix
+from radixkv.events import block_hashes
+
+log = logging.getLogger(__name__)
+
+Scorer = Callable[[Sequence[frozenset[str]]], dict[str, int]]
+
+
+def highest_block_hit(holders: Sequence[frozenset[str]]) -> dict[str, int]:
+    """{instance: 1 + index of the last block it holds}."""
+    out: dict[str, int] = {}
+    for b, held in enumerate(holders):
+        for inst in held:
+            out[inst] = b + 1
+    return out
+
+
+def coverage(holders: Sequence[frozenset[str]]) -> dict[str, int]:
+    """{instance: number of the blocks it holds}."""
+    out: dict[str, int] = {}
+    for held in holders:
+        for inst in held:
+            out[inst] = out.get(inst, 0) + 1
+    return out
+
+
+SCORERS: dict[str, Scorer] = {
+    "longest_prefix": longest_prefix, "highest_block_hit": highest_block_hit, "coverage": coverage,
+}
+
+
+@dataclass(frozen=True)
+class RouteDecision:
+    instance: str
+    score: int  # the chosen instance's score in blocks; 0 when routed by load alone
+    by_load: bool  # True when nothing matched or the index was unreachable
+
+
+@dataclass
+class RouterStats:
+    routed: int = 0
+    by_load: int = 0  # of which routed by load alone
+    index_errors: int = 0  # lookups that found the index unreachable
+
+
+class Router:
+    """KV-cache-aware routing over a KVIndex. Not thread-safe; one per routing process."""
+
+    def __init__(self, index: KVIndex, *, block_size: int = 16, scorer: str = "longest_prefix") -> None:
+        """Args:
+            index: where instances publish their KV events (InMemoryIndex or RedisIndex).
+            block_size: tokens per block; must equal the instances' `event_block_size`.
+            scorer: a name in SCORERS.
+        """
+        if scorer not in SCORERS:
+            raise ValueError(f"unknown scorer {scorer!r}; choose from {sorted(SCORERS)}")
+        if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
+            raise ValueError(f"block_size must be a positive int, got {block_size!r}")
+        self.index, self.block_size, self.scorer = index, block_size, scorer
+        self._score = SCORERS[scorer]
+        self._load: dict[str, int] = {}  # instance -> open requests; insertion order breaks last ties
+        self.index_available = True
+        self.stats = RouterStats()
+
+    @property
+    def instances(self) -> list[str]:
+        return list(self._load)
+
+    def report_load(self, instance_id: str, open_requests: int) -> None:
+        """Register an instance, or update its number of open requests. Mutates."""
+        check_instance_id(instance_id)
+        if isinstance(open_requests, bool) or not isinstance(open_requests, int) or open_requests < 0:
+            raise ValueError(f"open_requests must be an int >= 0, got {open_requests!r}")
+        self._load[instance_id] = open_requests
+
+    def remove_instance(self, instance_id: str) -> None:
+        """Stop routing to an instance (its index entries stay until it is dropped there)."""
+        self._load.pop(instance_id, None)
+
+    def route(self, tokens: Sequence[int] | np.ndarray, namespace: Hashable = None) -> RouteDecision:
+        """Pick an instance for a prompt. Counts one more open request on it. Raises ValueError when
+        no instance is registered; never raises for an index outage (routes by load instead)."""
+        if not self._load:
+            raise ValueError("no instances registered; call report_load(instance_id, open_requests) first")
+        scores = self._scores(block_hashes(tokens, namespace, self.block_size))
+        best = max(scores.values(), default=0)
+        if best > 0:
+            pick = min((i for i, s in scores.items() if s == best), key=self._load.__getitem__)
+        else:
+            pick = min(self._load, key=self._load.__getitem__)
+        self._load[pick] += 1
+        self.stats.routed += 1
+        self.stats.by_load += best == 0
+        return RouteDecision(pick, best, best == 0)
+
+    def _scores(self, hashes: list[int]) -> dict[str, int]:
+        if not hashes:
+            return {}
+        try:
+            holders = self.index.holders(hashes)
+        except IndexUnavailableError as e:
+            self.stats.index_errors += 1
+            if self.index_available:
+                log.warning("KV index unavailable, routing by load until it is back: %s", e)
+                self.index_available = False
+            return {}
+        if not self.index_available:
+            log.info("KV index reachable again; routing by prefix")
+            self.index_available = True
+        return {i: s for i, s in self._score(holders).items() if i in self._load}
