@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from radixkv.errors import ContextLengthError, InvalidSlotsError
 from radixkv.kernels import decode_attention, decode_attention_ref
 from radixkv.kernels._common import KernelInputError
-from radixkv.kernels.decode import _decode_launch, num_splits_for
+from radixkv.kernels.decode import _decode_launch, block_n_for, num_splits_for
 
 NUM_SLOTS, MAX_REQ, MAX_CTX = 1024, 7, 320
 SEQ_LENS = [1, 7, 97, 300]
@@ -80,6 +80,17 @@ def test_decode_split_counts_agree(num_splits: int) -> None:
     got = _decode_launch(*args, 0.3, num_splits)
     want = decode_attention_ref(*args, 0.3)
     _assert_close(f"decode splits={num_splits}", got, want, 2e-5, 2e-5)
+
+
+def test_decode_wide_group_smaller_block() -> None:
+    """GQA 8 at head_dim 128 (Llama-70B's shape) runs with BLOCK_N 16: still equal to the ref."""
+    assert block_n_for(8, 128) == 16 and block_n_for(4, 64) == 32
+    k_buf, v_buf = _randn(NUM_SLOTS, 1, 128), _randn(NUM_SLOTS, 1, 128)
+    table, rows = _table([97, 7], 1)
+    q, lens = _randn(2, 8, 128), torch.tensor([97, 7], dtype=torch.int32)
+    got = decode_attention(q, k_buf, v_buf, table, rows, lens, 128**-0.5)
+    want = decode_attention_ref(q, k_buf, v_buf, table, rows, lens, 128**-0.5)
+    _assert_close("decode group=8 dim=128", got, want, 2e-5, 2e-5)
 
 
 def test_num_splits_heuristic() -> None:

@@ -22,7 +22,8 @@ import torch
 from radixkv.kernels._common import (check_attention, check_lens, check_table_slots, tl, triton,
                                      use_triton)
 
-_BLOCK_N = 32  # positions per inner step
+_BLOCK_N = 32  # positions per inner step, lowered so BLOCK_H * BLOCK_N * BLOCK_D fits _TILE
+_TILE = 16384  # fp32 elements of the [group, positions, dim] product held at once
 _MIN_SPLIT_LEN = 256  # a split shorter than this does not pay for its partial write
 _MAX_SPLITS = 16
 _TARGET_PROGRAMS = 512  # enough stage-1 programs to fill a GPU (~4 per SM on an H100)
@@ -39,6 +40,7 @@ def _decode_split_kernel(
     sm_scale, head_dim, group, num_splits,
     BLOCK_N: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
+    tl.static_assert(BLOCK_H * BLOCK_N * BLOCK_D <= 16384)  # the q * k product tile (_TILE)
     b = tl.program_id(0).to(tl.int64)
     kvh = tl.program_id(1).to(tl.int64)
     split = tl.program_id(2).to(tl.int64)
@@ -117,6 +119,11 @@ def num_splits_for(batch: int, num_kv_heads: int, max_seq_len: int) -> int:
     return max(1, min(_MAX_SPLITS, by_len, by_occupancy))
 
 
+def block_n_for(block_h: int, block_d: int) -> int:
+    """Positions per inner step: _BLOCK_N, halved until the q * k product tile fits _TILE."""
+    return max(1, min(_BLOCK_N, _TILE // (block_h * block_d)))
+
+
 def _decode_launch(q: torch.Tensor, k_buf: torch.Tensor, v_buf: torch.Tensor,
                    req_to_token: torch.Tensor, rows: torch.Tensor, seq_lens: torch.Tensor,
                    sm_scale: float, num_splits: int) -> torch.Tensor:
@@ -129,11 +136,12 @@ def _decode_launch(q: torch.Tensor, k_buf: torch.Tensor, v_buf: torch.Tensor,
     mid_o = torch.empty((batch, heads, num_splits, dim), dtype=torch.float32, device=q.device)
     mid_lse = torch.empty((batch, heads, num_splits), dtype=torch.float32, device=q.device)
     block_d = triton.next_power_of_2(dim)
+    block_h = triton.next_power_of_2(heads // kv_heads)
     _decode_split_kernel[(batch, kv_heads, num_splits)](
         q, q.stride(0), q.stride(1), k_buf, v_buf, k_buf.stride(0), k_buf.stride(1),
         req_to_token, req_to_token.stride(0), rows, seq_lens, mid_o, mid_lse,
         float(sm_scale), dim, heads // kv_heads, num_splits,
-        BLOCK_N=_BLOCK_N, BLOCK_H=triton.next_power_of_2(heads // kv_heads), BLOCK_D=block_d)
+        BLOCK_N=block_n_for(block_h, block_d), BLOCK_H=block_h, BLOCK_D=block_d)
     _decode_reduce_kernel[(batch, heads)](
         mid_o, mid_lse, out, out.stride(0), out.stride(1), dim, num_splits,
         BLOCK_S=triton.next_power_of_2(num_splits), BLOCK_D=block_d)
