@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import torch
 
-from radixkv.kernels._common import (check_attention, check_lens, check_table_slots, tl, triton,
-                                     use_triton)
+from radixkv.kernels._common import (check_attention, check_lens, check_same_device,
+                                     check_table_slots, tl, triton, use_triton)
 
 _BLOCK_N = 32  # positions per inner step, lowered so BLOCK_H * BLOCK_N * BLOCK_D fits _TILE
 _TILE = 16384  # fp32 elements of the [group, positions, dim] product held at once
@@ -169,6 +169,7 @@ def decode_attention(q: torch.Tensor, k_buf: torch.Tensor, v_buf: torch.Tensor,
     pool) before launching.
     """
     batch, _ = check_attention(q, k_buf, v_buf, req_to_token, rows)
+    check_same_device(q=q, seq_lens=seq_lens)
     max_len = check_lens("seq_lens", seq_lens, batch, 1, req_to_token.shape[1])
     check_table_slots(req_to_token, rows, None, seq_lens, k_buf.shape[0])
     if not use_triton(q):

@@ -21,8 +21,8 @@ from __future__ import annotations
 import torch
 
 from radixkv.kernels._common import (KernelInputError, check_attention, check_lens,
-                                     check_table_slots, check_tensor, exclusive_cumsum, tl, triton,
-                                     use_triton)
+                                     check_same_device, check_table_slots, check_tensor,
+                                     exclusive_cumsum, tl, triton, use_triton)
 
 _BLOCK_M = 32  # new tokens (query rows) per program
 _BLOCK_N = 32  # keys per inner step; tl.dot needs M, N, K >= 16 on a GPU
@@ -85,7 +85,7 @@ def _extend_kernel(
         m_i, l_i, acc = _attend_block(q, k, v, mask_n[None, :], m_i, l_i, acc, sm_scale, PRECISION)
 
     # new tokens, causal: rows of this block see keys up to their own index
-    ext_end = tl.minimum(ext, m_start + BLOCK_M)
+    ext_end = tl.where(m_start < ext, tl.minimum(ext, m_start + BLOCK_M), 0)
     for n0 in range(0, ext_end, BLOCK_N):
         offs_n = n0 + tl.arange(0, BLOCK_N)
         mask_n = offs_n < ext
@@ -105,6 +105,7 @@ def _extend_kernel(
 def _check_extend(q, k, v, k_buf, v_buf, req_to_token, rows, prefix_lens, extend_lens) -> int:
     """All checks; returns the longest extend length."""
     batch, _ = check_attention(q, k_buf, v_buf, req_to_token, rows)
+    check_same_device(q=q, k=k, v=v, prefix_lens=prefix_lens, extend_lens=extend_lens)
     for name, t in (("k", k), ("v", v)):
         check_tensor(name, t, 3, (q.dtype,))
         if t.shape != (q.shape[0], *k_buf.shape[1:]):
