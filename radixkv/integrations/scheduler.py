@@ -19,6 +19,10 @@ Policy (nano-vllm / SGLang style):
 2. Waiting requests are admitted (oldest first) while the budget, free rows and slots last; a
    request is admitted only if the slots still available afterwards cover one new page per
    running request, so that admitting it does not force a preemption at the next decode.
+   A waiting request whose first `probe` tokens equal those of a request still in prefill (one
+   that is running, or admitted this step with its start uncached) is skipped for now, as
+   SGLang's in-batch prefix check does: opened in the same step, both would compute the shared
+   prefix; a step later it is cached and the skipped request reuses it.
 3. When `reserve` runs out of slots even after eviction, the newest running request is preempted:
    `close()` keeps its committed full pages in the tree (unlocked, so evictable but reusable) and it
    goes back to the front of the queue with `prompt + output` as its tokens; on re-admission
@@ -98,6 +102,8 @@ class Scheduler:
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []  # admission order: oldest first
         self.num_preemptions = 0
+        page = cache.config.page_size
+        self.probe = -(-32 // page) * page  # tokens compared for the in-batch prefix check, page-aligned
 
     def validate(self, prompt_len: int, max_new_tokens: int) -> None:
         """Reject a request that could never run, even alone in an empty pool."""
@@ -170,10 +176,18 @@ class Scheduler:
         self.waiting.appendleft(req)
         self.num_preemptions += 1
 
+    def _prefix_key(self, req: Request) -> tuple[int, ...] | None:
+        return tuple(req.tokens[:self.probe]) if len(req.tokens) > self.probe else None
+
     def _admit(self, plan: Plan, budget: int) -> None:
         page = self.cache.config.page_size
-        while self.waiting and budget > 0:
-            req = self.waiting[0]
+        in_prefill = {self._prefix_key(r) for r in self.running if r.pending > 1} - {None}
+        for req in list(self.waiting):
+            if budget <= 0:
+                return
+            key = self._prefix_key(req)
+            if key in in_prefill:
+                continue  # its prefix is being computed right now: reuse it next step
             try:
                 seq = self.cache.open(req.tokens, namespace=self.namespace, max_reuse=len(req.tokens) - 1)
             except OutOfRowsError:
@@ -182,7 +196,9 @@ class Scheduler:
             if not self._fits(n, page) or not self._try_reserve(seq, n):
                 self.cache.close(seq)
                 return
-            self.waiting.popleft()
+            self.waiting.remove(req)
+            if seq.committed_len < self.probe and n > 1:  # it computes its first tokens now
+                in_prefill.add(key)
             if not req.opened:
                 req.opened = True
                 req.reused_tokens = seq.cached_len

@@ -1,0 +1,231 @@
+"""End-to-end generation on CPU: radixkv Engine vs plain `model.generate` vs transformers `generate_batch`.
+
+Same tiny random Llama (seeded; 4 layers, hidden 256, 8 heads / 2 KV heads), same prompts, greedy,
+one measured run per system after a short warm-up. Two workloads:
+
+- gsp: `groups` system prompts of `system` tokens, each shared by `per_group` prompts that add
+  `own` tokens of their own (SGLang's generated-shared-prefix shape);
+- multiturn: `convs` conversations of `turns` turns; turn t's prompt is the whole conversation so far
+  (earlier prompts and each system's own answers) plus a new user message.
+
+Reported per system: output tokens/s (all output tokens / wall time), prefill tokens computed vs
+skipped (found in a cache), time to first token p50/p90/p99 (all requests of a call arrive at its
+start), and for radixkv where its time went. Usage: `python bench/e2e.py [--quick]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+# `python bench/e2e.py` puts bench/ first on sys.path, where bench/kernels.py would shadow the
+# `kernels` package that transformers probes for at import: drop that entry before importing it.
+if sys.path and sys.path[0].rstrip("/").endswith("bench"):
+    del sys.path[0]
+
+import torch  # noqa: E402
+from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM  # noqa: E402
+from transformers.generation.configuration_utils import ContinuousBatchingConfig  # noqa: E402
+from transformers.generation.continuous_batching import cache as cb_cache  # noqa: E402
+from transformers.generation.streamers import BaseStreamer  # noqa: E402
+
+from radixkv.integrations.stats import GenerateStats, percentile  # noqa: E402
+from radixkv.integrations.transformers import Engine  # noqa: E402
+
+SEED = 0
+VOCAB = 32000  # Llama-2's vocabulary: lm_head is a realistic share of each decode step
+
+
+def build_model() -> LlamaForCausalLM:
+    torch.manual_seed(SEED)
+    cfg = LlamaConfig(vocab_size=VOCAB, hidden_size=256, intermediate_size=688, num_hidden_layers=4,
+                      num_attention_heads=8, num_key_value_heads=2, max_position_embeddings=4096,
+                      initializer_range=0.1, bos_token_id=None, eos_token_id=None, pad_token_id=None)
+    return LlamaForCausalLM(cfg).eval()
+
+
+def gsp_prompts(groups: int, per_group: int, system: int, own: int) -> list[list[int]]:
+    g = torch.Generator().manual_seed(SEED + 1)
+    prompts = []
+    for _ in range(groups):
+        head = torch.randint(0, VOCAB, (system,), generator=g).tolist()
+        prompts += [head + torch.randint(0, VOCAB, (own,), generator=g).tolist() for _ in range(per_group)]
+    return prompts
+
+
+@dataclass
+class Tally:
+    """What one system did over a whole workload."""
+    name: str
+    wall_s: float = 0.0
+    output_tokens: int = 0
+    computed: int = 0  # prompt tokens whose KV was computed
+    skipped: int | None = 0  # prompt tokens found in a cache (None: not measurable)
+    ttft_s: list[float] = field(default_factory=list)
+    outputs: list[list[int]] = field(default_factory=list)  # of the last call
+    profile: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def tok_s(self) -> float:
+        return self.output_tokens / self.wall_s
+
+    def add(self, wall_s: float, outs: list[list[int]], computed: int, skipped: int | None,
+            ttft_s: list[float]) -> None:
+        self.wall_s += wall_s
+        self.output_tokens += sum(len(o) for o in outs)
+        self.computed += computed
+        self.skipped = None if skipped is None or self.skipped is None else self.skipped + skipped
+        self.ttft_s += ttft_s
+        self.outputs = outs
+
+
+class FirstTokenTimer(BaseStreamer):
+    """`model.generate` streamer: the first put() is the prompt, the second the first new token."""
+
+    def __init__(self) -> None:
+        self.puts, self.first_token_at = 0, float("nan")
+
+    def put(self, value: torch.Tensor) -> None:
+        self.puts += 1
+        if self.puts == 2:
+            self.first_token_at = time.perf_counter()
+
+    def end(self) -> None:
+        pass
+
+
+def run_plain(model: LlamaForCausalLM, prompts: list[list[int]], n: int, tally: Tally) -> None:
+    gen = GenerationConfig(max_new_tokens=n, min_new_tokens=n, do_sample=False, pad_token_id=0)
+    outs, ttft = [], []
+    start = time.perf_counter()
+    with torch.inference_mode():
+        for p in prompts:
+            timer = FirstTokenTimer()
+            ids = model.generate(torch.tensor([p]), attention_mask=torch.ones(1, len(p), dtype=torch.long),
+                                 generation_config=gen, streamer=timer)
+            outs.append(ids[0, len(p):].tolist())
+            ttft.append(timer.first_token_at - start)
+    tally.add(time.perf_counter() - start, outs, sum(map(len, prompts)), 0, ttft)
+
+
+class PrefixHits:
+    """Counts the prompt tokens transformers' paged cache reports as prefix matches (block sharing)."""
+
+    def __init__(self) -> None:
+        self.tokens = 0
+        self._orig = cb_cache.PagedAttentionCache.search_prefix_match
+
+    def __enter__(self) -> PrefixHits:
+        orig, hits = self._orig, self
+
+        def counted(cache: object, request_id: str, prompt_ids: list[int]) -> int:
+            matched = orig(cache, request_id, prompt_ids)
+            hits.tokens += matched
+            return matched
+
+        cb_cache.PagedAttentionCache.search_prefix_match = counted
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        cb_cache.PagedAttentionCache.search_prefix_match = self._orig
+
+
+def run_cb(model: LlamaForCausalLM, prompts: list[list[int]], n: int, tally: Tally) -> None:
+    gen = GenerationConfig(max_new_tokens=n, min_new_tokens=n, do_sample=False, pad_token_id=0, eos_token_id=-1)
+    cb = ContinuousBatchingConfig(page_size=16, num_blocks=4096, max_batch_tokens=1024)
+    start = time.perf_counter()
+    with PrefixHits() as hits:  # generate_batch runs in its own thread: no inference_mode here
+        res = model.generate_batch(prompts, generation_config=gen, continuous_batching_config=cb,
+                                   record_timestamps=True, progress_bar=False)
+    wall = time.perf_counter() - start
+    ordered = [res[f"req_{i}"] for i in range(len(prompts))]
+    ttft = [o.timestamps[0] - start for o in ordered if o.timestamps]
+    total = sum(map(len, prompts))
+    tally.add(wall, [list(o.generated_tokens) for o in ordered], total - hits.tokens, hits.tokens, ttft)
+
+
+def run_engine(engine: Engine, prompts: list[list[int]], n: int, tally: Tally) -> None:
+    outs = engine.generate(prompts, max_new_tokens=n)
+    st: GenerateStats = engine.last_stats
+    tally.add(st.wall_s, outs, st.prefill_computed, st.prefill_reused, st.ttft_s)
+    for k, v in st.profile().items():
+        tally.profile[k] = tally.profile.get(k, 0.0) + v
+
+
+Runner = Callable[[list[list[int]], int, Tally], None]
+
+
+def gsp(run: Runner, tally: Tally, args: argparse.Namespace) -> None:
+    run(gsp_prompts(args.groups, args.per_group, args.system, args.own), args.new, tally)
+
+
+def multiturn(run: Runner, tally: Tally, args: argparse.Namespace) -> None:
+    g = torch.Generator().manual_seed(SEED + 2)
+    history = [torch.randint(0, VOCAB, (args.system,), generator=g).tolist() for _ in range(args.convs)]
+    for _ in range(args.turns):
+        prompts = [h + torch.randint(0, VOCAB, (args.own,), generator=g).tolist() for h in history]
+        run(prompts, args.new, tally)
+        history = [p + o for p, o in zip(prompts, tally.outputs)]
+
+
+def report(workload: str, tallies: list[Tally]) -> None:
+    print(f"\n== {workload} ==")
+    print(f"{'system':<34}{'out tok/s':>10}{'wall s':>9}{'prefill computed':>18}{'skipped':>9}"
+          f"{'TTFT p50':>10}{'p90':>8}{'p99':>8}")
+    for t in tallies:
+        skipped = "n/a" if t.skipped is None else str(t.skipped)
+        p50, p90, p99 = (percentile(t.ttft_s, q) for q in (50, 90, 99))
+        print(f"{t.name:<34}{t.tok_s:>10.1f}{t.wall_s:>9.2f}{t.computed:>18}{skipped:>9}"
+              f"{p50:>10.3f}{p90:>8.3f}{p99:>8.3f}")
+    a, b, c = tallies
+    same = "identical" if a.outputs == b.outputs else "DIFFERENT"
+    print(f"ratios: radixkv/generate = {a.tok_s / b.tok_s:.2f}x, radixkv/generate_batch = {a.tok_s / c.tok_s:.2f}x; "
+          f"radixkv vs generate greedy tokens (last call): {same}")
+    total = sum(a.profile.values())
+    print("radixkv profile: " + ", ".join(f"{k} {v:.2f}s ({100 * v / total:.0f}%)" for k, v in a.profile.items()))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--groups", type=int, default=8)
+    ap.add_argument("--per-group", type=int, default=8)
+    ap.add_argument("--system", type=int, default=512)
+    ap.add_argument("--own", type=int, default=64)
+    ap.add_argument("--new", type=int, default=32)
+    ap.add_argument("--convs", type=int, default=16)
+    ap.add_argument("--turns", type=int, default=4)
+    ap.add_argument("--max-batch-tokens", type=int, default=1024)
+    ap.add_argument("--page-size", type=int, default=16)
+    ap.add_argument("--workloads", default="gsp,multiturn")
+    ap.add_argument("--quick", action="store_true", help="a small smoke run")
+    args = ap.parse_args()
+    if args.quick:
+        args.groups, args.per_group, args.system, args.own, args.new, args.convs, args.turns = 2, 2, 64, 8, 4, 2, 2
+    model = build_model()
+    print(f"radixkv e2e: {platform.processor() or platform.machine()}, {torch.get_num_threads()} torch threads, "
+          f"torch {torch.__version__}; Llama 4x256, 8/2 heads, vocab {VOCAB}, fp32, greedy")
+    warm = [[1, 2, 3, 4, 5, 6, 7, 8]] * 2
+    for wl_name in args.workloads.split(","):
+        workload = {"gsp": gsp, "multiturn": multiturn}[wl_name]
+        engine = Engine(model, num_slots=65536, page_size=args.page_size, max_requests=128,
+                        max_context_len=4096, max_batch_tokens=args.max_batch_tokens)
+        systems: list[tuple[str, Runner]] = [
+            ("(a) radixkv Engine", lambda p, n, t: run_engine(engine, p, n, t)),
+            ("(b) model.generate, one at a time", lambda p, n, t: run_plain(model, p, n, t)),
+            ("(c) transformers generate_batch", lambda p, n, t: run_cb(model, p, n, t)),
+        ]
+        tallies = []
+        for name, run in systems:
+            run(warm, 2, Tally("warm-up"))
+            tally = Tally(name)
+            workload(run, tally, args)
+            tallies.append(tally)
+        report(wl_name, tallies)
+
+
+if __name__ == "__main__":
+    main()
