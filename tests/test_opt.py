@@ -127,3 +127,21 @@ def test_opt_is_monotone_in_capacity() -> None:
     seg = build_segments(reqs, 4)
     rates = [opt_hit_rate(reqs, int(f * seg.total_pages * 4), 4, seg).hit_rate for f in (0.05, 0.1, 0.2, 0.4)]
     assert rates == sorted(rates) and rates[0] < rates[-1]
+
+
+@pytest.mark.parametrize("ps", [1, 4])
+def test_opt_bounds_every_policy_on_the_real_cache(ps: int) -> None:
+    """No policy replayed through RadixCache beats Belady on random shared-prefix traces."""
+    from radixkv.bench.runner import replay
+    from radixkv.eviction import POLICIES
+
+    rng = random.Random(11)
+    for _ in range(6):
+        reqs = continuing_trace(rng, 40, max_len=24 * ps)
+        seg = build_segments(reqs, ps)
+        cap = max(24 * ps, seg.total_pages * ps // 4)
+        opt = opt_hit_rate(reqs, cap, ps, seg)
+        assert opt.exact and opt.oom == 0
+        for pol in POLICIES:
+            got = replay(reqs, cap, pol, ps, check=True)
+            assert got.oom == 0 and got.hit_tokens <= opt.hit_tokens, (pol, got.hit_tokens, opt.hit_tokens)

@@ -1,0 +1,27 @@
+#!/usr/bin/env python3
+"""Belady's optimal token hit rate of a JSON-lines trace (radixkv.bench.opt has the method).
+
+    python bench/opt.py gsp.jsonl --capacity 131072 --page-size 1
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from radixkv.bench.opt import opt_hit_rate
+from radixkv.bench.workloads import read_jsonl
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("trace")
+    p.add_argument("--capacity", type=int, required=True, help="cache size in tokens")
+    p.add_argument("--page-size", type=int, default=1)
+    a = p.parse_args(argv)
+    r = opt_hit_rate(read_jsonl(a.trace), a.capacity, a.page_size)
+    print(f"OPT token hit rate {r.hit_rate:.4f} ({r.hit_tokens}/{r.prompt_tokens} prompt tokens), "
+          f"rejected {r.oom}, {'exact' if r.exact else 'lower bound'}")
+
+
+if __name__ == "__main__":
+    main()

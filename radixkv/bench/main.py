@@ -1,0 +1,167 @@
+"""`radixkv bench`: workloads x capacities x policies, OPT, SGLang, a summary table and plots.
+
+For each workload the trace is generated (seeded), its unique-prefix size U measured, and each
+capacity is a fraction of U (never below the longest sequence, so no request is rejected). Every
+policy replays the trace in a fresh RadixCache (radixkv.bench.runner); OPT is Belady's optimum
+(radixkv.bench.opt); with the SGLang peer on, SGLang's RadixCache replays the same trace file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import tempfile
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from radixkv.bench import sglang_peer
+from radixkv.bench.opt import build_segments, opt_hit_rate
+from radixkv.bench.runner import OPS, RunResult, replay
+from radixkv.bench.workloads import WORKLOADS, make_workload, write_jsonl
+from radixkv.calc import bytes_per_token, get_model
+
+DEFAULT_POLICIES = ("lru", "lfu", "fifo", "slru", "adaptive")
+DEFAULT_FRACS = (0.05, 0.1, 0.25)
+SGLANG_POLICIES = ("lru", "lfu")
+
+
+@dataclass
+class Cell:
+    workload: str
+    frac: float
+    capacity: int
+    opt: float
+    opt_exact: bool
+    runs: dict[str, RunResult] = field(default_factory=dict)
+    sglang: dict[str, sglang_peer.PeerResult] = field(default_factory=dict)
+
+
+@dataclass
+class BenchReport:
+    workloads: dict[str, str]  # name -> one-line summary
+    policies: tuple[str, ...]
+    page_size: int
+    model: str
+    dtype: str
+    cells: list[Cell] = field(default_factory=list)
+    memory: dict[str, tuple[float, float]] = field(default_factory=dict)  # name -> (no sharing, radix) bytes
+    sglang_version: str | None = None
+    sglang_note: str | None = None
+    seconds: float = 0.0
+
+    def to_json(self) -> dict:
+        return {
+            "machine": f"{platform.node()} {platform.machine()} {os.cpu_count()} cpus, python {platform.python_version()}",
+            "page_size": self.page_size, "model": self.model, "dtype": self.dtype, "seconds": round(self.seconds, 1),
+            "sglang_version": self.sglang_version, "sglang_note": self.sglang_note,
+            "memory_bytes": self.memory,
+            "cells": [{"workload": c.workload, "frac": c.frac, "capacity": c.capacity, "opt": c.opt,
+                       "opt_exact": c.opt_exact,
+                       "policies": {p: {"hit_rate": r.hit_rate, "requests_per_s": r.requests_per_s,
+                                        "p50_us": {op: r.latency_us(op, 0.5) for op in OPS},
+                                        "p99_us": {op: r.latency_us(op, 0.99) for op in OPS}}
+                                    for p, r in c.runs.items()},
+                       "sglang": {p: s._asdict() for p, s in c.sglang.items()}} for c in self.cells],
+        }
+
+
+def run_bench(workloads: list[str], fracs: list[float], policies: list[str], *, page_size: int = 1,
+              seed: int = 0, scale: float = 1.0, model: str = "llama-3-8b", dtype: str = "bf16",
+              sglang: bool = False, progress=None) -> BenchReport:
+    """Run the grid; `progress` is a rich Progress (or None). Deterministic except timings."""
+    t0 = time.perf_counter()
+    rep = BenchReport({w: WORKLOADS[w].summary for w in workloads}, tuple(policies), page_size, model, dtype)
+    bpt = bytes_per_token(get_model(model), dtype)
+    if sglang:
+        rep.sglang_note = sglang_peer.available()
+    task = None
+    if progress is not None:
+        task = progress.add_task("bench", total=len(workloads) * len(fracs) * len(policies))
+    for name in workloads:
+        reqs = make_workload(name, seed=seed, scale=scale)
+        seg = build_segments(reqs, page_size)
+        unique = seg.total_pages * page_size
+        rep.memory[name] = (float(sum(len(r.tokens) for r in reqs) * bpt), float(unique * bpt))
+        max_len = max(len(r.tokens) for r in reqs)
+        caps = [max(int(f * unique), -(-max_len // page_size) * page_size) // page_size * page_size for f in fracs]
+        cells = []
+        for f, cap in zip(fracs, caps):
+            o = opt_hit_rate(reqs, cap, page_size, seg)
+            cells.append(Cell(name, f, cap, o.hit_rate, o.exact))
+        for cell in cells:
+            for pol in policies:
+                if progress is not None:
+                    progress.update(task, description=f"{name:8s} {cell.frac:>5.0%} {pol}")
+                cell.runs[pol] = replay(reqs, cell.capacity, pol, page_size)
+                if progress is not None:
+                    progress.advance(task)
+        if sglang and rep.sglang_note is None:
+            _run_peer(rep, reqs, cells, page_size)
+        rep.cells.extend(cells)
+    rep.seconds = time.perf_counter() - t0
+    return rep
+
+
+def _run_peer(rep: BenchReport, reqs, cells: list[Cell], page_size: int) -> None:
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "trace.jsonl")
+        write_jsonl(reqs, path)
+        for pol in SGLANG_POLICIES:
+            run = sglang_peer.run(path, [c.capacity for c in cells], page_size, pol)
+            rep.sglang_version = run.version
+            for cell, res in zip(cells, run.results):
+                cell.sglang[pol] = res
+
+
+def summary_tables(rep: BenchReport) -> list:
+    """rich Tables: hit rates vs OPT per cell, then throughput, latency and memory per workload."""
+    from rich.table import Table
+
+    t = Table(title=f"token hit rate (fraction of OPT), page_size {rep.page_size}")
+    for col in ("workload", "cap", "OPT", *rep.policies):
+        t.add_column(col, justify="right")
+    peer_pols = sorted({p for c in rep.cells for p in c.sglang})
+    for p in peer_pols:
+        t.add_column(f"SGLang {p}", justify="right")
+    if peer_pols:
+        t.add_column("best ours / best SGLang", justify="right")
+    for c in rep.cells:
+        best = max(r.hit_rate for r in c.runs.values())
+        row = [c.workload, f"{c.frac:.0%} {c.capacity}", f"{c.opt:.3f}" + ("" if c.opt_exact else "*")]
+        for p in rep.policies:
+            h = c.runs[p].hit_rate
+            cell = f"{h:.3f} ({h / c.opt:.0%})" if c.opt else f"{h:.3f}"
+            row.append(f"[bold]{cell}[/]" if h == best else cell)
+        for p in peer_pols:
+            row.append(f"{c.sglang[p].hit_rate:.3f}")
+        if peer_pols:
+            sg = max(s.hit_rate for s in c.sglang.values())
+            row.append(f"{best / sg:.3f}" if sg else "-")
+        t.add_row(*row)
+    u = Table(title="bookkeeping throughput (requests/s, mean over capacities) and KV memory")
+    for col in ("workload", *rep.policies, *(f"SGLang {p}" for p in peer_pols), "no sharing", "radixkv", "saved"):
+        u.add_column(col, justify="right")
+    gib = 1 << 30
+    for name in rep.workloads:
+        cells = [c for c in rep.cells if c.workload == name]
+        row = [name] + [f"{np.mean([c.runs[p].requests_per_s for c in cells]):,.0f}" for p in rep.policies]
+        row += [f"{np.mean([c.sglang[p].requests_per_s for c in cells]):,.0f}" for p in peer_pols]
+        no, yes = rep.memory[name]
+        row += [f"{no / gib:.1f} GiB", f"{yes / gib:.1f} GiB", f"{1 - yes / no:.0%}"]
+        u.add_row(*row)
+    v = Table(title="per-call latency over all runs, microseconds p50 / p99")
+    v.add_column("policy")
+    for op in OPS:
+        v.add_column(op, justify="right")
+    for p in rep.policies:
+        lat = {op: np.concatenate([c.runs[p].latency_ns[op] for c in rep.cells]) / 1e3 for op in OPS}
+        v.add_row(p, *(f"{np.quantile(lat[op], .5):.1f} / {np.quantile(lat[op], .99):.1f}" for op in OPS))
+    return [t, u, v]
+
+
+def write_json(rep: BenchReport, path: str) -> None:
+    with open(path, "w") as f:
+        json.dump(rep.to_json(), f, indent=1)

@@ -1,0 +1,112 @@
+"""`radixkv demo`: a few prompts into a small cache, the radix tree they share, then eviction.
+
+Tokens come from a built-in word tokenizer (each new word or punctuation mark gets the next id),
+so the tree prints as words. The cache is real (RadixCache with a 1x1x1 KV per token); one
+request stays open (locked) while a long prompt forces eviction, and every victim is listed with
+the policy key that made it go first.
+"""
+
+from __future__ import annotations
+
+import re
+
+import torch
+from rich.console import Console
+from rich.tree import Tree
+
+from radixkv import CacheConfig, RadixCache
+from radixkv.radix.node import TreeNode
+
+PROMPTS = (
+    "What is the capital of France ?",
+    "What is the capital of Germany ?",
+    "What is the largest planet ?",
+    "What is the capital of France ? Answer in one word .",
+    "What is the largest planet in the solar system ?",
+)
+PRESSURE = "Summarize the history of the Roman Empire from the founding of Rome to the fall of Constantinople ."
+
+
+class WordTokenizer:
+    """Words and punctuation to ids, assigned in order of first appearance."""
+
+    def __init__(self) -> None:
+        self.ids: dict[str, int] = {}
+        self.words: list[str] = []
+
+    def encode(self, text: str) -> list[int]:
+        out = []
+        for w in re.findall(r"\w+|[^\w\s]", text):
+            if w not in self.ids:
+                self.ids[w] = len(self.words)
+                self.words.append(w)
+            out.append(self.ids[w])
+        return out
+
+    def decode(self, ids) -> str:
+        return " ".join(self.words[int(i)] for i in ids)
+
+
+def serve(cache: RadixCache, tokens: list[int]) -> int:
+    """One request through the tree-level API; returns how many cached tokens it reused."""
+    r = cache.match_prefix(tokens)
+    cache.lock(r.node)
+    new = cache.alloc(len(tokens) - r.length)
+    cache.insert(tokens, torch.cat([r.slots, new]))
+    cache.unlock(r.node)
+    return r.length
+
+
+def render(cache: RadixCache, tok: WordTokenizer, title: str) -> Tree:
+    root = cache.tree.root(None)
+    tree = Tree(f"[bold]{title}[/]  cached {cache.sizes().cached} tokens, free {cache.sizes().free}")
+
+    def add(parent: Tree, node: TreeNode) -> None:
+        for child in sorted(node.children.values(), key=lambda n: n.id):
+            lock = f" [red]locked x{child.lock_ref}[/]" if child.lock_ref else ""
+            label = (f"[cyan]{tok.decode(child.key)}[/]  [dim]{len(child)} tok, hits {child.hit_count}, "
+                     f"last use {child.last_access}[/]{lock}")
+            add(parent.add(label), child)
+
+    add(tree, root)
+    return tree
+
+
+def main(policy: str = "lru", capacity: int = 32, console: Console | None = None) -> RadixCache:
+    """Run the demo and print it; returns the cache (tests inspect it)."""
+    con = console or Console()
+    tok = WordTokenizer()
+    cfg = CacheConfig(num_layers=1, num_kv_heads=1, head_dim=1, num_slots=capacity, page_size=1,
+                      max_requests=1, max_context_len=capacity, dtype=torch.float16, eviction=policy)
+    cache = RadixCache(cfg)
+    total = 0
+    for text in PROMPTS:
+        ids = tok.encode(text)
+        total += len(ids)
+        con.print(f"[green]+[/] {text!r}: {len(ids)} tokens, {serve(cache, ids)} reused from the cache")
+    locked = cache.match_prefix(tok.encode(PROMPTS[1])).node  # an in-flight request still holds this one
+    cache.lock(locked)
+    s = cache.sizes()
+    con.print(render(cache, tok, "radix tree"))
+    con.print(f"{total} prompt tokens held in {s.cached} cached tokens: sharing saved {total - s.cached} "
+              f"({1 - s.cached / total:.0%}). {PROMPTS[1]!r} is still in flight: its path is locked.")
+
+    victims: list[tuple[str, int, tuple]] = []
+    pol = cache.tree.policy
+    on_evict = pol.on_evict
+
+    def record(node: TreeNode) -> None:
+        victims.append((tok.decode(node.key), len(node), node.index_key or ()))
+        on_evict(node)
+
+    pol.on_evict = record  # type: ignore[method-assign]  # demo-only: watch the victims go
+    ids = tok.encode(PRESSURE)
+    con.print(f"\n[yellow]pressure:[/] {PRESSURE!r} needs {len(ids)} slots, {cache.sizes().free} free; "
+              f"policy {policy!r} evicts the smallest keys first (locked paths are never candidates)")
+    serve(cache, ids)
+    for text, n, key in victims:  # a trimmed leaf shows only the tail that went
+        con.print(f"  [red]-[/] {text!r} ({n} tok) key={key}")
+    cache.unlock(locked)
+    con.print(render(cache, tok, "after eviction"))
+    cache.check_invariants()
+    return cache

@@ -1,0 +1,65 @@
+"""Workloads: deterministic, the shapes their docstrings promise, and a JSON-lines round trip
+that make_trace.py's readers (and SGLang's harness) accept."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from radixkv.bench.workloads import (WORKLOADS, agent, chat, gsp, make_workload, rag, read_jsonl, tot,
+                                     unique_prefix_tokens, write_jsonl)
+
+
+@pytest.mark.parametrize("name", sorted(WORKLOADS))
+def test_seeded_and_well_formed(name: str) -> None:
+    a, b = make_workload(name, seed=3, scale=0.2), make_workload(name, seed=3, scale=0.2)
+    c = make_workload(name, seed=4, scale=0.2)
+    assert len(a) == len(b) and all(np.array_equal(x.tokens, y.tokens) and x.prompt_len == y.prompt_len
+                                    for x, y in zip(a, b))
+    assert any(not np.array_equal(x.tokens, y.tokens) for x, y in zip(a, c))
+    for r in a:
+        assert r.tokens.dtype == np.int32 and 0 < r.prompt_len < len(r.tokens)
+
+
+def test_gsp_matches_sglang_defaults() -> None:
+    reqs = gsp()
+    assert len(reqs) == 64 * 16
+    assert {len(r.tokens) for r in reqs} == {2048 + 128 + 256} and {r.prompt_len for r in reqs} == {2048 + 128}
+    systems = {r.tokens[:2048].tobytes() for r in reqs}
+    assert len(systems) == 64
+    assert unique_prefix_tokens(reqs) == 64 * 2048 + 1024 * (128 + 256)
+
+
+def test_chat_turn_extends_previous_turn() -> None:
+    reqs = chat(num_convs=5, turns=4, system_prompt_len=32, user_len=8, answer_len=8)
+    assert len(reqs) == 20
+    for i, r in enumerate(reqs):  # every turn after the first starts with an earlier whole sequence
+        if len(r.tokens) > 32 + 16:
+            assert any(len(p.tokens) == r.prompt_len - 8 and np.array_equal(p.tokens, r.tokens[:len(p.tokens)])
+                       for p in reqs[:i])
+
+
+def test_tot_prompts_are_earlier_paths() -> None:
+    reqs = tot(num_trees=2, shared_prefix_len=8, root_len=8, branch=2, depth=3, thought_len=4)
+    assert len(reqs) == 2 * (2 + 4 + 8)
+    full = {r.tokens.tobytes() for r in reqs}
+    deeper = [r for r in reqs if r.prompt_len > 16]
+    assert deeper and all(r.tokens[:r.prompt_len].tobytes() in full for r in deeper)
+
+
+def test_agent_and_rag_shapes() -> None:
+    ag = agent(num_agents=3, steps=4)
+    assert len(ag) == 12 and all(np.array_equal(r.tokens[:1536], ag[0].tokens[:1536]) for r in ag)
+    rg = rag(num_requests=400, num_docs=50, doc_len=16, k=3, system_prompt_len=4, question_len=4, output_len=4)
+    first_docs = [r.tokens[4:20].tobytes() for r in rg]
+    counts = sorted((first_docs.count(d) for d in set(first_docs)), reverse=True)
+    assert counts[0] > 5 * counts[len(counts) // 2]  # Zipf: the head is far more popular than the median
+
+
+def test_jsonl_round_trip(tmp_path) -> None:
+    reqs = make_workload("tot", scale=0.05)
+    p = str(tmp_path / "t.jsonl")
+    write_jsonl(reqs, p)
+    back = read_jsonl(p)
+    assert [r.prompt_len for r in back] == [r.prompt_len for r in reqs]
+    assert all(np.array_equal(a.tokens, b.tokens) for a, b in zip(back, reqs))
