@@ -94,7 +94,8 @@ class CountingConnection(redis.Connection):
 def test_one_round_trip_per_lookup_and_per_batch(shared_redis: RedisServer) -> None:
     pool = redis.ConnectionPool.from_url(shared_redis.url, connection_class=CountingConnection)
     index = RedisIndex(key_prefix="rt:", client=redis.Redis(connection_pool=pool))
-    index.client.ping()  # connect (and the handshake) before counting
+    index.ingest("pod-0", [])
+    index.lookup([1])  # connect, handshake, load the scripts: then count
     p = prompt(3, 64)
     h = block_hashes(p, None, BS)
     before = CountingConnection.sends

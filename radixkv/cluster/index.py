@@ -28,8 +28,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from radixkv.errors import RadixKVError
-from radixkv.events import (AllBlocksCleared, BlockRemoved, BlockStored, EventFormatError, KVEvent, event_from_dict,
-                            event_to_dict)
+from radixkv.events import AllBlocksCleared, BlockRemoved, BlockStored, EventFormatError, KVEvent, event_from_dict
 
 HASH_LIMIT = 1 << 64  # block hashes are the first 8 bytes of a sha256, unsigned
 
@@ -85,7 +84,7 @@ def parse_batch(instance_id: str, events: Iterable[KVEvent | dict], stats: Index
     for i, ev in enumerate(events):
         try:
             if isinstance(ev, (BlockStored, BlockRemoved, AllBlocksCleared)):
-                ev = event_from_dict(event_to_dict(ev))  # re-check: dataclasses do not check types
+                ev = event_from_dict({"type": type(ev).__name__, **vars(ev)})  # dataclasses check no types
             else:
                 ev = event_from_dict(ev)
             _check_hash_range(ev)
