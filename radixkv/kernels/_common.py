@@ -133,19 +133,15 @@ def check_lens(name: str, lens: torch.Tensor, batch: int, lo: int, hi: int) -> i
     return lmax
 
 
-def check_table_slots(req_to_token: torch.Tensor, rows: torch.Tensor, starts: torch.Tensor | None,
-                      lens: torch.Tensor, num_slots: int) -> None:
-    """Every slot a kernel will read, `req_to_token[rows[b], starts[b]:starts[b] + lens[b]]`, lies
-    in `[0, num_slots)`. Reads 4 bytes per token, against the kernel's 2 * heads * dim * elt."""
-    if rows.numel() == 0:
-        return
-    starts = torch.zeros_like(lens) if starts is None else starts
-    width = int((starts + lens).max().item())
+def check_table_slots(req_to_token: torch.Tensor, rows: torch.Tensor, lens: torch.Tensor,
+                      num_slots: int) -> None:
+    """Every slot a kernel will read, `req_to_token[rows[b], :lens[b]]`, lies in `[0, num_slots)`.
+    Reads 4 bytes per token, against the kernel's 2 * heads * dim * element size."""
+    width = int(lens.max().item()) if rows.numel() else 0
     if width == 0:
         return
-    pos = torch.arange(width, device=rows.device)
     table = req_to_token[rows.long(), :width]  # [batch, width]
-    used = (pos[None, :] >= starts[:, None]) & (pos[None, :] < (starts + lens)[:, None])
+    used = torch.arange(width, device=rows.device)[None, :] < lens[:, None]
     bad = used & ((table < 0) | (table >= num_slots))
     if bool(bad.any()):
         b, p = (int(x) for x in bad.nonzero()[0].tolist())

@@ -171,7 +171,7 @@ def decode_attention(q: torch.Tensor, k_buf: torch.Tensor, v_buf: torch.Tensor,
     batch, _ = check_attention(q, k_buf, v_buf, req_to_token, rows)
     check_same_device(q=q, seq_lens=seq_lens)
     max_len = check_lens("seq_lens", seq_lens, batch, 1, req_to_token.shape[1])
-    check_table_slots(req_to_token, rows, None, seq_lens, k_buf.shape[0])
+    check_table_slots(req_to_token, rows, seq_lens, k_buf.shape[0])
     if not use_triton(q):
         return decode_attention_ref(q, k_buf, v_buf, req_to_token, rows, seq_lens, sm_scale)
     splits = num_splits_for(batch, k_buf.shape[1], max_len)

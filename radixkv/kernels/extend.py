@@ -115,7 +115,7 @@ def _check_extend(q, k, v, k_buf, v_buf, req_to_token, rows, prefix_lens, extend
     total = int(extend_lens.long().sum().item()) if batch else 0
     if total != q.shape[0]:
         raise KernelInputError(f"extend_lens sum to {total}; q has {q.shape[0]} tokens")
-    check_table_slots(req_to_token, rows, None, prefix_lens, k_buf.shape[0])
+    check_table_slots(req_to_token, rows, prefix_lens, k_buf.shape[0])
     return max_ext
 
 
