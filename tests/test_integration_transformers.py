@@ -9,6 +9,7 @@ references; `test_interpreted_triton_kernels` keeps it and goes through the Trit
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 
 import pytest
 import torch
@@ -35,6 +36,16 @@ def _build(kind: str) -> torch.nn.Module:
     else:
         model = transformers.MistralForCausalLM(transformers.MistralConfig(**_COMMON, sliding_window=None))
     return model.eval()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_thread() -> Iterator[None]:
+    """Tiny models gain nothing from intra-op threads, and on a busy 2-core box OpenMP workers
+    spinning against other processes made these tests 20x slower. Restored afterwards."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module", params=["llama", "qwen2"])
