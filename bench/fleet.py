@@ -1,9 +1,9 @@
 """Fleet simulation: N RadixCache instances behind one router, four routing policies, one trace.
 
     .venv/bin/python bench/fleet.py                      # gsp and chat, 4 instances, all policies
-    .venv/bin/python bench/fleet.py --workload chat --instances 8 --capacity 16384 --scale 0.25
+    .venv/bin/python bench/fleet.py --workload chat --instances 2,4,8 --total-capacity 65536 --scale 0.25
 
-Each instance is a RadixCache with its own `--capacity` token slots (tiny KV: 1 layer, 1 head,
+Each instance is a RadixCache with its own `--total-capacity / N` token slots (tiny KV: 1 layer, 1 head,
 head_dim 1; only bookkeeping is simulated) and kv_events on. Per request, in trace order:
 
     inst = policy(prompt)                               # timed: router µs per request
@@ -27,6 +27,7 @@ d); publish µs = the same for the time an instance spends sending its events af
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import platform
 import sys
@@ -168,20 +169,22 @@ def run_single(trace: list[Request], capacity: int, page_size: int) -> FleetResu
     return res
 
 
-def redis_footprint(index: RedisIndex) -> str:
-    """Keys, bytes per block key (MEMORY USAGE, a sample) and members per block key, on the server."""
+def redis_footprint(index: RedisIndex, used_before: int, instances: int) -> str:
+    """What the fleet's index costs on the server, then drop every instance (one line)."""
     c, p = index.client, index.key_prefix
     block_keys = list(c.scan_iter(match=p + "b:*", count=10_000))
-    other = sum(1 for _ in c.scan_iter(match=p + "[ik]:*", count=10_000))
-    sample = block_keys[:: max(1, len(block_keys) // 500)]
     pipe = c.pipeline(transaction=False)
-    for k in sample:
-        pipe.memory_usage(k)
+    for k in block_keys:
         pipe.scard(k)
-    out = pipe.execute()
-    mem, card = np.mean(out[0::2]), np.mean(out[1::2])
-    return (f"redis: {len(block_keys):,} block keys (+{other} per-instance keys), {mem:.0f} B per block key, "
-            f"{card:.2f} holders per block key, used_memory {c.info('memory')['used_memory_human']}")
+    members = sum(pipe.execute())
+    sample = block_keys[:: max(1, len(block_keys) // 200)]
+    key_bytes = np.mean([c.memory_usage(k) for k in sample]) if sample else 0.0
+    used = c.info("memory")["used_memory"] - used_before
+    for i in range(instances):
+        index.drop_instance(f"pod-{i}")
+    return (f"redis: {len(block_keys):,} block keys, {members / max(1, len(block_keys)):.2f} holders per key, "
+            f"{key_bytes:.0f} B per block key (MEMORY USAGE), {used / max(1, members):.0f} B of used_memory "
+            f"per (block, holder) including the per-instance sets")
 
 
 def start_redis() -> tuple[object, str]:
@@ -199,45 +202,51 @@ def start_redis() -> tuple[object, str]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--workload", choices=["gsp", "chat", "both"], default="both")
-    ap.add_argument("--instances", type=int, default=4)
-    ap.add_argument("--capacity", type=int, default=32768, help="token slots per instance")
+    ap.add_argument("--instances", default="4", help="instance counts, comma-separated (e.g. 2,4,8)")
+    ap.add_argument("--total-capacity", type=int, default=131072,
+                    help="token slots of the whole fleet, split evenly (gsp's shared system prompts are 131,072 tokens)")
     ap.add_argument("--page-size", type=int, default=16)
     ap.add_argument("--window", type=int, default=0, help="open-request window (default 8 per instance)")
     ap.add_argument("--scale", type=float, default=1.0, help="keep this fraction of each trace")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--redis-url", default=None, help="an existing server (default: start one on 127.0.0.1)")
     args = ap.parse_args()
-    n, cap, ps = args.instances, args.capacity, args.page_size
-    window = args.window or 8 * n
+    ps = args.page_size
     server, url = (None, args.redis_url) if args.redis_url else start_redis()
-    print(f"# fleet: {n} instances x {cap:,} slots, page {ps}, block {BLOCK}, window {window}, seed {args.seed}; "
-          f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, python {platform.python_version()}, "
-          f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC")
+    print(f"# {platform.processor() or platform.machine()}, {os.cpu_count()} cores, python {platform.python_version()}, "
+          f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC; page {ps}, block {BLOCK}, seed {args.seed}")
     try:
-        for wl in (["gsp", "chat"] if args.workload == "both" else [args.workload]):
+        for wl, n in itertools.product(["gsp", "chat"] if args.workload == "both" else [args.workload],
+                                       [int(x) for x in args.instances.split(",")]):
+            cap = args.total_capacity // n // ps * ps
+            window = args.window or 8 * n
             trace = WORKLOADS[wl].make(seed=args.seed)
             trace = trace[: max(1, int(np.ceil(args.scale * len(trace))))]
-            print(f"\n## {wl}: {len(trace)} requests, {sum(r.prompt_len for r in trace):,} prompt tokens")
+            print(f"\n## {wl}: {len(trace)} requests, {sum(r.prompt_len for r in trace):,} prompt tokens; "
+                  f"{n} instances x {cap:,} slots, window {window}")
             print("| policy | hit | prefill tokens | req max/mean | prefill max/mean | router µs p50 (p90) | publish µs p50 (p90) |")
             print("|---|---|---|---|---|---|---|")
             single = run_single(trace, n * cap, ps)
             print(single.row())
             results = {}
+            footprint = ""
             for policy in ("round_robin", "least_loaded", "kv_memory", "kv_redis"):
                 index: KVIndex | None = None
                 if policy == "kv_memory":
                     index = InMemoryIndex()
                 elif policy == "kv_redis":
                     index = RedisIndex(url, key_prefix=f"fleet:{wl}:{time.time_ns()}:")
+                    used_before = index.client.info("memory")["used_memory"]
                 results[policy] = res = run_policy(policy, trace, n, cap, ps, window, index)
                 print(res.row())
                 if isinstance(index, RedisIndex):
-                    print("\n" + redis_footprint(index))
+                    footprint = redis_footprint(index, used_before, n)
+            print("\n" + footprint)
             same = sum(a == b for a, b in zip(results["kv_memory"].picks, results["kv_redis"].picks))
             blocks = np.mean([r.prompt_len // BLOCK for r in trace])
             print(f"kv_redis made the same choice as kv_memory for {same}/{len(trace)} requests; "
                   f"{blocks:.0f} block hashes per lookup, 1 round trip")
-            print(f"RESULT {wl}: single {100 * single.hit_rate:.1f}% kv_memory {100 * results['kv_memory'].hit_rate:.1f}% "
+            print(f"RESULT {wl} N={n}: single {100 * single.hit_rate:.1f}% kv_memory {100 * results['kv_memory'].hit_rate:.1f}% "
                   f"kv_redis {100 * results['kv_redis'].hit_rate:.1f}% round_robin {100 * results['round_robin'].hit_rate:.1f}% "
                   f"least_loaded {100 * results['least_loaded'].hit_rate:.1f}%")
     finally:
