@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from redis_server import RedisServer, redis_binary, shared_redis  # noqa: F401  (fixtures)
 
+from radixkv import InvalidTokensError
 from radixkv.cluster import SCORERS, InMemoryIndex, KVIndex, Router
 from radixkv.cluster.redis_index import RedisIndex
 from radixkv.events import BlockRemoved, BlockStored, block_hashes
@@ -121,3 +122,7 @@ def test_bad_arguments_are_rejected() -> None:
         router.report_load("pod-a", -1)
     with pytest.raises(ValueError, match="instance_id"):
         router.report_load("", 0)
+    router.report_load("pod-a", 0)
+    for bad in ([-1] * 16, [1.5] * 16, [[1] * 16]):
+        with pytest.raises(InvalidTokensError):
+            router.route(bad)

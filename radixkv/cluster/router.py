@@ -24,10 +24,9 @@ import logging
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 
-import numpy as np
-
 from radixkv.cluster.index import IndexUnavailableError, KVIndex, check_instance_id, longest_prefix
 from radixkv.events import block_hashes
+from radixkv.tokens import TokensLike, as_tokens
 
 log = logging.getLogger(__name__)
 
@@ -105,12 +104,13 @@ class Router:
         """Stop routing to an instance (its index entries stay until it is dropped there)."""
         self._load.pop(instance_id, None)
 
-    def route(self, tokens: Sequence[int] | np.ndarray, namespace: Hashable = None) -> RouteDecision:
-        """Pick an instance for a prompt. Counts one more open request on it. Raises ValueError when
-        no instance is registered; never raises for an index outage (routes by load instead)."""
+    def route(self, tokens: TokensLike, namespace: Hashable = None) -> RouteDecision:
+        """Pick an instance for a prompt (tokens as the engine takes them: InvalidTokensError otherwise)
+        and count one more open request on it. ValueError when no instance is registered; never
+        raises for an index outage (routes by load instead)."""
         if not self._load:
             raise ValueError("no instances registered; call report_load(instance_id, open_requests) first")
-        scores = self._scores(block_hashes(tokens, namespace, self.block_size))
+        scores = self._scores(block_hashes(as_tokens(tokens), namespace, self.block_size))
         best = max(scores.values(), default=0)
         if best > 0:
             pick = min((i for i, s in scores.items() if s == best), key=self._load.__getitem__)
