@@ -18,9 +18,13 @@ import torch
 from radixkv.config import CacheConfig
 from radixkv.errors import InvalidSlotsError, LockError, OutOfSlotsError
 from radixkv.eviction import make_policy
+from radixkv.events import KVEvent
+from radixkv.host_tier import HostTier
 from radixkv.invariants import check_cache
+from radixkv.metrics import CacheStats, collect_metrics
 from radixkv.pools import ReqToTokenPool, SlotAllocator, TokenToKVPool, page_slots
 from radixkv.pools.pages import CACHED, FREE, PRIVATE, PageStates
+from radixkv.radix.block_events import EventRecorder
 from radixkv.radix.node import TreeNode
 from radixkv.radix.tree import RadixTree
 from radixkv.requests import RequestAPI
@@ -43,17 +47,24 @@ class RadixCache(RequestAPI):
         self.req_pool = ReqToTokenPool(config.max_requests, config.max_context_len, config.device)
         self.allocator = SlotAllocator(config.num_pages, ps)
         self.pages = PageStates(config.num_pages)
-        self.tree = RadixTree(ps, make_policy(config.eviction))
+        self.tree = RadixTree(ps, make_policy(config.eviction), host_tier=config.host_slots > 0)
+        self.host = HostTier(config, self.tree, self.kv_pool) if config.host_slots else None
+        self.events = EventRecorder(config.event_block_size) if config.kv_events else None
+        self.tree.listener = self.events
+        self.stats = CacheStats()
         self._seqs: dict[int, object] = {}  # row -> open Sequence
         self._as_slots = SlotValidator(config.num_slots)
 
     # ------------------------------------------------------------------ tree level
 
     def match_prefix(self, tokens: TokensLike, namespace: Hashable = None) -> MatchResult:
-        """Longest cached prefix of `tokens`, whole pages only. Does not lock. Refreshes the
-        recency of the matched path and may split the edge where the match ends."""
-        node, length, slots = self.tree.match(as_tokens(tokens), self.tree.root(namespace))
-        return MatchResult(length, _to_tensor(slots), node)
+        """Longest device-cached prefix of `tokens`, whole pages only, and how many more tokens the
+        host tier holds (`host_length`). Does not lock; refreshes the recency of the matched path
+        and may split the edge where the match ends."""
+        toks = as_tokens(tokens)
+        node, length, slots, host_length = self.tree.match(toks, self.tree.root(namespace))
+        self.stats.count_query(len(toks), length, host_length)
+        return MatchResult(length, _to_tensor(slots), node, host_length)
 
     def lock(self, node: TreeNode) -> None:
         """Protect `node` and its ancestors from eviction; pairs with one unlock(node)."""
@@ -86,7 +97,7 @@ class RadixCache(RequestAPI):
                     f"need {k} pages ({k * self.page_size} slots): {self.allocator.num_free_pages} "
                     f"free and {evictable_pages} evictable; close Sequences, unlock nodes, "
                     "or raise CacheConfig.num_slots")
-            self._release(self.tree.evict(short * self.page_size))
+            self._evict(short * self.page_size)
         pages = self.allocator.alloc_pages(k)
         self.pages.set(pages, state, owner)
         return pages
@@ -122,9 +133,10 @@ class RadixCache(RequestAPI):
         ps, root = self.page_size, self.tree.root(namespace)
         n = len(toks) // ps * ps
         path, m = self.tree.walk(toks[:n], root)
+        k, m = self.tree.device_part(path, m, root)  # host-only nodes on the way take new pages
         pages = given[:n].reshape(-1, ps)
         shared = np.zeros(len(pages), dtype=np.bool_)
-        shared[:m // ps] = (pages[:m // ps] == self.tree.path_slots(path, m).reshape(-1, ps)).all(1)
+        shared[:m // ps] = (pages[:m // ps] == self.tree.path_slots(path[:k], m).reshape(-1, ps)).all(1)
         own = pages[~shared]
         own_pages = own[:, 0] // ps
         if ((own[:, 0] % ps) != 0).any() or (own != own[:, :1] + np.arange(ps)).any():
@@ -142,8 +154,14 @@ class RadixCache(RequestAPI):
     def evict(self, n: int) -> int:
         """Evict at least `n` unlocked cached tokens if that many exist (trimming a leaf's tail
         page by page rather than dropping it whole). Returns tokens freed. evict(0) does nothing."""
-        freed = self.tree.evict(as_count(n, "evict(n)"))
+        return self._evict(as_count(n, "evict(n)"))
+
+    def _evict(self, n: int) -> int:
+        freed, host_freed = self.tree.evict(n)
         self._release(freed)
+        if len(host_freed):
+            self.host.free(host_freed)
+        self.stats.evicted_tokens += len(freed)
         return len(freed)
 
     # ------------------------------------------------------------------ accounting
@@ -159,3 +177,15 @@ class RadixCache(RequestAPI):
     def check_invariants(self) -> None:
         """Recompute every counter, owner and index from scratch; AssertionError on a mismatch."""
         check_cache(self)
+
+    def metrics(self) -> dict[str, float]:
+        """Counters and gauges with vLLM-style names (`radixkv_` prefix); mutates nothing."""
+        return collect_metrics(self)
+
+    def take_events(self) -> list[KVEvent]:
+        """KV events recorded since the last call (oldest first); [] when kv_events is off."""
+        return self.events.take() if self.events is not None else []
+
+    def block_snapshot(self) -> list[KVEvent]:
+        """AllBlocksCleared, then BlockStored for every block cached now (a resync for routers)."""
+        return EventRecorder.snapshot(self.tree, self.config.event_block_size)

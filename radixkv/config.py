@@ -23,6 +23,10 @@ class CacheConfig:
     dtype: torch.dtype = torch.float16
     device: str | torch.device = "cpu"
     eviction: str = "lru"  # a name in radixkv.eviction.POLICIES
+    host_slots: int = 0  # token slots of the host-memory tier; 0 turns it off
+    host_write_policy: str = "write_through"  # or "write_back": copy to host at device eviction
+    kv_events: bool = False  # record BlockStored/BlockRemoved for take_events(); off costs nothing
+    event_block_size: int = 16  # tokens per KV-event block (vLLM's default block size), any page_size
 
     def __post_init__(self) -> None:
         for name in ("num_layers", "num_kv_heads", "head_dim", "num_slots", "page_size",
@@ -30,6 +34,15 @@ class CacheConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(f"CacheConfig.{name} must be a positive int, got {value!r}")
+        for name in ("host_slots", "event_block_size"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < (name == "event_block_size"):
+                raise ConfigError(f"CacheConfig.{name} must be a non-negative int, got {value!r}")
+        if self.host_slots % self.page_size:
+            raise ConfigError(f"CacheConfig.host_slots ({self.host_slots}) must be a multiple of page_size")
+        if self.host_write_policy not in ("write_through", "write_back"):
+            raise ConfigError(f"CacheConfig.host_write_policy must be 'write_through' or 'write_back', "
+                              f"got {self.host_write_policy!r}")
         if self.num_slots % self.page_size:
             raise ConfigError(
                 f"CacheConfig.num_slots ({self.num_slots}) must be a multiple of page_size "

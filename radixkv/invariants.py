@@ -55,7 +55,9 @@ def _check_sequence(cache: RadixCache, seq: Sequence, expected: np.ndarray, owne
 def check_cache(cache: RadixCache) -> None:
     ps, num_pages = cache.page_size, cache.config.num_pages
     cache.allocator.check()
-    cached_slots = check_tree(cache.tree)
+    cached_slots, host_slots = check_tree(cache.tree)
+    if cache.host is not None:
+        cache.host.check(host_slots)
     expected = np.full(num_pages, PRIVATE, dtype=np.int8)
     owner = np.full(num_pages, -1, dtype=np.int32)
     expected[cache.allocator.free_mask()] = FREE

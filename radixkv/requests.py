@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Hashable
 import numpy as np
 import torch
 
-from radixkv.errors import ContextLengthError, SequenceError
+from radixkv.errors import ContextLengthError, OutOfSlotsError, SequenceError
 from radixkv.kernels import build_kv_indices
 from radixkv.pools import page_slots
 from radixkv.pools.pages import CACHED, RESERVED
@@ -31,13 +31,15 @@ from radixkv.tokens import TokensLike, as_count, as_tokens
 
 if TYPE_CHECKING:
     from radixkv.cache import RadixCache
+    from radixkv.radix.node import TreeNode
 
 
 class RequestAPI:
     def open(self: RadixCache, tokens: TokensLike, namespace: Hashable = None,
              max_reuse: int | None = None, priority: int = 0) -> Sequence:
         """Start a request: match at most `max_reuse` tokens (default all), lock the match, take a
-        req_to_token row and write the prefix slots into it. Afterwards cached_len == committed_len
+        req_to_token row and write the prefix slots into it. A continuation found on the host tier
+        is copied back to the device first (if the device can make room). Afterwards cached_len == committed_len
         == kv_len (page-aligned). OutOfRowsError when every row is in use; ContextLengthError when
         `tokens` is longer than max_context_len."""
         toks = as_tokens(tokens)
@@ -45,12 +47,38 @@ class RequestAPI:
         reuse = len(toks) if max_reuse is None else min(as_count(max_reuse, "max_reuse"), len(toks))
         root = self.tree.root(namespace)
         row = self.req_pool.alloc_row()  # raises OutOfRowsError before anything changes
-        node, length, slots = self.tree.match(toks[:reuse], root)
+        node, length, slots, host_length = self.tree.match(toks[:reuse], root)
+        self.stats.count_query(reuse, length, host_length)
+        if host_length:
+            node, length, slots = self._promote(toks[:reuse], root, node, slots, host_length)
         self.tree.lock(node)
         seq = Sequence(self, row, namespace, priority, toks, node, slots, self.config.max_context_len)
         self._write_row(seq, 0, slots)
         self._seqs[row] = seq
         return seq
+
+    def _promote(self: RadixCache, toks: np.ndarray, root: TreeNode, node: TreeNode, slots: np.ndarray,
+                 host_length: int) -> tuple[TreeNode, int, np.ndarray]:
+        """Copy the host-only continuation of a match into fresh device pages and hand them to the
+        tree. Falls back to the device part alone when the device cannot make room."""
+        ps, length = self.page_size, len(slots)
+        self.tree.lock(node)  # the device prefix must survive the allocation
+        try:
+            pages = self._take_pages(host_length // ps, CACHED)
+        except OutOfSlotsError:
+            self.tree.unlock(node)
+            return node, length, slots
+        path, m = self.tree.walk(toks[:length + host_length], root)
+        k, _ = self.tree.device_part(path, m, root)
+        avail = m - length  # making room may have dropped host-only leaves of this very path
+        self._free_pages(pages[avail // ps:])
+        new = page_slots(pages[:avail // ps], ps)
+        if avail:
+            self.host.promote(np.concatenate([n.host_slots for n in path[k:]])[:avail], new)
+        slots = np.concatenate([slots, new])
+        deepest, _ = self.tree.insert(toks[:length + avail], slots, root)
+        self.tree.unlock(node)
+        return deepest, length + avail, slots
 
     def reserve(self: RadixCache, seq: Sequence, n: int) -> torch.Tensor:
         """Slots for positions [kv_len, kv_len + n), filling the tail of the Sequence's last
@@ -93,7 +121,8 @@ class RequestAPI:
         start, ps = seq.tree_len, self.page_size
         toks, slots = seq._tokens[start:end], seq._slots[start:end]
         path, dup = self.tree.walk(toks, seq.node)
-        tree_slots = self.tree.path_slots(path, dup).copy()
+        k, dup = self.tree.device_part(path, dup, seq.node)  # host-only nodes take our pages
+        tree_slots = self.tree.path_slots(path[:k], dup).copy()
         node, _ = self.tree.insert(toks, slots, seq.node, seq.priority)
         self._free_pages(slots[:dup:ps] // ps)
         self.pages.set(slots[dup::ps] // ps, CACHED)

@@ -60,3 +60,42 @@ class Model:
 
     def held_pages(self) -> int:
         return sum(-(-len(h) // self.page_size) for h in self.held)
+
+
+def replay(events: list, blocks: set[tuple[int, str]]) -> None:
+    """Apply KV events to a set of (block hash, medium), as a router's index would."""
+    from radixkv.events import AllBlocksCleared, BlockRemoved, BlockStored
+
+    for e in events:
+        if isinstance(e, AllBlocksCleared):
+            blocks.clear()
+        elif isinstance(e, BlockStored):
+            assert len(e.token_ids) == len(e.block_hashes) * e.block_size
+            for h in e.block_hashes:
+                assert (h, e.medium) not in blocks, "BlockStored twice without a removal"
+                blocks.add((h, e.medium))
+        elif isinstance(e, BlockRemoved):
+            for h in e.block_hashes:
+                blocks.remove((h, e.medium))
+
+
+def cached_blocks(tree, block_size: int) -> set[tuple[int, str]]:
+    """From scratch: (hash, medium) of every block whose last token's node holds KV on that medium,
+    hashing each node's whole path from the root (no cached hashes)."""
+    from radixkv.events import DEVICE, HOST, block_hashes
+
+    out = set()
+    for node in tree.nodes():
+        if node.parent is None:
+            continue
+        chain, n = [], node
+        while n.parent is not None:
+            chain.append(n.key)
+            n = n.parent
+        tokens = np.concatenate(chain[::-1])
+        hashes = block_hashes(tokens, node.namespace, block_size)
+        mine = hashes[node.depth // block_size:]
+        for medium, resident in ((DEVICE, node.slots is not None), (HOST, node.host_slots is not None)):
+            if resident:
+                out.update((h, medium) for h in mine)
+    return out

@@ -4,7 +4,8 @@ After every step: `check_invariants()` (recomputes everything), the KV identity 
 Sequence's committed positions and every locked prefix, and the model's own accounting (private
 slots, locks). Calls that must fail are made on purpose and must leave `sizes()` unchanged.
 Page sizes 1 and 4; a pool of 12 pages, a 3-token vocabulary (lots of sharing and splits) and two
-namespaces.
+namespaces; with and without a host tier (write-through and write-back). KV events are on: replaying
+them into an empty set must give exactly the blocks cached now, recomputed from scratch.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from radixkv import (CacheConfig, InvalidSlotsError, LockError, OutOfRowsError, OutOfSlotsError,
                      RadixCache, SequenceError)
 from radixkv.pools import page_slots
-from state_machine_model import Model, assert_stamped, stamp
+from state_machine_model import Model, assert_stamped, cached_blocks, replay, stamp
 
 TOKENS = st.lists(st.integers(0, 2), min_size=0, max_size=14)
 NAMESPACES = st.sampled_from([None, "b"])
@@ -28,14 +29,20 @@ NAMESPACES = st.sampled_from([None, "b"])
 class CacheMachine(RuleBasedStateMachine):
     page_size = 1
     policy = "lru"
+    host_pages = 0
+    write_policy = "write_through"
+    event_block_size = 3
 
     def __init__(self) -> None:
         super().__init__()
         ps = self.page_size
         self.cache = RadixCache(CacheConfig(num_layers=1, num_kv_heads=1, head_dim=1, num_slots=12 * ps,
                                             page_size=ps, max_requests=3, max_context_len=24,
-                                            dtype=torch.float32, eviction=self.policy))
+                                            dtype=torch.float32, eviction=self.policy,
+                                            host_slots=self.host_pages * ps, host_write_policy=self.write_policy,
+                                            kv_events=True, event_block_size=self.event_block_size))
         self.model = Model(ps)
+        self.blocks: set[tuple[int, str]] = set()
 
     def _unchanged(self, call, error: type[Exception]) -> None:
         before = self.cache.sizes()
@@ -49,7 +56,8 @@ class CacheMachine(RuleBasedStateMachine):
     def match(self, tokens: list[int], ns: object) -> None:
         r = self.cache.match_prefix(tokens, ns)
         assert r.length % self.page_size == 0 and r.length <= len(tokens) and len(r.slots) == r.length
-        assert r.node.end == r.length
+        assert r.node.end == r.length and r.length + r.host_length <= len(tokens)
+        assert r.host_length == 0 or self.host_pages
         assert_stamped(self.cache, ns, tokens, r.slots, "match_prefix")
 
     @rule(tokens=TOKENS, ns=NAMESPACES)
@@ -210,10 +218,24 @@ class CacheMachine(RuleBasedStateMachine):
             assert_stamped(self.cache, ns, prefix, self.cache.tree.path_slots(path, length), "locked prefix")
         for seq, ns, tokens in self.model.seqs:
             assert_stamped(self.cache, ns, tokens, seq.slots(0, seq.committed_len), f"{seq} committed KV")
+        replay(self.cache.take_events(), self.blocks)
+        assert self.blocks == cached_blocks(self.cache.tree, self.event_block_size), "event replay != cache"
 
 
 class PagedCacheMachine(CacheMachine):
     page_size = 4
+    event_block_size = 6  # blocks straddle pages
+
+
+class HostTierMachine(CacheMachine):
+    host_pages = 10
+
+
+class PagedWriteBackMachine(CacheMachine):
+    page_size = 4
+    host_pages = 6
+    write_policy = "write_back"
+    event_block_size = 4
 
 
 class LFUPagedCacheMachine(CacheMachine):
@@ -224,6 +246,9 @@ class LFUPagedCacheMachine(CacheMachine):
 TestCacheMachine = CacheMachine.TestCase
 TestPagedCacheMachine = PagedCacheMachine.TestCase
 TestLFUPagedCacheMachine = LFUPagedCacheMachine.TestCase
-for _case, _examples in ((TestCacheMachine, 200), (TestPagedCacheMachine, 200), (TestLFUPagedCacheMachine, 80)):
+TestHostTierMachine = HostTierMachine.TestCase
+TestPagedWriteBackMachine = PagedWriteBackMachine.TestCase
+for _case, _examples in ((TestCacheMachine, 200), (TestPagedCacheMachine, 200), (TestLFUPagedCacheMachine, 80),
+                         (TestHostTierMachine, 200), (TestPagedWriteBackMachine, 200)):
     _case.settings = settings(max_examples=_examples, stateful_step_count=50, deadline=None)
 del _case

@@ -18,8 +18,9 @@ if TYPE_CHECKING:
 
 
 class EvictableIndex:
-    def __init__(self, policy: EvictionPolicy) -> None:
+    def __init__(self, policy: EvictionPolicy, attr: str = "index_key") -> None:
         self.policy = policy
+        self.attr = attr  # the node attribute holding this index's key (a node may be in two indexes)
         self._keys = SortedList()  # policy keys; each ends with the node id, so keys are unique
         self._nodes: dict[int, TreeNode] = {}  # node id -> node, for every indexed leaf
 
@@ -27,24 +28,31 @@ class EvictableIndex:
         return len(self._nodes)
 
     def __contains__(self, node: TreeNode) -> bool:
-        return node.index_key is not None
+        return getattr(node, self.attr) is not None
 
     def add(self, node: TreeNode) -> None:
         key = self.policy.key(node)
-        node.index_key = key
+        setattr(node, self.attr, key)
         self._keys.add(key)
         self._nodes[node.id] = node
 
     def discard(self, node: TreeNode) -> None:
-        if node.index_key is None:
+        key = getattr(node, self.attr)
+        if key is None:
             return
-        self._keys.remove(node.index_key)
+        self._keys.remove(key)
         del self._nodes[node.id]
-        node.index_key = None
+        setattr(node, self.attr, None)
+
+    def set(self, node: TreeNode, member: bool) -> None:
+        """Make `node` a member or not; a member's key is recomputed."""
+        self.discard(node)
+        if member:
+            self.add(node)
 
     def refresh(self, node: TreeNode) -> None:
         """Recompute the key of an indexed leaf whose recency, hits or priority changed."""
-        if node.index_key is not None:
+        if getattr(node, self.attr) is not None:
             self.discard(node)
             self.add(node)
 
@@ -57,9 +65,9 @@ class EvictableIndex:
 
     def check(self) -> None:
         """The sorted keys are exactly the keys stored on the indexed nodes."""
-        stored = sorted(n.index_key for n in self._nodes.values())
+        stored = sorted(getattr(n, self.attr) for n in self._nodes.values())
         if stored != list(self._keys):
             raise AssertionError("evictable index: sorted keys and node keys disagree")
         for node_id, node in self._nodes.items():
-            if node.id != node_id or node.index_key[-1] != node_id:
+            if node.id != node_id or getattr(node, self.attr)[-1] != node_id:
                 raise AssertionError(f"evictable index: {node} filed under id {node_id}")

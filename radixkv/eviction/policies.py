@@ -61,6 +61,19 @@ class Priority(EvictionPolicy):
         return (node.priority, node.last_access, node.id)
 
 
+class HostFirst(EvictionPolicy):
+    """The host tier's order: host-only leaves (no device copy) before host copies of device
+    nodes, each group in the order of the wrapped policy."""
+
+    def __init__(self, inner: EvictionPolicy) -> None:
+        self.inner = inner
+        self.name = f"host-{inner.name}"
+        self.stateless = inner.stateless
+
+    def key(self, node: TreeNode) -> tuple:
+        return (node.on_device,) + self.inner.key(node)
+
+
 POLICIES: dict[str, Callable[[], EvictionPolicy]] = {
     "lru": LRU,
     "lfu": LFU,

@@ -1,7 +1,7 @@
 """TokenToKVPool: `kv[slot] -> (k, v)`, one K and one V buffer per layer.
 
 Each buffer is `[num_slots, num_kv_heads, head_dim]` (NHD, as SGLang's MHATokenToKVPool and
-FlashInfer's NHD layout), any float dtype, any device. Slot indices come from SlotAllocator; this
+FlashInfer's NHD layout), any float dtype, any device; `pin_memory` for a host tier next to a GPU. Slot indices come from SlotAllocator; this
 pool never decides who owns a slot.
 """
 
@@ -12,14 +12,17 @@ import torch
 
 class TokenToKVPool:
     def __init__(self, num_slots: int, num_layers: int, num_kv_heads: int, head_dim: int,
-                 dtype: torch.dtype, device: str | torch.device) -> None:
+                 dtype: torch.dtype, device: str | torch.device, pin_memory: bool = False) -> None:
         self.num_slots = num_slots
         self.num_layers = num_layers
         self.dtype = dtype
         self.device = torch.device(device)
         shape = (num_slots, num_kv_heads, head_dim)
-        self.k_buffer = [torch.zeros(shape, dtype=dtype, device=self.device) for _ in range(num_layers)]
-        self.v_buffer = [torch.zeros(shape, dtype=dtype, device=self.device) for _ in range(num_layers)]
+        def buffer() -> torch.Tensor:
+            return torch.zeros(shape, dtype=dtype, device=self.device, pin_memory=pin_memory)
+
+        self.k_buffer = [buffer() for _ in range(num_layers)]
+        self.v_buffer = [buffer() for _ in range(num_layers)]
 
     @property
     def bytes_per_token(self) -> int:

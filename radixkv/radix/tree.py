@@ -6,9 +6,10 @@ its own root, so requests in different namespaces never share. Edge comparison i
 the common length, with numpy locating the first mismatch only when that fails; the work per
 match or insert is proportional to the pages compared, never to the size of the tree.
 
-Counters kept incrementally (SGLang's meaning): `evictable_size` is every cached token that no
-lock protects, `protected_size` every cached token on a locked path. Evictable leaves live in an
-EvictableIndex ordered by the policy's key. The tree knows no torch and no allocator: eviction
+Counters kept incrementally (SGLang's meaning), over device-resident tokens: `evictable_size` is
+every cached token that no lock protects, `protected_size` every cached token on a locked path;
+`host_size` counts tokens with a host-tier copy. Evictable leaves live in EvictableIndexes ordered
+by the policy's key (residency.py keeps them). The tree knows no torch and no allocator: eviction
 returns the freed slots and the caller gives their pages back.
 
     root ── [a b c d] ── [e f] ...          lock(node) adds 1 to lock_ref of node and every
@@ -23,8 +24,9 @@ import numpy as np
 
 from radixkv.errors import LockError
 from radixkv.eviction.index import EvictableIndex
-from radixkv.eviction.policies import EvictionPolicy
+from radixkv.eviction.policies import EvictionPolicy, HostFirst
 from radixkv.radix.node import TreeNode
+from radixkv.radix.residency import Residency
 
 _EMPTY_KEY = np.empty(0, dtype=np.int32)
 _EMPTY_SLOTS = np.empty(0, dtype=np.int64)
@@ -38,14 +40,18 @@ def common_len(a: np.ndarray, b: np.ndarray) -> int:
     return int(np.flatnonzero(a[:n] != b[:n])[0])
 
 
-class RadixTree:
-    def __init__(self, page_size: int, policy: EvictionPolicy) -> None:
+class RadixTree(Residency):
+    def __init__(self, page_size: int, policy: EvictionPolicy, host_tier: bool = False) -> None:
         self.page_size = page_size
         self.policy = policy
         self.index = EvictableIndex(policy)
+        self.host_index = EvictableIndex(HostFirst(policy), "host_index_key") if host_tier else None
         self.roots: dict[Hashable, TreeNode] = {}
         self.evictable_size = 0
         self.protected_size = 0
+        self.host_size = 0
+        self.backup = None  # the host tier (HostBackup), when there is one
+        self.listener = None  # KV-event recorder (ResidencyListener), when events are on
         self._tick = 0
         self._next_id = 0
 
@@ -63,32 +69,38 @@ class RadixTree:
         self._next_id += 1
         return node
 
-    def _child_key(self, key: np.ndarray, pos: int = 0) -> bytes:
+    def child_key(self, key: np.ndarray, pos: int = 0) -> bytes:
         return key[pos:pos + self.page_size].tobytes()
 
     def _split(self, node: TreeNode, k: int) -> TreeNode:
         """Cut `node`'s edge after k tokens. The new upper node takes key[:k]; `node` keeps the
-        lower half, so it still means the same prefix. Counters and index are unchanged."""
+        lower half, so it still means the same prefix. Counters and indexes are unchanged."""
         parent = node.parent
-        upper = self._new_node(node.namespace, parent, node.key[:k].copy(), node.slots[:k].copy())
+        upper = self._new_node(node.namespace, parent, node.key[:k].copy(),
+                               None if node.slots is None else node.slots[:k].copy())
         upper.lock_ref, upper.last_access, upper.created = node.lock_ref, node.last_access, node.created
         upper.hit_count, upper.priority = node.hit_count, node.priority
-        node.key, node.slots = node.key[k:].copy(), node.slots[k:].copy()
+        node.key = node.key[k:].copy()
+        if node.slots is not None:
+            node.slots = node.slots[k:].copy()
+        if node.host_slots is not None:
+            upper.host_slots, node.host_slots = node.host_slots[:k].copy(), node.host_slots[k:].copy()
         node.depth += k
         node.parent = upper
-        upper.children[self._child_key(node.key)] = node
-        parent.children[self._child_key(upper.key)] = upper
+        node.block_hashes = None  # recomputed on demand from the new edges
+        upper.children[self.child_key(node.key)] = node
+        parent.children[self.child_key(upper.key)] = upper
         return upper
 
     # ------------------------------------------------------------------ lookup
 
     def walk(self, tokens: np.ndarray, start: TreeNode) -> tuple[list[TreeNode], int]:
-        """Read-only: the nodes a match of `tokens` below `start` passes through, and the matched
-        length (page-aligned; the last node may be matched only partly). Mutates nothing."""
+        """Read-only: the nodes a match of `tokens` below `start` passes through (on any tier), and
+        the matched length (page-aligned; the last node may be matched only partly)."""
         ps, node, pos, path = self.page_size, start, 0, []
         n = len(tokens) // ps * ps
         while pos < n:
-            child = node.children.get(self._child_key(tokens, pos))
+            child = node.children.get(self.child_key(tokens, pos))
             if child is None:
                 break
             m = common_len(child.key, tokens[pos:n]) // ps * ps
@@ -99,70 +111,87 @@ class RadixTree:
             node = child
         return path, pos
 
+    @staticmethod
+    def device_part(path: list[TreeNode], length: int, start: TreeNode) -> tuple[int, int]:
+        """How many nodes of a walked path, and how many of its `length` tokens, are on the device
+        (device residency is prefix-closed: the device part stops at the first host-only node)."""
+        for i, node in enumerate(path):
+            if node.slots is None:
+                return i, node.depth - start.end
+        return len(path), length
+
     def path_slots(self, path: list[TreeNode], length: int) -> np.ndarray:
-        """The slots of the first `length` tokens along `path`: a view when one node covers them."""
+        """Device slots of the first `length` tokens along `path`: a view when one node covers them."""
         if not path:
             return _EMPTY_SLOTS
         if len(path) == 1:
             return path[0].slots[:length]
-        out = np.concatenate([n.slots for n in path])
-        return out[:length]
+        return np.concatenate([n.slots for n in path])[:length]
 
-    def match(self, tokens: np.ndarray, start: TreeNode) -> tuple[TreeNode, int, np.ndarray]:
-        """Longest cached prefix of `tokens` below `start`: (node ending exactly there, length, slots).
-        Splits the edge where the match ends and refreshes the recency and hits of the path."""
+    def match(self, tokens: np.ndarray, start: TreeNode) -> tuple[TreeNode, int, np.ndarray, int]:
+        """Longest device-cached prefix of `tokens` below `start`: (node ending exactly there,
+        length, slots, host_length: further tokens on the host tier only). Splits the edge where the
+        device match ends and refreshes the recency and hits of every node it went through."""
         path, length = self.walk(tokens, start)
-        slots = self.path_slots(path, length)
         if not path:
-            return start, 0, slots
-        last = path[-1]
-        if last.end > start.end + length:
-            last = self._split(last, start.end + length - last.depth)
-            path[-1] = last
+            return start, 0, _EMPTY_SLOTS, 0
+        k, dev = self.device_part(path, length, start)
         self._touch(path, hit=True)
-        return last, length, slots
+        if k == 0:
+            return start, 0, _EMPTY_SLOTS, length
+        last = path[k - 1]
+        if last.end > start.end + dev:
+            last = self._split(last, start.end + dev - last.depth)
+            path[k - 1] = last
+        return last, dev, self.path_slots(path[:k], dev), length - dev
 
     def _touch(self, path: list[TreeNode], hit: bool) -> None:
         self._tick += 1
         for node in path:
             node.last_access = self._tick
             node.hit_count += hit
-        self.index.refresh(path[-1])  # only the last node of a path can be a leaf
+            self.index.refresh(node)  # a no-op unless the node is indexed
+            if self.host_index is not None:
+                self.host_index.refresh(node)
 
     # ------------------------------------------------------------------ insert
 
     def insert(self, tokens: np.ndarray, slots: np.ndarray, start: TreeNode,
                priority: int = 0) -> tuple[TreeNode, int]:
-        """Cache `tokens` (page-aligned, int32 `[n]`) below `start` with `slots` (int64 `[n]`).
+        """Cache `tokens` (page-aligned, int32 `[n]`) below `start` with device `slots` (int64 `[n]`).
 
-        Returns (node ending exactly at the end of `tokens`, how many leading tokens were already
-        cached). Only the new suffix takes the given slots (copied); the caller frees its duplicates.
+        Returns (node ending exactly at the end of `tokens`, how many leading tokens were already on
+        the device). Host-only nodes on the way take their part of `slots` (they are on the device
+        again); the new suffix becomes a leaf. Slots are copied; the caller frees its duplicates.
         """
         path, m = self.walk(tokens, start)
-        node = start
+        node, gained = start, []
         if path:
+            if path[-1].end > start.end + m:
+                path[-1] = self._split(path[-1], start.end + m - path[-1].depth)
             node = path[-1]
-            if node.end > start.end + m:
-                node = path[-1] = self._split(node, start.end + m - node.depth)
+        k, dev = self.device_part(path, m, start)
+        for host_only in path[k:]:
+            lo, hi = host_only.depth - start.end, host_only.end - start.end
+            host_only.slots = slots[lo:hi].copy()
+            gained.append(host_only)
         if m < len(tokens):
-            leaf = self._new_node(start.namespace, node, tokens[m:].copy(), slots[m:].copy())
-            self.index.discard(node)  # it gains a child
-            node.children[self._child_key(leaf.key)] = leaf
-            self.evictable_size += len(leaf)
-            path.append(leaf)
-            node = leaf
-            self.index.add(leaf)
+            node = self._new_node(start.namespace, node, tokens[m:].copy(), slots[m:].copy())
+            node.parent.children[self.child_key(node.key)] = node
+            path.append(node)
+            gained.append(node)
         for n in path:
             n.priority = max(n.priority, priority)
         if path:
             self._touch(path, hit=False)
-        return node, m
+        self.gain_device(gained)
+        return node, dev
 
     # ------------------------------------------------------------------ locks
 
     def lock(self, node: TreeNode) -> None:
-        if node.evicted:
-            raise LockError(f"cannot lock {node}: it was evicted; match_prefix again")
+        if node.evicted or node.slots is None:
+            raise LockError(f"cannot lock {node}: it is no longer on the device; match_prefix again")
         node.own_locks += 1
         x: TreeNode | None = node
         while x is not None:
@@ -183,42 +212,12 @@ class RadixTree:
             if x.lock_ref == 0:
                 self.protected_size -= len(x)
                 self.evictable_size += len(x)
-                if not x.children and x.parent is not None:
-                    self.index.add(x)
+                self.reindex(x)
             x = x.parent
 
-    # ------------------------------------------------------------------ eviction
-
-    def evict(self, num_tokens: int) -> np.ndarray:
-        """Free at least `num_tokens` unlocked cached tokens if that many exist, fewest first by
-        policy. A victim larger than the remaining need loses only its tail pages. Returns the
-        freed slots (int64, whole pages)."""
-        ps, freed, chunks = self.page_size, 0, []
-        while freed < num_tokens and len(self.index):
-            leaf = self.index.peek()
-            keep = len(leaf) - -(-(num_tokens - freed) // ps) * ps
-            if keep > 0:
-                self._split(leaf, keep)  # the upper part stays cached as a new node
-            self._remove_leaf(leaf)
-            chunks.append(leaf.slots)
-            freed += len(leaf)
-        return np.concatenate(chunks) if chunks else _EMPTY_SLOTS
-
-    def _remove_leaf(self, leaf: TreeNode) -> None:
-        self.policy.on_evict(leaf)
-        self.index.discard(leaf)
-        parent = leaf.parent
-        del parent.children[self._child_key(leaf.key)]
-        self.evictable_size -= len(leaf)
-        leaf.evicted = True
-        if not parent.children and parent.parent is not None and parent.lock_ref == 0:
-            self.index.add(parent)
-
     def nodes(self) -> list[TreeNode]:
-        """Every node of every namespace, roots first (for checks and printing)."""
-        out, stack = [], list(self.roots.values())
-        while stack:
-            node = stack.pop()
-            out.append(node)
-            stack.extend(node.children.values())
+        """Every node of every namespace, parents before children (for checks, events, printing)."""
+        out = list(self.roots.values())
+        for node in out:
+            out.extend(node.children.values())
         return out

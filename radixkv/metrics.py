@@ -1,0 +1,86 @@
+"""Metrics: what the cache counts, named after vLLM's habits with a `radixkv_` prefix.
+
+`cache.metrics()` returns a flat dict (counters end in `_total`); `prometheus_text(cache)` renders
+it in the Prometheus exposition format through `prometheus-client` (the optional `[metrics]`
+extra), with counters as counters and the rest as gauges.
+
+    radixkv_prefix_cache_queries_total        tokens asked for by match_prefix / open
+    radixkv_prefix_cache_hits_total           of those, tokens found on the device
+    radixkv_prefix_cache_host_hits_total      further tokens found only on the host tier
+    radixkv_prefix_cache_hit_rate             hits / queries over the cache's life
+    radixkv_kv_cache_usage_perc               device slots not free, as a fraction
+    radixkv_evictable_tokens / _protected_tokens / _free_slots
+    radixkv_evicted_tokens_total              device tokens evicted
+    radixkv_num_requests_running              open Sequences
+    radixkv_host_cache_usage_perc, radixkv_host_cached_tokens, radixkv_host_promoted_tokens_total,
+    radixkv_host_backed_up_tokens_total, radixkv_host_evicted_tokens_total,
+    radixkv_host_bytes_to_host_total, radixkv_host_bytes_to_device_total   (with a host tier)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from radixkv.cache import RadixCache
+
+
+@dataclass
+class CacheStats:
+    query_tokens: int = 0
+    hit_tokens: int = 0
+    host_hit_tokens: int = 0
+    evicted_tokens: int = 0
+
+    def count_query(self, asked: int, hit: int, host_hit: int) -> None:
+        self.query_tokens += asked
+        self.hit_tokens += hit
+        self.host_hit_tokens += host_hit
+
+
+def collect_metrics(cache: RadixCache) -> dict[str, float]:
+    s, st = cache.sizes(), cache.stats
+    out: dict[str, float] = {
+        "radixkv_prefix_cache_queries_total": st.query_tokens,
+        "radixkv_prefix_cache_hits_total": st.hit_tokens,
+        "radixkv_prefix_cache_host_hits_total": st.host_hit_tokens,
+        "radixkv_prefix_cache_hit_rate": st.hit_tokens / st.query_tokens if st.query_tokens else 0.0,
+        "radixkv_kv_cache_usage_perc": (s.total - s.free) / s.total,
+        "radixkv_evictable_tokens": s.evictable,
+        "radixkv_protected_tokens": s.protected,
+        "radixkv_free_slots": s.free,
+        "radixkv_evicted_tokens_total": st.evicted_tokens,
+        "radixkv_num_requests_running": len(cache._seqs),
+    }
+    host = cache.host
+    if host is not None:
+        total = host.allocator.num_pages * host.page_size
+        out.update({
+            "radixkv_host_cache_usage_perc": (total - host.allocator.num_free_slots) / total,
+            "radixkv_host_cached_tokens": cache.tree.host_size,
+            "radixkv_host_promoted_tokens_total": host.promoted_tokens,
+            "radixkv_host_backed_up_tokens_total": host.backed_up_tokens,
+            "radixkv_host_evicted_tokens_total": host.host_evicted_tokens,
+            "radixkv_host_bytes_to_host_total": host.bytes_to_host,
+            "radixkv_host_bytes_to_device_total": host.bytes_to_device,
+        })
+    return out
+
+
+def prometheus_text(cache: RadixCache) -> str:
+    """The metrics in Prometheus text format (needs prometheus-client: `pip install radixkv[metrics]`)."""
+    from prometheus_client import CollectorRegistry, generate_latest
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+    class _Collector:
+        def collect(self):  # noqa: ANN202 - prometheus_client's collector protocol
+            for name, value in collect_metrics(cache).items():
+                if name.endswith("_total"):
+                    yield CounterMetricFamily(name[:-len("_total")], name, value=value)
+                else:
+                    yield GaugeMetricFamily(name, name, value=value)
+
+    registry = CollectorRegistry()
+    registry.register(_Collector())
+    return generate_latest(registry).decode()
