@@ -112,10 +112,8 @@ class Router:
             raise ValueError("no instances registered; call report_load(instance_id, open_requests) first")
         scores = self._scores(block_hashes(as_tokens(tokens), namespace, self.block_size))
         best = max(scores.values(), default=0)
-        if best > 0:
-            pick = min((i for i, s in scores.items() if s == best), key=self._load.__getitem__)
-        else:
-            pick = min(self._load, key=self._load.__getitem__)
+        # the best score, then the fewest open requests, then the earliest registered (dict order)
+        pick = min((i for i in self._load if scores.get(i, 0) == best), key=self._load.__getitem__)
         self._load[pick] += 1
         self.stats.routed += 1
         self.stats.by_load += best == 0
