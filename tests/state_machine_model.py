@@ -71,6 +71,9 @@ def replay(events: list, blocks: set[tuple[int, str]]) -> None:
             blocks.clear()
         elif isinstance(e, BlockStored):
             assert len(e.token_ids) == len(e.block_hashes) * e.block_size
+            parent = e.parent_block_hash
+            assert parent is None or (parent, "GPU") in blocks or (parent, "CPU") in blocks, \
+                "BlockStored names a parent block the cache does not hold"
             for h in e.block_hashes:
                 assert (h, e.medium) not in blocks, "BlockStored twice without a removal"
                 blocks.add((h, e.medium))

@@ -47,13 +47,14 @@ class EventRecorder:
         tokens = _path_tokens(node, first)
         parent = self._hash_ending_at(node.parent, first)
         run: list[int] = []  # consecutive blocks new to this medium, reported as one event
+        run_parent = parent
         for i, h in enumerate(hashes + [None]):
-            new = h is not None and self._hold(h, medium, +1) == 1
-            if new:
+            if h is not None and self._hold(h, medium, +1) == 1:
+                run_parent = parent if not run else run_parent
                 run.append(h)
             elif run:
                 start = i - len(run)
-                self.events.append(BlockStored(run, parent, tokens[start * size:i * size].tolist(), size, medium))
+                self.events.append(BlockStored(run, run_parent, tokens[start * size:i * size].tolist(), size, medium))
                 run = []
             parent = h
 
