@@ -12,7 +12,8 @@ head_dim 1; only bookkeeping is simulated) and kv_events on. Per request, in tra
     publisher[inst].publish()                           # (c), (d): the instance's events into the index
 
 Policies: (a) round robin, (b) least loaded, (c) Router(longest_prefix) over InMemoryIndex, (d) the
-same over RedisIndex on a real redis-server on 127.0.0.1 (started here unless --redis-url is given).
+same over RedisIndex on a real redis-server on 127.0.0.1 (started here unless --redis-url is given),
+and (c) with Router(load_slack=mean open requests), which lets load override cache affinity.
 Load: an instance's open requests are how many of the last `--window` routed requests it got (a
 request stays open while the next window-1 requests arrive); (b), (c) and (d) see the same
 numbers, reported to the router after every request. `single` is one cache with the fleet's total
@@ -117,7 +118,7 @@ class Loads:
 
 
 def run_policy(policy: str, trace: list[Request], n: int, capacity: int, page_size: int, window: int,
-               index: KVIndex | None = None) -> FleetResult:
+               index: KVIndex | None = None, load_slack: int | None = None) -> FleetResult:
     max_len = max(len(r.tokens) for r in trace) + page_size
     caches = [make_cache(capacity, page_size, max_len) for _ in range(n)]
     names = [f"pod-{i}" for i in range(n)]
@@ -125,7 +126,7 @@ def run_policy(policy: str, trace: list[Request], n: int, capacity: int, page_si
     loads = Loads(n, window)
     router, pubs = None, []
     if index is not None:
-        router = Router(index, block_size=BLOCK)
+        router = Router(index, block_size=BLOCK, load_slack=load_slack)
         for name in names:
             router.report_load(name, 0)
         pubs = [Publisher(name, cache, index) for name, cache in zip(names, caches)]
@@ -207,6 +208,8 @@ def main() -> None:
                     help="token slots of the whole fleet, split evenly (gsp's shared system prompts are 131,072 tokens)")
     ap.add_argument("--page-size", type=int, default=16)
     ap.add_argument("--window", type=int, default=0, help="open-request window (default 8 per instance)")
+    ap.add_argument("--load-slack", type=int, default=-1,
+                    help="Router load_slack of the last row (default: window / N, the mean open requests)")
     ap.add_argument("--scale", type=float, default=1.0, help="keep this fraction of each trace")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--redis-url", default=None, help="an existing server (default: start one on 127.0.0.1)")
@@ -230,14 +233,16 @@ def main() -> None:
             print(single.row())
             results = {}
             footprint = ""
-            for policy in ("round_robin", "least_loaded", "kv_memory", "kv_redis"):
+            slack = args.load_slack if args.load_slack >= 0 else window // n
+            for policy in ("round_robin", "least_loaded", "kv_memory", "kv_redis", f"kv_memory load_slack={slack}"):
                 index: KVIndex | None = None
-                if policy == "kv_memory":
+                if policy.startswith("kv_memory"):
                     index = InMemoryIndex()
                 elif policy == "kv_redis":
                     index = RedisIndex(url, key_prefix=f"fleet:{wl}:{time.time_ns()}:")
                     used_before = index.client.info("memory")["used_memory"]
-                results[policy] = res = run_policy(policy, trace, n, cap, ps, window, index)
+                results[policy] = res = run_policy(policy, trace, n, cap, ps, window, index,
+                                                   slack if "load_slack" in policy else None)
                 print(res.row())
                 if isinstance(index, RedisIndex):
                     footprint = redis_footprint(index, used_before, n)
@@ -248,7 +253,8 @@ def main() -> None:
                   f"{blocks:.0f} block hashes per lookup, 1 round trip")
             print(f"RESULT {wl} N={n}: single {100 * single.hit_rate:.1f}% kv_memory {100 * results['kv_memory'].hit_rate:.1f}% "
                   f"kv_redis {100 * results['kv_redis'].hit_rate:.1f}% round_robin {100 * results['round_robin'].hit_rate:.1f}% "
-                  f"least_loaded {100 * results['least_loaded'].hit_rate:.1f}%")
+                  f"least_loaded {100 * results['least_loaded'].hit_rate:.1f}% "
+                  f"kv_memory_slack{slack} {100 * results[f'kv_memory load_slack={slack}'].hit_rate:.1f}%")
     finally:
         if server is not None:
             server.close()

@@ -110,11 +110,30 @@ def test_unregistered_instances_and_other_namespaces_do_not_count(index: KVIndex
     assert router.route(p, namespace="adapter-1").instance == "pod-b"
 
 
+@pytest.mark.parametrize("slack,want", [(None, "pod-a"), (10, "pod-a"), (9, "pod-c"), (0, "pod-c")])
+def test_load_slack_lets_load_override_affinity(index: KVIndex, slack: int | None, want: str) -> None:
+    p = prompt(5, 4)
+    store(index, "pod-a", p)
+    store(index, "pod-b", p[: 2 * BS])
+    router = Router(index, block_size=BS, load_slack=slack)
+    for inst, load in (("pod-a", 12), ("pod-b", 13), ("pod-c", 2)):
+        router.report_load(inst, load)
+    d = router.route(p)
+    assert d.instance == want and d.by_load == (want == "pod-c")
+    assert router.stats.load_guarded == (want == "pod-c")
+    router.report_load("pod-a", 20)
+    router.report_load("pod-b", 3)  # within slack 9 of the least loaded: credit for its 2 blocks
+    if slack == 9:
+        assert router.route(p).instance == "pod-b"
+
+
 def test_bad_arguments_are_rejected() -> None:
     with pytest.raises(ValueError, match="unknown scorer"):
         Router(InMemoryIndex(), scorer="random")
     with pytest.raises(ValueError, match="block_size"):
         Router(InMemoryIndex(), block_size=0)
+    with pytest.raises(ValueError, match="load_slack"):
+        Router(InMemoryIndex(), load_slack=-1)
     router = Router(InMemoryIndex())
     with pytest.raises(ValueError, match="no instances registered"):
         router.route([1] * 32)

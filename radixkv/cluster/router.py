@@ -5,7 +5,10 @@ Per request: hash the prompt's full blocks exactly as the engine's KV events do
 instances hold each block (one lookup), score every registered instance with one of llm-d's
 kv-cache-manager scorers, and pick the best score; ties go to the instance with the fewest open
 requests, then to the one registered first. When no instance scores above 0, or the index cannot be
-reached, the request goes to the least-loaded instance.
+reached, the request goes to the least-loaded instance. With `load_slack`, instances more than that
+many open requests above the least-loaded one are scored 0 (SGLang's router and llm-d's scheduler
+likewise let load override cache affinity; without it, one popular prefix takes all its traffic to
+the instance that cached it first).
 
 Scorers (scores are in blocks; `holders[b]` = instances holding block b of the prompt):
 
@@ -68,17 +71,25 @@ class RouterStats:
     routed: int = 0
     by_load: int = 0  # of which routed by load alone
     index_errors: int = 0  # lookups that found the index unreachable
+    load_guarded: int = 0  # requests where load_slack passed over the best-scoring instance
 
 
 class Router:
     """KV-cache-aware routing over a KVIndex. Not thread-safe; one per routing process."""
 
-    def __init__(self, index: KVIndex, *, block_size: int = 16, scorer: str = "longest_prefix") -> None:
+    def __init__(self, index: KVIndex, *, block_size: int = 16, scorer: str = "longest_prefix",
+                 load_slack: int | None = None) -> None:
         """Args:
             index: where instances publish their KV events (InMemoryIndex or RedisIndex).
             block_size: tokens per block; must equal the instances' `event_block_size`.
             scorer: a name in SCORERS.
+            load_slack: None (default): load only breaks ties. An int: an instance with more than
+                `least open requests + load_slack` open requests gets no credit for its cache, so a
+                prefix shared by most traffic spills to more instances instead of piling onto one.
         """
+        if load_slack is not None and (isinstance(load_slack, bool) or not isinstance(load_slack, int) or load_slack < 0):
+            raise ValueError(f"load_slack must be None or an int >= 0, got {load_slack!r}")
+        self.load_slack = load_slack
         if scorer not in SCORERS:
             raise ValueError(f"unknown scorer {scorer!r}; choose from {sorted(SCORERS)}")
         if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
@@ -111,6 +122,11 @@ class Router:
         if not self._load:
             raise ValueError("no instances registered; call report_load(instance_id, open_requests) first")
         scores = self._scores(block_hashes(as_tokens(tokens), namespace, self.block_size))
+        if self.load_slack is not None and scores:
+            ceiling = min(self._load.values()) + self.load_slack
+            kept = {i: s for i, s in scores.items() if self._load[i] <= ceiling}
+            self.stats.load_guarded += max(scores.values()) > max(kept.values(), default=0)
+            scores = kept
         best = max(scores.values(), default=0)
         # the best score, then the fewest open requests, then the earliest registered (dict order)
         pick = min((i for i in self._load if scores.get(i, 0) == best), key=self._load.__getitem__)
