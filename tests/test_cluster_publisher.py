@@ -111,3 +111,39 @@ def test_publisher_resyncs_after_a_killed_and_restarted_server(own_redis: RedisS
     serve(cache, rng.integers(0, 32000, 64))
     assert pub.publish() and pub.resyncs == 3
     assert index.lookup(block_hashes(a, None, BLOCK)) == {"pod-0": 20}
+
+
+def test_fleet_keeps_serving_through_an_outage_mid_run(own_redis: RedisServer, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="radixkv.cluster.router")
+    rng = np.random.default_rng(1)
+    index = RedisIndex(own_redis.url, key_prefix="mid:", socket_timeout_s=0.5)
+    caches = {f"pod-{i}": make_cache(1024, 16) for i in range(3)}
+    pubs = {name: Publisher(name, cache, index) for name, cache in caches.items()}
+    router = Router(index, block_size=BLOCK)
+    for name in caches:
+        router.report_load(name, 0)
+    stems = [rng.integers(0, 32000, 128) for _ in range(3)]
+    by_load = []
+    for step in range(45):
+        if step == 15:
+            own_redis.kill()
+        if step == 30:
+            own_redis.start()
+        tokens = np.concatenate([stems[step % 3], rng.integers(0, 32000, 40)])
+        d = router.route(tokens)
+        by_load.append(d.by_load)
+        serve(caches[d.instance], tokens)
+        pubs[d.instance].publish()
+        router.report_load(d.instance, 0)  # instantly done: only the cache decides
+    assert not any(by_load[3:15]) and all(by_load[15:30])  # affinity, then load alone while down
+    assert not any(by_load[33:])  # each stem's owner has published again by then
+    router_logs = [r for r in caplog.records if r.name == "radixkv.cluster.router"]
+    assert [r.levelno for r in router_logs] == [logging.WARNING, logging.INFO]  # outage once, recovery once
+    for name, pub in pubs.items():  # idle instances resync on their next publish
+        pub.publish()
+        assert not pub.needs_resync
+        blocks = sorted(snapshot_blocks(caches[name]))
+        assert all(name in held for held in index.holders(blocks))
+    for stem in stems:
+        want = {n: c.match_prefix(stem).length // BLOCK for n, c in caches.items() if c.match_prefix(stem).length >= BLOCK}
+        assert index.lookup(block_hashes(stem, None, BLOCK)) == want
