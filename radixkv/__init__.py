@@ -4,7 +4,7 @@ Triton kernels reading KV through slot indices). Public API only; see DESIGN.md.
 from radixkv.cache import RadixCache
 from radixkv.config import CacheConfig
 from radixkv.errors import (ConfigError, ContextLengthError, InvalidSlotsError, InvalidTokensError,
-                            LockError, OutOfRowsError, OutOfSlotsError, RadixKVError, SequenceError)
+                            KernelInputError, LockError, OutOfRowsError, OutOfSlotsError, RadixKVError, SequenceError)
 from radixkv.results import BatchInputs, MatchResult, SizeInfo
 from radixkv.sequence import Sequence
 
@@ -13,5 +13,5 @@ __version__ = "0.1.0"
 __all__ = [
     "RadixCache", "CacheConfig", "Sequence", "MatchResult", "SizeInfo", "BatchInputs",
     "RadixKVError", "ConfigError", "OutOfSlotsError", "OutOfRowsError", "InvalidTokensError",
-    "InvalidSlotsError", "ContextLengthError", "LockError", "SequenceError",
+    "InvalidSlotsError", "ContextLengthError", "LockError", "SequenceError", "KernelInputError",
 ]

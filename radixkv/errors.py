@@ -40,3 +40,7 @@ class LockError(RadixKVError):
 
 class SequenceError(RadixKVError):
     """A closed or foreign Sequence, or a commit that contradicts what the Sequence holds."""
+
+
+class KernelInputError(RadixKVError, ValueError):
+    """A kernel argument of the wrong shape, dtype, device or layout, or a row/length out of range."""

@@ -19,7 +19,7 @@ from typing import Callable
 
 import torch
 
-from radixkv.errors import ContextLengthError, InvalidSlotsError, RadixKVError
+from radixkv.errors import ContextLengthError, InvalidSlotsError, KernelInputError
 
 try:
     import triton
@@ -43,10 +43,6 @@ __all__ = ["KernelInputError", "use_triton", "triton", "tl", "HAS_TRITON"]
 
 FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)  # attention math: fp32
 INDEX_DTYPES = (torch.int32, torch.int64)
-
-
-class KernelInputError(RadixKVError, ValueError):
-    """A kernel argument of the wrong shape, dtype, device or layout, or a row/length out of range."""
 
 
 def use_triton(*tensors: torch.Tensor) -> bool:
