@@ -12,6 +12,7 @@ from radixkv.errors import ContextLengthError, InvalidSlotsError
 from radixkv.kernels import decode_attention, decode_attention_ref
 from radixkv.kernels._common import KernelInputError
 from radixkv.kernels.decode import _decode_launch, block_n_for, num_splits_for
+from kernel_checks import assert_close, randn
 
 NUM_SLOTS, MAX_REQ, MAX_CTX = 1024, 7, 320
 SEQ_LENS = [1, 7, 97, 300]
@@ -20,23 +21,6 @@ KV_HEADS, DIM = 2, 40  # dim 40 is padded to 64 inside the kernel
 # differ by about one output ulp near |x| = 1: fp32 summation order ~1e-6, fp16 ulp 9.8e-4,
 # bf16 ulp 7.8e-3.
 TOLS = [(torch.float32, 2e-5, 2e-5), (torch.float16, 2e-3, 2e-3), (torch.bfloat16, 1.6e-2, 1.6e-2)]
-
-
-def _randn(*shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    x = torch.randn(*shape)
-    return (x + torch.where(x >= 0, 0.1, -0.1)).to(dtype)  # never zero
-
-
-def _assert_close(name: str, got: torch.Tensor, want: torch.Tensor, atol: float, rtol: float) -> None:
-    assert got.shape == want.shape and got.dtype == want.dtype, (
-        f"{name}: got {tuple(got.shape)} {got.dtype}, want {tuple(want.shape)} {want.dtype}")
-    if got.numel() == 0:
-        return
-    err = (got.float() - want.float()).abs() - rtol * want.float().abs()
-    worst = int(err.argmax())
-    idx = tuple(int(i) for i in torch.unravel_index(torch.tensor(worst), got.shape))
-    assert err.max() <= atol, (f"{name}: worst mismatch at {idx}: got {got[idx].item()}, want "
-                               f"{want[idx].item()} (atol {atol}, rtol {rtol})")
 
 
 def _table(seq_lens: list[int], page_size: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -55,10 +39,10 @@ def _table(seq_lens: list[int], page_size: int) -> tuple[torch.Tensor, torch.Ten
 
 
 def _inputs(group: int, dtype: torch.dtype, page_size: int = 1, seq_lens: list[int] = SEQ_LENS):
-    k_buf = _randn(NUM_SLOTS, KV_HEADS, DIM, dtype=dtype)
-    v_buf = _randn(NUM_SLOTS, KV_HEADS, DIM, dtype=dtype)
+    k_buf = randn(NUM_SLOTS, KV_HEADS, DIM, dtype=dtype)
+    v_buf = randn(NUM_SLOTS, KV_HEADS, DIM, dtype=dtype)
     table, rows = _table(seq_lens, page_size)
-    q = _randn(len(seq_lens), KV_HEADS * group, DIM, dtype=dtype)
+    q = randn(len(seq_lens), KV_HEADS * group, DIM, dtype=dtype)
     return q, k_buf, v_buf, table, rows, torch.tensor(seq_lens, dtype=torch.int32)
 
 
@@ -69,7 +53,7 @@ def test_decode_matches_ref(group: int, page_size: int, dtype: torch.dtype, atol
     args = _inputs(group, dtype, page_size)
     got = decode_attention(*args, DIM**-0.5)
     want = decode_attention_ref(*args, DIM**-0.5)
-    _assert_close(f"decode group={group} page={page_size}", got, want, atol, rtol)
+    assert_close(f"decode group={group} page={page_size}", got, want, atol, rtol)
 
 
 @pytest.mark.parametrize("num_splits", [1, 3, 16])
@@ -79,18 +63,18 @@ def test_decode_split_counts_agree(num_splits: int) -> None:
     args = _inputs(2, torch.float32)
     got = _decode_launch(*args, 0.3, num_splits)
     want = decode_attention_ref(*args, 0.3)
-    _assert_close(f"decode splits={num_splits}", got, want, 2e-5, 2e-5)
+    assert_close(f"decode splits={num_splits}", got, want, 2e-5, 2e-5)
 
 
 def test_decode_wide_group_smaller_block() -> None:
     """GQA 8 at head_dim 128 (Llama-70B's shape) runs with BLOCK_N 16: still equal to the ref."""
     assert block_n_for(8, 128) == 16 and block_n_for(4, 64) == 32
-    k_buf, v_buf = _randn(NUM_SLOTS, 1, 128), _randn(NUM_SLOTS, 1, 128)
+    k_buf, v_buf = randn(NUM_SLOTS, 1, 128), randn(NUM_SLOTS, 1, 128)
     table, rows = _table([97, 7], 1)
-    q, lens = _randn(2, 8, 128), torch.tensor([97, 7], dtype=torch.int32)
+    q, lens = randn(2, 8, 128), torch.tensor([97, 7], dtype=torch.int32)
     got = decode_attention(q, k_buf, v_buf, table, rows, lens, 128**-0.5)
     want = decode_attention_ref(q, k_buf, v_buf, table, rows, lens, 128**-0.5)
-    _assert_close("decode group=8 dim=128", got, want, 2e-5, 2e-5)
+    assert_close("decode group=8 dim=128", got, want, 2e-5, 2e-5)
 
 
 def test_num_splits_heuristic() -> None:
@@ -102,11 +86,11 @@ def test_num_splits_heuristic() -> None:
 def test_decode_noncontiguous_q() -> None:
     """q as every other head of a wider tensor."""
     q, k_buf, v_buf, table, rows, lens = _inputs(2, torch.float16)
-    wide = _randn(q.shape[0], 2 * q.shape[1], DIM, dtype=torch.float16)
+    wide = randn(q.shape[0], 2 * q.shape[1], DIM, dtype=torch.float16)
     q = wide[:, ::2]
     got = decode_attention(q, k_buf, v_buf, table, rows, lens, 0.2)
     want = decode_attention_ref(q.contiguous(), k_buf, v_buf, table, rows, lens, 0.2)
-    _assert_close("decode strided q", got, want, 2e-3, 2e-3)
+    assert_close("decode strided q", got, want, 2e-3, 2e-3)
 
 
 @pytest.mark.parametrize("group", [1, 4])
@@ -119,7 +103,7 @@ def test_decode_ref_matches_sdpa(group: int) -> None:
         k = k_buf[slots].repeat_interleave(group, dim=1).transpose(0, 1)  # [heads, n, dim]
         v = v_buf[slots].repeat_interleave(group, dim=1).transpose(0, 1)
         want = F.scaled_dot_product_attention(q[b][:, None], k, v, scale=0.25)[:, 0]
-        _assert_close(f"ref vs sdpa, request {b} (len {n})", got[b], want, 1e-5, 1e-5)
+        assert_close(f"ref vs sdpa, request {b} (len {n})", got[b], want, 1e-5, 1e-5)
 
 
 def test_decode_rejects_bad_inputs() -> None:

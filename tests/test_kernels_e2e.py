@@ -12,15 +12,11 @@ import torch.nn.functional as F
 
 from radixkv import CacheConfig, RadixCache
 from radixkv.kernels import decode_attention, extend_attention, store_kv
+from kernel_checks import randn
 
 KV_HEADS, GROUP, DIM = 2, 2, 16
 HEADS = KV_HEADS * GROUP
 SCALE = DIM**-0.5
-
-
-def _randn(*shape: int) -> torch.Tensor:
-    x = torch.randn(*shape)
-    return x + torch.where(x >= 0, 0.1, -0.1)  # never zero
 
 
 class World:
@@ -56,7 +52,7 @@ def _sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal_offset: int 
 def test_decode_through_shared_prefix_equals_sdpa(page_size: int) -> None:
     w = World(page_size)
     prompt_a = torch.randint(0, 50_000, (100,))
-    k_a, v_a = _randn(100, KV_HEADS, DIM), _randn(100, KV_HEADS, DIM)
+    k_a, v_a = randn(100, KV_HEADS, DIM), randn(100, KV_HEADS, DIM)
     seq_a = w.cache.open(prompt_a)
     w.fill(seq_a, k_a, v_a)
     w.cache.commit(seq_a, prompt_a[seq_a.committed_len:])
@@ -65,8 +61,8 @@ def test_decode_through_shared_prefix_equals_sdpa(page_size: int) -> None:
 
     # B shares A's first 80 tokens (whole pages for both page sizes) and adds 17 of its own
     prompt_b = torch.cat([prompt_a[:80], torch.randint(0, 50_000, (17,))])
-    k_b = torch.cat([k_a[:80], _randn(17, KV_HEADS, DIM)])
-    v_b = torch.cat([v_a[:80], _randn(17, KV_HEADS, DIM)])
+    k_b = torch.cat([k_a[:80], randn(17, KV_HEADS, DIM)])
+    v_b = torch.cat([v_a[:80], randn(17, KV_HEADS, DIM)])
     seq_b = w.cache.open(prompt_b)
     assert seq_b.cached_len == 80, f"B reused {seq_b.cached_len} tokens, expected 80"
     assert torch.equal(torch.from_numpy(seq_b.slots(0, 80).copy()), slots_a[:80]), \
@@ -80,7 +76,7 @@ def test_decode_through_shared_prefix_equals_sdpa(page_size: int) -> None:
 
     b = w.cache.batch([seq_b, seq_a2])
     assert b.seq_lens.tolist() == [97, 100]
-    q = _randn(2, HEADS, DIM)
+    q = randn(2, HEADS, DIM)
     got = decode_attention(q, w.k_buf, w.v_buf, w.cache.req_pool.req_to_token, b.rows, b.seq_lens, SCALE)
     for i, (k, v) in enumerate([(k_b, v_b), (k_a, v_a)]):
         want = _sdpa(q[i:i + 1], k, v, causal_offset=None)[0]
@@ -97,7 +93,7 @@ def test_extend_through_shared_prefix_equals_sdpa(page_size: int) -> None:
     prefix_lens = committed_len, extend_lens = the reserved positions, out_slots where K/V go)."""
     w = World(page_size)
     prompt_a = torch.randint(0, 50_000, (64,))
-    k_a, v_a = _randn(64, KV_HEADS, DIM), _randn(64, KV_HEADS, DIM)
+    k_a, v_a = randn(64, KV_HEADS, DIM), randn(64, KV_HEADS, DIM)
     seq_a = w.cache.open(prompt_a)
     w.fill(seq_a, k_a, v_a)
     w.cache.commit(seq_a, prompt_a[seq_a.committed_len:])
@@ -106,12 +102,12 @@ def test_extend_through_shared_prefix_equals_sdpa(page_size: int) -> None:
     prompt_c = torch.cat([prompt_a[:48], torch.randint(0, 50_000, (23,))])
     seq_c = w.cache.open(prompt_c)
     assert seq_c.cached_len == 48
-    k_new, v_new = _randn(23, KV_HEADS, DIM), _randn(23, KV_HEADS, DIM)
+    k_new, v_new = randn(23, KV_HEADS, DIM), randn(23, KV_HEADS, DIM)
     w.cache.reserve(seq_c, 23)
     b = w.cache.batch([seq_c])
     assert (b.prefix_lens.tolist(), b.extend_lens.tolist()) == ([48], [23])
     store_kv(w.k_buf, w.v_buf, b.out_slots, k_new, v_new)
-    q = _randn(23, HEADS, DIM)
+    q = randn(23, HEADS, DIM)
     got = extend_attention(q, k_new, v_new, w.k_buf, w.v_buf, w.cache.req_pool.req_to_token, b.rows,
                            b.prefix_lens, b.extend_lens, SCALE)
     want = _sdpa(q, torch.cat([k_a[:48], k_new]), torch.cat([v_a[:48], v_new]), causal_offset=48)

@@ -13,6 +13,7 @@ from radixkv.errors import InvalidSlotsError
 from radixkv.kernels import (decode_attention, extend_attention, extend_attention_ref, store_kv,
                              write_req_to_token)
 from radixkv.kernels._common import KernelInputError
+from kernel_checks import assert_close, randn
 
 NUM_SLOTS, MAX_REQ, MAX_CTX = 1024, 7, 400
 PREFIX_EXTEND = [(0, 1), (7, 97), (300, 7), (33, 33), (5, 0)]  # 33: one past a block of 32
@@ -20,23 +21,6 @@ KV_HEADS, DIM = 2, 24  # dim 24 is padded to 32 inside the kernel
 # (dtype, atol, rtol): both sides compute in fp32 and round once to the output dtype (about one
 # output ulp apart near |x| = 1: fp16 9.8e-4, bf16 7.8e-3); fp32 differs by summation order only.
 TOLS = [(torch.float32, 2e-5, 2e-5), (torch.float16, 2e-3, 2e-3), (torch.bfloat16, 1.6e-2, 1.6e-2)]
-
-
-def _randn(*shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    x = torch.randn(*shape)
-    return (x + torch.where(x >= 0, 0.1, -0.1)).to(dtype)  # never zero
-
-
-def _assert_close(name: str, got: torch.Tensor, want: torch.Tensor, atol: float, rtol: float) -> None:
-    assert got.shape == want.shape and got.dtype == want.dtype, (
-        f"{name}: got {tuple(got.shape)} {got.dtype}, want {tuple(want.shape)} {want.dtype}")
-    if got.numel() == 0:
-        return
-    err = (got.float() - want.float()).abs() - rtol * want.float().abs()
-    worst = int(err.argmax())
-    idx = tuple(int(i) for i in torch.unravel_index(torch.tensor(worst), got.shape))
-    assert err.max() <= atol, (f"{name}: worst mismatch at {idx}: got {got[idx].item()}, want "
-                               f"{want[idx].item()} (atol {atol}, rtol {rtol})")
 
 
 def _batch(group: int, dtype: torch.dtype, page_size: int = 1, pe: list = PREFIX_EXTEND):
@@ -50,10 +34,10 @@ def _batch(group: int, dtype: torch.dtype, page_size: int = 1, pe: list = PREFIX
     for row, (p, _) in zip(rows.tolist(), pe):
         table[row, :p] = all_slots[used:used + p].to(torch.int32)
         used += -(-p // page_size) * page_size
-    k_buf = _randn(NUM_SLOTS, KV_HEADS, DIM, dtype=dtype)
-    v_buf = _randn(NUM_SLOTS, KV_HEADS, DIM, dtype=dtype)
+    k_buf = randn(NUM_SLOTS, KV_HEADS, DIM, dtype=dtype)
+    v_buf = randn(NUM_SLOTS, KV_HEADS, DIM, dtype=dtype)
     heads = KV_HEADS * group
-    qkv = _randn(sum(e for _, e in pe), heads + 2 * KV_HEADS, DIM, dtype=dtype)
+    qkv = randn(sum(e for _, e in pe), heads + 2 * KV_HEADS, DIM, dtype=dtype)
     q, k, v = qkv[:, :heads], qkv[:, heads:heads + KV_HEADS], qkv[:, heads + KV_HEADS:]
     lens = [torch.tensor(x, dtype=torch.int32) for x in zip(*pe)]
     return (q, k, v, k_buf, v_buf, table, rows, *lens), all_slots[used:]
@@ -65,7 +49,7 @@ def test_extend_matches_ref(group: int, dtype: torch.dtype, atol: float, rtol: f
     args, _ = _batch(group, dtype, page_size=16 if group == 2 else 1)
     got = extend_attention(*args, DIM**-0.5)
     want = extend_attention_ref(*args, DIM**-0.5)
-    _assert_close(f"extend group={group}", got, want, atol, rtol)
+    assert_close(f"extend group={group}", got, want, atol, rtol)
 
 
 @pytest.mark.parametrize("group", [1, 4])
@@ -83,7 +67,7 @@ def test_extend_ref_matches_sdpa(group: int) -> None:
         mask = torch.arange(p + e)[None, :] <= p + torch.arange(e)[:, None]
         want = F.scaled_dot_product_attention(q[start:start + e].transpose(0, 1), keys, vals,
                                               attn_mask=mask, scale=0.3).transpose(0, 1)
-        _assert_close(f"ref vs sdpa (prefix {p}, extend {e})", got[start:start + e], want, 1e-5, 1e-5)
+        assert_close(f"ref vs sdpa (prefix {p}, extend {e})", got[start:start + e], want, 1e-5, 1e-5)
         start += e
 
 
@@ -99,7 +83,7 @@ def test_extend_last_token_equals_decode() -> None:
     got = extend_attention(*args, 0.2)
     last = torch.cumsum(extend_lens.long(), 0) - 1
     want = decode_attention(q[last], k_buf, v_buf, table, rows, prefix_lens + extend_lens, 0.2)
-    _assert_close("extend last token vs decode", got[last], want, 2e-5, 2e-5)
+    assert_close("extend last token vs decode", got[last], want, 2e-5, 2e-5)
 
 
 def test_extend_rejects_bad_inputs() -> None:

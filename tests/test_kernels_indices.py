@@ -11,18 +11,11 @@ from radixkv.errors import ContextLengthError, InvalidSlotsError, RadixKVError
 from radixkv.kernels import (KernelInputError, build_kv_indices, build_kv_indices_ref,
                              write_req_to_token, write_req_to_token_ref)
 from radixkv.kernels import indices as indices_mod
+from kernel_checks import assert_equal
 
 MAX_REQ, MAX_CTX, NUM_SLOTS = 9, 320, 5000
 # odd lengths around the kernel's block of 128, plus empty rows
 LENS_CASES = [[1], [7, 0, 97], [300, 1, 129, 0, 7], [0, 0]]
-
-
-def _assert_equal(name: str, got: torch.Tensor, want: torch.Tensor) -> None:
-    assert got.shape == want.shape and got.dtype == want.dtype, (
-        f"{name}: got {tuple(got.shape)} {got.dtype}, want {tuple(want.shape)} {want.dtype}")
-    diff = (got != want).nonzero()
-    assert diff.numel() == 0, (f"{name}: {diff.shape[0]} entries differ, first at "
-                               f"{diff[0].tolist()}: got {got[tuple(diff[0])]}, want {want[tuple(diff[0])]}")
 
 
 def _random_batch(lens: list[int], dtype: torch.dtype):
@@ -42,7 +35,7 @@ def test_write_req_to_token_matches_ref(lens: list[int], dtype: torch.dtype) -> 
     want = table.clone()
     write_req_to_token_ref(want, rows, starts, slots, lens_t)
     write_req_to_token(table, rows, starts, slots, lens_t)
-    _assert_equal("req_to_token", table, want)
+    assert_equal("req_to_token", table, want)
 
 
 def test_write_req_to_token_ref_by_hand() -> None:
@@ -52,7 +45,7 @@ def test_write_req_to_token_ref_by_hand() -> None:
                            torch.tensor([3, 1], dtype=torch.int32))
     want = torch.tensor([[20, -1, -1, -1, -1, -1], [-1] * 6, [-1, 10, 11, 12, -1, -1]],
                         dtype=torch.int32)
-    _assert_equal("req_to_token", table, want)
+    assert_equal("req_to_token", table, want)
 
 
 @pytest.mark.parametrize("lens", LENS_CASES)
@@ -63,16 +56,16 @@ def test_build_kv_indices_matches_ref(lens: list[int], dtype: torch.dtype) -> No
     seq_lens = torch.tensor(lens, dtype=dtype)
     got_indptr, got_indices = build_kv_indices(table, rows, seq_lens)
     want_indptr, want_indices = build_kv_indices_ref(table, rows, seq_lens)
-    _assert_equal("kv_indptr", got_indptr, want_indptr)
-    _assert_equal("kv_indices", got_indices, want_indices)
+    assert_equal("kv_indptr", got_indptr, want_indptr)
+    assert_equal("kv_indices", got_indices, want_indices)
 
 
 def test_build_kv_indices_ref_by_hand() -> None:
     table = torch.arange(12, dtype=torch.int32).reshape(3, 4)
     indptr, indices = build_kv_indices_ref(table, torch.tensor([2, 0, 1], dtype=torch.int32),
                                            torch.tensor([3, 0, 2], dtype=torch.int32))
-    _assert_equal("kv_indptr", indptr, torch.tensor([0, 3, 3, 5], dtype=torch.int32))
-    _assert_equal("kv_indices", indices, torch.tensor([8, 9, 10, 4, 5]))
+    assert_equal("kv_indptr", indptr, torch.tensor([0, 3, 3, 5], dtype=torch.int32))
+    assert_equal("kv_indices", indices, torch.tensor([8, 9, 10, 4, 5]))
 
 
 def test_write_then_build_round_trip() -> None:
@@ -81,7 +74,7 @@ def test_write_then_build_round_trip() -> None:
     table, rows, _, slots, lens_t = _random_batch(lens, torch.int32)
     write_req_to_token(table, rows, torch.zeros_like(lens_t), slots, lens_t)
     indptr, indices = build_kv_indices(table, rows, lens_t)
-    _assert_equal("kv_indices", indices, slots)
+    assert_equal("kv_indices", indices, slots)
     assert indptr.tolist() == [0, 97, 98, 105, 405]
 
 
@@ -140,4 +133,4 @@ def test_dispatch_reads_env_at_call_time(monkeypatch: pytest.MonkeyPatch) -> Non
     monkeypatch.delenv("TRITON_INTERPRET")
     _, got = build_kv_indices(table, rows, lens)
     assert len(calls) == 1, "without TRITON_INTERPRET on CPU the reference must run"
-    _assert_equal("kv_indices", got, torch.tensor([4, 5, 6, 7]))
+    assert_equal("kv_indices", got, torch.tensor([4, 5, 6, 7]))

@@ -10,20 +10,13 @@ import torch
 from radixkv.errors import InvalidSlotsError, RadixKVError
 from radixkv.kernels import gather_kv, gather_kv_ref, store_kv, store_kv_ref
 from radixkv.kernels._common import KernelInputError
+from kernel_checks import assert_equal, randn
 
 NUM_SLOTS = 640
 # (n tokens, num_kv_heads, head_dim): odd counts; padded heads (3 -> 4); odd and non-pow2 dims.
 # The interpreter runs one Python step per program, so sizes are crossed sparsely.
 CASES = [(1, 1, 16), (7, 3, 7), (97, 2, 40), (300, 3, 7)]
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]  # copies: no arithmetic, exact in bf16 too
-
-
-def _assert_equal(name: str, got: torch.Tensor, want: torch.Tensor) -> None:
-    assert got.shape == want.shape and got.dtype == want.dtype, (
-        f"{name}: got {tuple(got.shape)} {got.dtype}, want {tuple(want.shape)} {want.dtype}")
-    bad = (got != want).nonzero()
-    assert bad.numel() == 0, (f"{name}: {bad.shape[0]} elements differ, first at {bad[0].tolist()}: "
-                              f"got {got[tuple(bad[0])].item()}, want {want[tuple(bad[0])].item()}")
 
 
 def _slots(n: int, page_size: int) -> torch.Tensor:
@@ -34,66 +27,60 @@ def _slots(n: int, page_size: int) -> torch.Tensor:
     return (pages[:, None] * page_size + torch.arange(page_size)).reshape(-1)[:n]
 
 
-def _randn(*shape: int, dtype: torch.dtype) -> torch.Tensor:
-    """Random values kept away from zero, so a missed write cannot look right."""
-    x = torch.randn(*shape)
-    return (x + torch.where(x >= 0, 0.5, -0.5)).to(dtype)
-
-
 @pytest.mark.parametrize("n,heads,dim", CASES)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("page_size", [1, 16])
 def test_store_kv_matches_ref(n: int, heads: int, dim: int, dtype: torch.dtype, page_size: int) -> None:
-    k_buf, v_buf = _randn(NUM_SLOTS, heads, dim, dtype=dtype), _randn(NUM_SLOTS, heads, dim, dtype=dtype)
+    k_buf, v_buf = randn(NUM_SLOTS, heads, dim, dtype=dtype), randn(NUM_SLOTS, heads, dim, dtype=dtype)
     slots = _slots(n, page_size)
-    k, v = _randn(n, heads, dim, dtype=dtype), _randn(n, heads, dim, dtype=dtype)
+    k, v = randn(n, heads, dim, dtype=dtype), randn(n, heads, dim, dtype=dtype)
     k_want, v_want = k_buf.clone(), v_buf.clone()
     store_kv_ref(k_want, v_want, slots, k, v)
     store_kv(k_buf, v_buf, slots, k, v)
-    _assert_equal("k_buf", k_buf, k_want)
-    _assert_equal("v_buf", v_buf, v_want)
-    _assert_equal("k_buf[slots]", k_buf[slots], k)  # pins the reference itself
+    assert_equal("k_buf", k_buf, k_want)
+    assert_equal("v_buf", v_buf, v_want)
+    assert_equal("k_buf[slots]", k_buf[slots], k)  # pins the reference itself
 
 
 def test_store_kv_strided_source() -> None:
     """k, v as views with a head stride of 2 * dim (every other head of a wider tensor)."""
-    k_buf, v_buf = _randn(NUM_SLOTS, 3, 8, dtype=torch.float16), _randn(NUM_SLOTS, 3, 8, dtype=torch.float16)
-    wide = _randn(2, 31, 6, 8, dtype=torch.float16)
+    k_buf, v_buf = randn(NUM_SLOTS, 3, 8, dtype=torch.float16), randn(NUM_SLOTS, 3, 8, dtype=torch.float16)
+    wide = randn(2, 31, 6, 8, dtype=torch.float16)
     k, v = wide[0, :, ::2], wide[1, :, 1::2]
     slots = _slots(31, 1)
     store_kv(k_buf, v_buf, slots, k, v)
-    _assert_equal("k_buf[slots]", k_buf[slots], k)
-    _assert_equal("v_buf[slots]", v_buf[slots], v)
+    assert_equal("k_buf[slots]", k_buf[slots], k)
+    assert_equal("v_buf[slots]", v_buf[slots], v)
 
 
 @pytest.mark.parametrize("n,heads,dim", CASES)
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_gather_kv_matches_ref(n: int, heads: int, dim: int, dtype: torch.dtype) -> None:
-    buf = _randn(NUM_SLOTS, heads, dim, dtype=dtype)
+    buf = randn(NUM_SLOTS, heads, dim, dtype=dtype)
     slots = torch.randint(0, NUM_SLOTS, (n,))  # repeats allowed for reads
     got = gather_kv(buf, slots)
     want = gather_kv_ref(buf, slots)
-    _assert_equal("gather_kv", got, want)
+    assert_equal("gather_kv", got, want)
     assert got.is_contiguous()
-    _assert_equal("gather_kv vs buf[slots]", got, buf[slots])
+    assert_equal("gather_kv vs buf[slots]", got, buf[slots])
 
 
 def test_store_then_gather_round_trip() -> None:
-    k_buf = _randn(NUM_SLOTS, 2, 40, dtype=torch.float32)
-    v_buf = _randn(NUM_SLOTS, 2, 40, dtype=torch.float32)
+    k_buf = randn(NUM_SLOTS, 2, 40, dtype=torch.float32)
+    v_buf = randn(NUM_SLOTS, 2, 40, dtype=torch.float32)
     slots = _slots(97, 16)
-    k, v = _randn(97, 2, 40, dtype=torch.float32), _randn(97, 2, 40, dtype=torch.float32)
+    k, v = randn(97, 2, 40, dtype=torch.float32), randn(97, 2, 40, dtype=torch.float32)
     store_kv(k_buf, v_buf, slots, k, v)
-    _assert_equal("k", gather_kv(k_buf, slots), k)
-    _assert_equal("v", gather_kv(v_buf, slots), v)
+    assert_equal("k", gather_kv(k_buf, slots), k)
+    assert_equal("v", gather_kv(v_buf, slots), v)
 
 
 def test_empty_store_and_gather() -> None:
-    k_buf = _randn(NUM_SLOTS, 2, 8, dtype=torch.float32)
+    k_buf = randn(NUM_SLOTS, 2, 8, dtype=torch.float32)
     before = k_buf.clone()
     empty = torch.empty(0, 2, 8)
     store_kv(k_buf, k_buf, torch.empty(0, dtype=torch.int64), empty, empty)
-    _assert_equal("k_buf", k_buf, before)
+    assert_equal("k_buf", k_buf, before)
     assert gather_kv(k_buf, torch.empty(0, dtype=torch.int64)).shape == (0, 2, 8)
 
 
@@ -111,17 +98,17 @@ def _bad_store_cases():
 @pytest.mark.parametrize("case", list(_bad_store_cases()), ids=lambda c: c[0])
 def test_store_kv_rejects_before_writing(case) -> None:
     _, slots, shape, dtype, err = case
-    k_buf, v_buf = _randn(NUM_SLOTS, 2, 8, dtype=torch.float32), _randn(NUM_SLOTS, 2, 8, dtype=torch.float32)
+    k_buf, v_buf = randn(NUM_SLOTS, 2, 8, dtype=torch.float32), randn(NUM_SLOTS, 2, 8, dtype=torch.float32)
     k_before, v_before = k_buf.clone(), v_buf.clone()
     with pytest.raises(err):
-        store_kv(k_buf, v_buf, slots, _randn(*shape, dtype=dtype), _randn(*shape, dtype=dtype))
+        store_kv(k_buf, v_buf, slots, randn(*shape, dtype=dtype), randn(*shape, dtype=dtype))
     assert issubclass(err, RadixKVError)
-    _assert_equal("k_buf after a rejected store", k_buf, k_before)
-    _assert_equal("v_buf after a rejected store", v_buf, v_before)
+    assert_equal("k_buf after a rejected store", k_buf, k_before)
+    assert_equal("v_buf after a rejected store", v_buf, v_before)
 
 
 def test_gather_kv_rejects_out_of_range() -> None:
-    buf = _randn(NUM_SLOTS, 2, 8, dtype=torch.float32)
+    buf = randn(NUM_SLOTS, 2, 8, dtype=torch.float32)
     with pytest.raises(InvalidSlotsError):
         gather_kv(buf, torch.tensor([NUM_SLOTS]))
     with pytest.raises(InvalidSlotsError):
