@@ -25,6 +25,8 @@ token), and it comes with padded batches, a 4D mask and positions inferred from 
 - `use_cache=False, past_key_values=None` keeps transformers' own cache out;
 - "radixkv" has no entry in `ALL_MASK_ATTENTION_FUNCTIONS`, so `create_causal_mask` returns None
   without building a mask (the kernels are causal by construction);
+- the scheduler packs decode tokens first, so a mixed step sends those to `decode_attention` (one
+  batched call) and only the prefill chunks to `extend_attention`;
 - `logits_to_keep` as an index tensor runs `lm_head` only on the positions that sample;
 - `set_attn_implementation("radixkv")` holds only during `generate()`; the previous implementation
   is restored afterwards, so the same model object still runs `model.generate` unchanged.
@@ -65,7 +67,7 @@ class ForwardBatch:
     """What the attention function needs for one forward; passed as `model(..., radixkv_batch=...)`."""
     cache: RadixCache
     inputs: BatchInputs  # from cache.batch(): rows, prefix_lens, extend_lens, seq_lens, out_slots
-    is_decode: bool  # every extend_len == 1: use decode_attention
+    num_decode: int  # the first num_decode requests extend by exactly one token: decode_attention
     attention_s: float = 0.0  # accumulated by radixkv_attention
 
 
@@ -93,13 +95,17 @@ def radixkv_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.T
     q = query[0].transpose(0, 1).contiguous()  # [T, H, D]
     k = key[0].transpose(0, 1).contiguous().to(k_buf.dtype)  # [T, Hkv, D]
     v = value[0].transpose(0, 1).contiguous().to(v_buf.dtype)
-    kernels.store_kv(k_buf, v_buf, b.out_slots, k, v)
+    kernels.store_kv(k_buf, v_buf, b.out_slots, k, v)  # before decode_attention, which reads it back
     req_to_token = radixkv_batch.cache.req_pool.req_to_token
-    if radixkv_batch.is_decode:
-        out = kernels.decode_attention(q, k_buf, v_buf, req_to_token, b.rows, b.seq_lens, scaling)
-    else:
-        out = kernels.extend_attention(q, k, v, k_buf, v_buf, req_to_token, b.rows, b.prefix_lens,
-                                       b.extend_lens, scaling)
+    d = radixkv_batch.num_decode  # packed layout: [d decode tokens | prefill chunks]
+    parts = []
+    if d:
+        parts.append(kernels.decode_attention(q[:d], k_buf, v_buf, req_to_token, b.rows[:d], b.seq_lens[:d],
+                                              scaling))
+    if d < len(b.rows):
+        parts.append(kernels.extend_attention(q[d:], k[d:], v[d:], k_buf, v_buf, req_to_token, b.rows[d:],
+                                              b.prefix_lens[d:], b.extend_lens[d:], scaling))
+    out = parts[0] if len(parts) == 1 else torch.cat(parts)
     radixkv_batch.attention_s += time.perf_counter() - start
     return out.to(query.dtype).unsqueeze(0), None
 
@@ -264,7 +270,8 @@ class Engine:
         starts = torch.cumsum(extend_lens, 0) - extend_lens
         offsets = inputs.prefix_lens.to(device=device, dtype=torch.int64) - starts
         position_ids = torch.arange(len(ids), device=device) + torch.repeat_interleave(offsets, extend_lens)
-        batch = ForwardBatch(self.cache, inputs, is_decode=all(n == 1 for n in plan.chunks))
+        num_decode = next((i for i, n in enumerate(plan.chunks) if n != 1), len(plan.chunks))
+        batch = ForwardBatch(self.cache, inputs, num_decode)
         out = self.model(input_ids=torch.tensor([ids], device=device), position_ids=position_ids[None],
                          use_cache=False, logits_to_keep=torch.tensor(keep, dtype=torch.int64, device=device),
                          radixkv_batch=batch)
