@@ -44,6 +44,7 @@ from radixkv import CacheConfig, RadixCache
 from radixkv.bench.workloads import WORKLOADS, Request
 from radixkv.cluster import InMemoryIndex, KVIndex, Publisher, Router
 from radixkv.cluster.redis_index import RedisIndex
+from radixkv.events import block_hashes
 
 BLOCK = 16  # event_block_size, vLLM's default block size
 
@@ -170,6 +171,16 @@ def run_single(trace: list[Request], capacity: int, page_size: int) -> FleetResu
     return res
 
 
+def hash_p50(trace: list[Request]) -> float:
+    """Median µs of block_hashes over each prompt: the part of a routing decision that is not the lookup."""
+    ns = []
+    for r in trace:
+        t0 = time.perf_counter_ns()
+        block_hashes(r.tokens[: r.prompt_len], None, BLOCK)
+        ns.append(time.perf_counter_ns() - t0)
+    return float(np.median(ns)) / 1e3
+
+
 def redis_footprint(index: RedisIndex, used_before: int, instances: int) -> str:
     """What the fleet's index costs on the server, then drop every instance (one line)."""
     c, p = index.client, index.key_prefix
@@ -250,7 +261,7 @@ def main() -> None:
             same = sum(a == b for a, b in zip(results["kv_memory"].picks, results["kv_redis"].picks))
             blocks = np.mean([r.prompt_len // BLOCK for r in trace])
             print(f"kv_redis made the same choice as kv_memory for {same}/{len(trace)} requests; "
-                  f"{blocks:.0f} block hashes per lookup, 1 round trip")
+                  f"{blocks:.0f} block hashes per lookup, 1 round trip; hashing alone p50 {hash_p50(trace):.0f} µs")
             print(f"RESULT {wl} N={n}: single {100 * single.hit_rate:.1f}% kv_memory {100 * results['kv_memory'].hit_rate:.1f}% "
                   f"kv_redis {100 * results['kv_redis'].hit_rate:.1f}% round_robin {100 * results['round_robin'].hit_rate:.1f}% "
                   f"least_loaded {100 * results['least_loaded'].hit_rate:.1f}% "
