@@ -112,7 +112,9 @@ def test_shared_prefixes_and_chunked_prefill(model: torch.nn.Module, page_size: 
     got = engine.generate(prompts, max_new_tokens=10)
     assert_same_tokens(got, reference(model, prompts, 10))
     stats = engine.last_stats
-    assert stats.prefill_reused >= 40 // page_size * page_size, stats  # a later prompt reused a system prompt
+    # Every prompt but the first of its group reuses the whole-page part of the 40-token system
+    # prompt, even those that arrive in the same step (the in-batch prefix check defers them).
+    assert stats.prefill_reused >= 2 * 4 * (40 // page_size * page_size), stats
     assert stats.prefill_computed + stats.prefill_reused == stats.prompt_tokens  # no preemption here
     assert stats.preemptions == 0
     assert_cache_idle(engine)
@@ -199,6 +201,8 @@ def test_rejects_requests_that_cannot_fit(model: torch.nn.Module, no_interpreter
         engine.generate([[1] * 10], max_new_tokens=200)
     with pytest.raises(ValueError, match="at least one token"):
         engine.generate([[]], max_new_tokens=2)
+    with pytest.raises(ValueError, match="token ids"):
+        engine.generate([[1, VOCAB]], max_new_tokens=2)
     assert engine.generate([[1, 2, 3]], max_new_tokens=0) == [[]]
     assert_cache_idle(engine)
 
@@ -210,3 +214,23 @@ def test_interpreted_triton_kernels() -> None:
     prompts = [[5, 6, 7, 8, 9], [5, 6, 7, 8, 10, 11]]
     engine = Engine(model, num_slots=64, page_size=4, dtype=torch.float32, max_context_len=32)
     assert_same_tokens(engine.generate(prompts, max_new_tokens=3), reference(model, prompts, 3))
+
+
+def test_error_mid_generation_closes_every_sequence(model: torch.nn.Module, no_interpreter: None,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    engine = Engine(model, num_slots=1024, page_size=4, dtype=torch.float32, max_context_len=256)
+    forward, calls = engine._forward, []
+
+    def failing_forward(*args: object) -> object:
+        calls.append(1)
+        if len(calls) == 3:
+            raise RuntimeError("injected")
+        return forward(*args)
+
+    monkeypatch.setattr(engine, "_forward", failing_forward)
+    with pytest.raises(RuntimeError, match="injected"):
+        engine.generate(shared_prefix_prompts(seed=8, groups=1, per_group=3), max_new_tokens=8)
+    assert_cache_idle(engine)
+    monkeypatch.setattr(engine, "_forward", forward)
+    prompts = shared_prefix_prompts(seed=9, groups=1, per_group=2)
+    assert_same_tokens(engine.generate(prompts, max_new_tokens=4), reference(model, prompts, 4))

@@ -55,7 +55,6 @@ class Request:
     seq: Sequence | None = None  # open while running
     first_token_s: float | None = None  # seconds from generate() start to the first new token
     reused_tokens: int = 0  # prompt tokens found in the cache at the first open()
-    computed_prompt_tokens: int = 0  # prompt positions whose KV this request computed
     opened: bool = False
 
     @property
@@ -144,6 +143,12 @@ class Scheduler:
                 f"no request can run: {len(self.waiting)} waiting, {len(self.running)} running, "
                 f"cache {self.cache.sizes()}; raise num_slots or max_requests")
         return plan
+
+    def abort(self) -> None:
+        """Close every running Sequence and forget all requests (after an error mid-step)."""
+        for req in list(self.running):
+            self.finish(req)
+        self.waiting.clear()
 
     def finish(self, req: Request) -> None:
         """Drop a finished request: close its Sequence (committed full pages stay cached)."""

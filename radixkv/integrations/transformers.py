@@ -180,15 +180,18 @@ class Engine:
         requests = [Request(i, [int(t) for t in p], len(p), max_new_tokens, make_generator(params, i))
                     for i, p in enumerate(prompts)]
         for req in requests:
-            sched.validate(req.prompt_len, max_new_tokens)
-            self._check_window(req.prompt_len + max_new_tokens)
+            self._validate(sched, req.tokens, max_new_tokens)
             if max_new_tokens > 0:
                 sched.add(req)
         stats = GenerateStats(prompt_tokens=sum(r.prompt_len for r in requests))
         start = time.perf_counter()
         with self._attention_backend():
-            while not sched.idle:
-                self._step(sched, params, eos, stats, start)
+            try:
+                while not sched.idle:
+                    self._step(sched, params, eos, stats, start)
+            except BaseException:
+                sched.abort()  # leave the cache consistent: no Sequence stays open
+                raise
         stats.wall_s = time.perf_counter() - start
         stats.preemptions = sched.num_preemptions
         stats.prefill_reused = sum(r.reused_tokens for r in requests)
@@ -207,7 +210,7 @@ class Engine:
         logits, row `i` predicting token `reused + i + 1`.
         """
         req = Request(0, [int(t) for t in tokens], len(tokens), 0)
-        Scheduler(self.cache, 1).validate(req.prompt_len, 0)
+        self._validate(Scheduler(self.cache, 1), req.tokens, 0)
         req.seq = self.cache.open(req.tokens, namespace=self.namespace, max_reuse=len(tokens) - 1)
         try:
             reused = req.seq.committed_len
@@ -277,11 +280,16 @@ class Engine:
                          radixkv_batch=batch)
         return out.logits[0], batch.attention_s
 
-    def _check_window(self, length: int) -> None:
+    def _validate(self, sched: Scheduler, tokens: list[int], max_new_tokens: int) -> None:
+        """Reject up front what could fail mid-generation: bad ids, too long for pool/context/window."""
+        sched.validate(len(tokens), max_new_tokens)
+        vocab = self.model.config.vocab_size
+        if min(tokens) < 0 or max(tokens) >= vocab:
+            raise ValueError(f"token ids must lie in [0, {vocab}), got [{min(tokens)}, {max(tokens)}]")
         window = getattr(self.model.config, "sliding_window", None)
-        if window is not None and length > window:
-            raise ValueError(f"a request of {length} tokens exceeds sliding_window {window}; "
-                             "radixkv attention is full attention only")
+        if window is not None and len(tokens) + max_new_tokens > window:
+            raise ValueError(f"a request of {len(tokens) + max_new_tokens} tokens exceeds sliding_window "
+                             f"{window}; radixkv attention is full attention only")
 
     @contextlib.contextmanager
     def _attention_backend(self) -> Iterator[None]:
