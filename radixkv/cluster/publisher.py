@@ -39,6 +39,7 @@ class Publisher:
         self.needs_resync = True  # the index knows nothing of us yet
         self.resyncs = 0
         self.failures = 0
+        self._reachable = True  # for logging each outage once
 
     def publish(self) -> bool:
         """Send what changed (or a full resync); return False if the index was unreachable, in which
@@ -48,18 +49,22 @@ class Publisher:
         try:
             if self.needs_resync:
                 self._resync()
-            elif not self.index.ingest(self.instance_id, events) or self.needs_resync:
+            elif not self.index.ingest(self.instance_id, events):
                 self._resync()  # the index had lost us: the delta just sent was applied to nothing
         except IndexUnavailableError as e:
-            if not self.needs_resync:
+            if self._reachable:
                 log.warning("instance %s: KV index unavailable, will resync when it is back: %s",
                             self.instance_id, e)
+            self._reachable = False
             self.needs_resync = True
             self.failures += 1
             return False
         except EventFormatError:
             self.needs_resync = True
             raise
+        if not self._reachable:
+            log.info("instance %s: KV index reachable again, resynced", self.instance_id)
+            self._reachable = True
         return True
 
     def _resync(self) -> None:
