@@ -147,3 +147,10 @@ def test_router_survives_a_killed_server_and_recovers(own_redis: RedisServer, ca
     assert router.route(p).instance == "pod-1"
     assert sum(r.levelno == logging.WARNING for r in caplog.records) == 1
     assert sum("reachable again" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_a_callers_client_with_decoded_responses_works(shared_redis: RedisServer) -> None:
+    index = RedisIndex(key_prefix="dec:", client=redis.Redis.from_url(shared_redis.url, decode_responses=True))
+    p = prompt(6, 3)
+    assert index.ingest("pod-0", [stored(p)]) is False
+    assert index.lookup(block_hashes(p, None, BS) + [7]) == {"pod-0": 3}

@@ -139,7 +139,7 @@ class RedisIndex:
             return []
         reply = self._call(self._holders, [self._block_key(h) for h in block_hashes], [])
         return [frozenset(m.split(":", 1)[1] for m in line.split(",")) if line else _EMPTY
-                for line in reply.decode().split("\n")]
+                for line in (reply if isinstance(reply, str) else reply.decode()).split("\n")]
 
     def lookup(self, block_hashes: Sequence[int]) -> dict[str, int]:
         """{instance: longest consecutive hit in blocks from block 0}; one round trip."""
