@@ -25,11 +25,11 @@ BS = 4  # block size of these tests
 _prefixes = itertools.count()
 
 
-def make_index(kind: str, server: RedisServer | None) -> KVIndex:
+def make_index(kind: str, server: RedisServer | None, per_call: int = 8192) -> KVIndex:
     if kind == "memory":
         return InMemoryIndex()
-    assert server is not None
-    return RedisIndex(server.url, key_prefix=f"t{next(_prefixes)}:")  # a fresh keyspace per index
+    assert server is not None  # a fresh keyspace per index
+    return RedisIndex(server.url, key_prefix=f"t{next(_prefixes)}:", max_hashes_per_call=per_call)
 
 
 @pytest.fixture(params=["memory", "redis"])
@@ -173,7 +173,7 @@ def test_random_streams_match_a_dict_model(kind: str, request: pytest.FixtureReq
     @settings(max_examples=40 if kind == "redis" else 150, deadline=None)
     @given(st.lists(st.lists(op, max_size=4), max_size=8))
     def run(batches: list[list[tuple]]) -> None:
-        index = make_index(kind, server)
+        index = make_index(kind, server, per_call=3)  # batches cut into several script calls
         model: dict[tuple[str, int, str], bool] = {}
         for batch in batches:
             inst = batch[0][1] if batch else "pod-0"
