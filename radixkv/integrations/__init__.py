@@ -2,7 +2,8 @@
 
 - `radixkv.integrations.transformers`: `Engine` for HuggingFace causal LMs of the Llama family
   (continuous batching, chunked prefill, preemption, token-identical greedy output).
-- `scheduler`, `sampling`, `stats`: its parts, usable by a hand-written loop.
+- `attention`: the "radixkv" function registered with transformers' `AttentionInterface`.
+- `scheduler`, `sampling`, `stats`: the Engine's parts, usable by a hand-written loop.
 
 Nothing is imported here, so `import radixkv.integrations` does not require transformers.
 """

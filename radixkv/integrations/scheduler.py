@@ -42,7 +42,7 @@ from radixkv import OutOfRowsError, OutOfSlotsError, RadixCache
 if TYPE_CHECKING:
     import torch
 
-    from radixkv.cache import Sequence
+    from radixkv import Sequence
 
 
 @dataclass(eq=False)
