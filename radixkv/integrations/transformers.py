@@ -185,17 +185,13 @@ class Engine:
         t1 = time.perf_counter()
         logits, attention_s = self._forward(plan, inputs, [ends[i] - 1 for i in last])
         t2 = time.perf_counter()
-        for req, n in zip(plan.requests, plan.chunks):
-            done = req.seq.committed_len
-            stats.prefill_computed += max(0, min(done + n, req.prompt_len) - done)
-            self.cache.commit(req.seq, req.tokens[done:done + n])
+        stats.prefill_computed += self._commit(plan)
         t3 = time.perf_counter()
         new_tokens = sample(logits, params, [r.generator for r in sampling])
         t4 = time.perf_counter()
         for req, token in zip(sampling, new_tokens):
             req.tokens.append(token)
-            if req.first_token_s is None:
-                req.first_token_s = t4 - start
+            req.first_token_s = t4 - start if req.first_token_s is None else req.first_token_s
             if len(req.output) >= req.max_new_tokens or token in eos:
                 sched.finish(req)
         t5 = time.perf_counter()
@@ -204,6 +200,15 @@ class Engine:
         stats.attention_s += attention_s
         stats.cache_s += (t1 - t0) + (t3 - t2) + (t5 - t4)
         stats.sample_s += t4 - t3
+
+    def _commit(self, plan: Plan) -> int:
+        """Commit every planned chunk (its KV is written now); returns how many were prompt positions."""
+        prompt_positions = 0
+        for req, n in zip(plan.requests, plan.chunks):
+            done = req.seq.committed_len
+            prompt_positions += max(0, min(done + n, req.prompt_len) - done)
+            self.cache.commit(req.seq, req.tokens[done:done + n])
+        return prompt_positions
 
     def _forward(self, plan: Plan, inputs: BatchInputs, keep: list[int]) -> tuple[torch.Tensor, float]:
         """One model forward over the planned positions (packed, in plan order).
