@@ -81,6 +81,6 @@ def run(trace: str, capacities: list[int], page_size: int = 1, policy: str = "lr
 def parse(text: str, where: str) -> PeerRun:
     """Read the harness's JSON report (stdout)."""
     rep = json.loads(text[text.index("{"):])
-    results = [PeerResult(int(r["capacity_tokens"]), float(r["token_hit_rate"]), float(r["requests_per_s"]))
-               for r in rep["results"]]
+    results = [PeerResult(int(r["capacity_tokens"]), r["hit_tokens"] / max(1, r["prompt_tokens"]),
+                          float(r["requests_per_s"])) for r in rep["results"]]  # unrounded rate
     return PeerRun(str(rep["sglang_version"]), where, results)

@@ -1,20 +1,28 @@
 """Two more eviction policies: SLRU (SGLang's) and `adaptive`, a continuation-aware LRFU.
 
-No fixed policy wins every prefix workload: in shared-prefix traffic (gsp, RAG, tree-of-thought)
-how often a node was reused predicts its next reuse, so LFU wins; in session traffic (multi-turn
-chat, agent loops) a session's oldest, most-hit nodes die with the session, so LRU wins.
+No fixed policy wins every prefix workload. In shared-prefix traffic (gsp, RAG, tree-of-thought,
+few-shot) how often a node was reused predicts its next reuse, so LFU wins; in session traffic
+(multi-turn chat, agent loops) a session's oldest, most-hit nodes die with the session while its
+newest leaf is about to be extended, so LRU wins (measured in bench/RESULTS.md).
 
-`adaptive` ranks a leaf by LRFU's combined recency-frequency value (Lee et al., 2001):
+`adaptive` ranks an evictable leaf by LRFU's combined recency-frequency value (Lee et al., 2001),
 CRF = sum over its references of 2^(-(now - t_ref) / H). Keys must not change while a leaf waits
-in the index, and LRFU's ordering is time-invariant, so the key is `t_last / H + log2(CRF(t_last))`,
-with the references assumed evenly spaced between `created` and `last_access` (the node keeps only
-a hit count). The half-life H moves between H_MIN (recency: LRU-like) and H_MAX (frequency:
-LFU-like) with one learned number, the continuation rate r: the fraction of freshly inserted
-leaves whose whole key is later extended by a request, either seen live (a leaf matched for the
-first time as a whole) or through a ghost (a never-hit leaf that was evicted and then re-inserted
-as the start of a longer leaf at the same depth). Sessions continue their last sequence (r near 1,
-short H); shared-prefix traffic branches below a common prefix (r near 0, long H). Counting ghosts
-keeps r honest when eviction itself removes the leaves that would have been continued.
+in the index; LRFU's order is time-invariant, so the key is `t_last / H + log2(CRF at t_last)`,
+with the node's `hit_count` references assumed evenly spaced between `created` and `last_access`.
+The half-life H (in ticks of the tree's logical clock) slides from H_MAX (hit counts dominate:
+LFU-like) to H_MIN (recency only: LRU) as one learned number, the chain rate r, rises from R_LO
+to R_HI. Over recent insertions of fresh leaves, r is the decayed fraction of
+  * chain events: the new leaf extends a leaf that the same request matched whole for the first
+    time (seen live), or it re-creates a never-hit leaf that eviction took and extends it (seen
+    through a ghost: a fingerprint of the victim kept in a bounded LRU dict; a victim that ended
+    where eviction or a split cut an edge, rather than where a sequence ended, proves nothing);
+among chain events and
+  * branch events: the new leaf is its parent's second child (each node counts once, so a system
+    prompt shared by a thousand requests is one event, not a thousand), or it starts where an
+    evicted never-hit leaf started and diverges from it (the sibling that eviction hid).
+Sessions continue their last sequence (r near 1); shared prefixes fan out (r near 0); a tree of
+thought continues each path once per branch (r near 1/2: still frequency-led). Counting ghosts
+keeps r honest when eviction removes the leaves that would have been continued.
 """
 
 from __future__ import annotations
@@ -44,53 +52,80 @@ class SLRU(EvictionPolicy):
 
 
 class Adaptive(EvictionPolicy):
-    """Continuation-aware LRFU (module docstring). Stateful: keys depend on the learned rate."""
+    """Continuation-aware LRFU (module docstring). Stateful: keys depend on the learned rate, so
+    a leaf's key is fixed when it enters the index (or is touched), as in GreedyDual."""
 
     name = "adaptive"
-    H_MIN = 64.0  # ticks (2 per request): a few dozen requests of memory, LRU-like
-    H_MAX = 4096.0  # thousands of requests: hit counts dominate, LFU-like
-    ALPHA = 0.02  # EMA step per inserted leaf: r follows the last ~50 insertions
-    GHOSTS = 8192  # evicted never-hit leaves remembered (a fingerprint and a hash each)
-    _FP = 8  # tokens of a key used to find its ghost
+    H_MIN = 8.0  # ticks (2 per request): the frequency term vanishes, pure LRU order
+    H_MAX = 4096.0  # ~2,000 requests: log2(hit count) dominates recency, LFU-like
+    R_LO, R_HI = 0.6, 0.85  # chain rate at which H starts to fall from H_MAX / reaches H_MIN
+    DECAY = 0.999  # per counted event: r remembers the last ~1,000 events
+    GHOSTS = 8192  # evicted never-hit leaves remembered
+    _FP = 8  # leading tokens of a key in a ghost's fingerprint
 
     def __init__(self) -> None:
-        self.rate = 0.0  # continuation rate r in [0, 1]
-        self._continued = False  # a continuation was seen since the last inserted leaf
+        self._chains = 0.0  # decayed count of chain events (prior: r = 0, weight 1)
+        self._events = 1.0  # decayed count of chain + branch events
         self._clock = -1  # newest last_access seen: tells fresh events from re-keyed old leaves
-        self._ghosts: OrderedDict[tuple[int, bytes], tuple[int, int]] = OrderedDict()
+        self._max_id = -1  # newest node id seen: a leaf with a new id and no hits was just inserted
+        self._first_hit: tuple[int, int] | None = None  # (id, end) of the leaf just matched whole once
+        # (depth, first tokens) -> (length, hash of key, ended at a cut) of evicted never-hit leaves
+        self._ghosts: OrderedDict[tuple[int, bytes], tuple[int, int, bool]] = OrderedDict()
+        self._cut_ends: OrderedDict[int, None] = OrderedDict()  # ids of nodes whose end is a split point
+
+    @property
+    def rate(self) -> float:
+        """The chain rate r in [0, 1]."""
+        return self._chains / self._events
 
     @property
     def half_life(self) -> float:
-        """H in ticks: H_MIN * (H_MAX / H_MIN) ** ((1 - r) ** 2)."""
-        return self.H_MIN * (self.H_MAX / self.H_MIN) ** ((1.0 - self.rate) ** 2)
+        t = min(1.0, max(0.0, (self.R_HI - self.rate) / (self.R_HI - self.R_LO)))
+        return self.H_MIN * (self.H_MAX / self.H_MIN) ** t
 
     def _observe(self, node: TreeNode) -> None:
         if node.last_access <= self._clock:
-            return  # an old leaf re-keyed (its child was evicted or it was unlocked)
+            return  # an old leaf re-keyed (its child was evicted, or it was unlocked)
         self._clock = node.last_access
-        if node.hit_count == 1:  # a fresh leaf matched as a whole: continued live
-            self._continued = True
-        elif node.hit_count == 0 and node.created == node.last_access:  # just inserted
-            ghost = self._ghosts.pop((node.depth, node.key[:self._FP].tobytes()), None)
-            if ghost is not None and len(node.key) > ghost[0] \
-                    and hash(node.key[:ghost[0]].tobytes()) == ghost[1]:
-                self._continued = True  # an evicted fresh leaf came back, extended
-            self.rate += self.ALPHA * (float(self._continued) - self.rate)
-            self._continued = False
+        end = node.depth + len(node.key)
+        if node.hit_count == 1:
+            self._first_hit = (node.id, end)
+            return
+        if node.hit_count or node.id <= self._max_id:
+            return
+        self._max_id = node.id
+        parent = node.parent  # a fresh leaf was just inserted below `parent`
+        assert parent is not None
+        chain = self._first_hit == (parent.id, parent.depth + len(parent.key))
+        branch = len(parent.children) == 2
+        ghost = self._ghosts.pop((node.depth, node.key[:self._FP].tobytes()), None)
+        if ghost is not None:  # an evicted leaf started here: the new one extends it or diverges
+            extends = len(node.key) > ghost[0] and hash(node.key[:ghost[0]].tobytes()) == ghost[1]
+            chain, branch = extends and not ghost[2], not extends  # extending a cut proves nothing
+        self._first_hit = None
+        if chain or branch:
+            self._chains = self._chains * self.DECAY + chain
+            self._events = self._events * self.DECAY + 1.0
 
     def key(self, node: TreeNode) -> tuple:
         self._observe(node)
         lam = 1.0 / self.half_life
-        h = node.hit_count
         crf = 1.0
-        if h:
-            gap = max(1.0, (node.last_access - node.created) / h)
+        if node.hit_count:
+            gap = max(1.0, (node.last_access - node.created) / node.hit_count)
             decay = 2.0 ** (-lam * gap)
-            crf = (1.0 - decay ** (h + 1)) / (1.0 - decay)
+            crf = (1.0 - decay ** (node.hit_count + 1)) / (1.0 - decay)
         return (lam * node.last_access + math.log2(crf), node.id)
 
     def on_evict(self, node: TreeNode) -> None:
+        parent = node.parent
+        if parent is not None and parent.parent is not None and parent.id > node.id:
+            self._cut_ends[parent.id] = None  # parent came from a split of this edge: a cut, not a sequence end
+            if len(self._cut_ends) > self.GHOSTS:
+                self._cut_ends.popitem(last=False)
+        cut = node.id in self._cut_ends
+        self._cut_ends.pop(node.id, None)
         if node.hit_count == 0:
-            self._ghosts[(node.depth, node.key[:self._FP].tobytes())] = (len(node.key), hash(node.key.tobytes()))
+            self._ghosts[(node.depth, node.key[:self._FP].tobytes())] = (len(node.key), hash(node.key.tobytes()), cut)
             if len(self._ghosts) > self.GHOSTS:
                 self._ghosts.popitem(last=False)
