@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import sys
 
@@ -23,7 +24,9 @@ def cmd_bench(a: argparse.Namespace) -> int:
     from radixkv.bench.main import run_bench, summary_tables, write_json
 
     con = Console()
-    sglang = a.sglang or (not a.no_sglang and sglang_peer.available() is None and a.sglang_auto)
+    # SGLang runs when asked (--sglang: in-process or through the peer venv) or, unless --no-sglang,
+    # when it is importable here (installed beside radixkv): then it costs no subprocess.
+    sglang = a.sglang or (not a.no_sglang and importlib.util.find_spec("sglang") is not None)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=con) as prog:
         rep = run_bench(_csv(a.workloads), [float(x) for x in _csv(a.fracs)], _csv(a.policies),
@@ -88,9 +91,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--scale", type=float, default=1.0, help="keep this fraction of each trace (quick runs)")
     b.add_argument("--model", default="llama-3-8b", help="preset or config.json for the memory column")
     b.add_argument("--dtype", default="bf16", choices=sorted(DTYPE_BYTES))
-    b.add_argument("--sglang", action="store_true", help="also run SGLang's RadixCache (peer harness)")
+    b.add_argument("--sglang", action="store_true",
+                   help="also run SGLang's RadixCache (peer harness; see radixkv/bench/sglang_peer.py)")
     b.add_argument("--no-sglang", action="store_true", help="never run SGLang")
-    b.add_argument("--sglang-auto", action="store_true", default=True, help=argparse.SUPPRESS)
     b.add_argument("--out", default="bench/out", help="directory for bench.json and the PNGs")
     b.add_argument("--no-plots", action="store_true")
     b.set_defaults(fn=cmd_bench)
