@@ -117,6 +117,10 @@ def test_shared_prefixes_and_chunked_prefill(model: torch.nn.Module, page_size: 
     assert stats.prefill_reused >= 2 * 4 * (40 // page_size * page_size), stats
     assert stats.prefill_computed + stats.prefill_reused == stats.prompt_tokens  # no preemption here
     assert stats.preemptions == 0
+    assert stats.output_tokens == 10 * len(prompts) and len(stats.ttft_s) == len(prompts)
+    profile = stats.profile()
+    assert all(v >= 0 for v in profile.values()), profile
+    assert sum(profile.values()) == pytest.approx(stats.wall_s)
     assert_cache_idle(engine)
 
 

@@ -26,7 +26,9 @@ class ForwardBatch:
     cache: RadixCache
     inputs: BatchInputs  # from cache.batch(): rows, prefix_lens, extend_lens, seq_lens, out_slots
     num_decode: int  # the first num_decode requests extend by exactly one token: decode_attention
-    attention_s: float = 0.0  # accumulated by radixkv_attention
+    attention_s: float = 0.0  # seconds inside radixkv_attention, all layers (the two below included)
+    decode_s: float = 0.0  # of which in decode_attention
+    extend_s: float = 0.0  # of which in extend_attention
 
 
 def radixkv_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
@@ -59,13 +61,18 @@ def radixkv_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.T
     req_to_token = radixkv_batch.cache.req_pool.req_to_token
     d = radixkv_batch.num_decode  # packed layout: [d decode tokens | prefill chunks]
     parts = []
+    t0 = time.perf_counter()
     if d:
         parts.append(kernels.decode_attention(q[:d], k_buf, v_buf, req_to_token, b.rows[:d], b.seq_lens[:d],
                                               scaling))
+    t1 = time.perf_counter()
     if d < len(b.rows):
         parts.append(kernels.extend_attention(q[d:], k[d:], v[d:], k_buf, v_buf, req_to_token, b.rows[d:],
                                               b.prefix_lens[d:], b.extend_lens[d:], scaling))
+    t2 = time.perf_counter()
     out = parts[0] if len(parts) == 1 else torch.cat(parts)
+    radixkv_batch.decode_s += t1 - t0
+    radixkv_batch.extend_s += t2 - t1
     radixkv_batch.attention_s += time.perf_counter() - start
     return out.to(query.dtype).unsqueeze(0), None
 

@@ -1,6 +1,7 @@
 """What one `Engine.generate` call did and where its time went (wall-clock, `time.perf_counter`).
 
-Time buckets do not overlap except that `attention_s` lies inside `forward_s`:
+Time buckets do not overlap except that `attention_s` lies inside `forward_s` (and the decode /
+extend kernel times inside `attention_s`):
 
 ```
 wall_s = forward_s (model forward, attention_s included) + cache_s (scheduler + batch + commit + close)
@@ -29,6 +30,8 @@ class GenerateStats:
     wall_s: float = 0.0
     forward_s: float = 0.0  # inside model(...): embeddings, projections, MLP, norms, lm_head, attention
     attention_s: float = 0.0  # inside the radixkv attention function: store_kv + attention kernels
+    decode_attention_s: float = 0.0  # of which in kernels.decode_attention
+    extend_attention_s: float = 0.0  # of which in kernels.extend_attention
     cache_s: float = 0.0  # radixkv bookkeeping: schedule (open/reserve/close), batch, commit
     sample_s: float = 0.0
     steps: int = 0  # forwards run
@@ -55,7 +58,9 @@ class GenerateStats:
         """Seconds per bucket, non-overlapping, summing to `wall_s`."""
         return {
             "model forward (w/o attention)": self.forward_s - self.attention_s,
-            "attention (store_kv + kernels)": self.attention_s,
+            "decode_attention": self.decode_attention_s,
+            "extend_attention": self.extend_attention_s,
+            "store_kv + layout": self.attention_s - self.decode_attention_s - self.extend_attention_s,
             "cache bookkeeping": self.cache_s,
             "sampling": self.sample_s,
             "python glue": self.other_s,

@@ -183,7 +183,7 @@ class Engine:
         last = [i for i, (r, n) in enumerate(zip(plan.requests, plan.chunks)) if r.pending == n]
         sampling = [plan.requests[i] for i in last]
         t1 = time.perf_counter()
-        logits, attention_s = self._forward(plan, inputs, [ends[i] - 1 for i in last])
+        logits, batch = self._forward(plan, inputs, [ends[i] - 1 for i in last])
         t2 = time.perf_counter()
         stats.prefill_computed += self._commit(plan)
         t3 = time.perf_counter()
@@ -197,7 +197,9 @@ class Engine:
         t5 = time.perf_counter()
         stats.steps += 1
         stats.forward_s += t2 - t1
-        stats.attention_s += attention_s
+        stats.attention_s += batch.attention_s
+        stats.decode_attention_s += batch.decode_s
+        stats.extend_attention_s += batch.extend_s
         stats.cache_s += (t1 - t0) + (t3 - t2) + (t5 - t4)
         stats.sample_s += t4 - t3
 
@@ -210,7 +212,7 @@ class Engine:
             self.cache.commit(req.seq, req.tokens[done:done + n])
         return prompt_positions
 
-    def _forward(self, plan: Plan, inputs: BatchInputs, keep: list[int]) -> tuple[torch.Tensor, float]:
+    def _forward(self, plan: Plan, inputs: BatchInputs, keep: list[int]) -> tuple[torch.Tensor, ForwardBatch]:
         """One model forward over the planned positions (packed, in plan order).
 
         Args:
@@ -218,7 +220,7 @@ class Engine:
             inputs: `cache.batch()` of the plan's Sequences.
             keep: indices into the packed positions whose logits to return.
         Returns:
-            (`[len(keep), vocab]` logits, seconds spent inside the attention function).
+            (`[len(keep), vocab]` logits, the ForwardBatch with the attention timings).
         """
         device = self.model.device
         ids = list(itertools.chain.from_iterable(
@@ -232,7 +234,7 @@ class Engine:
         out = self.model(input_ids=torch.tensor([ids], device=device), position_ids=position_ids[None],
                          use_cache=False, logits_to_keep=torch.tensor(keep, dtype=torch.int64, device=device),
                          radixkv_batch=batch)
-        return out.logits[0], batch.attention_s
+        return out.logits[0], batch
 
     def _validate(self, sched: Scheduler, tokens: list[int], max_new_tokens: int) -> None:
         """Reject up front what could fail mid-generation: bad ids, too long for pool/context/window."""
