@@ -25,7 +25,7 @@ from radixkv.calc import bytes_per_token, get_model
 
 DEFAULT_POLICIES = ("lru", "lfu", "fifo", "slru", "adaptive")
 HEADLINE = "adaptive"  # the policy compared with SGLang's best in the summary (our recommendation)
-DEFAULT_FRACS = (0.05, 0.1, 0.25)
+DEFAULT_FRACS = (0.05, 0.1, 0.25, 0.5)
 SGLANG_POLICIES = ("lru", "lfu")
 
 

@@ -37,7 +37,10 @@ def hit_rate_vs_capacity(rep: BenchReport, path: str) -> None:
                     "x", ms=7, label=f"SGLang {pol}")
         ax.set_title(name)
         ax.set_xscale("log")
-        ax.set_xlabel("capacity / unique tokens")
+        ax.set_xticks(x, [f"{f:.0%}" for f in x])
+        ax.minorticks_off()
+        ax.ticklabel_format(axis="y", useOffset=False)
+        ax.set_xlabel("capacity (share of the trace's unique tokens)")
         ax.set_ylabel("token hit rate")
         ax.grid(alpha=0.3)
     for ax in list(axes.flat)[len(names):]:
