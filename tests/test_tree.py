@@ -143,3 +143,14 @@ def test_eviction_frees_parents_once_children_go() -> None:
     assert cache.evict(100) == 4
     assert cache.sizes().cached == 0 and cache.sizes().free == 64
     cache.check_invariants()
+
+
+def test_a_partial_match_is_a_hit_for_the_matched_part_only() -> None:
+    cache = make(eviction="lfu")
+    put(cache, [1, 2, 3, 4])
+    tail = cache.match_prefix([1, 2, 3, 4]).node
+    hits = tail.hit_count
+    for _ in range(3):
+        head = cache.match_prefix([1, 2, 9]).node
+    assert head.hit_count == hits + 3 and tail.hit_count == hits  # the unmatched [3, 4] was not reused
+    cache.check_invariants()

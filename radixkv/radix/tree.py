@@ -136,14 +136,14 @@ class RadixTree(Residency):
         if not path:
             return start, 0, _EMPTY_SLOTS, 0
         k, dev = self.device_part(path, length, start)
-        self._touch(path, hit=True)
+        if k and path[k - 1].end > start.end + dev:  # split first: the unmatched tail is not a hit
+            path[k - 1] = self._split(path[k - 1], start.end + dev - path[k - 1].depth)
+        matched = path[:k] + [n for n in path[k:] if n.end <= start.end + length]
+        if matched:
+            self._touch(matched, hit=True)
         if k == 0:
             return start, 0, _EMPTY_SLOTS, length
-        last = path[k - 1]
-        if last.end > start.end + dev:
-            last = self._split(last, start.end + dev - last.depth)
-            path[k - 1] = last
-        return last, dev, self.path_slots(path[:k], dev), length - dev
+        return path[k - 1], dev, self.path_slots(path[:k], dev), length - dev
 
     def _touch(self, path: list[TreeNode], hit: bool) -> None:
         self._tick += 1
