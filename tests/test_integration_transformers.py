@@ -238,3 +238,13 @@ def test_error_mid_generation_closes_every_sequence(model: torch.nn.Module, no_i
     monkeypatch.setattr(engine, "_forward", forward)
     prompts = shared_prefix_prompts(seed=9, groups=1, per_group=2)
     assert_same_tokens(engine.generate(prompts, max_new_tokens=4), reference(model, prompts, 4))
+
+
+def test_one_token_budget_and_two_rows(no_interpreter: None) -> None:
+    """Prefill one token per forward and only two req_to_token rows: slow, but the same tokens."""
+    model = _build("llama")
+    prompts = shared_prefix_prompts(seed=3, groups=2, per_group=2, system=12, own=(1, 6))
+    engine = Engine(model, num_slots=256, page_size=4, dtype=torch.float32, max_context_len=64,
+                    max_requests=2, max_batch_tokens=1)
+    assert_same_tokens(engine.generate(prompts, max_new_tokens=4), reference(model, prompts, 4))
+    assert_cache_idle(engine)
