@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from typing import NamedTuple
 
 import pytest
 import torch
@@ -58,18 +59,31 @@ def no_interpreter(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
 
 
+class Expected(NamedTuple):
+    tokens: list[list[int]]  # new tokens of each prompt
+    gaps: list[list[float]]  # top-1 minus top-2 logit at each of those steps
+
+
+# A mismatch is excused only where the reference's top two logits lie closer than this: a genuine
+# near-tie that fp32 rounding (different summation orders, ~1e-6) may flip. In these tiny models
+# 1 step in ~1,000 has a gap under 1e-4; any real bug shows up far from ties.
+TIE = 1e-3
+
+
 def reference(model: torch.nn.Module, prompts: list[list[int]], max_new_tokens: int,
-              eos_token_id: int | None = None) -> list[list[int]]:
+              eos_token_id: int | None = None) -> Expected:
     """`model.generate(do_sample=False)` one prompt at a time (sdpa attention, DynamicCache)."""
     gen = GenerationConfig(max_new_tokens=max_new_tokens, do_sample=False, eos_token_id=eos_token_id,
-                           pad_token_id=0 if eos_token_id is None else eos_token_id)
-    outs = []
+                           pad_token_id=0 if eos_token_id is None else eos_token_id,
+                           output_logits=True, return_dict_in_generate=True)
+    tokens, gaps = [], []
     with torch.no_grad():
         for p in prompts:
-            ids = model.generate(torch.tensor([p]), attention_mask=torch.ones(1, len(p), dtype=torch.long),
+            out = model.generate(torch.tensor([p]), attention_mask=torch.ones(1, len(p), dtype=torch.long),
                                  generation_config=gen)
-            outs.append(ids[0, len(p):].tolist())
-    return outs
+            tokens.append(out.sequences[0, len(p):].tolist())
+            gaps.append([float(t[0] - t[1]) for t in (step[0].topk(2).values for step in out.logits)])
+    return Expected(tokens, gaps)
 
 
 def shared_prefix_prompts(seed: int, groups: int = 2, per_group: int = 4, system: int = 40,
@@ -88,13 +102,18 @@ def shared_prefix_prompts(seed: int, groups: int = 2, per_group: int = 4, system
     return prompts
 
 
-def assert_same_tokens(got: list[list[int]], want: list[list[int]]) -> None:
-    for i, (a, b) in enumerate(zip(got, want)):
-        if a != b:
-            k = next((j for j, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
-            raise AssertionError(f"prompt {i}: first mismatch at new token {k}: engine {a[k:k + 4]} "
-                                 f"vs model.generate {b[k:k + 4]} (lengths {len(a)} vs {len(b)})")
-    assert len(got) == len(want)
+def assert_same_tokens(got: list[list[int]], want: Expected) -> None:
+    """Token for token, except after a first mismatch at a reference near-tie (gap < TIE)."""
+    assert len(got) == len(want.tokens)
+    for i, (a, b) in enumerate(zip(got, want.tokens)):
+        if a == b:
+            continue
+        k = next((j for j, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+        if k < len(b) and k < len(a) and want.gaps[i][k] < TIE:
+            continue  # a genuine tie in the reference: what follows may legitimately differ
+        raise AssertionError(f"prompt {i}: first mismatch at new token {k}: engine {a[k:k + 4]} "
+                             f"vs model.generate {b[k:k + 4]} (lengths {len(a)} vs {len(b)}; "
+                             f"reference top-2 gap there {want.gaps[i][k] if k < len(b) else None})")
 
 
 def assert_cache_idle(engine: Engine) -> None:
@@ -154,7 +173,7 @@ def test_next_turn_reuses_committed_output(model: torch.nn.Module, no_interprete
 
 def test_eos_stops_a_request(model: torch.nn.Module, no_interpreter: None) -> None:
     prompts = shared_prefix_prompts(seed=4, groups=1, per_group=3)
-    free_run = reference(model, prompts, 12)
+    free_run = reference(model, prompts, 12).tokens
     eos = free_run[1][5]  # prompt 1 must stop at its 6th token (or earlier if eos shows up before)
     engine = Engine(model, num_slots=2048, dtype=torch.float32, max_context_len=256)
     got = engine.generate(prompts, max_new_tokens=12, eos_token_id=eos)
@@ -248,3 +267,12 @@ def test_one_token_budget_and_two_rows(no_interpreter: None) -> None:
                     max_requests=2, max_batch_tokens=1)
     assert_same_tokens(engine.generate(prompts, max_new_tokens=4), reference(model, prompts, 4))
     assert_cache_idle(engine)
+
+
+def test_tie_excuse_covers_only_near_ties() -> None:
+    want = Expected(tokens=[[1, 2, 3]], gaps=[[0.5, 2e-4, 0.5]])
+    assert_same_tokens([[1, 9, 9]], want)  # diverges at a near-tie: excused
+    with pytest.raises(AssertionError, match="first mismatch at new token 0"):
+        assert_same_tokens([[7, 2, 3]], want)
+    with pytest.raises(AssertionError, match="lengths 2 vs 3"):
+        assert_same_tokens([[1, 2]], want)
