@@ -88,7 +88,7 @@ class RadixCache(RequestAPI):
         pages = self._take_pages(-(-n // self.page_size), PRIVATE)
         return _to_tensor(page_slots(pages, self.page_size)[:n])
 
-    def _take_pages(self, k: int, state: int, owner: int = -1) -> np.ndarray:
+    def _take_pages(self, k: int, state: int) -> np.ndarray:
         short = k - self.allocator.num_free_pages
         if short > 0:
             evictable_pages = self.tree.evictable_size // self.page_size
@@ -99,7 +99,7 @@ class RadixCache(RequestAPI):
                     "or raise CacheConfig.num_slots")
             self._evict(short * self.page_size)
         pages = self.allocator.alloc_pages(k)
-        self.pages.set(pages, state, owner)
+        self.pages.set(pages, state)
         return pages
 
     def _release(self, slots: np.ndarray) -> None:
@@ -134,22 +134,41 @@ class RadixCache(RequestAPI):
         n = len(toks) // ps * ps
         path, m = self.tree.walk(toks[:n], root)
         k, m = self.tree.device_part(path, m, root)  # host-only nodes on the way take new pages
-        pages = given[:n].reshape(-1, ps)
-        shared = np.zeros(len(pages), dtype=np.bool_)
-        shared[:m // ps] = (pages[:m // ps] == self.tree.path_slots(path[:k], m).reshape(-1, ps)).all(1)
-        own = pages[~shared]
-        own_pages = own[:, 0] // ps
-        if ((own[:, 0] % ps) != 0).any() or (own != own[:, :1] + np.arange(ps)).any():
+        duplicates, new, tail = self._classify_insert(given, self.tree.path_slots(path[:k], m), m, n)
+        self.tree.insert(toks[:n], given[:n], root, priority)
+        self.pages.set(new, CACHED)
+        self._free_pages(np.concatenate([duplicates, tail]))
+        return m
+
+    def _classify_insert(self, given: np.ndarray, tree_slots: np.ndarray, m: int,
+                         n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Pages of insert's `given` slots: (private duplicates of cached pages in [0, m), new pages
+        for [m, n), pages of the partial tail [n, len)). Raises InvalidSlotsError, changing nothing."""
+        ps = self.page_size
+        head, body = given[:m], given[m:n]
+        if head.tobytes() == tree_slots.tobytes():  # the usual case: match_prefix's own slots
+            duplicates = head[:0]
+        else:
+            shared = (head.reshape(-1, ps) == tree_slots.reshape(-1, ps)).all(1)
+            duplicates = head.reshape(-1, ps)[~shared]
+            self._check_whole_pages(duplicates)
+            duplicates = duplicates[:, 0] // ps
+        self._check_whole_pages(body)
+        new, tail = body[::ps] // ps, given[n:] // ps
+        tail = np.unique(tail) if len(tail) > 1 else tail
+        wanted = np.concatenate([duplicates, new, tail])
+        if not self.pages.all_in(wanted, PRIVATE):
+            raise InvalidSlotsError(f"insert: slots must be private from alloc(): {self.pages.describe(wanted, PRIVATE)}")
+        return duplicates, new, tail
+
+    def _check_whole_pages(self, slots: np.ndarray) -> None:
+        ps = self.page_size
+        if ps == 1 or not len(slots):
+            return
+        rows = slots.reshape(-1, ps)
+        if (rows[:, 0] % ps).any() or (rows != rows[:, :1] + np.arange(ps)).any():
             raise InvalidSlotsError("insert: each page of positions must be the tree's own slots there "
                                     "or the page_size slots of one private page, in order")
-        tail_pages = np.unique(given[n:] // ps)
-        if not self.pages.all_in(np.concatenate([own_pages, tail_pages]), PRIVATE):
-            raise InvalidSlotsError(f"insert: slots must be private from alloc(): "
-                                    f"{self.pages.describe(np.concatenate([own_pages, tail_pages]), PRIVATE)}")
-        self.tree.insert(toks[:n], given[:n], root, priority)
-        self.pages.set(given[m:n:ps] // ps, CACHED)
-        self._free_pages(np.concatenate([pages[:m // ps][~shared[:m // ps], 0] // ps, tail_pages]))
-        return m
 
     def evict(self, n: int) -> int:
         """Evict at least `n` unlocked cached tokens if that many exist (trimming a leaf's tail
@@ -175,7 +194,7 @@ class RadixCache(RequestAPI):
         return SizeInfo(free, cached, evictable, protected, total - free - cached, total)
 
     def check_invariants(self) -> None:
-        """Recompute every counter, owner and index from scratch; AssertionError on a mismatch."""
+        """Recompute every counter, page state and index from scratch; AssertionError on a mismatch."""
         check_cache(self)
 
     def metrics(self) -> dict[str, float]:

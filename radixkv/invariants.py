@@ -30,7 +30,7 @@ def _path_slots(seq: Sequence) -> np.ndarray:
     return np.concatenate(chunks[::-1]) if chunks else np.empty(0, dtype=np.int64)
 
 
-def _check_sequence(cache: RadixCache, seq: Sequence, expected: np.ndarray, owner: np.ndarray) -> None:
+def _check_sequence(cache: RadixCache, seq: Sequence, expected: np.ndarray) -> None:
     ps = cache.page_size
     if not (seq.cached_len <= seq.committed_len <= seq.kv_len <= cache.config.max_context_len):
         raise AssertionError(f"{seq}: lengths out of order")
@@ -46,7 +46,7 @@ def _check_sequence(cache: RadixCache, seq: Sequence, expected: np.ndarray, owne
         raise AssertionError(f"{seq}: private slots are not laid out page by page")
     if (expected[pages] != PRIVATE).any():
         raise AssertionError(f"{seq}: a private page is also free, cached or another Sequence's")
-    expected[pages], owner[pages] = RESERVED, seq.row
+    expected[pages] = RESERVED
     table = cache.req_pool.req_to_token[seq.row, :seq.kv_len].cpu().numpy()
     if not np.array_equal(table, seq._slots[:seq.kv_len]):
         raise AssertionError(f"{seq}: req_to_token row differs from the Sequence's slots")
@@ -59,7 +59,6 @@ def check_cache(cache: RadixCache) -> None:
     if cache.host is not None:
         cache.host.check(host_slots)
     expected = np.full(num_pages, PRIVATE, dtype=np.int8)
-    owner = np.full(num_pages, -1, dtype=np.int32)
     expected[cache.allocator.free_mask()] = FREE
     cached_pages = cached_slots[::ps] // ps
     if (expected[cached_pages] != PRIVATE).any():
@@ -70,9 +69,9 @@ def check_cache(cache: RadixCache) -> None:
     for row, seq in cache._seqs.items():
         if seq.row != row or seq.closed:
             raise AssertionError(f"{seq}: filed under row {row}")
-        _check_sequence(cache, seq, expected, owner)
-    if not (np.array_equal(expected, cache.pages.state) and np.array_equal(owner, cache.pages.owner)):
-        bad = np.flatnonzero((expected != cache.pages.state) | (owner != cache.pages.owner))[:8]
+        _check_sequence(cache, seq, expected)
+    if not np.array_equal(expected, cache.pages.state):
+        bad = np.flatnonzero(expected != cache.pages.state)[:8]
         raise AssertionError(f"page states disagree with their holders at pages {bad.tolist()}")
     s = cache.sizes()
     if (s.free, s.cached) != (int((expected == FREE).sum()) * ps, len(cached_slots)):

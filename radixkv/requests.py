@@ -88,7 +88,7 @@ class RequestAPI:
         n, ps, start = as_count(n, "reserve(n)"), self.page_size, seq.kv_len
         self._check_length(start + n, "reserve")
         fill = min(-start % ps, n)  # free positions left in the last private page
-        pages = self._take_pages(-(-(n - fill) // ps), RESERVED, seq.row)
+        pages = self._take_pages(-(-(n - fill) // ps), RESERVED)
         head = seq._slots[start - 1] + 1 + np.arange(fill, dtype=np.int64) if fill else np.empty(0, np.int64)
         slots = np.concatenate([head, page_slots(pages, ps)[:n - fill]])
         self._write_row(seq, start, slots)

@@ -45,10 +45,12 @@ class EvictableIndex:
         setattr(node, self.attr, None)
 
     def set(self, node: TreeNode, member: bool) -> None:
-        """Make `node` a member or not; a member's key is recomputed."""
-        self.discard(node)
-        if member:
-            self.add(node)
+        """Make `node` a member or not (a no-op when it already is what is asked)."""
+        if member != (getattr(node, self.attr) is not None):
+            if member:
+                self.add(node)
+            else:
+                self.discard(node)
 
     def refresh(self, node: TreeNode) -> None:
         """Recompute the key of an indexed leaf whose recency, hits or priority changed."""

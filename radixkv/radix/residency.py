@@ -65,13 +65,11 @@ class Residency:
             for node in nodes:
                 self.backup.device_gained(node)
 
-    def _lose_device(self: RadixTree, node: TreeNode) -> None:
+    def _drop_device_copy(self: RadixTree, node: TreeNode) -> None:
         if self.listener is not None:
             self.listener.removed(node, DEVICE)
         self.evictable_size -= len(node)
         node.slots = None
-        self.reindex(node)
-        self.reindex(node.parent)
 
     def set_host(self: RadixTree, node: TreeNode, host_slots: np.ndarray) -> None:
         node.host_slots = host_slots
@@ -114,8 +112,11 @@ class Residency:
             freed += len(leaf)
             self.policy.on_evict(leaf)
             kept = self.backup is not None and self.backup.keep_on_host(leaf)
-            self._lose_device(leaf)
-            if not kept:
+            self._drop_device_copy(leaf)
+            if kept:  # host-only from now on
+                self.reindex(leaf)
+                self.reindex(leaf.parent)
+            else:
                 self._remove_subtree(leaf, host_chunks)
         return _cat(chunks), _cat(host_chunks)
 
