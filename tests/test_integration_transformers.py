@@ -224,6 +224,8 @@ def test_rejects_requests_that_cannot_fit(model: torch.nn.Module, no_interpreter
         engine.generate([[1] * 10], max_new_tokens=200)
     with pytest.raises(ValueError, match="at least one token"):
         engine.generate([[]], max_new_tokens=2)
+    with pytest.raises(ValueError, match="max_new_tokens must be"):
+        engine.generate([[1, 2]], max_new_tokens=-1)
     with pytest.raises(ValueError, match="token ids"):
         engine.generate([[1, VOCAB]], max_new_tokens=2)
     assert engine.generate([[1, 2, 3]], max_new_tokens=0) == [[]]

@@ -110,6 +110,8 @@ class Scheduler:
         need = prompt_len + max_new_tokens
         if prompt_len < 1:
             raise ValueError("every prompt needs at least one token (the model predicts from it)")
+        if max_new_tokens < 0:
+            raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
         if need > cfg.max_context_len:
             raise ValueError(f"prompt ({prompt_len}) + max_new_tokens ({max_new_tokens}) = {need} exceeds "
                              f"max_context_len {cfg.max_context_len}; raise it or shorten the request")
