@@ -8,8 +8,8 @@ than it holds, it is split and only its tail pages go. A victim with a host copy
 tier can make now, under write-back) stays in the tree as host-only; any other victim is removed
 with its subtree (whose nodes are all host-only). Host eviction takes host-only leaves first
 (removing them) and then host copies of device nodes (keeping the node). Every residency change
-goes through gain_device / _lose_device / set_host / _lose_host, which keep the counters, the
-indexes and the event listener in step.
+goes through gain_device / _drop_device_copy / set_host / _lose_host, which keep the counters
+and the event listener in step; reindex and _device_changed keep the indexes.
 """
 
 from __future__ import annotations
@@ -53,12 +53,19 @@ class Residency:
             self.host_index.set(node, node.host_slots is not None
                                 and not any(c.host_slots is not None for c in children))
 
+    def _device_changed(self: RadixTree, node: TreeNode) -> None:
+        """`node` gained or lost its device copy: its and its parent's index membership may change,
+        and so does its host-index key (host-only nodes go first)."""
+        self.reindex(node)
+        self.reindex(node.parent)
+        if self.host_index is not None:
+            self.host_index.refresh(node)
+
     def gain_device(self: RadixTree, nodes: list[TreeNode]) -> None:
         """`nodes` (unlocked, parents first) just got device slots."""
         for node in nodes:
             self.evictable_size += len(node)
-            self.reindex(node.parent)
-            self.reindex(node)
+            self._device_changed(node)
             if self.listener is not None:
                 self.listener.stored(node, DEVICE)
         if self.backup is not None:  # after the tree is whole again: backups may evict host leaves
@@ -114,8 +121,7 @@ class Residency:
             kept = self.backup is not None and self.backup.keep_on_host(leaf)
             self._drop_device_copy(leaf)
             if kept:  # host-only from now on
-                self.reindex(leaf)
-                self.reindex(leaf.parent)
+                self._device_changed(leaf)
             else:
                 self._remove_subtree(leaf, host_chunks)
         return _cat(chunks), _cat(host_chunks)
