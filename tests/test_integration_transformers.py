@@ -236,8 +236,11 @@ def test_interpreted_triton_kernels() -> None:
     """A few tokens through the Triton kernels under TRITON_INTERPRET=1 (set by conftest)."""
     assert os.environ.get("TRITON_INTERPRET") == "1"
     model = _build("llama")
-    prompts = [[5, 6, 7, 8, 9], [5, 6, 7, 8, 10, 11]]
-    engine = Engine(model, num_slots=64, page_size=4, dtype=torch.float32, max_context_len=32)
+    prompts = [[5, 6, 7, 8, 9], [5, 6, 7, 8, 10, 11], [1, 2, 3, 4, 5, 6, 7, 8, 9]]
+    # A 6-token budget chunks the third prompt while the first two decode: mixed steps, where
+    # decode tokens go to decode_attention and the chunk to extend_attention in one forward.
+    engine = Engine(model, num_slots=64, page_size=4, dtype=torch.float32, max_context_len=32,
+                    max_batch_tokens=6)
     assert_same_tokens(engine.generate(prompts, max_new_tokens=3), reference(model, prompts, 3))
 
 
