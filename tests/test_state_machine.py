@@ -229,6 +229,7 @@ class PagedCacheMachine(CacheMachine):
 
 class HostTierMachine(CacheMachine):
     host_pages = 10
+    policy = "adaptive"  # the default policy, stateful keys
 
 
 class PagedWriteBackMachine(CacheMachine):
