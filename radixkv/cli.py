@@ -23,7 +23,7 @@ def cmd_bench(a: argparse.Namespace) -> int:
     from radixkv.bench import plots, sglang_peer
     from radixkv.bench.main import run_bench, summary_tables, write_json
 
-    con = Console()
+    con = Console() if sys.stdout.isatty() else Console(width=200)  # no wrapping in logs and pipes
     # SGLang runs when asked (--sglang: in-process or through the peer venv) or, unless --no-sglang,
     # when it is importable here (installed beside radixkv): then it costs no subprocess.
     sglang = a.sglang or (not a.no_sglang and importlib.util.find_spec("sglang") is not None)

@@ -161,7 +161,23 @@ def summary_tables(rep: BenchReport) -> list:
     for p in rep.policies:
         lat = {op: np.concatenate([c.runs[p].latency_ns[op] for c in rep.cells]) / 1e3 for op in OPS}
         v.add_row(p, *(f"{np.quantile(lat[op], .5):.1f} / {np.quantile(lat[op], .99):.1f}" for op in OPS))
-    return [t, u, v]
+    return [t, u, v, metrics_table(rep, head)]
+
+
+def metrics_table(rep: BenchReport, policy: str):
+    """`cache.metrics()` at the end of each run of `policy` (radixkv.metrics names, prefix dropped)."""
+    from rich.table import Table
+
+    names = ("prefix_cache_queries_total", "prefix_cache_hits_total", "prefix_cache_hit_rate",
+             "evicted_tokens_total", "kv_cache_usage_perc", "evictable_tokens")
+    m = Table(title=f"cache.metrics() after each {policy} run (radixkv_ prefix dropped)")
+    for col in ("workload", "cap", *names):
+        m.add_column(col, justify="right")
+    for c in rep.cells:
+        got = c.runs[policy].metrics
+        m.add_row(c.workload, f"{c.frac:.0%}", *(f"{got['radixkv_' + n]:.3f}" if n.endswith(("rate", "perc"))
+                                                 else f"{got['radixkv_' + n]:,.0f}" for n in names))
+    return m
 
 
 def write_json(rep: BenchReport, path: str) -> None:

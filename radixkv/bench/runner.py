@@ -41,6 +41,7 @@ class RunResult:
     oom: int = 0
     wall_s: float = 0.0  # time inside the cache calls, all requests
     latency_ns: dict[str, np.ndarray] = field(default_factory=dict)  # op -> int64 [calls]
+    metrics: dict[str, float] = field(default_factory=dict)  # cache.metrics() at the end of the run
 
     @property
     def hit_rate(self) -> float:
@@ -103,6 +104,7 @@ def replay(reqs: Sequence[Request], capacity: int, policy: str, page_size: int =
             on_request()
     res.latency_ns = {op: np.asarray(v, dtype=np.int64) for op, v in lat.items()}
     res.wall_s = sum(float(v.sum()) for v in res.latency_ns.values()) / 1e9
+    res.metrics = cache.metrics()
     if cache.sizes().private:
         raise AssertionError(f"replay leaked private slots: {cache.sizes()}")
     return res
