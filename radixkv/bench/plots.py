@@ -40,6 +40,10 @@ def hit_rate_vs_capacity(rep: BenchReport, path: str) -> None:
         ax.set_xticks(x, [f"{f:.0%}" for f in x])
         ax.minorticks_off()
         ax.ticklabel_format(axis="y", useOffset=False)
+        lo, hi = ax.get_ylim()
+        if hi - lo < 0.05:  # all policies tie (e.g. fewshot): do not magnify 1e-6 differences
+            mid = (lo + hi) / 2
+            ax.set_ylim(mid - 0.025, min(1.0, mid + 0.025))
         ax.set_xlabel("capacity (share of the trace's unique tokens)")
         ax.set_ylabel("token hit rate")
         ax.grid(alpha=0.3)
