@@ -16,14 +16,20 @@ def _csv(s: str) -> list[str]:
     return [x.strip() for x in s.split(",") if x.strip()]
 
 
-def cmd_bench(a: argparse.Namespace) -> int:
+def _console():  # noqa: ANN202 - rich is imported late (the [bench] extra)
+    """A rich Console; outside a terminal (logs, pipes, CI) wide enough that tables do not wrap."""
     from rich.console import Console
+
+    return Console() if sys.stdout.isatty() else Console(width=200)
+
+
+def cmd_bench(a: argparse.Namespace) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from radixkv.bench import plots, sglang_peer
     from radixkv.bench.main import run_bench, summary_tables, write_json
 
-    con = Console() if sys.stdout.isatty() else Console(width=200)  # no wrapping in logs and pipes
+    con = _console()
     # SGLang runs when asked (--sglang: in-process or through the peer venv) or, unless --no-sglang,
     # when it is importable here (installed beside radixkv): then it costs no subprocess.
     sglang = a.sglang or (not a.no_sglang and importlib.util.find_spec("sglang") is not None)
@@ -48,12 +54,11 @@ def cmd_bench(a: argparse.Namespace) -> int:
 
 
 def cmd_calc(a: argparse.Namespace) -> int:
-    from rich.console import Console
     from rich.table import Table
 
     from radixkv.calc import get_model, size, with_tp_note
 
-    con = Console()
+    con = _console()
     names = list(PRESETS) if a.model == "all" else _csv(a.model)
     t = Table(title=f"KV cache on {a.gpu_gib:g} GiB x tp {a.tp}, KV {a.dtype}, weights {a.weight_dtype}, "
                     f"context {a.context}, page {a.page_size}, util {a.util}")
@@ -75,7 +80,7 @@ def cmd_calc(a: argparse.Namespace) -> int:
 def cmd_demo(a: argparse.Namespace) -> int:
     from radixkv.demo import main as demo
 
-    demo(policy=a.policy, capacity=a.capacity)
+    demo(policy=a.policy, capacity=a.capacity, console=_console())
     return 0
 
 
