@@ -22,7 +22,7 @@ from radixkv.events import KVEvent
 from radixkv.host_tier import HostTier
 from radixkv.invariants import check_cache
 from radixkv.metrics import CacheStats, collect_metrics
-from radixkv.pools import ReqToTokenPool, SlotAllocator, TokenToKVPool, page_slots
+from radixkv.pools import ReqToTokenPool, SlotAllocator, TokenToKVPool, page_slots, slot_pages
 from radixkv.pools.pages import CACHED, FREE, PRIVATE, PageStates
 from radixkv.radix.block_events import EventRecorder
 from radixkv.radix.node import TreeNode
@@ -104,7 +104,7 @@ class RadixCache(RequestAPI):
 
     def _release(self, slots: np.ndarray) -> None:
         """Give the pages of whole-page `slots` back to the allocator."""
-        self._free_pages(slots[::self.page_size] // self.page_size)
+        self._free_pages(slot_pages(slots, self.page_size))
 
     def _free_pages(self, pages: np.ndarray) -> None:
         self.pages.set(pages, FREE)
@@ -154,7 +154,7 @@ class RadixCache(RequestAPI):
             self._check_whole_pages(duplicates)
             duplicates = duplicates[:, 0] // ps
         self._check_whole_pages(body)
-        new, tail = body[::ps] // ps, given[n:] // ps
+        new, tail = slot_pages(body, ps), given[n:] // ps
         tail = np.unique(tail) if len(tail) > 1 else tail
         wanted = np.concatenate([duplicates, new, tail])
         if not self.pages.all_in(wanted, PRIVATE):

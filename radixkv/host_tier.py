@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from radixkv.pools import SlotAllocator, TokenToKVPool, page_slots
+from radixkv.pools import SlotAllocator, TokenToKVPool, page_slots, slot_pages
 
 if TYPE_CHECKING:
     from radixkv.config import CacheConfig
@@ -87,7 +87,7 @@ class HostTier:
     def free(self, host_slots: np.ndarray) -> None:
         """Give the pages of whole-page host slots back (after the tree dropped them)."""
         self.host_evicted_tokens += len(host_slots)
-        self.allocator.free_pages(host_slots[::self.page_size] // self.page_size)
+        self.allocator.free_pages(slot_pages(host_slots, self.page_size))
 
     def promote(self, host_slots: np.ndarray, device_slots: np.ndarray) -> None:
         """Copy host KV back into fresh device slots (the caller then hands them to the tree)."""
@@ -98,6 +98,6 @@ class HostTier:
         """Host pages are free or hold exactly one node's copy (`host_slots`: every node's, from check_tree)."""
         self.allocator.check()
         used = np.zeros(self.allocator.num_pages, dtype=np.bool_)
-        used[host_slots[::self.page_size] // self.page_size] = True
+        used[slot_pages(host_slots, self.page_size)] = True
         if not np.array_equal(used, ~self.allocator.free_mask()):
             raise AssertionError("host tier: pages held by nodes != pages not free in the host allocator")

@@ -23,7 +23,7 @@ import torch
 
 from radixkv.errors import ContextLengthError, OutOfSlotsError, SequenceError
 from radixkv.kernels import build_kv_indices
-from radixkv.pools import page_slots
+from radixkv.pools import page_slots, slot_pages
 from radixkv.pools.pages import CACHED, RESERVED
 from radixkv.results import BatchInputs
 from radixkv.sequence import Sequence
@@ -124,8 +124,8 @@ class RequestAPI:
         k, dup = self.tree.device_part(path, dup, seq.node)  # host-only nodes take our pages
         tree_slots = self.tree.path_slots(path[:k], dup).copy()
         node, _ = self.tree.insert(toks, slots, seq.node, seq.priority)
-        self._free_pages(slots[:dup:ps] // ps)
-        self.pages.set(slots[dup::ps] // ps, CACHED)
+        self._free_pages(slot_pages(slots[:dup], ps))
+        self.pages.set(slot_pages(slots[dup:], ps), CACHED)
         if dup:
             self._write_row(seq, start, tree_slots)
         self.tree.lock(node)
@@ -136,7 +136,7 @@ class RequestAPI:
         """End a request: unlock its prefix, free its private pages (the partial last page and every
         reserved-but-uncommitted page) and release its row. The Sequence is unusable afterwards."""
         self._check_seq(seq)
-        self._free_pages(seq._slots[seq.tree_len:seq.kv_len:self.page_size] // self.page_size)
+        self._free_pages(slot_pages(seq._slots[seq.tree_len:seq.kv_len], self.page_size))
         self.tree.unlock(seq.node)
         self.req_pool.free_row(seq.row)
         del self._seqs[seq.row]

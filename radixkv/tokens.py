@@ -42,7 +42,8 @@ def _as_int_array(values: Any, what: str, error: type[Exception]) -> np.ndarray:
 def as_tokens(tokens: TokensLike) -> np.ndarray:
     """int32 `[n]` view or copy of `tokens`; raises InvalidTokensError. Never mutates its input."""
     arr = _as_int_array(tokens, "tokens", InvalidTokensError)
-    if len(arr) and (arr.min() < 0 or arr.max() > MAX_TOKEN_ID):
+    fits = arr.dtype.itemsize < 4 or arr.dtype == np.int32  # cannot exceed MAX_TOKEN_ID
+    if len(arr) and (arr.min() < 0 or (not fits and arr.max() > MAX_TOKEN_ID)):
         raise InvalidTokensError(
             f"token ids must lie in [0, {MAX_TOKEN_ID}], got min {arr.min()} and max {arr.max()}")
     return arr.astype(np.int32, copy=False)
@@ -58,6 +59,7 @@ class SlotValidator:
     def __init__(self, num_slots: int) -> None:
         self.num_slots = num_slots
         self._scratch = np.zeros(num_slots, dtype=np.int32)
+        self._order = np.arange(num_slots, dtype=np.int32)  # slices of it number a call's slots
 
     def __call__(self, slots: TokensLike) -> np.ndarray:
         arr = _as_int_array(slots, "slots", InvalidSlotsError)
@@ -65,7 +67,9 @@ class SlotValidator:
             raise InvalidSlotsError(
                 f"slots must lie in [0, {self.num_slots}), got min {arr.min()} and max {arr.max()}")
         arr = arr.astype(np.int64, copy=False)
-        order = np.arange(len(arr), dtype=np.int32)
+        if len(arr) > self.num_slots:  # then some slot repeats
+            raise InvalidSlotsError("slots must be distinct; more slots than the pool holds")
+        order = self._order[:len(arr)]
         self._scratch[arr] = order
         if not np.array_equal(self._scratch[arr], order):
             raise InvalidSlotsError("slots must be distinct; the same slot appears twice")

@@ -1,8 +1,8 @@
 """Memory pools: who owns which slot (SlotAllocator), where KV lives (TokenToKVPool), and which
 slots a request reads (ReqToTokenPool). Nothing here knows the radix tree."""
 
-from radixkv.pools.allocator import SlotAllocator, page_slots
+from radixkv.pools.allocator import SlotAllocator, page_slots, slot_pages
 from radixkv.pools.kv_pool import TokenToKVPool
 from radixkv.pools.req_pool import ReqToTokenPool
 
-__all__ = ["SlotAllocator", "TokenToKVPool", "ReqToTokenPool", "page_slots"]
+__all__ = ["SlotAllocator", "TokenToKVPool", "ReqToTokenPool", "page_slots", "slot_pages"]

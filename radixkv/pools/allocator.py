@@ -21,6 +21,11 @@ def page_slots(pages: np.ndarray, page_size: int) -> np.ndarray:
     return (pages[:, None] * page_size + np.arange(page_size, dtype=np.int64)).reshape(-1)
 
 
+def slot_pages(slots: np.ndarray, page_size: int) -> np.ndarray:
+    """Pages of whole-page `slots` laid out page after page (the inverse of page_slots)."""
+    return slots if page_size == 1 else slots[::page_size] // page_size
+
+
 class SlotAllocator:
     def __init__(self, num_pages: int, page_size: int) -> None:
         self.num_pages = num_pages
