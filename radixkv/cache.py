@@ -132,10 +132,10 @@ class RadixCache(RequestAPI):
             raise InvalidSlotsError(f"insert: {len(toks)} tokens but {len(given)} slots")
         ps, root = self.page_size, self.tree.root(namespace)
         n = len(toks) // ps * ps
-        path, m = self.tree.walk(toks[:n], root)
-        k, m = self.tree.device_part(path, m, root)  # host-only nodes on the way take new pages
-        duplicates, new, tail = self._classify_insert(given, self.tree.path_slots(path[:k], m), m, n)
-        self.tree.insert(toks[:n], given[:n], root, priority)
+        walked = self.tree.walk(toks[:n], root)
+        k, m = self.tree.device_part(*walked, root)  # host-only nodes on the way take new pages
+        duplicates, new, tail = self._classify_insert(given, self.tree.path_slots(walked[0][:k], m), m, n)
+        self.tree.insert(toks[:n], given[:n], root, priority, walked)
         self.pages.set(new, CACHED)
         self._free_pages(np.concatenate([duplicates, tail]))
         return m

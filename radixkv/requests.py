@@ -120,10 +120,10 @@ class RequestAPI:
         # [tree_len, tree_len + dup): another request cached these tokens first: its slots win.
         start, ps = seq.tree_len, self.page_size
         toks, slots = seq._tokens[start:end], seq._slots[start:end]
-        path, dup = self.tree.walk(toks, seq.node)
-        k, dup = self.tree.device_part(path, dup, seq.node)  # host-only nodes take our pages
-        tree_slots = self.tree.path_slots(path[:k], dup).copy()
-        node, _ = self.tree.insert(toks, slots, seq.node, seq.priority)
+        walked = self.tree.walk(toks, seq.node)
+        k, dup = self.tree.device_part(*walked, seq.node)  # host-only nodes take our pages
+        tree_slots = self.tree.path_slots(walked[0][:k], dup).copy()
+        node, _ = self.tree.insert(toks, slots, seq.node, seq.priority, walked)
         self._free_pages(slot_pages(slots[:dup], ps))
         self.pages.set(slot_pages(slots[dup:], ps), CACHED)
         if dup:

@@ -15,9 +15,9 @@ from radixkv.errors import InvalidSlotsError, OutOfSlotsError
 
 
 def page_slots(pages: np.ndarray, page_size: int) -> np.ndarray:
-    """Slots of `pages`, page after page: int64 `[len(pages) * page_size]`."""
+    """Slots of `pages`, page after page: int64 `[len(pages) * page_size]` (`pages` itself at page_size 1)."""
     if page_size == 1:
-        return pages.astype(np.int64, copy=True)
+        return pages.astype(np.int64, copy=False)
     return (pages[:, None] * page_size + np.arange(page_size, dtype=np.int64)).reshape(-1)
 
 

@@ -156,15 +156,16 @@ class RadixTree(Residency):
 
     # ------------------------------------------------------------------ insert
 
-    def insert(self, tokens: np.ndarray, slots: np.ndarray, start: TreeNode,
-               priority: int = 0) -> tuple[TreeNode, int]:
+    def insert(self, tokens: np.ndarray, slots: np.ndarray, start: TreeNode, priority: int = 0,
+               walked: tuple[list[TreeNode], int] | None = None) -> tuple[TreeNode, int]:
         """Cache `tokens` (page-aligned, int32 `[n]`) below `start` with device `slots` (int64 `[n]`).
 
         Returns (node ending exactly at the end of `tokens`, how many leading tokens were already on
         the device). Host-only nodes on the way take their part of `slots` (they are on the device
         again); the new suffix becomes a leaf. Slots are copied; the caller frees its duplicates.
+        `walked`: what `walk(tokens, start)` returned, if the caller has it and changed nothing since.
         """
-        path, m = self.walk(tokens, start)
+        path, m = walked if walked is not None else self.walk(tokens, start)
         node, gained = start, []
         if path:
             if path[-1].end > start.end + m:
