@@ -29,7 +29,3 @@ class TokenToKVPool:
         """K and V of one token over all layers."""
         k = self.k_buffer[0]
         return 2 * self.num_layers * k.shape[1] * k.shape[2] * k.element_size()
-
-    @property
-    def nbytes(self) -> int:
-        return self.bytes_per_token * self.num_slots

@@ -31,8 +31,5 @@ class PageStates:
     def describe(self, pages: np.ndarray, want: int) -> str:
         """Say which of `pages` are not in state `want`, and what they are instead."""
         bad = pages[self.state[pages] != want][:4]
-        states = ", ".join(f"page {p} is {STATE_NAMES[int(self.state[p])]}" for p in bad)
-        return states
+        return ", ".join(f"page {p} is {STATE_NAMES[int(self.state[p])]}" for p in bad)
 
-    def count(self, state: int) -> int:
-        return int((self.state == state).sum())

@@ -46,16 +46,8 @@ class TreeNode:
         return len(self.key)
 
     @property
-    def is_root(self) -> bool:
-        return self.parent is None
-
-    @property
     def on_device(self) -> bool:
         return self.slots is not None
-
-    @property
-    def on_host(self) -> bool:
-        return self.host_slots is not None
 
     @property
     def end(self) -> int:
