@@ -39,9 +39,9 @@ class RequestAPI:
              max_reuse: int | None = None, priority: int = 0) -> Sequence:
         """Start a request: match at most `max_reuse` tokens (default all), lock the match, take a
         req_to_token row and write the prefix slots into it. A continuation found on the host tier
-        is copied back to the device first (if the device can make room). Afterwards cached_len == committed_len
-        == kv_len (page-aligned). OutOfRowsError when every row is in use; ContextLengthError when
-        `tokens` is longer than max_context_len."""
+        is copied back to the device first (if the device can make room). Afterwards cached_len ==
+        committed_len == kv_len (page-aligned). OutOfRowsError when every row is in use;
+        ContextLengthError when `tokens` is longer than max_context_len."""
         toks = as_tokens(tokens)
         self._check_length(len(toks), "open")
         reuse = len(toks) if max_reuse is None else min(as_count(max_reuse, "max_reuse"), len(toks))
