@@ -35,6 +35,17 @@ class World:
         store_kv(self.k_buf, self.v_buf, slots, k[seq.kv_len - n:], v[seq.kv_len - n:])
         return slots
 
+    def cache_prompt(self, n: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """A request with n random tokens and K/V: prefill, commit, close. Returns (prompt, k, v,
+        the slots its KV went to)."""
+        prompt, k, v = torch.randint(0, 50_000, (n,)), randn(n, KV_HEADS, DIM), randn(n, KV_HEADS, DIM)
+        seq = self.cache.open(prompt)
+        self.fill(seq, k, v)
+        self.cache.commit(seq, prompt[seq.committed_len:])
+        slots = torch.from_numpy(seq.slots().copy())
+        self.cache.close(seq)
+        return prompt, k, v, slots
+
 
 def _sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal_offset: int | None) -> torch.Tensor:
     """q `[t, heads, dim]` over contiguous k, v `[n, kv_heads, dim]`; query i sees keys
@@ -51,13 +62,7 @@ def _sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal_offset: int 
 @pytest.mark.parametrize("page_size", [1, 16])
 def test_decode_through_shared_prefix_equals_sdpa(page_size: int) -> None:
     w = World(page_size)
-    prompt_a = torch.randint(0, 50_000, (100,))
-    k_a, v_a = randn(100, KV_HEADS, DIM), randn(100, KV_HEADS, DIM)
-    seq_a = w.cache.open(prompt_a)
-    w.fill(seq_a, k_a, v_a)
-    w.cache.commit(seq_a, prompt_a[seq_a.committed_len:])
-    slots_a = torch.from_numpy(seq_a.slots().copy())
-    w.cache.close(seq_a)
+    prompt_a, k_a, v_a, slots_a = w.cache_prompt(100)
 
     # B shares A's first 80 tokens (whole pages for both page sizes) and adds 17 of its own
     prompt_b = torch.cat([prompt_a[:80], torch.randint(0, 50_000, (17,))])
@@ -92,12 +97,7 @@ def test_extend_through_shared_prefix_equals_sdpa(page_size: int) -> None:
     """Prefill of C's new tokens over A's cached prefix, before commit (batch() gives
     prefix_lens = committed_len, extend_lens = the reserved positions, out_slots where K/V go)."""
     w = World(page_size)
-    prompt_a = torch.randint(0, 50_000, (64,))
-    k_a, v_a = randn(64, KV_HEADS, DIM), randn(64, KV_HEADS, DIM)
-    seq_a = w.cache.open(prompt_a)
-    w.fill(seq_a, k_a, v_a)
-    w.cache.commit(seq_a, prompt_a[seq_a.committed_len:])
-    w.cache.close(seq_a)
+    prompt_a, k_a, v_a, _ = w.cache_prompt(64)
 
     prompt_c = torch.cat([prompt_a[:48], torch.randint(0, 50_000, (23,))])
     seq_c = w.cache.open(prompt_c)
