@@ -3,15 +3,17 @@ Triton kernels reading KV through slot indices). Public API only; see DESIGN.md.
 
 from radixkv.cache import RadixCache
 from radixkv.config import CacheConfig
-from radixkv.errors import (ConfigError, ContextLengthError, InvalidSlotsError, InvalidTokensError,
-                            KernelInputError, LockError, OutOfRowsError, OutOfSlotsError, RadixKVError, SequenceError)
+from radixkv.errors import (ConfigError, ContextLengthError, InvalidArgumentError, InvalidSlotsError,
+                            InvalidTokensError, KernelInputError, LockError, OutOfRowsError, OutOfSlotsError,
+                            RadixKVError, SequenceError, ThreadOwnershipError)
 from radixkv.results import BatchInputs, MatchResult, SizeInfo
-from radixkv.sequence import Sequence
+from radixkv.sequences import Sequence
 
 __version__ = "0.1.0"
 
 __all__ = [
     "RadixCache", "CacheConfig", "Sequence", "MatchResult", "SizeInfo", "BatchInputs",
     "RadixKVError", "ConfigError", "OutOfSlotsError", "OutOfRowsError", "InvalidTokensError",
-    "InvalidSlotsError", "ContextLengthError", "LockError", "SequenceError", "KernelInputError",
+    "InvalidSlotsError", "InvalidArgumentError", "ContextLengthError", "LockError", "SequenceError",
+    "KernelInputError", "ThreadOwnershipError",
 ]

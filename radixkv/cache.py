@@ -1,210 +1,296 @@
-"""RadixCache: the radix tree, the slot pools and the eviction index, tied together.
+"""RadixCache: a facade over three owners, each the only writer of its state (DESIGN.md):
 
-Two levels of API (DESIGN.md). The tree level speaks SGLang's vocabulary: match_prefix, lock,
-unlock, alloc, free, insert, evict. The request level (requests.py) is what a generation loop
-calls: open, reserve, commit, close, batch. Both keep one record of page ownership
-(`PageStates`): free, cached, private (alloc) or reserved (a Sequence), and every public call
-validates its input completely before it changes anything, so a raising call leaves the cache
-exactly as it was.
+    PageLedger    (pools/ledger.py)   page states and the allocator
+    RadixTree     (radix/tree.py)     nodes, locks, counters, evictable indexes; returns what changed hands
+    SequenceTable (sequences.py)      rows, open Sequences, req_to_token
+
+plus the KV pool, the optional host tier and KV-event recorder. Each public call validates its whole
+input, then asks the owners to change, in an order that cannot fail halfway: a raising call leaves
+the cache exactly as it was. A cache is driven by one thread (the one that built it, or the last
+to call `adopt_thread()`); a call from any other thread raises ThreadOwnershipError.
+
+The tree level speaks SGLang's vocabulary (match_prefix, lock, unlock, alloc, free, insert, evict);
+the request level is what a generation loop calls (open, reserve, commit, close, batch):
+
+    seq = cache.open(prompt, max_reuse=len(prompt) - 1)   # reuse the cached prefix, lock it
+    cache.reserve(seq, len(prompt) - seq.kv_len)          # slots for the rest of the prompt
+    b = cache.batch([seq, ...])                           # rows, lens, out_slots, CSR kv_indices
+    ... forward: store K/V into b.out_slots ...
+    cache.commit(seq, prompt[seq.committed_len:])         # full pages become shareable now
+    cache.close(seq)                                      # unlock, free the private tail, free the row
 """
 
 from __future__ import annotations
 
-from typing import Hashable
+import threading
+from typing import Any
 
 import numpy as np
 import torch
 
 from radixkv.config import CacheConfig
-from radixkv.errors import InvalidSlotsError, LockError, OutOfSlotsError
+from radixkv.errors import ConfigError, InvalidSlotsError, OutOfSlotsError, ThreadOwnershipError
 from radixkv.eviction import make_policy
 from radixkv.events import KVEvent
 from radixkv.host_tier import HostTier
+from radixkv.insert_slots import InsertSlots
 from radixkv.invariants import check_cache
+from radixkv.keys import namespace_key
 from radixkv.metrics import CacheStats, collect_metrics
-from radixkv.pools import ReqToTokenPool, SlotAllocator, TokenToKVPool, page_slots, slot_pages
-from radixkv.pools.pages import CACHED, FREE, PRIVATE, PageStates
+from radixkv.pools import CACHED, PRIVATE, RESERVED, PageLedger, TokenToKVPool, page_slots
+from radixkv.radix import SEQUENCE, USER, MatchInfo, RadixTree, TreeNode
 from radixkv.radix.block_events import EventRecorder
-from radixkv.radix.node import TreeNode
-from radixkv.radix.tree import RadixTree
-from radixkv.requests import RequestAPI
-from radixkv.results import MatchResult, SizeInfo
-from radixkv.tokens import SlotValidator, TokensLike, as_count, as_tokens
+from radixkv.results import BatchInputs, MatchResult, SizeInfo
+from radixkv.sequences import Sequence, SequenceTable
+from radixkv.tokens import TokensLike, as_count, as_priority, as_slots, as_tokens, slot_array
+
+_get_ident = threading.get_ident
 
 
-def _to_tensor(slots: np.ndarray) -> torch.Tensor:
-    return torch.from_numpy(np.ascontiguousarray(slots, dtype=np.int64))
-
-
-class RadixCache(RequestAPI):
-    """A prefix-sharing KV cache. Not thread-safe: one scheduler thread drives it."""
+class RadixCache:
+    """A prefix-sharing KV cache over a radix tree (DESIGN.md has the whole contract)."""
 
     def __init__(self, config: CacheConfig) -> None:
+        if not isinstance(config, CacheConfig):
+            raise ConfigError(f"RadixCache takes a CacheConfig, got {type(config).__name__}")
         self.config = config
         self.page_size = ps = config.page_size
         self.kv_pool = TokenToKVPool(config.num_slots, config.num_layers, config.num_kv_heads,
                                      config.head_dim, config.dtype, config.device)
-        self.req_pool = ReqToTokenPool(config.max_requests, config.max_context_len, config.device)
-        self.allocator = SlotAllocator(config.num_pages, ps)
-        self.pages = PageStates(config.num_pages)
-        self.tree = RadixTree(ps, make_policy(config.eviction), host_tier=config.host_slots > 0)
-        self.host = HostTier(config, self.tree, self.kv_pool) if config.host_slots else None
+        self.ledger = PageLedger(config.num_pages, ps)
         self.events = EventRecorder(config.event_block_size) if config.kv_events else None
-        self.tree.listener = self.events
+        self.tree = RadixTree(ps, make_policy(config.eviction), config.host_slots > 0, self.events)
+        self.seqs = SequenceTable(config.max_requests, config.max_context_len, ps, config.device)
+        self.req_pool = self.seqs.pool
+        self.host = HostTier(config, self.tree, self.kv_pool) if config.host_slots else None
         self.stats = CacheStats()
-        self._seqs: dict[int, object] = {}  # row -> open Sequence
-        self._as_slots = SlotValidator(config.num_slots)
+        self._thread = _get_ident()
 
     # ------------------------------------------------------------------ tree level
 
-    def match_prefix(self, tokens: TokensLike, namespace: Hashable = None) -> MatchResult:
+    def match_prefix(self, tokens: TokensLike, namespace: Any = None) -> MatchResult:
         """Longest device-cached prefix of `tokens`, whole pages only, and how many more tokens the
-        host tier holds (`host_length`). Does not lock; refreshes the recency of the matched path
-        and may split the edge where the match ends."""
+        host tier holds (`host_length`). Does not lock; refreshes the recency of the matched path and
+        may split the edge where the match ends. `slots` is a fresh int64 tensor the caller owns."""
+        self._own()
         toks = as_tokens(tokens)
-        node, length, slots, host_length = self.tree.match(toks, self.tree.root(namespace))
-        self.stats.count_query(len(toks), length, host_length)
-        return MatchResult(length, _to_tensor(slots), node, host_length)
+        m = self._match(toks, self.tree.root(namespace_key(namespace)), len(toks))
+        return MatchResult(m.length, torch.from_numpy(page_slots(m.pages, self.page_size)), m.node, m.host_length)
 
     def lock(self, node: TreeNode) -> None:
         """Protect `node` and its ancestors from eviction; pairs with one unlock(node)."""
-        self._check_node(node)
-        self.tree.lock(node)
+        self._own()
+        self.tree.lock(node, USER)
 
     def unlock(self, node: TreeNode) -> None:
-        """Undo one earlier lock(node). LockError if there is none."""
-        self._check_node(node)
-        self.tree.unlock(node)
-
-    def _check_node(self, node: TreeNode) -> None:
-        if not isinstance(node, TreeNode):
-            raise LockError(f"expected a TreeNode from match_prefix, got {type(node).__name__}")
+        """Undo one earlier lock(node). LockError if there is none (a Sequence's lock is not one)."""
+        self._own()
+        self.tree.unlock(node, USER)
 
     def alloc(self, n: int) -> torch.Tensor:
-        """`n` private slots: the first n slots of ceil(n / page_size) fresh pages, evicting
-        unlocked cached tokens as needed. OutOfSlotsError, nothing changed, if even full
-        eviction cannot serve. Returns int64 `[n]`."""
+        """`n` private slots: the first n slots of ceil(n / page_size) fresh pages, evicting unlocked
+        cached tokens as needed. OutOfSlotsError, nothing changed, if even full eviction cannot serve.
+        Returns int64 `[n]`."""
+        self._own()
         n = as_count(n, "alloc(n)")
-        pages = self._take_pages(-(-n // self.page_size), PRIVATE)
-        return _to_tensor(page_slots(pages, self.page_size)[:n])
-
-    def _take_pages(self, k: int, state: int) -> np.ndarray:
-        short = k - self.allocator.num_free_pages
-        if short > 0:
-            evictable_pages = self.tree.evictable_size // self.page_size
-            if short > evictable_pages:
-                raise OutOfSlotsError(
-                    f"need {k} pages ({k * self.page_size} slots): {self.allocator.num_free_pages} "
-                    f"free and {evictable_pages} evictable; close Sequences, unlock nodes, "
-                    "or raise CacheConfig.num_slots")
-            self._evict(short * self.page_size)
-        pages = self.allocator.alloc_pages(k)
-        self.pages.set(pages, state)
-        return pages
-
-    def _release(self, slots: np.ndarray) -> None:
-        """Give the pages of whole-page `slots` back to the allocator."""
-        self._free_pages(slot_pages(slots, self.page_size))
-
-    def _free_pages(self, pages: np.ndarray) -> None:
-        self.pages.set(pages, FREE)
-        self.allocator.free_pages(pages)
+        pages = self._take(-(-n // self.page_size), PRIVATE)
+        return torch.from_numpy(page_slots(pages, self.page_size)[:n])
 
     def free(self, slots: TokensLike) -> None:
         """Free the pages of `slots`, each whole. Every page touched must be private from alloc()."""
-        pages = np.unique(self._as_slots(slots) // self.page_size)
-        if not self.pages.all_in(pages, PRIVATE):
-            raise InvalidSlotsError(f"free() takes only slots from alloc(): {self.pages.describe(pages, PRIVATE)}")
-        self._free_pages(pages)
+        self._own()
+        arr = as_slots(slots, self.config.num_slots)
+        if len(np.unique(arr)) != len(arr):
+            raise InvalidSlotsError("free: slots must be distinct; the same slot appears twice")
+        pages = np.unique(arr // self.page_size)
+        if not self.ledger.all_in(pages, PRIVATE):
+            raise InvalidSlotsError(f"free() takes only slots from alloc(): {self.ledger.describe(pages, PRIVATE)}")
+        self.ledger.release(pages)
 
-    def insert(self, tokens: TokensLike, slots: TokensLike, namespace: Hashable = None,
-               priority: int = 0) -> int:
+    def insert(self, tokens: TokensLike, slots: TokensLike, namespace: Any = None, priority: int = 0) -> int:
         """Cache `tokens` with their `slots`; returns how many leading tokens were already cached.
-
-        Per whole page of positions, the slots are either the tree's own (they stay) or one private
-        page in order (a duplicate of a cached page is freed, a new page moves to the tree). The
-        slots of a trailing partial page must be private; their pages are freed. Anything else
-        raises InvalidSlotsError with nothing changed. Afterwards the caller owns none of `slots`.
-        """
+        The rules for `slots` are in insert_slots.py; anything else raises InvalidSlotsError with
+        nothing changed. Afterwards the caller owns none of `slots`."""
+        self._own()
         toks = as_tokens(tokens)
-        given = self._as_slots(slots)
+        given = slot_array(slots)  # range-checked in InsertSlots, where the tree's own slots need none
+        prio, root = as_priority(priority), self.tree.root(namespace_key(namespace))
         if len(given) != len(toks):
             raise InvalidSlotsError(f"insert: {len(toks)} tokens but {len(given)} slots")
-        ps, root = self.page_size, self.tree.root(namespace)
-        n = len(toks) // ps * ps
-        walked = self.tree.walk(toks[:n], root)
-        k, m = self.tree.device_part(*walked, root)  # host-only nodes on the way take new pages
-        duplicates, new, tail = self._classify_insert(given, self.tree.path_slots(walked[0][:k], m), m, n)
-        self.tree.insert(toks[:n], given[:n], root, priority, walked)
-        self.pages.set(new, CACHED)
-        self._free_pages(np.concatenate([duplicates, tail]))
-        return m
-
-    def _classify_insert(self, given: np.ndarray, tree_slots: np.ndarray, m: int,
-                         n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Pages of insert's `given` slots: (private duplicates of cached pages in [0, m), new pages
-        for [m, n), pages of the partial tail [n, len)). Raises InvalidSlotsError, changing nothing."""
-        ps = self.page_size
-        head, body = given[:m], given[m:n]
-        if head.tobytes() == tree_slots.tobytes():  # the usual case: match_prefix's own slots
-            duplicates = head[:0]
-        else:
-            shared = (head.reshape(-1, ps) == tree_slots.reshape(-1, ps)).all(1)
-            duplicates = head.reshape(-1, ps)[~shared]
-            self._check_whole_pages(duplicates)
-            duplicates = duplicates[:, 0] // ps
-        self._check_whole_pages(body)
-        new, tail = slot_pages(body, ps), given[n:] // ps
-        tail = np.unique(tail) if len(tail) > 1 else tail
-        wanted = np.concatenate([duplicates, new, tail])
-        if not self.pages.all_in(wanted, PRIVATE):
-            raise InvalidSlotsError(f"insert: slots must be private from alloc(): {self.pages.describe(wanted, PRIVATE)}")
-        return duplicates, new, tail
-
-    def _check_whole_pages(self, slots: np.ndarray) -> None:
-        ps = self.page_size
-        if ps == 1 or not len(slots):
-            return
-        rows = slots.reshape(-1, ps)
-        if (rows[:, 0] % ps).any() or (rows != rows[:, :1] + np.arange(ps)).any():
-            raise InvalidSlotsError("insert: each page of positions must be the tree's own slots there "
-                                    "or the page_size slots of one private page, in order")
+        n = len(toks) // self.page_size * self.page_size
+        check = InsertSlots(self.ledger, given, n)
+        result = self.tree.insert(toks[:n].tobytes(), check.pages, root, prio, check.accept)
+        self.ledger.move(check.new, CACHED)
+        self.ledger.release(check.freed())
+        if self.host is not None:
+            self.host.back_up(result.gained)
+        return result.cached_len
 
     def evict(self, n: int) -> int:
-        """Evict at least `n` unlocked cached tokens if that many exist (trimming a leaf's tail
-        page by page rather than dropping it whole). Returns tokens freed. evict(0) does nothing."""
-        return self._evict(as_count(n, "evict(n)"))
+        """Evict at least `n` unlocked cached tokens if that many exist (trimming a leaf's tail page
+        by page rather than dropping it whole). Returns tokens freed. evict(0) does nothing."""
+        self._own()
+        pages = self._evict_pages(as_count(n, "evict(n)"))
+        self.ledger.release(pages)
+        return len(pages) * self.page_size
 
-    def _evict(self, n: int) -> int:
-        freed, host_freed = self.tree.evict(n)
-        self._release(freed)
-        if len(host_freed):
-            self.host.free(host_freed)
-        self.stats.evicted_tokens += len(freed)
-        return len(freed)
+    # ------------------------------------------------------------------ request level
+
+    def open(self, tokens: TokensLike, namespace: Any = None, max_reuse: int | None = None,
+             priority: int = 0) -> Sequence:
+        """Start a request: match at most `max_reuse` tokens (default all), promote any host-tier
+        part, lock the match, take a req_to_token row and write the prefix slots into it. Afterwards
+        cached_len == committed_len == kv_len (page-aligned). OutOfRowsError when every row is in
+        use; ContextLengthError when `tokens` is longer than max_context_len."""
+        self._own()
+        toks = as_tokens(tokens)
+        ns, prio = namespace_key(namespace), as_priority(priority)
+        reuse = len(toks) if max_reuse is None else min(as_count(max_reuse, "max_reuse"), len(toks))
+        self.seqs.check_length(len(toks), "open")
+        self.seqs.check_row_free()
+        root = self.tree.root(ns)
+        m = self._match(toks[:reuse], root, reuse)
+        if m.host_length and self.host is not None:
+            m = self._promote(toks[:reuse], m)
+        self.tree.lock(m.node, SEQUENCE)
+        return self.seqs.open(toks, namespace, prio, m.node, page_slots(m.pages, self.page_size))
+
+    def reserve(self, seq: Sequence, n: int) -> torch.Tensor:
+        """Slots for positions [kv_len, kv_len + n), filling the tail of the Sequence's last private
+        page before taking new pages; written into its row. n = 0 is a no-op. OutOfSlotsError /
+        ContextLengthError with nothing changed. Returns int64 `[n]`."""
+        self._own()
+        rec = self.seqs.get(seq)
+        n, ps, start = as_count(n, "reserve(n)"), self.page_size, rec.kv_len
+        self.seqs.check_length(start + n, "reserve")
+        fill = min(-start % ps, n)  # free positions left in the last private page
+        pages = self._take(-(-(n - fill) // ps), RESERVED)
+        head = rec.slots[start - 1] + 1 + np.arange(fill, dtype=np.int64)
+        slots = np.concatenate([head, page_slots(pages, ps)[:n - fill]])
+        self.seqs.extend(rec, slots)
+        return torch.from_numpy(slots.copy())
+
+    def commit(self, seq: Sequence, tokens: TokensLike) -> None:
+        """Declare the KV of positions [committed_len, committed_len + len(tokens)) written. They
+        must lie below kv_len; `tokens` must equal seq.tokens where they overlap and extends it
+        beyond. Full pages are inserted now (shareable) and the Sequence's lock moves down to them;
+        pages another request inserted first are re-pointed to the tree's slots, duplicates freed."""
+        self._own()
+        rec = self.seqs.get(seq)
+        toks = as_tokens(tokens)
+        self.seqs.check_commit(rec, toks)
+        start, end = self.seqs.commit(rec, toks)
+        if end == start:
+            return
+        ps, node = self.page_size, rec.node
+        pages = rec.slots[start:end][::ps] // ps
+        result = self.tree.insert(rec.tokens[start:end].tobytes(), pages, node, rec.priority)
+        k = result.cached_len // ps  # [start, start + k * ps): another request cached these first
+        self.ledger.release(pages[:k])
+        self.ledger.move(pages[k:], CACHED)
+        if k:
+            self.seqs.repoint(rec, start, page_slots(result.tree_pages, ps))
+        self.tree.lock(result.node, SEQUENCE)
+        self.tree.unlock(node, SEQUENCE)
+        self.seqs.move_lock(rec, result.node)
+        if self.host is not None:
+            self.host.back_up(result.gained)
+
+    def close(self, seq: Sequence) -> None:
+        """End a request: unlock its prefix, free its private pages (the partial last page and every
+        reserved-but-uncommitted page) and release its row. The Sequence is unusable afterwards."""
+        self._own()
+        rec = self.seqs.get(seq)
+        node = rec.node
+        private = self.seqs.close(rec)
+        self.ledger.release(private[::self.page_size] // self.page_size)
+        self.tree.unlock(node, SEQUENCE)
+
+    def batch(self, seqs: list[Sequence]) -> BatchInputs:
+        """Inputs of one forward over positions [committed_len, kv_len) of each Sequence, checked
+        once here so the per-layer path needs no checks. Mutates nothing."""
+        self._own()
+        return self.seqs.batch(seqs)
+
+    def sequences(self) -> list[Sequence]:
+        """The open Sequences, by row."""
+        self._own()
+        return [rec.handle for rec in self.seqs.records()]
 
     # ------------------------------------------------------------------ accounting
 
     def sizes(self) -> SizeInfo:
         """Slot counts; O(1), mutates nothing."""
-        free = self.allocator.num_free_slots
+        self._own()
+        free = self.ledger.num_free_pages * self.page_size
         evictable, protected = self.tree.evictable_size, self.tree.protected_size
-        cached = evictable + protected
         total = self.config.num_slots
-        return SizeInfo(free, cached, evictable, protected, total - free - cached, total)
+        return SizeInfo(free, evictable + protected, evictable, protected, total - free - evictable - protected, total)
 
     def check_invariants(self) -> None:
         """Recompute every counter, page state and index from scratch; AssertionError on a mismatch."""
-        check_cache(self)
+        self._own()
+        check_cache(self.ledger, self.tree, self.seqs, self.host)
 
     def metrics(self) -> dict[str, float]:
         """Counters and gauges with vLLM-style names (`radixkv_` prefix); mutates nothing."""
-        return collect_metrics(self)
+        self._own()
+        return collect_metrics(self.sizes(), self.stats, len(self.seqs), self.host, self.tree.host_size)
 
     def take_events(self) -> list[KVEvent]:
         """KV events recorded since the last call (oldest first); [] when kv_events is off."""
+        self._own()
         return self.events.take() if self.events is not None else []
 
     def block_snapshot(self) -> list[KVEvent]:
         """AllBlocksCleared, then BlockStored for every block cached now (a resync for routers)."""
+        self._own()
         return EventRecorder.snapshot(self.tree, self.config.event_block_size)
+
+    def adopt_thread(self) -> None:
+        """Make the calling thread the cache's driver (hand a cache over only while no other thread uses it)."""
+        self._thread = _get_ident()
+
+    # ------------------------------------------------------------------ helpers
+
+    def _own(self) -> None:
+        if _get_ident() != self._thread:
+            raise ThreadOwnershipError(
+                "a RadixCache is driven by one thread; this call came from another one. Call every "
+                "method from the scheduler thread (or hand the cache over with adopt_thread())")
+
+    def _match(self, toks: np.ndarray, root: TreeNode, asked: int) -> MatchInfo:
+        m = self.tree.match(toks[:len(toks) // self.page_size * self.page_size].tobytes(), root)
+        self.stats.count_query(asked, m.length, m.host_length)
+        return m
+
+    def _take(self, k: int, state: int) -> np.ndarray:
+        return self.ledger.take(k, state, self.tree.evictable_size // self.page_size, self._evict_pages)
+
+    def _evict_pages(self, n: int) -> np.ndarray:
+        pages, host_pages = self.tree.evict(n, None if self.host is None else self.host.keep)
+        if len(host_pages):
+            self.host.free(host_pages)
+        self.stats.evicted_tokens += len(pages) * self.page_size
+        return pages
+
+    def _promote(self, toks: np.ndarray, m: MatchInfo) -> MatchInfo:
+        """Copy the host-only continuation of a match into fresh device pages and hand them to the
+        tree. Falls back to the device part alone when the device cannot make room."""
+        ps, base = self.page_size, m.length
+        self.tree.lock(m.node, USER)  # the device prefix must survive the allocation
+        try:
+            pages = self._take(m.host_length // ps, PRIVATE)
+        except OutOfSlotsError:
+            self.tree.unlock(m.node, USER)
+            return m
+        key = toks[base:base + m.host_length].tobytes()
+        host_pages = self.tree.host_pages_below(key, m.node)  # making room may have dropped some
+        avail = len(host_pages)
+        self.ledger.release(pages[avail:])
+        self.host.promote(host_pages, pages[:avail])
+        result = self.tree.insert(key[:avail * ps * 4], pages[:avail], m.node)
+        self.ledger.move(pages[:avail], CACHED)
+        self.tree.unlock(m.node, USER)
+        return MatchInfo(result.node, base + avail * ps, np.concatenate([m.pages, pages[:avail]]),
+                         m.host_length - avail * ps)

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import torch
 
 from radixkv.errors import ConfigError
+from radixkv.eviction import POLICIES
 
 _FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 
@@ -49,13 +50,29 @@ class CacheConfig:
             raise ConfigError(
                 f"CacheConfig.num_slots ({self.num_slots}) must be a multiple of page_size "
                 f"({self.page_size}); try num_slots={self.num_slots // self.page_size * self.page_size or self.page_size}")
-        if self.dtype not in _FLOAT_DTYPES:
-            raise ConfigError(f"CacheConfig.dtype must be a float dtype, got {self.dtype}")
-        from radixkv.eviction import POLICIES  # late: eviction must not import config
-
-        if self.eviction not in POLICIES:
+        if not isinstance(self.dtype, torch.dtype) or self.dtype not in _FLOAT_DTYPES:
+            raise ConfigError(f"CacheConfig.dtype must be a float dtype, got {self.dtype!r}")
+        if not isinstance(self.eviction, str) or self.eviction not in POLICIES:
             raise ConfigError(f"unknown eviction policy {self.eviction!r}; choose from {sorted(POLICIES)}")
+        for name in ("kv_events",):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"CacheConfig.{name} must be a bool, got {getattr(self, name)!r}")
+        _check_device(self.device)
 
     @property
     def num_pages(self) -> int:
         return self.num_slots // self.page_size
+
+
+def _check_device(device: object) -> None:
+    """A device torch knows and this machine has (so a typo or a missing GPU fails here, not mid-step)."""
+    try:
+        dev = torch.device(device)  # type: ignore[arg-type]
+    except (RuntimeError, TypeError, ValueError) as e:
+        raise ConfigError(f"CacheConfig.device {device!r} is not a torch device: {e}") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"CacheConfig.device is {device!r} but no CUDA device is available; use device='cpu'")
+    if dev.type not in ("cpu", "cuda"):
+        raise ConfigError(f"CacheConfig.device {device!r}: radixkv runs on 'cpu' or 'cuda'")
+    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
+        raise ConfigError(f"CacheConfig.device {device!r}: only {torch.cuda.device_count()} CUDA devices")

@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.tree import Tree
 
 from radixkv import CacheConfig, RadixCache
+from radixkv.keys import namespace_key
 from radixkv.radix.node import TreeNode
 
 PROMPTS = (
@@ -58,13 +59,13 @@ def serve(cache: RadixCache, tokens: list[int]) -> int:
 
 
 def render(cache: RadixCache, tok: WordTokenizer, title: str) -> Tree:
-    root = cache.tree.root(None)
+    root = cache.tree.root(namespace_key(None))
     tree = Tree(f"[bold]{title}[/]  cached {cache.sizes().cached} tokens, free {cache.sizes().free}")
 
     def add(parent: Tree, node: TreeNode) -> None:
         for child in sorted(node.children.values(), key=lambda n: n.id):
             lock = f" [red]locked x{child.lock_ref}[/]" if child.lock_ref else ""
-            label = (f"[cyan]{tok.decode(child.key)}[/]  [dim]{len(child)} tok, hits {child.hit_count}, "
+            label = (f"[cyan]{tok.decode(child.tokens())}[/]  [dim]{len(child)} tok, hits {child.hit_count}, "
                      f"last use {child.last_access}[/]{lock}")
             add(parent.add(label), child)
 
@@ -91,21 +92,14 @@ def main(policy: str = "lru", capacity: int = 32, console: Console | None = None
     con.print(f"{total} prompt tokens held in {s.cached} cached tokens: sharing saved {total - s.cached} "
               f"({1 - s.cached / total:.0%}). {PROMPTS[1]!r} is still in flight: its path is locked.")
 
-    victims: list[tuple[str, int, tuple]] = []
-    pol = cache.tree.policy
-    on_evict = pol.on_evict
-
-    def record(node: TreeNode) -> None:
-        victims.append((tok.decode(node.key), len(node), node.index_key or ()))
-        on_evict(node)
-
-    pol.on_evict = record  # type: ignore[method-assign]  # demo-only: watch the victims go
+    candidates = {n.id: (n, cache.tree.index.current_key(n)) for n in cache.tree.index.nodes()}
     ids = tok.encode(PRESSURE)
     con.print(f"\n[yellow]pressure:[/] {PRESSURE!r} needs {len(ids)} slots, {cache.sizes().free} free; "
               f"policy {policy!r} evicts the smallest keys first (locked paths are never candidates)")
     serve(cache, ids)
-    for text, n, key in victims:  # a trimmed leaf shows only the tail that went
-        con.print(f"  [red]-[/] {text!r} ({n} tok) key={key}")
+    gone = sorted((key, node) for node, key in candidates.values() if node.evicted)
+    for key, node in gone:  # a trimmed leaf keeps its node for the tail that went
+        con.print(f"  [red]-[/] {tok.decode(node.tokens())!r} ({len(node)} tok) key={key}")
     cache.unlock(locked)
     con.print(render(cache, tok, "after eviction"))
     cache.check_invariants()

@@ -35,7 +35,7 @@ class ContextLengthError(RadixKVError, ValueError):
 
 
 class LockError(RadixKVError):
-    """lock/unlock imbalance, or a lock on an evicted node."""
+    """lock/unlock imbalance, a lock on an evicted node, or a node from another cache."""
 
 
 class SequenceError(RadixKVError):
@@ -44,3 +44,11 @@ class SequenceError(RadixKVError):
 
 class KernelInputError(RadixKVError, ValueError):
     """A kernel argument of the wrong shape, dtype, device or layout, or a row/length out of range."""
+
+
+class InvalidArgumentError(RadixKVError, ValueError):
+    """An argument of the wrong type or out of range: a count, a priority, a namespace, an option."""
+
+
+class ThreadOwnershipError(RadixKVError, RuntimeError):
+    """A RadixCache was called from a thread other than the one that owns it (one thread drives a cache)."""

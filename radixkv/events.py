@@ -4,8 +4,11 @@ A *block* is `block_size` consecutive tokens aligned from the start of a sequenc
 the cache's page_size). Block b of a sequence in a namespace has the chained hash
 
     h_b = first 8 bytes (big-endian int) of
-          sha256( parent || repr(namespace).encode() || b"\0" || tokens of block b as int32 little-endian )
+          sha256( parent || namespace_key(namespace) || tokens of block b as int32 little-endian )
     parent = h_{b-1}.to_bytes(8, "big"), or b"" for the first block
+
+where `namespace_key` is the canonical, self-delimiting encoding of radixkv.keys (so `1`, `"1"`
+and `(1,)` hash apart, and equal namespaces hash alike whichever object carried them)
 
 so it names the whole prefix up to the end of the block, is identical across processes and
 machines (no Python `hash()`), and two namespaces never share a hash. The cache publishes
@@ -22,6 +25,7 @@ from typing import Any, Hashable, Union
 import numpy as np
 
 from radixkv.errors import RadixKVError
+from radixkv.keys import namespace_key
 
 DEVICE, HOST = "GPU", "CPU"  # vLLM's medium names; the device may be a CPU in tests, the name is the tier
 
@@ -36,8 +40,13 @@ def block_hashes(tokens: np.ndarray | list[int], namespace: Hashable, block_size
 
     `parent_hash` is the hash of the block just before `tokens[0]` (None at the sequence start).
     """
+    return chain_hashes(tokens, namespace_key(namespace), block_size, parent_hash)
+
+
+def chain_hashes(tokens: np.ndarray | list[int], ns: bytes, block_size: int,
+                 parent_hash: int | None = None) -> list[int]:
+    """`block_hashes` for a namespace given by its canonical key `ns` (radixkv.keys.namespace_key)."""
     toks = np.ascontiguousarray(tokens, dtype="<i4")
-    ns = repr(namespace).encode() + b"\0"
     out, prev = [], parent_hash
     for b in range(len(toks) // block_size):
         h = hashlib.sha256(b"" if prev is None else prev.to_bytes(8, "big"))

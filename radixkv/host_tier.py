@@ -4,14 +4,15 @@ host block pool), so the cache remembers more than the device holds.
 Write policies:
     write_through  every node that gets device KV is copied to the host at once (if the host
                    tier can make room); device eviction then only drops the device copy.
-    write_back     a node is copied to the host when device eviction takes it.
+    write_back     a node is copied to the host when device eviction takes it (`keep`).
 A node whose host copy cannot be made is evicted from both tiers, as without a host tier: the host
 tier is a cache too, and never a reason to fail. Host eviction follows the cache's policy, host-only
-leaves first (residency.py). Promotion (host -> device) happens in `RadixCache.open`, one batched
-copy per layer for the whole host-only part of the match.
+leaves first (RadixTree.evict_host). Promotion (host -> device) happens in `RadixCache.open`, one
+batched copy per layer for the whole host-only part of the match.
 
-Copies go through `gather_kv`/`store_kv`-shaped indexing, page-major, one `index_select` and one
-`index_copy_` per layer and per K/V: bytes moved = 2 * num_layers * tokens * heads * dim * itemsize.
+This class is the only writer of the host pool and its allocator; the tree records which host
+pages a node holds. Copies go page-major, one `index_select` and one `index_copy_` per layer and
+per K/V: bytes moved = 2 * num_layers * tokens * heads * dim * itemsize.
 """
 
 from __future__ import annotations
@@ -21,12 +22,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from radixkv.pools import SlotAllocator, TokenToKVPool, page_slots, slot_pages
+from radixkv.pools import SlotAllocator, TokenToKVPool, page_slots
 
 if TYPE_CHECKING:
     from radixkv.config import CacheConfig
-    from radixkv.radix.node import TreeNode
-    from radixkv.radix.tree import RadixTree
+    from radixkv.radix import RadixTree, TreeNode
 
 
 def copy_kv(src: TokenToKVPool, src_slots: np.ndarray, dst: TokenToKVPool, dst_slots: np.ndarray) -> int:
@@ -53,51 +53,49 @@ class HostTier:
         self.write_back = config.host_write_policy == "write_back"
         self.backed_up_tokens = self.promoted_tokens = self.host_evicted_tokens = 0
         self.bytes_to_host = self.bytes_to_device = 0
-        tree.backup = self
 
-    # ------------------------------------------------------------------ HostBackup (called by the tree)
+    def back_up(self, nodes: list[TreeNode]) -> None:
+        """Write-through: copy the nodes that just got device KV (insert's `gained`) to the host."""
+        if not self.write_back:
+            for node in nodes:
+                if node.host_pages is None and node.pages is not None:
+                    host = self._copy_out(node)
+                    if host is not None:
+                        self.tree.set_host(node, host)
 
-    def device_gained(self, node: TreeNode) -> None:
-        if not self.write_back and node.host_slots is None:
-            self._back_up(node)
+    def keep(self, node: TreeNode) -> np.ndarray | None:
+        """Write-back, called by device eviction for a victim with no host copy: host pages now
+        holding its KV, or None when the host tier cannot make room."""
+        return self._copy_out(node) if self.write_back else None
 
-    def keep_on_host(self, node: TreeNode) -> bool:
-        return node.host_slots is not None or (self.write_back and self._back_up(node))
-
-    # ------------------------------------------------------------------ copies
-
-    def _back_up(self, node: TreeNode) -> bool:
-        k = len(node) // self.page_size
-        if not self._make_room(k):
-            return False
-        host = page_slots(self.allocator.alloc_pages(k), self.page_size)
-        self.bytes_to_host += copy_kv(self.device_pool, node.slots, self.pool, host)
-        self.tree.set_host(node, host)
-        self.backed_up_tokens += len(node)
-        return True
-
-    def _make_room(self, pages: int) -> bool:
-        short = pages - self.allocator.num_free_pages
+    def _copy_out(self, node: TreeNode) -> np.ndarray | None:
+        k = len(node.pages)
+        short = k - self.allocator.num_free_pages
         if short > 0:
             if short * self.page_size > self.tree.host_size:
-                return False
+                return None
             self.free(self.tree.evict_host(short * self.page_size))
-        return True
+        host = self.allocator.alloc_pages(k)
+        ps = self.page_size
+        self.bytes_to_host += copy_kv(self.device_pool, page_slots(node.pages, ps), self.pool, page_slots(host, ps))
+        self.backed_up_tokens += node.size
+        return host
 
-    def free(self, host_slots: np.ndarray) -> None:
-        """Give the pages of whole-page host slots back (after the tree dropped them)."""
-        self.host_evicted_tokens += len(host_slots)
-        self.allocator.free_pages(slot_pages(host_slots, self.page_size))
+    def free(self, host_pages: np.ndarray) -> None:
+        """Give back host pages the tree let go."""
+        self.host_evicted_tokens += len(host_pages) * self.page_size
+        self.allocator.free_pages(host_pages)
 
-    def promote(self, host_slots: np.ndarray, device_slots: np.ndarray) -> None:
-        """Copy host KV back into fresh device slots (the caller then hands them to the tree)."""
-        self.bytes_to_device += copy_kv(self.pool, host_slots, self.device_pool, device_slots)
-        self.promoted_tokens += len(host_slots)
+    def promote(self, host_pages: np.ndarray, device_pages: np.ndarray) -> None:
+        """Copy host KV back into fresh device pages (the caller then hands them to the tree)."""
+        ps = self.page_size
+        self.bytes_to_device += copy_kv(self.pool, page_slots(host_pages, ps), self.device_pool,
+                                        page_slots(device_pages, ps))
+        self.promoted_tokens += len(host_pages) * ps
 
-    def check(self, host_slots: np.ndarray) -> None:
-        """Host pages are free or hold exactly one node's copy (`host_slots`: every node's, from check_tree)."""
-        self.allocator.check()
+    def check(self, host_pages: np.ndarray) -> None:
+        """Host pages are free or hold exactly one node's copy (`host_pages`: every node's, from check_tree)."""
         used = np.zeros(self.allocator.num_pages, dtype=np.bool_)
-        used[slot_pages(host_slots, self.page_size)] = True
+        used[host_pages] = True
         if not np.array_equal(used, ~self.allocator.free_mask()):
             raise AssertionError("host tier: pages held by nodes != pages not free in the host allocator")

@@ -23,7 +23,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from radixkv.cache import RadixCache
+    from radixkv.host_tier import HostTier
+    from radixkv.results import SizeInfo
 
 
 @dataclass
@@ -39,8 +40,9 @@ class CacheStats:
         self.host_hit_tokens += host_hit
 
 
-def collect_metrics(cache: RadixCache) -> dict[str, float]:
-    s, st = cache.sizes(), cache.stats
+def collect_metrics(s: SizeInfo, st: CacheStats, running: int, host: HostTier | None,
+                    host_cached_tokens: int) -> dict[str, float]:
+    """The metrics from what each owner counts (sizes, query stats, open Sequences, host tier)."""
     out: dict[str, float] = {
         "radixkv_prefix_cache_queries_total": st.query_tokens,
         "radixkv_prefix_cache_hits_total": st.hit_tokens,
@@ -51,14 +53,13 @@ def collect_metrics(cache: RadixCache) -> dict[str, float]:
         "radixkv_protected_tokens": s.protected,
         "radixkv_free_slots": s.free,
         "radixkv_evicted_tokens_total": st.evicted_tokens,
-        "radixkv_num_requests_running": len(cache._seqs),
+        "radixkv_num_requests_running": running,
     }
-    host = cache.host
     if host is not None:
         total = host.allocator.num_pages * host.page_size
         out.update({
             "radixkv_host_cache_usage_perc": (total - host.allocator.num_free_slots) / total,
-            "radixkv_host_cached_tokens": cache.tree.host_size,
+            "radixkv_host_cached_tokens": host_cached_tokens,
             "radixkv_host_promoted_tokens_total": host.promoted_tokens,
             "radixkv_host_backed_up_tokens_total": host.backed_up_tokens,
             "radixkv_host_evicted_tokens_total": host.host_evicted_tokens,
@@ -68,14 +69,14 @@ def collect_metrics(cache: RadixCache) -> dict[str, float]:
     return out
 
 
-def prometheus_text(cache: RadixCache) -> str:
+def prometheus_text(cache) -> str:  # noqa: ANN001 - a RadixCache (not imported: the cache imports this module)
     """The metrics in Prometheus text format (needs prometheus-client: `pip install radixkv[metrics]`)."""
     from prometheus_client import CollectorRegistry, generate_latest
     from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
     class _Collector:
         def collect(self):  # noqa: ANN202 - prometheus_client's collector protocol
-            for name, value in collect_metrics(cache).items():
+            for name, value in cache.metrics().items():
                 if name.endswith("_total"):
                     yield CounterMetricFamily(name[:-len("_total")], name, value=value)
                 else:

@@ -12,7 +12,7 @@ if TYPE_CHECKING:
 
 class MatchResult(NamedTuple):
     length: int  # cached tokens from the start, a whole number of pages
-    slots: torch.Tensor  # int64 [length]: their KV slots, in order; may share memory with the tree: read only
+    slots: torch.Tensor  # int64 [length]: their KV slots, in order; a fresh tensor the caller owns
     node: TreeNode  # the node ending exactly at `length` (the namespace root when length == 0)
     host_length: int = 0  # further tokens held only in the host tier (0 without one)
 

@@ -1,8 +1,9 @@
-"""Validation at the public boundary: tokens and slots in, compact numpy arrays out.
+"""Validation at the public boundary: tokens, slots and counts in, compact numpy arrays and ints out.
 
 Tokens may be a list of ints, a 1-D integer numpy array or a 1-D integer torch tensor, with ids
-in [0, 2**31 - 1]; bools, floats, other ranks and out-of-range ids raise InvalidTokensError.
-Slots follow the same rules against the pool size and must be distinct (InvalidSlotsError).
+in [0, 2**31 - 1]; bools, floats, strings, ragged or nested lists, other ranks and out-of-range ids
+raise InvalidTokensError. Slots follow the same rules against the pool size (InvalidSlotsError).
+Counts and priorities are ints, never bools (InvalidArgumentError). Nothing here mutates its input.
 """
 
 from __future__ import annotations
@@ -12,23 +13,23 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from radixkv.errors import InvalidSlotsError, InvalidTokensError
+from radixkv.errors import InvalidArgumentError, InvalidSlotsError, InvalidTokensError
 
 MAX_TOKEN_ID = 2**31 - 1
 TokensLike = Sequence[int] | np.ndarray | torch.Tensor
+_INT_TYPES = frozenset([int, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64])
 
 
 def _as_int_array(values: Any, what: str, error: type[Exception]) -> np.ndarray:
-    if isinstance(values, torch.Tensor):
+    if isinstance(values, np.ndarray):
+        arr = values
+    elif isinstance(values, torch.Tensor):
         if values.dtype == torch.bool or values.is_floating_point() or values.is_complex():
             raise error(f"{what} must be an integer tensor, got dtype {values.dtype}")
-        arr = values.detach().cpu().numpy()
-    elif isinstance(values, np.ndarray):
-        arr = values
+        plain = values.device.type == "cpu" and not values.requires_grad
+        arr = values.numpy() if plain else values.detach().cpu().numpy()
     elif isinstance(values, (list, tuple, range)):
-        if any(type(v) is bool for v in values):
-            raise error(f"{what} must be ints, got a bool")
-        arr = np.asarray(values) if len(values) else np.empty(0, dtype=np.int64)
+        arr = _list_to_array(values, what, error)
     else:
         raise error(f"{what} must be a list of ints, a 1-D numpy array or a 1-D tensor, "
                     f"got {type(values).__name__}")
@@ -39,45 +40,80 @@ def _as_int_array(values: Any, what: str, error: type[Exception]) -> np.ndarray:
     return arr
 
 
+def _list_to_array(values: Sequence[Any], what: str, error: type[Exception]) -> np.ndarray:
+    if not len(values):
+        return np.empty(0, dtype=np.int64)
+    kinds = set(map(type, values))
+    if not kinds <= _INT_TYPES:  # bools, floats, strings, nested lists, None...
+        odd = next(k for k in kinds if k not in _INT_TYPES)
+        raise error(f"{what} must be ints, got a {odd.__name__}")
+    try:
+        return np.array(values, dtype=np.int64)
+    except OverflowError:
+        raise error(f"{what} hold an id outside the int64 range") from None
+
+
 def as_tokens(tokens: TokensLike) -> np.ndarray:
-    """int32 `[n]` view or copy of `tokens`; raises InvalidTokensError. Never mutates its input."""
+    """int32 `[n]` view or copy of `tokens`; raises InvalidTokensError."""
     arr = _as_int_array(tokens, "tokens", InvalidTokensError)
+    if not len(arr):
+        return arr.astype(np.int32, copy=False)
     fits = arr.dtype.itemsize < 4 or arr.dtype == np.int32  # cannot exceed MAX_TOKEN_ID
-    if len(arr) and (arr.min() < 0 or (not fits and arr.max() > MAX_TOKEN_ID)):
+    if arr.min() < 0 or (not fits and arr.max() > MAX_TOKEN_ID):
         raise InvalidTokensError(
             f"token ids must lie in [0, {MAX_TOKEN_ID}], got min {arr.min()} and max {arr.max()}")
     return arr.astype(np.int32, copy=False)
 
 
-class SlotValidator:
-    """Turns slots into int64 `[n]` of distinct slots in [0, num_slots), or raises InvalidSlotsError.
+def slot_array(slots: TokensLike) -> np.ndarray:
+    """int64 `[n]` view or copy of integer `slots`, not yet range-checked; raises InvalidSlotsError."""
+    return _as_int_array(slots, "slots", InvalidSlotsError).astype(np.int64, copy=False)
 
-    Distinctness costs O(n), not a sort: write each slot's own index into a scratch table
-    (`int32 [num_slots]`) and read it back; a repeated slot reads a later index than its own.
-    """
 
-    def __init__(self, num_slots: int) -> None:
-        self.num_slots = num_slots
-        self._scratch = np.zeros(num_slots, dtype=np.int32)
-        self._order = np.arange(num_slots, dtype=np.int32)  # slices of it number a call's slots
+def check_range(values: np.ndarray, limit: int, what: str) -> None:
+    """Every int64 value lies in [0, limit); one pass (a negative value, seen as uint64, is huge)."""
+    if len(values) and values.view(np.uint64).max() >= limit:
+        raise InvalidSlotsError(f"{what} must lie in [0, {limit}), got min {values.min()} and max {values.max()}")
 
-    def __call__(self, slots: TokensLike) -> np.ndarray:
-        arr = _as_int_array(slots, "slots", InvalidSlotsError)
-        if len(arr) and (arr.min() < 0 or arr.max() >= self.num_slots):
-            raise InvalidSlotsError(
-                f"slots must lie in [0, {self.num_slots}), got min {arr.min()} and max {arr.max()}")
-        arr = arr.astype(np.int64, copy=False)
-        if len(arr) > self.num_slots:  # then some slot repeats
-            raise InvalidSlotsError("slots must be distinct; more slots than the pool holds")
-        order = self._order[:len(arr)]
-        self._scratch[arr] = order
-        if not np.array_equal(self._scratch[arr], order):
-            raise InvalidSlotsError("slots must be distinct; the same slot appears twice")
-        return arr
+
+def as_slots(slots: TokensLike, num_slots: int) -> np.ndarray:
+    """int64 `[n]` of slots in [0, num_slots); raises InvalidSlotsError. Distinctness is the caller's
+    check (it knows which slots may repeat: none may)."""
+    arr = slot_array(slots)
+    check_range(arr, num_slots, "slots")
+    return arr
+
+
+class Distinct:
+    """Whether ints in [0, size) are distinct, in O(n) without sorting: write each value's own
+    position into a scratch table and read it back; a repeated value reads a later position."""
+
+    def __init__(self, size: int) -> None:
+        self._scratch = np.zeros(size, dtype=np.int32)
+        self._order = np.arange(size, dtype=np.int32)
+
+    def __call__(self, values: np.ndarray) -> bool:
+        n = len(values)
+        if n < 2:
+            return True
+        if n > len(self._order):
+            return False
+        order = self._order[:n]
+        self._scratch[values] = order
+        return not (self._scratch[values] != order).any()
 
 
 def as_count(n: Any, what: str) -> int:
-    """A non-negative int (not a bool)."""
-    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
-        raise ValueError(f"{what} must be a non-negative int, got {n!r}")
+    """A non-negative int (not a bool); raises InvalidArgumentError."""
+    if type(n) is not int and (isinstance(n, bool) or not isinstance(n, (int, np.integer))):
+        raise InvalidArgumentError(f"{what} must be a non-negative int, got {n!r}")
+    if n < 0:
+        raise InvalidArgumentError(f"{what} must be a non-negative int, got {n!r}")
     return int(n)
+
+
+def as_priority(priority: Any) -> int:
+    """An int (not a bool), any sign; raises InvalidArgumentError."""
+    if type(priority) is not int and (isinstance(priority, bool) or not isinstance(priority, (int, np.integer))):
+        raise InvalidArgumentError(f"priority must be an int, got {priority!r}")
+    return int(priority)

@@ -85,7 +85,7 @@ def replay(events: list, blocks: set[tuple[int, str]]) -> None:
 def cached_blocks(tree, block_size: int) -> set[tuple[int, str]]:
     """From scratch: (hash, medium) of every block whose last token's node holds KV on that medium,
     hashing each node's whole path from the root (no cached hashes)."""
-    from radixkv.events import DEVICE, HOST, block_hashes
+    from radixkv.events import DEVICE, HOST, chain_hashes
 
     out = set()
     for node in tree.nodes():
@@ -93,12 +93,12 @@ def cached_blocks(tree, block_size: int) -> set[tuple[int, str]]:
             continue
         chain, n = [], node
         while n.parent is not None:
-            chain.append(n.key)
+            chain.append(n.tokens())
             n = n.parent
         tokens = np.concatenate(chain[::-1])
-        hashes = block_hashes(tokens, node.namespace, block_size)
+        hashes = chain_hashes(tokens, node.ns, block_size)
         mine = hashes[node.depth // block_size:]
-        for medium, resident in ((DEVICE, node.slots is not None), (HOST, node.host_slots is not None)):
+        for medium, resident in ((DEVICE, node.pages is not None), (HOST, node.host_pages is not None)):
             if resident:
                 out.update((h, medium) for h in mine)
     return out

@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from radixkv import CacheConfig, ConfigError, InvalidSlotsError, OutOfRowsError, OutOfSlotsError
-from radixkv.pools import ReqToTokenPool, SlotAllocator, TokenToKVPool, page_slots
+from radixkv.pools import (CACHED, FREE, PRIVATE, RESERVED, PageLedger, ReqToTokenPool, SlotAllocator,
+                           TokenToKVPool, page_slots)
 
 
 def test_allocator_hands_out_each_page_once_and_takes_it_back() -> None:
@@ -18,21 +19,29 @@ def test_allocator_hands_out_each_page_once_and_takes_it_back() -> None:
     with pytest.raises(OutOfSlotsError):
         alloc.alloc_pages(1)
     alloc.free_pages(b[::2])
-    alloc.check()
+    assert alloc.free_mask().tolist() == [p in set(b[::2].tolist()) for p in range(10)]
     assert alloc.num_free_slots == 4 * 4
     again = alloc.alloc_pages(4)
     assert sorted(again.tolist()) == sorted(b[::2].tolist())
-    alloc.check()
+    assert not alloc.free_mask().any()
 
 
-def test_allocator_rejects_double_free_unchanged() -> None:
-    alloc = SlotAllocator(num_pages=4, page_size=2)
-    pages = alloc.alloc_pages(2)
-    alloc.free_pages(pages[:1])
-    with pytest.raises(InvalidSlotsError):
-        alloc.free_pages(pages)
-    assert alloc.num_free_pages == 3
-    alloc.check()
+def test_ledger_tracks_states_and_evicts_through_the_callback() -> None:
+    ledger = PageLedger(num_pages=4, page_size=2)
+    cached = ledger.take(2, CACHED, 0, evict=lambda n: pytest.fail("nothing to evict yet"))
+    private = ledger.take(2, PRIVATE, 0, evict=lambda n: pytest.fail("enough free pages"))
+    with pytest.raises(OutOfSlotsError):
+        ledger.take(1, PRIVATE, 0, evict=lambda n: pytest.fail("must refuse before evicting"))
+    asked = []
+    more = ledger.take(1, RESERVED, 2, evict=lambda n: asked.append(n) or cached[:1])
+    assert asked == [2] and more.tolist() == cached[:1].tolist()  # the evicted page is reused at once
+    assert ledger.state.tolist().count(CACHED) == 1 and ledger.all_in(private, PRIVATE)
+    ledger.release(private)
+    assert ledger.num_free_pages == 2 and ledger.all_in(private, FREE)
+    ledger.check()
+    ledger.state[private[0]] = PRIVATE  # a state that disagrees with the allocator is caught
+    with pytest.raises(AssertionError):
+        ledger.check()
 
 
 def test_allocator_cost_does_not_grow_with_the_pool() -> None:

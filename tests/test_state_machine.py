@@ -10,6 +10,8 @@ them into an empty set must give exactly the blocks cached now, recomputed from 
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import pytest
 import torch
@@ -17,13 +19,25 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from radixkv import (CacheConfig, InvalidSlotsError, LockError, OutOfRowsError, OutOfSlotsError,
-                     RadixCache, SequenceError)
+from radixkv import (CacheConfig, InvalidArgumentError, InvalidSlotsError, LockError, OutOfRowsError,
+                     OutOfSlotsError, RadixCache, SequenceError)
 from radixkv.pools import page_slots
 from state_machine_model import Model, assert_stamped, cached_blocks, replay, stamp
 
 TOKENS = st.lists(st.integers(0, 2), min_size=0, max_size=14)
 NAMESPACES = st.sampled_from([None, "b"])
+
+
+def path_of(node, page_size: int) -> tuple[list[int], np.ndarray]:  # noqa: ANN001 - a TreeNode
+    """(tokens, device slots) along the path from the root to `node`, read off the nodes."""
+    tokens, pages = [], []
+    while node.parent is not None:
+        tokens.append(node.tokens())
+        pages.append(node.pages)
+        node = node.parent
+    if not tokens:
+        return [], np.empty(0, dtype=np.int64)
+    return np.concatenate(tokens[::-1]).tolist(), page_slots(np.concatenate(pages[::-1]), page_size)
 
 
 class CacheMachine(RuleBasedStateMachine):
@@ -75,8 +89,34 @@ class CacheMachine(RuleBasedStateMachine):
     @rule(tokens=TOKENS, ns=NAMESPACES)
     def unlock_unlocked(self, tokens: list[int], ns: object) -> None:
         node = self.cache.match_prefix(tokens, ns).node
-        if node.own_locks == 0:
+        if node.user_locks == 0:
             self._unchanged(lambda: self.cache.unlock(node), LockError)
+
+    @precondition(lambda self: self.model.seqs)
+    @rule(i=st.integers(0, 100))
+    def unlock_a_sequence_lock(self, i: int) -> None:
+        """A Sequence's lock is released only by close(): unlock() of its node without a lock() of
+        that node is refused, even though the node is locked."""
+        seq, _, _ = self.model.seqs[i % len(self.model.seqs)]
+        if seq.node.user_locks == 0:
+            self._unchanged(lambda: self.cache.unlock(seq.node), LockError)
+
+    @rule(tokens=TOKENS)
+    def foreign_node(self, tokens: list[int]) -> None:
+        other = RadixCache(self.cache.config)
+        node = other.match_prefix(tokens).node
+        self._unchanged(lambda: self.cache.lock(node), LockError)
+        self._unchanged(lambda: self.cache.unlock(node), LockError)
+
+    @rule(tokens=TOKENS, bad=st.sampled_from([None, "high", 1.5, True]), ns=st.sampled_from([1.0, True, [1], {}]))
+    def bad_arguments(self, tokens: list[int], bad: object, ns: object) -> None:
+        """Every argument is checked before anything changes (priority, namespace, counts)."""
+        self._unchanged(lambda: self.cache.insert(tokens, [0] * len(tokens), priority=bad), InvalidArgumentError)
+        self._unchanged(lambda: self.cache.match_prefix(tokens, ns), InvalidArgumentError)
+        if self.cache.req_pool.num_free_rows:
+            self._unchanged(lambda: self.cache.open(tokens, priority=bad), InvalidArgumentError)
+            self._unchanged(lambda: self.cache.open(tokens, ns), InvalidArgumentError)
+        self._unchanged(lambda: self.cache.alloc(-1), InvalidArgumentError)
 
     @rule(n=st.integers(0, 30))
     def alloc(self, n: int) -> None:
@@ -112,7 +152,7 @@ class CacheMachine(RuleBasedStateMachine):
     @rule(tokens=TOKENS, ns=NAMESPACES)
     def insert_free_slots(self, tokens: list[int], ns: object) -> None:
         r = self.cache.match_prefix(tokens, ns)
-        extra, free = len(tokens) - r.length, np.flatnonzero(self.cache.allocator.free_mask())
+        extra, free = len(tokens) - r.length, np.flatnonzero(self.cache.ledger.allocator.free_mask())
         if 0 < extra <= len(free) * self.page_size:
             bad = torch.cat([r.slots, torch.from_numpy(page_slots(free, self.page_size)[:extra])])
             self._unchanged(lambda: self.cache.insert(tokens, bad, ns), InvalidSlotsError)
@@ -199,8 +239,12 @@ class CacheMachine(RuleBasedStateMachine):
     @rule(i=st.integers(0, 100))
     def close(self, i: int) -> None:
         seq, _, _ = self.model.seqs.pop(i % len(self.model.seqs))
+        twin = copy.copy(seq)
+        self._unchanged(lambda: self.cache.close(twin), SequenceError)  # a copy is not the Sequence
         self.cache.close(seq)
         self._unchanged(lambda: self.cache.reserve(seq, 1), SequenceError)
+        self._unchanged(lambda: self.cache.close(twin), SequenceError)  # nor, later, another row's holder
+        self._unchanged(lambda: self.cache.close(seq), SequenceError)
 
     # ------------------------------------------------------------------ after every step
 
@@ -213,9 +257,9 @@ class CacheMachine(RuleBasedStateMachine):
         assert s.private == (self.model.held_pages() + reserved) * self.page_size
         for node, ns, prefix in self.model.locks:
             assert not node.evicted and node.end == len(prefix)
-            path, length = self.cache.tree.walk(np.asarray(prefix, np.int32), self.cache.tree.root(ns))
-            assert length == len(prefix), "a locked prefix lost tokens"
-            assert_stamped(self.cache, ns, prefix, self.cache.tree.path_slots(path, length), "locked prefix")
+            tokens, slots = path_of(node, self.page_size)
+            assert tokens == prefix, "a locked node no longer means its prefix"
+            assert_stamped(self.cache, ns, prefix, slots, "locked prefix")
         for seq, ns, tokens in self.model.seqs:
             assert_stamped(self.cache, ns, tokens, seq.slots(0, seq.committed_len), f"{seq} committed KV")
         replay(self.cache.take_events(), self.blocks)

@@ -1,4 +1,4 @@
-"""Two more eviction policies: SLRU (SGLang's) and `adaptive`, a continuation-aware LRFU.
+"""`adaptive`: a continuation-aware LRFU that learns between LRU and LFU from the traffic.
 
 No fixed policy wins every prefix workload. In shared-prefix traffic (gsp, RAG, tree-of-thought,
 few-shot) how often a node was reused predicts its next reuse, so LFU wins; in session traffic
@@ -37,39 +37,25 @@ if TYPE_CHECKING:
     from radixkv.radix.node import TreeNode
 
 
-class SLRU(EvictionPolicy):
-    """Segmented LRU: nodes hit at least `protected_threshold` times outlive all others (SGLang's
-    SLRUStrategy); LRU inside each segment."""
-
-    name = "slru"
-    stateless = True
-
-    def __init__(self, protected_threshold: int = 2) -> None:
-        self.protected_threshold = protected_threshold
-
-    def key(self, node: TreeNode) -> tuple:
-        return (node.hit_count >= self.protected_threshold, node.last_access, node.id)
-
-
 class Adaptive(EvictionPolicy):
-    """Continuation-aware LRFU (module docstring). Stateful: keys depend on the learned rate, so
-    a leaf's key is fixed when it enters the index (or is touched), as in GreedyDual."""
+    """Continuation-aware LRFU (module docstring). It learns in its hooks; `key()` only reads the
+    learned half-life, so a leaf's key is fixed when it enters the index (or is touched), as in
+    GreedyDual."""
 
     name = "adaptive"
+    learns = True
     H_MIN = 8.0  # ticks (2 per request): the frequency term vanishes, pure LRU order
     H_MAX = 4096.0  # ~2,000 requests: log2(hit count) dominates recency, LFU-like
     R_LO, R_HI = 0.6, 0.85  # chain rate at which H starts to fall from H_MAX / reaches H_MIN
     DECAY = 0.999  # per counted event: r remembers the last ~1,000 events
     GHOSTS = 8192  # evicted never-hit leaves remembered
-    _FP = 8  # leading tokens of a key in a ghost's fingerprint
+    _FP = 8 * 4  # leading key bytes (8 tokens) in a ghost's fingerprint
 
     def __init__(self) -> None:
         self._chains = 0.0  # decayed count of chain events (prior: r = 0, weight 1)
         self._events = 1.0  # decayed count of chain + branch events
-        self._clock = -1  # newest last_access seen: tells fresh events from re-keyed old leaves
-        self._max_id = -1  # newest node id seen: a leaf with a new id and no hits was just inserted
         self._first_hit: tuple[int, int] | None = None  # (id, end) of the leaf just matched whole once
-        # (depth, first tokens) -> (length, hash of key, ended at a cut) of evicted never-hit leaves
+        # (depth, first key bytes) -> (length, hash of key, ended at a cut) of evicted never-hit leaves
         self._ghosts: OrderedDict[tuple[int, bytes], tuple[int, int, bool]] = OrderedDict()
         self._cut_ends: OrderedDict[int, None] = OrderedDict()  # ids of nodes whose end is a split point
 
@@ -83,24 +69,18 @@ class Adaptive(EvictionPolicy):
         t = min(1.0, max(0.0, (self.R_HI - self.rate) / (self.R_HI - self.R_LO)))
         return self.H_MIN * (self.H_MAX / self.H_MIN) ** t
 
-    def _observe(self, node: TreeNode) -> None:
-        if node.last_access <= self._clock:
-            return  # an old leaf re-keyed (its child was evicted, or it was unlocked)
-        self._clock = node.last_access
-        end = node.depth + len(node.key)
-        if node.hit_count == 1:
-            self._first_hit = (node.id, end)
-            return
-        if node.hit_count or node.id <= self._max_id:
-            return
-        self._max_id = node.id
-        parent = node.parent  # a fresh leaf was just inserted below `parent`
+    def on_hit(self, node: TreeNode) -> None:
+        if node.hit_count == 1 and not any(c.pages is not None for c in node.children.values()):
+            self._first_hit = (node.id, node.end)
+
+    def on_insert(self, leaf: TreeNode) -> None:
+        parent = leaf.parent
         assert parent is not None
-        chain = self._first_hit == (parent.id, parent.depth + len(parent.key))
+        chain = self._first_hit == (parent.id, parent.end)
         branch = len(parent.children) == 2
-        ghost = self._ghosts.pop((node.depth, node.key[:self._FP].tobytes()), None)
+        ghost = self._ghosts.pop((leaf.depth, leaf.key[:self._FP]), None)
         if ghost is not None:  # an evicted leaf started here: the new one extends it or diverges
-            extends = len(node.key) > ghost[0] and hash(node.key[:ghost[0]].tobytes()) == ghost[1]
+            extends = len(leaf.key) > ghost[0] and hash(leaf.key[:ghost[0]]) == ghost[1]
             chain, branch = extends and not ghost[2], not extends  # extending a cut proves nothing
         self._first_hit = None
         if chain or branch:
@@ -108,7 +88,6 @@ class Adaptive(EvictionPolicy):
             self._events = self._events * self.DECAY + 1.0
 
     def key(self, node: TreeNode) -> tuple:
-        self._observe(node)
         lam = 1.0 / self.half_life
         crf = 1.0
         if node.hit_count:
@@ -117,15 +96,15 @@ class Adaptive(EvictionPolicy):
             crf = (1.0 - decay ** (node.hit_count + 1)) / (1.0 - decay)
         return (lam * node.last_access + math.log2(crf), node.id)
 
-    def on_evict(self, node: TreeNode) -> None:
-        parent = node.parent
-        if parent is not None and parent.parent is not None and parent.id > node.id:
+    def on_evict(self, victim: TreeNode) -> None:
+        parent = victim.parent
+        if parent is not None and parent.parent is not None and parent.id > victim.id:
             self._cut_ends[parent.id] = None  # parent came from a split of this edge: a cut, not a sequence end
             if len(self._cut_ends) > self.GHOSTS:
                 self._cut_ends.popitem(last=False)
-        cut = node.id in self._cut_ends
-        self._cut_ends.pop(node.id, None)
-        if node.hit_count == 0:
-            self._ghosts[(node.depth, node.key[:self._FP].tobytes())] = (len(node.key), hash(node.key.tobytes()), cut)
+        cut = victim.id in self._cut_ends
+        self._cut_ends.pop(victim.id, None)
+        if victim.hit_count == 0:
+            self._ghosts[(victim.depth, victim.key[:self._FP])] = (len(victim.key), hash(victim.key), cut)
             if len(self._ghosts) > self.GHOSTS:
                 self._ghosts.popitem(last=False)

@@ -1,75 +1,96 @@
-"""EvictableIndex: the evictable leaves, sorted by their policy key.
+"""EvictableIndex: the evictable leaves, ordered by their policy key; the victim in O(log n).
 
-A leaf is evictable when it is not a root, has no children and no lock protects it. The tree
-tells the index when that changes (`add` / `discard`) and when a leaf's key inputs change
-(`refresh`); the victim is the smallest key, found in O(log n) (SortedList), so no call ever
-rebuilds a heap over all leaves as SGLang's `evict` does.
+A binary heap (heapq, in C) of keys with lazy deletion: each key is a tuple ending with the node
+id, and `_keys[id]` holds the node's current key. Discarding a node or changing its key leaves
+the old tuple in the heap; `pop` skips any tuple that is no longer some node's current key (an
+identity check), and the heap is rebuilt from the live keys when stale ones outnumber them, so
+add, refresh and discard cost O(log n) amortized and no call ever walks all leaves (SGLang
+rebuilds a heap over every evictable leaf on each `evict`).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from sortedcontainers import SortedList
+import heapq
+from typing import TYPE_CHECKING, Callable
 
 if TYPE_CHECKING:
-    from radixkv.eviction.policies import EvictionPolicy
     from radixkv.radix.node import TreeNode
 
 
 class EvictableIndex:
-    def __init__(self, policy: EvictionPolicy, attr: str = "index_key") -> None:
-        self.policy = policy
-        self.attr = attr  # the node attribute holding this index's key (a node may be in two indexes)
-        self._keys = SortedList()  # policy keys; each ends with the node id, so keys are unique
-        self._nodes: dict[int, TreeNode] = {}  # node id -> node, for every indexed leaf
+    def __init__(self, key: Callable[[TreeNode], tuple]) -> None:
+        self.key = key  # node -> tuple ending with node.id
+        self._heap: list[tuple] = []
+        self._keys: dict[int, tuple] = {}  # node id -> current key, for every member
+        self._nodes: dict[int, TreeNode] = {}  # node id -> node, for every member
 
     def __len__(self) -> int:
         return len(self._nodes)
 
     def __contains__(self, node: TreeNode) -> bool:
-        return getattr(node, self.attr) is not None
+        return node.id in self._nodes
 
     def add(self, node: TreeNode) -> None:
-        key = self.policy.key(node)
-        setattr(node, self.attr, key)
-        self._keys.add(key)
+        key = self.key(node)
+        self._keys[node.id] = key
         self._nodes[node.id] = node
+        heapq.heappush(self._heap, key)
 
     def discard(self, node: TreeNode) -> None:
-        key = getattr(node, self.attr)
-        if key is None:
-            return
-        self._keys.remove(key)
-        del self._nodes[node.id]
-        setattr(node, self.attr, None)
+        if self._nodes.pop(node.id, None) is not None:
+            del self._keys[node.id]
+            if len(self._heap) > 2 * len(self._nodes) + 64:
+                self._compact()
 
     def set(self, node: TreeNode, member: bool) -> None:
         """Make `node` a member or not (a no-op when it already is what is asked)."""
-        if member != (getattr(node, self.attr) is not None):
+        if member != (node.id in self._nodes):
             if member:
                 self.add(node)
             else:
                 self.discard(node)
 
     def refresh(self, node: TreeNode) -> None:
-        """Recompute the key of an indexed leaf whose recency, hits or priority changed."""
-        if getattr(node, self.attr) is not None:
-            self.discard(node)
-            self.add(node)
+        """Re-key a member whose recency, hits or priority changed (a no-op for non-members)."""
+        if node.id in self._nodes:
+            key = self.key(node)
+            self._keys[node.id] = key
+            heapq.heappush(self._heap, key)
+            if len(self._heap) > 2 * len(self._nodes) + 64:
+                self._compact()
 
     def peek(self) -> TreeNode:
         """The next victim (smallest key). The index must not be empty."""
-        return self._nodes[self._keys[0][-1]]
+        heap, keys = self._heap, self._keys
+        while keys.get(heap[0][-1]) is not heap[0]:
+            heapq.heappop(heap)
+        return self._nodes[heap[0][-1]]
+
+    def pop(self) -> TreeNode:
+        """Remove and return the next victim. The index must not be empty."""
+        node = self.peek()
+        heapq.heappop(self._heap)
+        del self._keys[node.id], self._nodes[node.id]
+        return node
+
+    def _compact(self) -> None:
+        self._heap = list(self._keys.values())
+        heapq.heapify(self._heap)
 
     def nodes(self) -> list[TreeNode]:
         return list(self._nodes.values())
 
+    def current_key(self, node: TreeNode) -> tuple | None:
+        return self._keys.get(node.id)
+
     def check(self) -> None:
-        """The sorted keys are exactly the keys stored on the indexed nodes."""
-        stored = sorted(getattr(n, self.attr) for n in self._nodes.values())
-        if stored != list(self._keys):
-            raise AssertionError("evictable index: sorted keys and node keys disagree")
-        for node_id, node in self._nodes.items():
-            if node.id != node_id or getattr(node, self.attr)[-1] != node_id:
-                raise AssertionError(f"evictable index: {node} filed under id {node_id}")
+        """Every member's key is in the heap, ends with its id, and the heap is a heap."""
+        if self._keys.keys() != self._nodes.keys():
+            raise AssertionError("evictable index: keys and nodes disagree")
+        live = {id(k) for k in self._heap}
+        for node_id, key in self._keys.items():
+            if key[-1] != node_id or id(key) not in live or self._nodes[node_id].id != node_id:
+                raise AssertionError(f"evictable index: the key of node {node_id} is missing or misfiled")
+        heap = self._heap
+        if any(heap[(i - 1) // 2] > heap[i] for i in range(1, len(heap))):
+            raise AssertionError("evictable index: heap order broken")

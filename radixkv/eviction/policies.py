@@ -1,14 +1,15 @@
 """Eviction policies as key functions: the evictable leaf with the smallest key goes first.
 
-A policy is an object with `key(node) -> tuple`, computed when a leaf enters the evictable index
-or is touched while in it, and `on_evict(node)`, called once per victim (adaptive policies learn
-there; the simple ones ignore it). Keys end with `node.id` so they are unique and deterministic.
-Recency is an integer logical clock (`node.last_access`), never wall time, so tests need no sleeps.
+A policy has a pure `key(node) -> tuple` (computed when a leaf enters the evictable index or is
+touched while in it; keys end with `node.id`, so they are unique and deterministic) and three
+hooks the tree calls, `on_insert(leaf)`, `on_hit(node)` and `on_evict(victim)`, where a learning
+policy learns; `key()` never learns. Fixed policies have no state (`learns = False`, and the tree
+skips their hooks). Recency is an integer logical clock (`node.last_access`), never wall time.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from radixkv.radix.node import TreeNode
@@ -16,18 +17,23 @@ if TYPE_CHECKING:
 
 class EvictionPolicy:
     name = "base"
-    stateless = False  # True when key(node) depends on the node alone (check_invariants re-derives it)
+    learns = False  # True: the tree calls the hooks below; keys may depend on what was learned
 
     def key(self, node: TreeNode) -> tuple:
         raise NotImplementedError
 
-    def on_evict(self, node: TreeNode) -> None:
-        """Called once for each victim, before its tokens are freed."""
+    def on_insert(self, leaf: TreeNode) -> None:
+        """A new leaf was just created by an insert (its parent is `leaf.parent`)."""
+
+    def on_hit(self, node: TreeNode) -> None:
+        """A match ended exactly at `node` (after any split), which it matched whole."""
+
+    def on_evict(self, victim: TreeNode) -> None:
+        """`victim` is about to lose its device copy (once per victim, before its pages are freed)."""
 
 
 class LRU(EvictionPolicy):
     name = "lru"
-    stateless = True
 
     def key(self, node: TreeNode) -> tuple:
         return (node.last_access, node.id)
@@ -37,7 +43,6 @@ class LFU(EvictionPolicy):
     """Fewest hits first; ties go to the least recently used (SGLang's LFUStrategy)."""
 
     name = "lfu"
-    stateless = True
 
     def key(self, node: TreeNode) -> tuple:
         return (node.hit_count, node.last_access, node.id)
@@ -45,7 +50,6 @@ class LFU(EvictionPolicy):
 
 class FIFO(EvictionPolicy):
     name = "fifo"
-    stateless = True
 
     def key(self, node: TreeNode) -> tuple:
         return (node.created, node.id)
@@ -55,34 +59,30 @@ class Priority(EvictionPolicy):
     """Lowest request priority first, then least recently used."""
 
     name = "priority"
-    stateless = True
 
     def key(self, node: TreeNode) -> tuple:
         return (node.priority, node.last_access, node.id)
 
 
-class HostFirst(EvictionPolicy):
-    """The host tier's order: host-only leaves (no device copy) before host copies of device
-    nodes, each group in the order of the wrapped policy."""
+class SLRU(EvictionPolicy):
+    """Segmented LRU: nodes hit at least `protected_threshold` times outlive all others (SGLang's
+    SLRUStrategy); LRU inside each segment."""
 
-    def __init__(self, inner: EvictionPolicy) -> None:
-        self.inner = inner
-        self.name = f"host-{inner.name}"
-        self.stateless = inner.stateless
+    name = "slru"
+
+    def __init__(self, protected_threshold: int = 2) -> None:
+        self.protected_threshold = protected_threshold
 
     def key(self, node: TreeNode) -> tuple:
-        return (node.on_device,) + self.inner.key(node)
+        return (node.hit_count >= self.protected_threshold, node.last_access, node.id)
 
 
-POLICIES: dict[str, Callable[[], EvictionPolicy]] = {
-    "lru": LRU,
-    "lfu": LFU,
-    "fifo": FIFO,
-    "priority": Priority,
-}
-from radixkv.eviction.adaptive import SLRU, Adaptive  # noqa: E402  (adaptive.py imports the base class)
-POLICIES.update(slru=SLRU, adaptive=Adaptive)
+def host_first(policy: EvictionPolicy):  # noqa: ANN201 - a key function
+    """The host tier's order: host-only leaves (no device copy) before host copies of device nodes,
+    each group in the order of `policy`."""
+    inner = policy.key
 
+    def key(node: TreeNode) -> tuple:
+        return (node.pages is not None,) + inner(node)
 
-def make_policy(name: str) -> EvictionPolicy:
-    return POLICIES[name]()
+    return key

@@ -2,7 +2,9 @@
 slots a request reads (ReqToTokenPool). Nothing here knows the radix tree."""
 
 from radixkv.pools.allocator import SlotAllocator, page_slots, slot_pages
+from radixkv.pools.ledger import CACHED, FREE, PRIVATE, RESERVED, PageLedger
 from radixkv.pools.kv_pool import TokenToKVPool
 from radixkv.pools.req_pool import ReqToTokenPool
 
-__all__ = ["SlotAllocator", "TokenToKVPool", "ReqToTokenPool", "page_slots", "slot_pages"]
+__all__ = ["SlotAllocator", "PageLedger", "TokenToKVPool", "ReqToTokenPool", "page_slots", "slot_pages",
+           "FREE", "CACHED", "PRIVATE", "RESERVED"]

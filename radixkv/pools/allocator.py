@@ -3,15 +3,16 @@
 Page `p` holds slots `[p * page_size, (p + 1) * page_size)`. The free pages sit on a preallocated
 int64 stack (`_stack[:_top]`): `alloc_pages(k)` pops k ids and `free_pages(pages)` pushes them back,
 so both cost O(pages moved), never O(pool size) (SGLang's allocator `torch.cat`s its whole free
-list on every free). A parallel bool mask catches double frees. Pages freed last are handed out
-first, which keeps recently touched KV warm. Knows nothing of the tree; never touches KV.
+list on every free). Pages freed last are handed out first, which keeps recently touched KV warm.
+The allocator trusts its caller to free only pages it handed out (the PageLedger checks page
+states first); `free_mask()` rebuilds the free set from the stack and raises if a page is on it twice.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from radixkv.errors import InvalidSlotsError, OutOfSlotsError
+from radixkv.errors import OutOfSlotsError
 
 
 def page_slots(pages: np.ndarray, page_size: int) -> np.ndarray:
@@ -32,7 +33,6 @@ class SlotAllocator:
         self.page_size = page_size
         self._stack = np.arange(num_pages - 1, -1, -1, dtype=np.int64)  # page 0 is popped first
         self._top = num_pages
-        self._is_free = np.ones(num_pages, dtype=np.bool_)
 
     @property
     def num_free_pages(self) -> int:
@@ -46,36 +46,21 @@ class SlotAllocator:
         """Pop `k` free pages: int64 `[k]`. Raises OutOfSlotsError (nothing changed) if fewer are free."""
         if k > self._top:
             raise OutOfSlotsError(
-                f"asked for {k} pages ({k * self.page_size} slots), {self._top} free; "
-                "free or evict pages first")
+                f"asked for {k} pages ({k * self.page_size} slots), {self._top} free; free or evict pages first")
         self._top -= k
-        pages = self._stack[self._top:self._top + k][::-1].copy()  # pop order
-        self._is_free[pages] = False
-        return pages
+        return self._stack[self._top:self._top + k][::-1].copy()  # pop order
 
     def free_pages(self, pages: np.ndarray) -> None:
-        """Push `pages` (int64 `[k]`, distinct, not free) back. Raises InvalidSlotsError on a double free."""
-        if len(pages) == 0:
-            return
-        if self._is_free[pages].any():
-            bad = pages[self._is_free[pages]]
-            raise InvalidSlotsError(f"pages {bad[:8].tolist()} are already free")
-        self._is_free[pages] = True
-        self._stack[self._top:self._top + len(pages)] = pages
-        self._top += len(pages)
+        """Push `pages` (int64 `[k]`, distinct, handed out by alloc_pages and not yet freed) back."""
+        k = len(pages)
+        self._stack[self._top:self._top + k] = pages
+        self._top += k
 
     def free_mask(self) -> np.ndarray:
-        """Read-only bool `[num_pages]`: which pages are free."""
-        view = self._is_free.view()
-        view.flags.writeable = False
-        return view
-
-    def check(self) -> None:
-        """Recompute from scratch: the stack holds exactly the pages the mask calls free, once each."""
+        """bool `[num_pages]`: which pages are free, rebuilt from the stack (for checks)."""
         stack = self._stack[:self._top]
-        if len(np.unique(stack)) != len(stack):
-            raise AssertionError("allocator: a page sits on the free stack twice")
         mask = np.zeros(self.num_pages, dtype=np.bool_)
         mask[stack] = True
-        if not np.array_equal(mask, self._is_free):
-            raise AssertionError("allocator: free stack and free mask disagree")
+        if mask.sum() != len(stack):
+            raise AssertionError("allocator: a page sits on the free stack twice")
+        return mask

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from radixkv.events import DEVICE, HOST, AllBlocksCleared, BlockRemoved, BlockStored, KVEvent, block_hashes
+from radixkv.events import DEVICE, HOST, AllBlocksCleared, BlockRemoved, BlockStored, KVEvent, chain_hashes
 from radixkv.radix.node import TreeNode
 
 if TYPE_CHECKING:
@@ -84,7 +84,7 @@ class EventRecorder:
             else:
                 tokens = _path_tokens(node, first * size)
                 parent = self._hash_ending_at(node.parent, first * size)
-                node.block_hashes = block_hashes(tokens[:(last - first) * size], node.namespace, size, parent)
+                node.block_hashes = chain_hashes(tokens[:(last - first) * size], node.ns, size, parent)
         return node.block_hashes
 
     def _hash_ending_at(self, node: TreeNode, pos: int) -> int | None:
@@ -102,7 +102,7 @@ class EventRecorder:
         fresh.events.append(AllBlocksCleared())
         for node in tree.nodes():
             if node.parent is not None:
-                for medium, resident in ((DEVICE, node.slots is not None), (HOST, node.host_slots is not None)):
+                for medium, resident in ((DEVICE, node.pages is not None), (HOST, node.host_pages is not None)):
                     if resident:
                         fresh.stored(node, medium)
         return fresh.events
@@ -112,6 +112,6 @@ def _path_tokens(node: TreeNode, start: int) -> np.ndarray:
     """Tokens of positions [start, node.end) along the path to `node`."""
     chunks = []
     while node.end > start:
-        chunks.append(node.key[max(0, start - node.depth):])
+        chunks.append(node.tokens()[max(0, start - node.depth):])
         node = node.parent
     return np.concatenate(chunks[::-1])

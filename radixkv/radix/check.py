@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from radixkv.eviction import EvictableIndex
 from radixkv.radix.node import TreeNode
 from radixkv.radix.tree import RadixTree
 
@@ -15,83 +16,83 @@ def _fail(msg: str, node: TreeNode) -> None:
     raise AssertionError(f"radix tree: {msg}: {node}")
 
 
-def _check_pages(slots: np.ndarray, ps: int, node: TreeNode) -> None:
-    if slots.dtype != np.int64 or len(slots) != len(node.key):
-        _fail("slots must be int64, one per token", node)
-    pages = slots.reshape(-1, ps)
-    if (pages[:, 0] % ps).any() or (pages != pages[:, :1] + np.arange(ps)).any():
-        _fail("slots are not whole pages in order", node)
-
-
 def _check_edge(tree: RadixTree, node: TreeNode) -> None:
-    ps, parent = tree.page_size, node.parent
-    if node.evicted or (node.slots is None and node.host_slots is None):
+    pb, parent = tree.page_bytes, node.parent
+    if node.evicted or (node.pages is None and node.host_pages is None):
         _fail("a node no tier holds is still linked", node)
-    if len(node.key) == 0 or len(node.key) % ps or node.key.dtype != np.int32:
-        _fail("edge is empty, not page-aligned, or not int32", node)
-    if parent.children.get(node.key[:ps].tobytes()) is not node:
+    if node.tree is not tree or not node.key or len(node.key) % pb or node.size * 4 != len(node.key):
+        _fail("edge is foreign, empty, not page-aligned or mis-sized", node)
+    if parent.children.get(node.key[:pb]) is not node:
         _fail("parent does not file this node under its first page", node)
-    if node.depth != parent.depth + len(parent.key) or node.namespace != parent.namespace:
+    if node.depth != parent.end or node.ns != parent.ns:
         _fail("depth or namespace disagrees with the parent", node)
-    if node.slots is not None and parent.parent is not None and parent.slots is None:
+    if node.pages is not None and parent.parent is not None and parent.pages is None:
         _fail("device residency is not prefix-closed", node)
-    if node.lock_ref and node.slots is None:
+    if node.lock_ref and node.pages is None:
         _fail("a locked node is not on the device", node)
-    for slots in (node.slots, node.host_slots):
-        if slots is not None:
-            _check_pages(slots, ps, node)
+    for pages in (node.pages, node.host_pages):
+        if pages is not None and (pages.dtype != np.int64 or len(pages) != node.size // tree.page_size):
+            _fail("pages must be int64, one per page of the edge", node)
 
 
 def _unique(chunks: list[np.ndarray], what: str) -> np.ndarray:
-    slots = np.concatenate(chunks) if chunks else np.empty(0, dtype=np.int64)
-    if len(np.unique(slots)) != len(slots):
-        raise AssertionError(f"radix tree: a {what} slot is owned by two nodes")
-    return slots
+    pages = np.concatenate(chunks) if chunks else np.empty(0, dtype=np.int64)
+    if len(np.unique(pages)) != len(pages):
+        raise AssertionError(f"radix tree: a {what} page is owned by two nodes")
+    return pages
 
 
-def _check_index(index, members: set[int], what: str) -> None:
+def _check_index(index: EvictableIndex, members: set[int], what: str, key=None) -> None:  # noqa: ANN001
     if {n.id for n in index.nodes()} != members:
         raise AssertionError(f"radix tree: {what} index != recomputed {what} leaves")
     index.check()
-    if getattr(index.policy, "stateless", False):
+    if key is not None:  # a fixed policy: every stored key is what the policy says now
         for n in index.nodes():
-            if getattr(n, index.attr) != index.policy.key(n):
+            if index.current_key(n) != key(n):
                 _fail(f"stale key in the {what} index", n)
 
 
+def _check_roots(tree: RadixTree) -> None:
+    for ns, root in tree.roots.items():
+        if root.parent is not None or root.key or root.ns != ns or root.tree is not tree or root.evicted:
+            _fail("a namespace root is malformed", root)
+        if not root.children and not root.lock_ref:
+            _fail("an idle root (no children, no locks) is still registered", root)
+
+
 def check_tree(tree: RadixTree) -> tuple[np.ndarray, np.ndarray]:
-    """Raise AssertionError on any inconsistency; return (device slots, host slots) of all nodes."""
+    """Raise AssertionError on any inconsistency; return (device pages, host pages) of all nodes."""
+    _check_roots(tree)
     evictable = protected = host = 0
     leaves, host_leaves = set(), set()
     chunks, host_chunks = [], []
-    for namespace, root in tree.roots.items():
-        if root.parent is not None or len(root.key) or root.namespace != namespace:
-            _fail("a namespace root is malformed", root)
     for node in tree.nodes():
         below = sum(c.lock_ref for c in node.children.values())
-        if node.lock_ref != node.own_locks + below or node.own_locks < 0:
-            _fail(f"lock_ref {node.lock_ref} != own {node.own_locks} + children {below}", node)
+        own = node.user_locks + node.seq_locks
+        if node.lock_ref != own + below or node.user_locks < 0 or node.seq_locks < 0:
+            _fail(f"lock_ref {node.lock_ref} != own {own} + children {below}", node)
         if node.parent is None:
             continue
         _check_edge(tree, node)
-        if node.slots is not None:
-            chunks.append(node.slots)
-            protected += len(node) if node.lock_ref else 0
-            evictable += 0 if node.lock_ref else len(node)
-            if not node.lock_ref and all(c.slots is None for c in node.children.values()):
+        if node.pages is not None:
+            chunks.append(node.pages)
+            protected += node.size if node.lock_ref else 0
+            evictable += 0 if node.lock_ref else node.size
+            if not node.lock_ref and all(c.pages is None for c in node.children.values()):
                 leaves.add(node.id)
-        if node.host_slots is not None:
-            host_chunks.append(node.host_slots)
-            host += len(node)
-            if all(c.host_slots is None for c in node.children.values()):
+        if node.host_pages is not None:
+            host_chunks.append(node.host_pages)
+            host += node.size
+            if all(c.host_pages is None for c in node.children.values()):
                 host_leaves.add(node.id)
     got = (tree.evictable_size, tree.protected_size, tree.host_size)
     if got != (evictable, protected, host):
         raise AssertionError(f"radix tree: counters (evictable, protected, host) {got} "
                              f"!= recomputed {(evictable, protected, host)}")
-    _check_index(tree.index, leaves, "device")
+    fixed = not tree.policy.learns
+    _check_index(tree.index, leaves, "device", tree.policy.key if fixed else None)
     if tree.host_index is not None:
-        _check_index(tree.host_index, host_leaves, "host")
+        _check_index(tree.host_index, host_leaves, "host", tree.host_index.key if fixed else None)
     elif host_chunks:
         raise AssertionError("radix tree: host copies without a host tier")
     return _unique(chunks, "device"), _unique(host_chunks, "host")

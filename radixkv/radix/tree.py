@@ -1,220 +1,432 @@
 """RadixTree: which token prefixes are cached, where their KV lives, and who protects them.
 
-Keys are page-granular: every edge holds a whole number of pages, a child is found by its first
-page (`key[:page_size].tobytes()`), and a match always ends on a page boundary. Each namespace has
-its own root, so requests in different namespaces never share. Edge comparison is one memcmp on
-the common length, with numpy locating the first mismatch only when that fails; the work per
-match or insert is proportional to the pages compared, never to the size of the tree.
+A pure index. It owns the nodes, their lock counts, the size counters and the evictable indexes,
+and nothing else: `match` returns what is cached, `insert` returns what it kept and what was
+already there, `evict` returns the pages it let go. It never touches the page ledger, the pools or
+KV; the caller moves pages (RadixCache). Each namespace has its own root, kept only while it has
+children or locks (a read-only match of a new namespace leaves nothing behind).
 
-Counters kept incrementally (SGLang's meaning), over device-resident tokens: `evictable_size` is
-every cached token that no lock protects, `protected_size` every cached token on a locked path;
-`host_size` counts tokens with a host-tier copy. Evictable leaves live in EvictableIndexes ordered
-by the policy's key (residency.py keeps them). The tree knows no torch and no allocator: eviction
-returns the freed slots and the caller gives their pages back.
+Keys are page-granular bytes: every edge holds a whole number of pages, a child is found by its
+first page's bytes, and a match always ends on a page boundary. The work per match or insert is
+proportional to the pages compared (one memcmp per edge), never to the size of the tree.
 
     root ── [a b c d] ── [e f] ...          lock(node) adds 1 to lock_ref of node and every
                      └── [x y z w]           ancestor; a node with lock_ref > 0 is protected.
+
+Counters (SGLang's meaning, over device-resident tokens): `evictable_size` is every cached token no
+lock protects, `protected_size` every cached token on a locked path; `host_size` counts tokens with
+a host-tier copy. Locks know their holder: `user_locks` (lock/unlock) and `seq_locks` (Sequences).
+
+Where KV lives, and eviction from each tier:
+
+    device index   nodes on the device, unlocked, with no child on the device     (device leaves)
+    host index     nodes with a host copy and no child with one                   (host leaves)
+
+Device eviction takes the device leaf with the smallest policy key; when fewer tokens are needed
+than it holds, it is split and only its tail pages go. A victim with a host copy (or one the
+caller's `keep` makes now, under write-back) stays in the tree as host-only; any other victim is
+removed with its subtree (whose nodes are all host-only). Host eviction takes host-only leaves
+first (removing them), then host copies of device nodes (keeping the node). Every residency change
+goes through _gain_device / _drop_device / set_host / _lose_host / _unlink, which keep the
+counters, the indexes and the event listener in step.
 """
 
 from __future__ import annotations
 
-from typing import Hashable
+import weakref
+from typing import Callable, NamedTuple, Protocol
 
 import numpy as np
 
 from radixkv.errors import LockError
-from radixkv.eviction.index import EvictableIndex
-from radixkv.eviction.policies import EvictionPolicy, HostFirst
+from radixkv.events import DEVICE, HOST
+from radixkv.eviction import EvictableIndex, EvictionPolicy, host_first
 from radixkv.radix.node import TreeNode
-from radixkv.radix.residency import Residency
 
-_EMPTY_KEY = np.empty(0, dtype=np.int32)
-_EMPTY_SLOTS = np.empty(0, dtype=np.int64)
-
-
-def common_len(a: np.ndarray, b: np.ndarray) -> int:
-    """Length of the longest common prefix of two int32 arrays (C-level compares only)."""
-    n = min(len(a), len(b))
-    if a[:n].tobytes() == b[:n].tobytes():
-        return n
-    return int(np.flatnonzero(a[:n] != b[:n])[0])
+USER, SEQUENCE = 0, 1  # lock holders: lock()/unlock() callers, open Sequences
+_EMPTY = np.empty(0, dtype=np.int64)
 
 
-class RadixTree(Residency):
-    def __init__(self, page_size: int, policy: EvictionPolicy, host_tier: bool = False) -> None:
+class MatchInfo(NamedTuple):
+    node: TreeNode  # ends exactly at `length` (the start node when nothing matched)
+    length: int  # device-cached tokens below the start node, whole pages
+    pages: np.ndarray  # int64 [length // page_size]: their device pages, a fresh array
+    host_length: int  # further tokens held only in the host tier
+
+
+class InsertResult(NamedTuple):
+    node: TreeNode  # ends exactly at the end of the inserted key
+    cached_len: int  # tokens that were already on the device (the caller's pages there are duplicates)
+    tree_pages: np.ndarray  # int64 [cached_len // page_size]: the tree's pages there
+    gained: list[TreeNode]  # nodes that just got device KV (new leaf, host-only nodes), parents first
+
+
+class ResidencyListener(Protocol):
+    """Told when a node's blocks appear on or leave a medium ("GPU" device, "CPU" host): KV events."""
+
+    def stored(self, node: TreeNode, medium: str) -> None: ...
+
+    def removed(self, node: TreeNode, medium: str) -> None: ...
+
+
+def common_bytes(a: bytes, b: bytes, pos: int, page_bytes: int) -> int:
+    """Bytes of `a` equal to `b[pos:]` from the start, rounded down to whole pages."""
+    n = min(len(a), len(b) - pos) // 4
+    x = np.frombuffer(a, dtype=np.int32, count=n)
+    y = np.frombuffer(b, dtype=np.int32, count=n, offset=pos)
+    diff = np.flatnonzero(x != y)
+    same = int(diff[0]) if len(diff) else n
+    return same * 4 // page_bytes * page_bytes
+
+
+class RadixTree:
+    def __init__(self, page_size: int, policy: EvictionPolicy, host_tier: bool = False,
+                 listener: ResidencyListener | None = None) -> None:
         self.page_size = page_size
+        self.page_bytes = 4 * page_size
         self.policy = policy
-        self.index = EvictableIndex(policy)
-        self.host_index = EvictableIndex(HostFirst(policy), "host_index_key") if host_tier else None
-        self.roots: dict[Hashable, TreeNode] = {}
+        self.index = EvictableIndex(policy.key)
+        self.host_index = EvictableIndex(host_first(policy)) if host_tier else None
+        self.roots: dict[bytes, TreeNode] = {}  # namespace key -> root, while it has children or locks
+        self._idle_roots: weakref.WeakValueDictionary[bytes, TreeNode] = weakref.WeakValueDictionary()
+        self.listener = listener
         self.evictable_size = 0
         self.protected_size = 0
         self.host_size = 0
-        self.backup = None  # the host tier (HostBackup), when there is one
-        self.listener = None  # KV-event recorder (ResidencyListener), when events are on
+        self._learns = policy.learns
         self._tick = 0
         self._next_id = 0
 
     # ------------------------------------------------------------------ structure
 
-    def root(self, namespace: Hashable) -> TreeNode:
-        root = self.roots.get(namespace)
+    def root(self, ns: bytes) -> TreeNode:
+        """The root of namespace `ns` (one object per namespace while anyone holds it)."""
+        root = self.roots.get(ns)
         if root is None:
-            root = self.roots[namespace] = self._new_node(namespace, None, _EMPTY_KEY, _EMPTY_SLOTS)
+            root = self._idle_roots.get(ns)
+            if root is None:
+                root = self._idle_roots[ns] = self.new_node(ns, None, b"", _EMPTY)
         return root
 
-    def _new_node(self, namespace: Hashable, parent: TreeNode | None, key: np.ndarray,
-                  slots: np.ndarray) -> TreeNode:
-        node = TreeNode(self._next_id, namespace, parent, key, slots, self._tick)
+    def _hold_root(self, root: TreeNode) -> None:
+        if root.ns not in self.roots:
+            self.roots[root.ns] = root
+            self._idle_roots.pop(root.ns, None)
+
+    def release_root_if_idle(self, root: TreeNode) -> None:
+        if not root.children and not root.lock_ref and self.roots.get(root.ns) is root:
+            del self.roots[root.ns]
+            self._idle_roots[root.ns] = root
+
+    def new_node(self, ns: bytes, parent: TreeNode | None, key: bytes, pages: np.ndarray | None) -> TreeNode:
+        node = TreeNode(self, self._next_id, ns, parent, key, pages, self._tick)
         self._next_id += 1
         return node
 
-    def child_key(self, key: np.ndarray, pos: int = 0) -> bytes:
-        return key[pos:pos + self.page_size].tobytes()
-
-    def _split(self, node: TreeNode, k: int) -> TreeNode:
-        """Cut `node`'s edge after k tokens. The new upper node takes key[:k]; `node` keeps the
-        lower half, so it still means the same prefix. Counters and indexes are unchanged."""
+    def split(self, node: TreeNode, k: int) -> TreeNode:
+        """Cut `node`'s edge after k tokens (whole pages). The new upper node takes the first k;
+        `node` keeps the lower half, so it still means the same prefix. Counters are unchanged."""
+        kb, kp = 4 * k, k // self.page_size
         parent = node.parent
-        upper = self._new_node(node.namespace, parent, node.key[:k].copy(),
-                               None if node.slots is None else node.slots[:k].copy())
+        upper = self.new_node(node.ns, parent, node.key[:kb], None if node.pages is None else node.pages[:kp].copy())
         upper.lock_ref, upper.last_access, upper.created = node.lock_ref, node.last_access, node.created
         upper.hit_count, upper.priority = node.hit_count, node.priority
-        node.key = node.key[k:].copy()
-        if node.slots is not None:
-            node.slots = node.slots[k:].copy()
-        if node.host_slots is not None:
-            upper.host_slots, node.host_slots = node.host_slots[:k].copy(), node.host_slots[k:].copy()
+        if node.host_pages is not None:
+            upper.host_pages, node.host_pages = node.host_pages[:kp].copy(), node.host_pages[kp:].copy()
+        node.key = node.key[kb:]
+        node.size -= k
+        if node.pages is not None:
+            node.pages = node.pages[kp:].copy()
         node.depth += k
         node.parent = upper
         node.block_hashes = None  # recomputed on demand from the new edges
-        upper.children[self.child_key(node.key)] = node
-        parent.children[self.child_key(upper.key)] = upper
+        upper.children[node.key[:self.page_bytes]] = node
+        parent.children[upper.key[:self.page_bytes]] = upper
         return upper
 
     # ------------------------------------------------------------------ lookup
 
-    def walk(self, tokens: np.ndarray, start: TreeNode) -> tuple[list[TreeNode], int]:
-        """Read-only: the nodes a match of `tokens` below `start` passes through (on any tier), and
-        the matched length (page-aligned; the last node may be matched only partly)."""
-        ps, node, pos, path = self.page_size, start, 0, []
-        n = len(tokens) // ps * ps
-        while pos < n:
-            child = node.children.get(self.child_key(tokens, pos))
+    def _walk(self, key: bytes, node: TreeNode) -> tuple[list[TreeNode], int]:
+        """Read-only: the nodes a match of `key` (whole pages) below `node` passes through, on any
+        tier, and the matched bytes (whole pages; the last node may be matched only in part)."""
+        pb, pos, end, path = self.page_bytes, 0, len(key), []
+        while pos < end:
+            child = node.children.get(key[pos:pos + pb])
             if child is None:
                 break
-            m = common_len(child.key, tokens[pos:n]) // ps * ps
             path.append(child)
-            pos += m
-            if m < len(child):
+            if key.startswith(child.key, pos):
+                pos += len(child.key)
+                node = child
+            else:
+                pos += common_bytes(child.key, key, pos, pb)
                 break
-            node = child
         return path, pos
 
-    @staticmethod
-    def device_part(path: list[TreeNode], length: int, start: TreeNode) -> tuple[int, int]:
+    def _device_prefix(self, path: list[TreeNode], length: int, start: TreeNode) -> tuple[int, int]:
         """How many nodes of a walked path, and how many of its `length` tokens, are on the device
-        (device residency is prefix-closed: the device part stops at the first host-only node)."""
-        for i, node in enumerate(path):
-            if node.slots is None:
-                return i, node.depth - start.end
+        (device residency is prefix-closed: it stops at the first host-only node)."""
+        if self.host_index is not None:
+            for i, node in enumerate(path):
+                if node.pages is None:
+                    return i, node.depth - start.end
         return len(path), length
 
-    def path_slots(self, path: list[TreeNode], length: int) -> np.ndarray:
-        """Device slots of the first `length` tokens along `path`: a view when one node covers them."""
+    def match(self, key: bytes, start: TreeNode) -> MatchInfo:
+        """Longest device-cached prefix of `key` below `start`. Splits the edge where the device
+        match ends and refreshes the recency and hits of every node it matched whole."""
+        path, matched = self._walk(key, start)
         if not path:
-            return _EMPTY_SLOTS
-        if len(path) == 1:
-            return path[0].slots[:length]
-        return np.concatenate([n.slots for n in path])[:length]
-
-    def match(self, tokens: np.ndarray, start: TreeNode) -> tuple[TreeNode, int, np.ndarray, int]:
-        """Longest device-cached prefix of `tokens` below `start`: (node ending exactly there,
-        length, slots, host_length: further tokens on the host tier only). Splits the edge where the
-        device match ends and refreshes the recency and hits of every node it went through."""
-        path, length = self.walk(tokens, start)
-        if not path:
-            return start, 0, _EMPTY_SLOTS, 0
-        k, dev = self.device_part(path, length, start)
+            return MatchInfo(start, 0, _EMPTY, 0)
+        length = matched // 4
+        k, dev = self._device_prefix(path, length, start)
         if k and path[k - 1].end > start.end + dev:  # split first: the unmatched tail is not a hit
-            path[k - 1] = self._split(path[k - 1], start.end + dev - path[k - 1].depth)
-        matched = path[:k] + [n for n in path[k:] if n.end <= start.end + length]
-        if matched:
-            self._touch(matched, hit=True)
+            path[k - 1] = self.split(path[k - 1], start.end + dev - path[k - 1].depth)
+        if k < len(path):
+            path = path[:k] + [n for n in path[k:] if n.end <= start.end + length]
+        self._touch(path, hit=True)
         if k == 0:
-            return start, 0, _EMPTY_SLOTS, length
-        return path[k - 1], dev, self.path_slots(path[:k], dev), length - dev
+            return MatchInfo(start, 0, _EMPTY, length)
+        node = path[k - 1]
+        if self._learns:
+            self.policy.on_hit(node)
+        return MatchInfo(node, dev, np.concatenate([n.pages for n in path[:k]]), length - dev)
+
+    def host_pages_below(self, key: bytes, start: TreeNode) -> np.ndarray:
+        """Read-only: host pages of the host-only continuation of `key` below `start` (whole pages),
+        where `start` ends a device match of the tokens before `key`."""
+        path, matched = self._walk(key, start)
+        host = [n.host_pages for n in path if n.pages is None]
+        return np.concatenate(host)[:matched // self.page_bytes] if host else _EMPTY
 
     def _touch(self, path: list[TreeNode], hit: bool) -> None:
         self._tick += 1
+        tick, index, host_index = self._tick, self.index, self.host_index
         for node in path:
-            node.last_access = self._tick
+            node.last_access = tick
             node.hit_count += hit
-            self.index.refresh(node)  # a no-op unless the node is indexed
-            if self.host_index is not None:
-                self.host_index.refresh(node)
+            if node in index:
+                index.refresh(node)
+            if host_index is not None and node in host_index:
+                host_index.refresh(node)
 
     # ------------------------------------------------------------------ insert
 
-    def insert(self, tokens: np.ndarray, slots: np.ndarray, start: TreeNode, priority: int = 0,
-               walked: tuple[list[TreeNode], int] | None = None) -> tuple[TreeNode, int]:
-        """Cache `tokens` (page-aligned, int32 `[n]`) below `start` with device `slots` (int64 `[n]`).
+    def insert(self, key: bytes, pages: np.ndarray, start: TreeNode, priority: int = 0,
+               accept: Callable[[int, np.ndarray], None] | None = None) -> InsertResult:
+        """Cache `key` (whole pages) below `start` with device `pages` (int64, one per page of key).
 
-        Returns (node ending exactly at the end of `tokens`, how many leading tokens were already on
-        the device). Host-only nodes on the way take their part of `slots` (they are on the device
-        again); the new suffix becomes a leaf. Slots are copied; the caller frees its duplicates.
-        `walked`: what `walk(tokens, start)` returned, if the caller has it and changed nothing since.
-        """
-        path, m = walked if walked is not None else self.walk(tokens, start)
-        node, gained = start, []
+        `accept(cached_len, tree_pages)` sees what is already cached before anything changes and
+        may raise to refuse (the tree is then unchanged). Host-only nodes on the way take their part
+        of `pages`; the new suffix becomes a leaf. The caller's pages for [0, cached_len) are not
+        used (they are the tree's own, or duplicates the caller frees); pages are copied."""
+        path, matched = self._walk(key, start)
+        length = matched // 4
+        k, dev = self._device_prefix(path, length, start)
+        tree_pages = np.concatenate([n.pages for n in path[:k]])[:dev // self.page_size] if k else _EMPTY
+        if accept is not None:
+            accept(dev, tree_pages)
+        node, gained, ps = start, [], self.page_size
         if path:
-            if path[-1].end > start.end + m:
-                path[-1] = self._split(path[-1], start.end + m - path[-1].depth)
+            if path[-1].end > start.end + length:
+                path[-1] = self.split(path[-1], start.end + length - path[-1].depth)
             node = path[-1]
-        k, dev = self.device_part(path, m, start)
         for host_only in path[k:]:
-            lo, hi = host_only.depth - start.end, host_only.end - start.end
-            host_only.slots = slots[lo:hi].copy()
+            host_only.pages = pages[(host_only.depth - start.end) // ps:(host_only.end - start.end) // ps].copy()
             gained.append(host_only)
-        if m < len(tokens):
-            node = self._new_node(start.namespace, node, tokens[m:].copy(), slots[m:].copy())
-            node.parent.children[self.child_key(node.key)] = node
-            path.append(node)
-            gained.append(node)
-        for n in path:
-            n.priority = max(n.priority, priority)
+        leaf = None
+        if matched < len(key):
+            leaf = self.new_node(start.ns, node, key[matched:], pages[length // ps:].copy())
+            node.children[key[matched:matched + self.page_bytes]] = leaf
+            if node.parent is None:
+                self._hold_root(node)
+            path.append(leaf)
+            gained.append(leaf)
+            node = leaf
+        if priority > 0:
+            for n in path:
+                n.priority = max(n.priority, priority)
         if path:
             self._touch(path, hit=False)
-        self.gain_device(gained)
-        return node, dev
+        self._gain_device(gained)
+        if leaf is not None and self._learns:
+            self.policy.on_insert(leaf)
+        return InsertResult(node, dev, tree_pages, gained)
 
     # ------------------------------------------------------------------ locks
 
-    def lock(self, node: TreeNode) -> None:
-        if node.evicted or node.slots is None:
+    def lock(self, node: TreeNode, holder: int) -> None:
+        """Protect `node` and its ancestors; `holder` is USER or SEQUENCE. LockError (nothing
+        changed) for a node of another cache or one no longer on the device."""
+        self.check_node(node)
+        if node.evicted or node.pages is None:
             raise LockError(f"cannot lock {node}: it is no longer on the device; match_prefix again")
-        node.own_locks += 1
-        x: TreeNode | None = node
+        if holder == USER:
+            node.user_locks += 1
+        else:
+            node.seq_locks += 1
+        if not node.lock_ref:
+            self.index.discard(node)  # only the bottom node can be a leaf: ancestors have it as a child
+        moved, x = 0, node
         while x is not None:
-            if x.lock_ref == 0:
-                self.evictable_size -= len(x)
-                self.protected_size += len(x)
-                self.index.discard(x)
+            if not x.lock_ref:
+                moved += x.size
             x.lock_ref += 1
-            x = x.parent
+            root, x = x, x.parent
+        self.evictable_size -= moved
+        self.protected_size += moved
+        self._hold_root(root)
 
-    def unlock(self, node: TreeNode) -> None:
-        if node.own_locks == 0:
-            raise LockError(f"unlock of {node} without a matching lock of that node")
-        node.own_locks -= 1
-        x: TreeNode | None = node
+    def unlock(self, node: TreeNode, holder: int) -> None:
+        """Undo one lock of `node` by `holder`. LockError (nothing changed) when that holder has none."""
+        self.check_node(node)
+        if (node.user_locks if holder == USER else node.seq_locks) == 0:
+            who = "lock(node)" if holder == USER else "an open Sequence"
+            raise LockError(f"unlock of {node} without a matching {who}: a node is released only by "
+                            "whoever locked it (a Sequence's lock only by close())")
+        if holder == USER:
+            node.user_locks -= 1
+        else:
+            node.seq_locks -= 1
+        moved, x = 0, node
         while x is not None:
             x.lock_ref -= 1
-            if x.lock_ref == 0:
-                self.protected_size -= len(x)
-                self.evictable_size += len(x)
-                self.reindex(x)
-            x = x.parent
+            if not x.lock_ref:
+                moved += x.size
+            root, x = x, x.parent
+        self.protected_size -= moved
+        self.evictable_size += moved
+        if not node.lock_ref:
+            self._reindex(node)
+        self.release_root_if_idle(root)
+
+    def check_node(self, node: object) -> None:
+        if not isinstance(node, TreeNode):
+            raise LockError(f"expected a TreeNode from match_prefix, got {type(node).__name__}")
+        if node.tree is not self:
+            raise LockError(f"{node} belongs to another RadixCache")
+
+    # ------------------------------------------------------------------ residency
+
+    def _reindex(self, node: TreeNode) -> None:
+        """Recompute `node`'s membership of both evictable indexes."""
+        if node.parent is None:
+            return
+        children = node.children.values()
+        self.index.set(node, node.pages is not None and not node.lock_ref
+                       and not any(c.pages is not None for c in children))
+        if self.host_index is not None:
+            self.host_index.set(node, node.host_pages is not None
+                                and not any(c.host_pages is not None for c in children))
+
+    def _device_changed(self, node: TreeNode) -> None:
+        """`node` gained or lost its device copy: its and its parent's index membership may
+        change, and so does its host-index key (host-only nodes go first)."""
+        self._reindex(node)
+        self._reindex(node.parent)
+        if self.host_index is not None:
+            self.host_index.refresh(node)
+
+    def _gain_device(self, nodes: list[TreeNode]) -> None:
+        """`nodes` (unlocked, parents first) just got device pages."""
+        for node in nodes:
+            self.evictable_size += node.size
+            if node.children or self.host_index is not None:
+                self._device_changed(node)
+            else:  # a new leaf: the common case, without scanning siblings
+                self.index.add(node)
+                self.index.discard(node.parent)
+            if self.listener is not None:
+                self.listener.stored(node, DEVICE)
+
+    def _drop_device(self, node: TreeNode) -> None:
+        if self.listener is not None:
+            self.listener.removed(node, DEVICE)
+        self.evictable_size -= node.size
+        node.pages = None
+
+    def set_host(self, node: TreeNode, host_pages: np.ndarray) -> None:
+        """`node` now has a host copy in `host_pages` (int64, one per page; the KV is copied)."""
+        node.host_pages = host_pages
+        self.host_size += node.size
+        self._reindex(node)
+        self._reindex(node.parent)
+        if self.listener is not None:
+            self.listener.stored(node, HOST)
+
+    def _lose_host(self, node: TreeNode) -> None:
+        if self.listener is not None:
+            self.listener.removed(node, HOST)
+        self.host_size -= node.size
+        node.host_pages = None
+        self._reindex(node)
+        self._reindex(node.parent)
+
+    def _unlink(self, node: TreeNode) -> None:
+        """Remove a node that no tier holds any more (it has no children)."""
+        self.index.discard(node)
+        if self.host_index is not None:
+            self.host_index.discard(node)
+        parent = node.parent
+        del parent.children[node.key[:self.page_bytes]]
+        node.evicted = True
+        self._reindex(parent)
+        if parent.parent is None:
+            self.release_root_if_idle(parent)
+
+    # ------------------------------------------------------------------ eviction
+
+    def evict(self, num_tokens: int, keep: Callable[[TreeNode], np.ndarray | None] | None = None
+              ) -> tuple[np.ndarray, np.ndarray]:
+        """Free at least `num_tokens` unlocked device tokens if that many exist, by policy; a victim
+        larger than the remaining need loses only its tail pages. `keep(victim)` may return host
+        pages holding a copy of the victim's KV (write-back), which then stays as host-only.
+        Returns (device pages freed, host pages freed by removing host-only subtrees), int64."""
+        ps, freed, chunks, host_chunks = self.page_size, 0, [], []
+        while freed < num_tokens and len(self.index):
+            leaf = self.index.pop()
+            keep_tokens = leaf.size - -(-(num_tokens - freed) // ps) * ps
+            if keep_tokens > 0:
+                self.split(leaf, keep_tokens)  # the upper part stays cached as a new node
+            chunks.append(leaf.pages)
+            freed += leaf.size
+            if self._learns:
+                self.policy.on_evict(leaf)
+            if leaf.host_pages is None and keep is not None:
+                host_pages = keep(leaf)
+                if host_pages is not None:
+                    self.set_host(leaf, host_pages)
+            self._drop_device(leaf)
+            if leaf.host_pages is not None:  # host-only from now on
+                self._device_changed(leaf)
+            else:
+                self._remove_subtree(leaf, host_chunks)
+        return _cat(chunks), _cat(host_chunks)
+
+    def _remove_subtree(self, node: TreeNode, host_chunks: list[np.ndarray]) -> None:
+        below = [node]
+        for n in below:
+            below.extend(n.children.values())
+        for n in reversed(below):  # children first, so each is a leaf when unlinked
+            if n.host_pages is not None:
+                host_chunks.append(n.host_pages)
+                self._lose_host(n)
+            self._unlink(n)
+
+    def evict_host(self, num_tokens: int) -> np.ndarray:
+        """Free at least `num_tokens` host-tier tokens if that many exist: host-only leaves first
+        (the node goes), then host copies of device nodes (the node stays). Returns host pages."""
+        freed, chunks = 0, []
+        while freed < num_tokens and self.host_index is not None and len(self.host_index):
+            victim = self.host_index.pop()
+            chunks.append(victim.host_pages)
+            freed += victim.size
+            self._lose_host(victim)
+            if victim.pages is None:
+                self._unlink(victim)
+        return _cat(chunks)
+
+    # ------------------------------------------------------------------ iteration
 
     def nodes(self) -> list[TreeNode]:
         """Every node of every namespace, parents before children (for checks, events, printing)."""
@@ -222,3 +434,7 @@ class RadixTree(Residency):
         for node in out:
             out.extend(node.children.values())
         return out
+
+
+def _cat(chunks: list[np.ndarray]) -> np.ndarray:
+    return np.concatenate(chunks) if chunks else _EMPTY

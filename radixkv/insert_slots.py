@@ -1,0 +1,66 @@
+"""InsertSlots: the slots given to `RadixCache.insert`, checked before anything changes.
+
+For insert(tokens, slots) with n = len(tokens) // page_size * page_size whole-page positions:
+
+    [0, cached_len)      per page: the tree's own slots there (they stay), or the page_size slots of
+                         one private page in order (a duplicate: freed)
+    [cached_len, n)      the page_size slots of one private page per page, in order (become the tree's)
+    [n, len(tokens))     a trailing partial page: private slots, whose pages are freed
+
+Every private page named must be distinct. `accept` runs inside the tree's insert, after its
+read-only walk found cached_len and before it changes anything, so a refusal changes nothing.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from radixkv.errors import InvalidSlotsError
+from radixkv.pools import PRIVATE, PageLedger
+from radixkv.tokens import check_range
+
+_EMPTY = np.empty(0, dtype=np.int64)
+
+
+class InsertSlots:
+    def __init__(self, ledger: PageLedger, given: np.ndarray, n: int) -> None:
+        """`given`: int64 `[len(tokens)]` slots, not yet range-checked; `n`: whole-page positions."""
+        ps = ledger.page_size
+        self.ledger = ledger
+        body = given[:n]
+        if ps == 1:
+            self.pages = body
+        else:
+            rows = body.reshape(-1, ps)
+            first = rows[:, 0]
+            if (first % ps).any() or (rows != first[:, None] + np.arange(ps)).any():
+                raise InvalidSlotsError("insert: each page of positions must be the tree's own slots there "
+                                        "or the page_size slots of one private page, in order")
+            self.pages = first // ps  # int64 [n // ps]
+        tail = given[n:]
+        check_range(tail, ledger.num_pages * ps, "insert: slots")
+        if len(set(tail.tolist())) != len(tail):  # fewer than page_size slots
+            raise InvalidSlotsError("insert: slots must be distinct; the same slot appears twice")
+        self.tail = np.array(sorted(set((tail // ps).tolist())), dtype=np.int64)  # pages of the partial tail
+        self.duplicates = self.new = _EMPTY
+
+    def accept(self, cached_len: int, tree_pages: np.ndarray) -> None:
+        """Classify the given pages against the tree's; InvalidSlotsError unless every page that is
+        not the tree's own is private and named once."""
+        ledger = self.ledger
+        k = cached_len // ledger.page_size
+        head = self.pages[:k]
+        duplicates = _EMPTY if head.tobytes() == tree_pages.tobytes() else head[head != tree_pages]
+        new = self.pages[k:]
+        private = new if not len(duplicates) and not len(self.tail) else np.concatenate([duplicates, new, self.tail])
+        check_range(private, ledger.num_pages, "insert: pages of the slots")
+        if not ledger.all_in(private, PRIVATE):
+            raise InvalidSlotsError("insert: slots must be the tree's own or private from alloc(): "
+                                    + ledger.describe(private, PRIVATE))
+        if not ledger.distinct(private):
+            raise InvalidSlotsError("insert: slots must be distinct; a private page is named twice")
+        self.duplicates, self.new = duplicates, new
+
+    def freed(self) -> np.ndarray:
+        """Pages the caller gives up: duplicates of cached pages and the partial tail's pages."""
+        return self.tail if not len(self.duplicates) else np.concatenate([self.duplicates, self.tail])

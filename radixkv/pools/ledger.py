@@ -1,0 +1,79 @@
+"""PageLedger: the state of every page, and the allocator behind it. The only code that changes either.
+
+Every page is in exactly one state at every moment:
+
+    FREE      in the SlotAllocator
+    CACHED    owned by exactly one tree node
+    PRIVATE   handed out by alloc(), not yet freed or inserted
+    RESERVED  handed out by reserve() to an open Sequence (which one: the Sequence's own pages say)
+
+Callers validate, then move pages: `take` pops free pages into a state (asking the caller's
+`evict` callback for cached pages first when too few are free), `move` changes the state of pages
+that stay out of the allocator (private -> cached when the tree adopts them), `release` gives pages
+back. Transitions are vectorized over the pages moved; nothing here walks the whole pool.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+from radixkv.errors import OutOfSlotsError
+from radixkv.pools.allocator import SlotAllocator
+from radixkv.tokens import Distinct
+
+FREE, CACHED, PRIVATE, RESERVED = 0, 1, 2, 3
+STATE_NAMES = {FREE: "free", CACHED: "cached", PRIVATE: "private (alloc)", RESERVED: "reserved by a Sequence"}
+
+
+class PageLedger:
+    def __init__(self, num_pages: int, page_size: int) -> None:
+        self.page_size = page_size
+        self.num_pages = num_pages
+        self.allocator = SlotAllocator(num_pages, page_size)
+        self.state = np.zeros(num_pages, dtype=np.int8)  # FREE / CACHED / PRIVATE / RESERVED per page
+        self.distinct = Distinct(num_pages)  # O(n) check that pages named by a caller are distinct
+
+    @property
+    def num_free_pages(self) -> int:
+        return self.allocator.num_free_pages
+
+    def take(self, k: int, state: int, evictable_pages: int, evict: Callable[[int], np.ndarray]) -> np.ndarray:
+        """Pop `k` free pages into `state`: int64 `[k]`. When fewer are free, `evict(tokens)` must
+        return at least the missing cached pages, which go back to the allocator first.
+        OutOfSlotsError, nothing changed, if even `evictable_pages` more cannot serve."""
+        short = k - self.allocator.num_free_pages
+        if short > 0:
+            if short > evictable_pages:
+                ps = self.page_size
+                raise OutOfSlotsError(
+                    f"need {k} pages ({k * ps} slots): {self.allocator.num_free_pages} free and "
+                    f"{evictable_pages} evictable; close Sequences, unlock nodes, or raise CacheConfig.num_slots")
+            self.release(evict(short * self.page_size))
+        pages = self.allocator.alloc_pages(k)
+        self.state[pages] = state
+        return pages
+
+    def move(self, pages: np.ndarray, state: int) -> None:
+        """Pages that stay allocated change hands (e.g. private -> cached)."""
+        self.state[pages] = state
+
+    def release(self, pages: np.ndarray) -> None:
+        """Give `pages` (distinct, not free: the caller checked their states) back to the allocator."""
+        if len(pages):
+            self.state[pages] = FREE
+            self.allocator.free_pages(pages)
+
+    def all_in(self, pages: np.ndarray, state: int) -> bool:
+        return not len(pages) or not (self.state[pages] != state).any()
+
+    def describe(self, pages: np.ndarray, want: int) -> str:
+        """Say which of `pages` are not in state `want`, and what they are instead."""
+        bad = pages[self.state[pages] != want][:4]
+        return ", ".join(f"page {p} is {STATE_NAMES[int(self.state[p])]}" for p in bad)
+
+    def check(self) -> None:
+        """The allocator holds each page at most once, and exactly the pages in state FREE."""
+        if not np.array_equal(self.allocator.free_mask(), self.state == FREE):
+            raise AssertionError("ledger: pages in state FREE != pages in the allocator")
