@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from radixkv.errors import InvalidSlotsError
-from radixkv.pools import PRIVATE, PageLedger
+from radixkv.pools import PageLedger
 from radixkv.tokens import check_range
 
 _EMPTY = np.empty(0, dtype=np.int64)
@@ -37,12 +37,16 @@ class InsertSlots:
                 raise InvalidSlotsError("insert: each page of positions must be the tree's own slots there "
                                         "or the page_size slots of one private page, in order")
             self.pages = first // ps  # int64 [n // ps]
-        tail = given[n:]
-        check_range(tail, ledger.num_pages * ps, "insert: slots")
+        self.tail = self._tail_pages(given[n:], ps)  # pages of the partial tail
+        self.duplicates = self.new = _EMPTY
+
+    def _tail_pages(self, tail: np.ndarray, ps: int) -> np.ndarray:
+        if not len(tail):
+            return _EMPTY
+        check_range(tail, self.ledger.num_pages * ps, "insert: slots")
         if len(set(tail.tolist())) != len(tail):  # fewer than page_size slots
             raise InvalidSlotsError("insert: slots must be distinct; the same slot appears twice")
-        self.tail = np.array(sorted(set((tail // ps).tolist())), dtype=np.int64)  # pages of the partial tail
-        self.duplicates = self.new = _EMPTY
+        return np.array(sorted(set((tail // ps).tolist())), dtype=np.int64)
 
     def accept(self, cached_len: int, tree_pages: np.ndarray) -> None:
         """Classify the given pages against the tree's; InvalidSlotsError unless every page that is
@@ -53,12 +57,10 @@ class InsertSlots:
         duplicates = _EMPTY if head.tobytes() == tree_pages.tobytes() else head[head != tree_pages]
         new = self.pages[k:]
         private = new if not len(duplicates) and not len(self.tail) else np.concatenate([duplicates, new, self.tail])
-        check_range(private, ledger.num_pages, "insert: pages of the slots")
-        if not ledger.all_in(private, PRIVATE):
-            raise InvalidSlotsError("insert: slots must be the tree's own or private from alloc(): "
-                                    + ledger.describe(private, PRIVATE))
-        if not ledger.distinct(private):
-            raise InvalidSlotsError("insert: slots must be distinct; a private page is named twice")
+        why = ledger.private_and_distinct(private)
+        if why is not None:
+            raise InvalidSlotsError(f"insert: slots must be the tree's own, or distinct private pages from "
+                                    f"alloc(): {why}")
         self.duplicates, self.new = duplicates, new
 
     def freed(self) -> np.ndarray:

@@ -16,11 +16,14 @@ import torch
 from radixkv.errors import InvalidArgumentError, InvalidSlotsError, InvalidTokensError
 
 MAX_TOKEN_ID = 2**31 - 1
+_min, _max = np.minimum.reduce, np.maximum.reduce  # ndarray.min() without its Python wrapper
 TokensLike = Sequence[int] | np.ndarray | torch.Tensor
 _INT_TYPES = frozenset([int, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64])
 
 
 def _as_int_array(values: Any, what: str, error: type[Exception]) -> np.ndarray:
+    if type(values) is np.ndarray and values.ndim == 1 and values.dtype.kind in "iu":  # the hot path
+        return values
     if isinstance(values, np.ndarray):
         arr = values
     elif isinstance(values, torch.Tensor):
@@ -58,11 +61,14 @@ def as_tokens(tokens: TokensLike) -> np.ndarray:
     arr = _as_int_array(tokens, "tokens", InvalidTokensError)
     if not len(arr):
         return arr.astype(np.int32, copy=False)
-    fits = arr.dtype.itemsize < 4 or arr.dtype == np.int32  # cannot exceed MAX_TOKEN_ID
-    if arr.min() < 0 or (not fits and arr.max() > MAX_TOKEN_ID):
+    if arr.dtype == np.int32:  # the hot path: only the sign can be wrong
+        if _min(arr) < 0:
+            raise InvalidTokensError(f"token ids must lie in [0, {MAX_TOKEN_ID}], got min {arr.min()}")
+        return arr
+    if arr.min() < 0 or arr.max() > MAX_TOKEN_ID:
         raise InvalidTokensError(
             f"token ids must lie in [0, {MAX_TOKEN_ID}], got min {arr.min()} and max {arr.max()}")
-    return arr.astype(np.int32, copy=False)
+    return arr.astype(np.int32)
 
 
 def slot_array(slots: TokensLike) -> np.ndarray:
@@ -72,7 +78,7 @@ def slot_array(slots: TokensLike) -> np.ndarray:
 
 def check_range(values: np.ndarray, limit: int, what: str) -> None:
     """Every int64 value lies in [0, limit); one pass (a negative value, seen as uint64, is huge)."""
-    if len(values) and values.view(np.uint64).max() >= limit:
+    if len(values) and _max(values.view(np.uint64)) >= limit:
         raise InvalidSlotsError(f"{what} must lie in [0, {limit}), got min {values.min()} and max {values.max()}")
 
 
@@ -91,6 +97,7 @@ class Distinct:
     def __init__(self, size: int) -> None:
         self._scratch = np.zeros(size, dtype=np.int32)
         self._order = np.arange(size, dtype=np.int32)
+        self._order_bytes = self._order.tobytes()
 
     def __call__(self, values: np.ndarray) -> bool:
         n = len(values)
@@ -98,9 +105,8 @@ class Distinct:
             return True
         if n > len(self._order):
             return False
-        order = self._order[:n]
-        self._scratch[values] = order
-        return not (self._scratch[values] != order).any()
+        self._scratch[values] = self._order[:n]
+        return self._scratch[values].tobytes() == self._order_bytes[:4 * n]
 
 
 def as_count(n: Any, what: str) -> int:

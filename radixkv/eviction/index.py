@@ -23,6 +23,7 @@ class EvictableIndex:
         self._heap: list[tuple] = []
         self._keys: dict[int, tuple] = {}  # node id -> current key, for every member
         self._nodes: dict[int, TreeNode] = {}  # node id -> node, for every member
+        self.members = self._nodes.keys()  # a live read-only view: `node.id in index.members`
 
     def __len__(self) -> int:
         return len(self._nodes)
@@ -73,7 +74,7 @@ class EvictableIndex:
         del self._keys[node.id], self._nodes[node.id]
         return node
 
-    def _compact(self) -> None:
+    def _compact(self) -> None:  # keys are unique (they end with the node id): the heap stays exact
         self._heap = list(self._keys.values())
         heapq.heapify(self._heap)
 

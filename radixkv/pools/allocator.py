@@ -31,7 +31,7 @@ class SlotAllocator:
     def __init__(self, num_pages: int, page_size: int) -> None:
         self.num_pages = num_pages
         self.page_size = page_size
-        self._stack = np.arange(num_pages - 1, -1, -1, dtype=np.int64)  # page 0 is popped first
+        self._stack = np.arange(num_pages, dtype=np.int64)
         self._top = num_pages
 
     @property
@@ -48,7 +48,7 @@ class SlotAllocator:
             raise OutOfSlotsError(
                 f"asked for {k} pages ({k * self.page_size} slots), {self._top} free; free or evict pages first")
         self._top -= k
-        return self._stack[self._top:self._top + k][::-1].copy()  # pop order
+        return self._stack[self._top:self._top + k].copy()
 
     def free_pages(self, pages: np.ndarray) -> None:
         """Push `pages` (int64 `[k]`, distinct, handed out by alloc_pages and not yet freed) back."""

@@ -34,6 +34,7 @@ class PageLedger:
         self.allocator = SlotAllocator(num_pages, page_size)
         self.state = np.zeros(num_pages, dtype=np.int8)  # FREE / CACHED / PRIVATE / RESERVED per page
         self.distinct = Distinct(num_pages)  # O(n) check that pages named by a caller are distinct
+        self._rows = {s: bytes([s]) * num_pages for s in (FREE, CACHED, PRIVATE, RESERVED)}  # for memcmp checks
 
     @property
     def num_free_pages(self) -> int:
@@ -66,7 +67,20 @@ class PageLedger:
             self.allocator.free_pages(pages)
 
     def all_in(self, pages: np.ndarray, state: int) -> bool:
-        return not len(pages) or not (self.state[pages] != state).any()
+        """Whether every page of `pages` (int64, in range) is in `state`."""
+        return self.state[pages].tobytes() == self._rows[state][:len(pages)]
+
+    def private_and_distinct(self, pages: np.ndarray) -> str | None:
+        """Why `pages` (int64, any values) are not distinct private pages in range, or None if they are."""
+        try:
+            states = self.state[pages.view(np.uint64)]  # a negative page, seen as uint64, is out of range
+        except IndexError:
+            return f"pages must lie in [0, {self.num_pages}), got max {pages.max()} and min {pages.min()}"
+        if states.tobytes() != self._rows[PRIVATE][:len(pages)]:
+            return self.describe(pages, PRIVATE)
+        if not self.distinct(pages):
+            return "a private page is named twice"
+        return None
 
     def describe(self, pages: np.ndarray, want: int) -> str:
         """Say which of `pages` are not in state `want`, and what they are instead."""

@@ -57,7 +57,7 @@ class MatchInfo(NamedTuple):
 class InsertResult(NamedTuple):
     node: TreeNode  # ends exactly at the end of the inserted key
     cached_len: int  # tokens that were already on the device (the caller's pages there are duplicates)
-    tree_pages: np.ndarray  # int64 [cached_len // page_size]: the tree's pages there
+    tree_pages: np.ndarray  # int64 [cached_len // page_size]: the tree's pages there (read only)
     gained: list[TreeNode]  # nodes that just got device KV (new leaf, host-only nodes), parents first
 
 
@@ -201,14 +201,15 @@ class RadixTree:
 
     def _touch(self, path: list[TreeNode], hit: bool) -> None:
         self._tick += 1
-        tick, index, host_index = self._tick, self.index, self.host_index
+        tick, index, members = self._tick, self.index, self.index.members
         for node in path:
             node.last_access = tick
             node.hit_count += hit
-            if node in index:
+            if node.id in members:
                 index.refresh(node)
-            if host_index is not None and node in host_index:
-                host_index.refresh(node)
+        if self.host_index is not None:
+            for node in path:
+                self.host_index.refresh(node)
 
     # ------------------------------------------------------------------ insert
 
@@ -223,7 +224,10 @@ class RadixTree:
         path, matched = self._walk(key, start)
         length = matched // 4
         k, dev = self._device_prefix(path, length, start)
-        tree_pages = np.concatenate([n.pages for n in path[:k]])[:dev // self.page_size] if k else _EMPTY
+        if k == 1:  # the usual case (a single edge matched): a view, read only below
+            tree_pages = path[0].pages[:dev // self.page_size]
+        else:
+            tree_pages = np.concatenate([n.pages for n in path[:k]])[:dev // self.page_size] if k else _EMPTY
         if accept is not None:
             accept(dev, tree_pages)
         node, gained, ps = start, [], self.page_size
