@@ -38,7 +38,7 @@ from radixkv.invariants import check_cache
 from radixkv.keys import namespace_key
 from radixkv.metrics import CacheStats, collect_metrics
 from radixkv.pools import CACHED, PRIVATE, RESERVED, PageLedger, TokenToKVPool, page_slots
-from radixkv.radix import SEQUENCE, USER, MatchInfo, RadixTree, TreeNode
+from radixkv.radix import SEQUENCE, USER, MatchInfo, RadixTree, TreeNode, evict_device
 from radixkv.radix.block_events import EventRecorder
 from radixkv.results import BatchInputs, MatchResult, SizeInfo
 from radixkv.sequences import Sequence, SequenceTable
@@ -268,7 +268,7 @@ class RadixCache:
         return self.ledger.take(k, state, self.tree.evictable_size // self.page_size, self._evict_pages)
 
     def _evict_pages(self, n: int) -> np.ndarray:
-        pages, host_pages = self.tree.evict(n, None if self.host is None else self.host.keep)
+        pages, host_pages = evict_device(self.tree, n, None if self.host is None else self.host.keep)
         if len(host_pages):
             self.host.free(host_pages)
         self.stats.evicted_tokens += len(pages) * self.page_size

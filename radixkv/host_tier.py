@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from radixkv.pools import SlotAllocator, TokenToKVPool, page_slots
+from radixkv.radix import evict_host
 
 if TYPE_CHECKING:
     from radixkv.config import CacheConfig
@@ -74,7 +75,7 @@ class HostTier:
         if short > 0:
             if short * self.page_size > self.tree.host_size:
                 return None
-            self.free(self.tree.evict_host(short * self.page_size))
+            self.free(evict_host(self.tree, short * self.page_size))
         host = self.allocator.alloc_pages(k)
         ps = self.page_size
         self.bytes_to_host += copy_kv(self.device_pool, page_slots(node.pages, ps), self.pool, page_slots(host, ps))

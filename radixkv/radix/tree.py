@@ -2,8 +2,8 @@
 
 A pure index. It owns the nodes, their lock counts, the size counters and the evictable indexes,
 and nothing else: `match` returns what is cached, `insert` returns what it kept and what was
-already there, `evict` returns the pages it let go. It never touches the page ledger, the pools or
-KV; the caller moves pages (RadixCache). Each namespace has its own root, kept only while it has
+already there, eviction (evict.py) returns the pages it let go. It never touches the page ledger,
+the pools or KV; the caller moves pages (RadixCache). Each namespace has its own root, kept only while it has
 children or locks (a read-only match of a new namespace leaves nothing behind).
 
 Keys are page-granular bytes: every edge holds a whole number of pages, a child is found by its
@@ -17,56 +17,29 @@ Counters (SGLang's meaning, over device-resident tokens): `evictable_size` is ev
 lock protects, `protected_size` every cached token on a locked path; `host_size` counts tokens with
 a host-tier copy. Locks know their holder: `user_locks` (lock/unlock) and `seq_locks` (Sequences).
 
-Where KV lives, and eviction from each tier:
+Where KV lives is kept in two evictable indexes (the order is the policy's key):
 
-    device index   nodes on the device, unlocked, with no child on the device     (device leaves)
-    host index     nodes with a host copy and no child with one                   (host leaves)
+    index       nodes on the device, unlocked, with no child on the device     (device leaves)
+    host_index  nodes with a host copy and no child with one                   (host leaves)
 
-Device eviction takes the device leaf with the smallest policy key; when fewer tokens are needed
-than it holds, it is split and only its tail pages go. A victim with a host copy (or one the
-caller's `keep` makes now, under write-back) stays in the tree as host-only; any other victim is
-removed with its subtree (whose nodes are all host-only). Host eviction takes host-only leaves
-first (removing them), then host copies of device nodes (keeping the node). Every residency change
-goes through _gain_device / _drop_device / set_host / _lose_host / _unlink, which keep the
-counters, the indexes and the event listener in step.
+Every residency change goes through gain_device / drop_device / set_host / lose_host / unlink,
+which keep the counters, the indexes and the event listener in step; the eviction walks that
+choose victims are in evict.py.
 """
 
 from __future__ import annotations
 
 import weakref
-from typing import Callable, NamedTuple, Protocol
+from typing import Callable
 
 import numpy as np
 
 from radixkv.errors import LockError
-from radixkv.events import DEVICE, HOST
 from radixkv.eviction import EvictableIndex, EvictionPolicy, host_first
 from radixkv.radix.node import TreeNode
+from radixkv.radix.types import DEVICE, HOST, USER, InsertResult, MatchInfo, ResidencyListener
 
-USER, SEQUENCE = 0, 1  # lock holders: lock()/unlock() callers, open Sequences
 _EMPTY = np.empty(0, dtype=np.int64)
-
-
-class MatchInfo(NamedTuple):
-    node: TreeNode  # ends exactly at `length` (the start node when nothing matched)
-    length: int  # device-cached tokens below the start node, whole pages
-    pages: np.ndarray  # int64 [length // page_size]: their device pages, a fresh array
-    host_length: int  # further tokens held only in the host tier
-
-
-class InsertResult(NamedTuple):
-    node: TreeNode  # ends exactly at the end of the inserted key
-    cached_len: int  # tokens that were already on the device (the caller's pages there are duplicates)
-    tree_pages: np.ndarray  # int64 [cached_len // page_size]: the tree's pages there (read only)
-    gained: list[TreeNode]  # nodes that just got device KV (new leaf, host-only nodes), parents first
-
-
-class ResidencyListener(Protocol):
-    """Told when a node's blocks appear on or leave a medium ("GPU" device, "CPU" host): KV events."""
-
-    def stored(self, node: TreeNode, medium: str) -> None: ...
-
-    def removed(self, node: TreeNode, medium: str) -> None: ...
 
 
 def common_bytes(a: bytes, b: bytes, pos: int, page_bytes: int) -> int:
@@ -252,7 +225,7 @@ class RadixTree:
                 n.priority = max(n.priority, priority)
         if path:
             self._touch(path, hit=False)
-        self._gain_device(gained)
+        self.gain_device(gained)
         if leaf is not None and self._learns:
             self.policy.on_insert(leaf)
         return InsertResult(node, dev, tree_pages, gained)
@@ -323,7 +296,7 @@ class RadixTree:
             self.host_index.set(node, node.host_pages is not None
                                 and not any(c.host_pages is not None for c in children))
 
-    def _device_changed(self, node: TreeNode) -> None:
+    def device_changed(self, node: TreeNode) -> None:
         """`node` gained or lost its device copy: its and its parent's index membership may
         change, and so does its host-index key (host-only nodes go first)."""
         self._reindex(node)
@@ -331,19 +304,19 @@ class RadixTree:
         if self.host_index is not None:
             self.host_index.refresh(node)
 
-    def _gain_device(self, nodes: list[TreeNode]) -> None:
+    def gain_device(self, nodes: list[TreeNode]) -> None:
         """`nodes` (unlocked, parents first) just got device pages."""
         for node in nodes:
             self.evictable_size += node.size
             if node.children or self.host_index is not None:
-                self._device_changed(node)
+                self.device_changed(node)
             else:  # a new leaf: the common case, without scanning siblings
                 self.index.add(node)
                 self.index.discard(node.parent)
             if self.listener is not None:
                 self.listener.stored(node, DEVICE)
 
-    def _drop_device(self, node: TreeNode) -> None:
+    def drop_device(self, node: TreeNode) -> None:
         if self.listener is not None:
             self.listener.removed(node, DEVICE)
         self.evictable_size -= node.size
@@ -358,7 +331,7 @@ class RadixTree:
         if self.listener is not None:
             self.listener.stored(node, HOST)
 
-    def _lose_host(self, node: TreeNode) -> None:
+    def lose_host(self, node: TreeNode) -> None:
         if self.listener is not None:
             self.listener.removed(node, HOST)
         self.host_size -= node.size
@@ -366,7 +339,7 @@ class RadixTree:
         self._reindex(node)
         self._reindex(node.parent)
 
-    def _unlink(self, node: TreeNode) -> None:
+    def unlink(self, node: TreeNode) -> None:
         """Remove a node that no tier holds any more (it has no children)."""
         self.index.discard(node)
         if self.host_index is not None:
@@ -378,57 +351,18 @@ class RadixTree:
         if parent.parent is None:
             self.release_root_if_idle(parent)
 
-    # ------------------------------------------------------------------ eviction
+    def pop_victim(self) -> TreeNode | None:
+        """Remove and return the device leaf the policy evicts first (None when there is none)."""
+        return self.index.pop() if len(self.index) else None
 
-    def evict(self, num_tokens: int, keep: Callable[[TreeNode], np.ndarray | None] | None = None
-              ) -> tuple[np.ndarray, np.ndarray]:
-        """Free at least `num_tokens` unlocked device tokens if that many exist, by policy; a victim
-        larger than the remaining need loses only its tail pages. `keep(victim)` may return host
-        pages holding a copy of the victim's KV (write-back), which then stays as host-only.
-        Returns (device pages freed, host pages freed by removing host-only subtrees), int64."""
-        ps, freed, chunks, host_chunks = self.page_size, 0, [], []
-        while freed < num_tokens and len(self.index):
-            leaf = self.index.pop()
-            keep_tokens = leaf.size - -(-(num_tokens - freed) // ps) * ps
-            if keep_tokens > 0:
-                self.split(leaf, keep_tokens)  # the upper part stays cached as a new node
-            chunks.append(leaf.pages)
-            freed += leaf.size
-            if self._learns:
-                self.policy.on_evict(leaf)
-            if leaf.host_pages is None and keep is not None:
-                host_pages = keep(leaf)
-                if host_pages is not None:
-                    self.set_host(leaf, host_pages)
-            self._drop_device(leaf)
-            if leaf.host_pages is not None:  # host-only from now on
-                self._device_changed(leaf)
-            else:
-                self._remove_subtree(leaf, host_chunks)
-        return _cat(chunks), _cat(host_chunks)
+    def pop_host_victim(self) -> TreeNode | None:
+        """Remove and return the host leaf evicted first, host-only ones first (None when none)."""
+        return self.host_index.pop() if self.host_index is not None and len(self.host_index) else None
 
-    def _remove_subtree(self, node: TreeNode, host_chunks: list[np.ndarray]) -> None:
-        below = [node]
-        for n in below:
-            below.extend(n.children.values())
-        for n in reversed(below):  # children first, so each is a leaf when unlinked
-            if n.host_pages is not None:
-                host_chunks.append(n.host_pages)
-                self._lose_host(n)
-            self._unlink(n)
-
-    def evict_host(self, num_tokens: int) -> np.ndarray:
-        """Free at least `num_tokens` host-tier tokens if that many exist: host-only leaves first
-        (the node goes), then host copies of device nodes (the node stays). Returns host pages."""
-        freed, chunks = 0, []
-        while freed < num_tokens and self.host_index is not None and len(self.host_index):
-            victim = self.host_index.pop()
-            chunks.append(victim.host_pages)
-            freed += victim.size
-            self._lose_host(victim)
-            if victim.pages is None:
-                self._unlink(victim)
-        return _cat(chunks)
+    def evicted(self, victim: TreeNode) -> None:
+        """`victim` (a popped device leaf) is about to lose its device copy: the policy learns."""
+        if self._learns:
+            self.policy.on_evict(victim)
 
     # ------------------------------------------------------------------ iteration
 
@@ -438,7 +372,3 @@ class RadixTree:
         for node in out:
             out.extend(node.children.values())
         return out
-
-
-def _cat(chunks: list[np.ndarray]) -> np.ndarray:
-    return np.concatenate(chunks) if chunks else _EMPTY
