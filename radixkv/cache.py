@@ -72,33 +72,38 @@ class RadixCache:
         """Longest device-cached prefix of `tokens`, whole pages only, and how many more tokens the
         host tier holds (`host_length`). Does not lock; refreshes the recency of the matched path and
         may split the edge where the match ends. `slots` is a fresh int64 tensor the caller owns."""
-        self._own()
+        if _get_ident() != self._thread:
+            self._wrong_thread()
         toks = as_tokens(tokens)
         m = self._match(toks, self.tree.root(namespace_key(namespace)), len(toks))
         return MatchResult(m.length, torch.from_numpy(page_slots(m.pages, self.page_size)), m.node, m.host_length)
 
     def lock(self, node: TreeNode) -> None:
         """Protect `node` and its ancestors from eviction; pairs with one unlock(node)."""
-        self._own()
+        if _get_ident() != self._thread:
+            self._wrong_thread()
         self.tree.lock(node, USER)
 
     def unlock(self, node: TreeNode) -> None:
         """Undo one earlier lock(node). LockError if there is none (a Sequence's lock is not one)."""
-        self._own()
+        if _get_ident() != self._thread:
+            self._wrong_thread()
         self.tree.unlock(node, USER)
 
     def alloc(self, n: int) -> torch.Tensor:
         """`n` private slots: the first n slots of ceil(n / page_size) fresh pages, evicting unlocked
         cached tokens as needed. OutOfSlotsError, nothing changed, if even full eviction cannot serve.
         Returns int64 `[n]`."""
-        self._own()
+        if _get_ident() != self._thread:
+            self._wrong_thread()
         n = as_count(n, "alloc(n)")
         pages = self._take(-(-n // self.page_size), PRIVATE)
         return torch.from_numpy(page_slots(pages, self.page_size)[:n])
 
     def free(self, slots: TokensLike) -> None:
         """Free the pages of `slots`, each whole. Every page touched must be private from alloc()."""
-        self._own()
+        if _get_ident() != self._thread:
+            self._wrong_thread()
         arr = as_slots(slots, self.config.num_slots)
         if len(np.unique(arr)) != len(arr):
             raise InvalidSlotsError("free: slots must be distinct; the same slot appears twice")
@@ -111,7 +116,8 @@ class RadixCache:
         """Cache `tokens` with their `slots`; returns how many leading tokens were already cached.
         The rules for `slots` are in insert_slots.py; anything else raises InvalidSlotsError with
         nothing changed. Afterwards the caller owns none of `slots`."""
-        self._own()
+        if _get_ident() != self._thread:
+            self._wrong_thread()
         toks = as_tokens(tokens)
         given = slot_array(slots)  # range-checked in InsertSlots, where the tree's own slots need none
         prio, root = as_priority(priority), self.tree.root(namespace_key(namespace))
@@ -129,7 +135,8 @@ class RadixCache:
     def evict(self, n: int) -> int:
         """Evict at least `n` unlocked cached tokens if that many exist (trimming a leaf's tail page
         by page rather than dropping it whole). Returns tokens freed. evict(0) does nothing."""
-        self._own()
+        if _get_ident() != self._thread:
+            self._wrong_thread()
         pages = self._evict_pages(as_count(n, "evict(n)"))
         self.ledger.release(pages)
         return len(pages) * self.page_size
@@ -142,7 +149,8 @@ class RadixCache:
         part, lock the match, take a req_to_token row and write the prefix slots into it. Afterwards
         cached_len == committed_len == kv_len (page-aligned). OutOfRowsError when every row is in
         use; ContextLengthError when `tokens` is longer than max_context_len."""
-        self._own()
+        if _get_ident() != self._thread:
+            self._wrong_thread()
         toks = as_tokens(tokens)
         ns, prio = namespace_key(namespace), as_priority(priority)
         reuse = len(toks) if max_reuse is None else min(as_count(max_reuse, "max_reuse"), len(toks))
@@ -159,7 +167,8 @@ class RadixCache:
         """Slots for positions [kv_len, kv_len + n), filling the tail of the Sequence's last private
         page before taking new pages; written into its row. n = 0 is a no-op. OutOfSlotsError /
         ContextLengthError with nothing changed. Returns int64 `[n]`."""
-        self._own()
+        if _get_ident() != self._thread:
+            self._wrong_thread()
         rec = self.seqs.get(seq)
         n, ps, start = as_count(n, "reserve(n)"), self.page_size, rec.kv_len
         self.seqs.check_length(start + n, "reserve")
@@ -175,7 +184,8 @@ class RadixCache:
         must lie below kv_len; `tokens` must equal seq.tokens where they overlap and extends it
         beyond. Full pages are inserted now (shareable) and the Sequence's lock moves down to them;
         pages another request inserted first are re-pointed to the tree's slots, duplicates freed."""
-        self._own()
+        if _get_ident() != self._thread:
+            self._wrong_thread()
         rec = self.seqs.get(seq)
         toks = as_tokens(tokens)
         self.seqs.check_commit(rec, toks)
@@ -190,8 +200,7 @@ class RadixCache:
         self.ledger.move(pages[k:], CACHED)
         if k:
             self.seqs.repoint(rec, start, page_slots(result.tree_pages, ps))
-        self.tree.lock(result.node, SEQUENCE)
-        self.tree.unlock(node, SEQUENCE)
+        self.tree.move_lock(node, result.node, SEQUENCE)
         self.seqs.move_lock(rec, result.node)
         if self.host is not None:
             self.host.back_up(result.gained)
@@ -199,7 +208,8 @@ class RadixCache:
     def close(self, seq: Sequence) -> None:
         """End a request: unlock its prefix, free its private pages (the partial last page and every
         reserved-but-uncommitted page) and release its row. The Sequence is unusable afterwards."""
-        self._own()
+        if _get_ident() != self._thread:
+            self._wrong_thread()
         rec = self.seqs.get(seq)
         node = rec.node
         private = self.seqs.close(rec)
@@ -209,19 +219,22 @@ class RadixCache:
     def batch(self, seqs: list[Sequence]) -> BatchInputs:
         """Inputs of one forward over positions [committed_len, kv_len) of each Sequence, checked
         once here so the per-layer path needs no checks. Mutates nothing."""
-        self._own()
+        if _get_ident() != self._thread:
+            self._wrong_thread()
         return self.seqs.batch(seqs)
 
     def sequences(self) -> list[Sequence]:
         """The open Sequences, by row."""
-        self._own()
+        if _get_ident() != self._thread:
+            self._wrong_thread()
         return [rec.handle for rec in self.seqs.records()]
 
     # ------------------------------------------------------------------ accounting
 
     def sizes(self) -> SizeInfo:
         """Slot counts; O(1), mutates nothing."""
-        self._own()
+        if _get_ident() != self._thread:
+            self._wrong_thread()
         free = self.ledger.num_free_pages * self.page_size
         evictable, protected = self.tree.evictable_size, self.tree.protected_size
         total = self.config.num_slots
@@ -229,22 +242,26 @@ class RadixCache:
 
     def check_invariants(self) -> None:
         """Recompute every counter, page state and index from scratch; AssertionError on a mismatch."""
-        self._own()
+        if _get_ident() != self._thread:
+            self._wrong_thread()
         check_cache(self.ledger, self.tree, self.seqs, self.host)
 
     def metrics(self) -> dict[str, float]:
         """Counters and gauges with vLLM-style names (`radixkv_` prefix); mutates nothing."""
-        self._own()
+        if _get_ident() != self._thread:
+            self._wrong_thread()
         return collect_metrics(self.sizes(), self.stats, len(self.seqs), self.host, self.tree.host_size)
 
     def take_events(self) -> list[KVEvent]:
         """KV events recorded since the last call (oldest first); [] when kv_events is off."""
-        self._own()
+        if _get_ident() != self._thread:
+            self._wrong_thread()
         return self.events.take() if self.events is not None else []
 
     def block_snapshot(self) -> list[KVEvent]:
         """AllBlocksCleared, then BlockStored for every block cached now (a resync for routers)."""
-        self._own()
+        if _get_ident() != self._thread:
+            self._wrong_thread()
         return EventRecorder.snapshot(self.tree, self.config.event_block_size)
 
     def adopt_thread(self) -> None:
@@ -253,11 +270,10 @@ class RadixCache:
 
     # ------------------------------------------------------------------ helpers
 
-    def _own(self) -> None:
-        if _get_ident() != self._thread:
-            raise ThreadOwnershipError(
-                "a RadixCache is driven by one thread; this call came from another one. Call every "
-                "method from the scheduler thread (or hand the cache over with adopt_thread())")
+    def _wrong_thread(self) -> None:
+        raise ThreadOwnershipError(
+            "a RadixCache is driven by one thread; this call came from another one. Call every "
+            "method from the scheduler thread (or hand the cache over with adopt_thread())")
 
     def _match(self, toks: np.ndarray, root: TreeNode, asked: int) -> MatchInfo:
         m = self.tree.match(toks[:len(toks) // self.page_size * self.page_size].tobytes(), root)

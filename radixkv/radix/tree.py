@@ -277,6 +277,29 @@ class RadixTree:
             self._reindex(node)
         self.release_root_if_idle(root)
 
+    def move_lock(self, old: TreeNode, new: TreeNode, holder: int) -> None:
+        """Move one lock of `holder` from `old` down to its descendant `new` (a Sequence whose
+        committed prefix grew). Ancestors of `old` keep their counts, so this costs the nodes
+        between the two, not the depth: a decode step at page_size 1 stays O(1)."""
+        if new is old:
+            return
+        if holder == USER:
+            old.user_locks -= 1
+            new.user_locks += 1
+        else:
+            old.seq_locks -= 1
+            new.seq_locks += 1
+        if not new.lock_ref:
+            self.index.discard(new)
+        moved, x = 0, new
+        while x is not old:
+            if not x.lock_ref:
+                moved += x.size
+            x.lock_ref += 1
+            x = x.parent
+        self.evictable_size -= moved
+        self.protected_size += moved
+
     def check_node(self, node: object) -> None:
         if not isinstance(node, TreeNode):
             raise LockError(f"expected a TreeNode from match_prefix, got {type(node).__name__}")
