@@ -58,7 +58,7 @@ class RadixCache:
         self.kv_pool = TokenToKVPool(config.num_slots, config.num_layers, config.num_kv_heads,
                                      config.head_dim, config.dtype, config.device)
         self.ledger = PageLedger(config.num_pages, ps)
-        self.events = EventRecorder(config.event_block_size) if config.kv_events else None
+        self.events = EventRecorder(config.event_block_size, ps) if config.kv_events else None
         self.tree = RadixTree(ps, make_policy(config.eviction), config.host_slots > 0, self.events)
         self.seqs = SequenceTable(config.max_requests, config.max_context_len, ps, config.device)
         self.req_pool = self.seqs.pool

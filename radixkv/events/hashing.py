@@ -3,15 +3,16 @@
 A *block* is `block_size` consecutive tokens aligned from the start of a sequence (independent of
 the cache's page_size). Block b of a sequence has the chained 64-bit hash
 
-    h_b = XXH3_64(parent || ns || tokens of block b as int32 little-endian, seed=SEED)
-    parent = h_{b-1} as 8 bytes big-endian, or 8 zero bytes for the first block
+    h_b    = XXH3_64(tokens of block b as int32 little-endian, seed = h_{b-1})
+    h_{-1} = XXH3_64(ns, seed = SEED)                       (the root of the request's key)
 
 where `ns` is the canonical key of the request's namespace and extra keys (radixkv.keys: the
 namespace, a LoRA adapter and a cache salt folded into one self-delimiting byte string; multimodal
 items are already in the tokens, whose placeholder ids the cache replaced by ids derived from
-each item's content hash). So h_b names the whole prefix up to the end of block b, the input is
-an injective encoding (fixed-size parent, self-delimiting ns), and the hash depends only on values:
-the same in every process, on every machine and whatever order the traffic arrived in.
+each item's content hash). The parent enters as XXH3's 64-bit seed, so each block costs one call
+on its own 4 * block_size bytes and no concatenation (~0.2 µs, against ~0.55 µs for hashing
+parent || ns || tokens). h_b names the whole prefix up to the end of block b and depends only on
+values: the same in every process, on every machine and whatever order the traffic arrived in.
 
 Why XXH3_64 with a fixed seed: hashing is most of what KV events cost (one call per 16 tokens on
 every insert). sha256 (vLLM's default) took ~3.8 µs per block here, keyed BLAKE2b ~2.3 µs, XXH3-64
@@ -33,7 +34,6 @@ from radixkv.errors import ConfigError
 from radixkv.keys import ExtraKeys, request_key
 
 SEED = 0x7261646978_6B7631  # b"radixkv1" read as an int: fixed, so every process agrees
-_NO_PARENT = bytes(8)
 _xxh3: Callable[[bytes, int], int] | None = None
 
 
@@ -68,12 +68,11 @@ def chain_hashes(tokens: np.ndarray | list[int], ns: bytes, block_size: int,
                  parent_hash: int | None = None) -> list[int]:
     """`block_hashes` for tokens already keyed (placeholders replaced) and a canonical key `ns`."""
     xxh3 = _xxh3 or hash_function()
-    raw = np.ascontiguousarray(tokens, dtype="<i4").tobytes()
+    raw = memoryview(np.ascontiguousarray(tokens, dtype="<i4").tobytes())
     step = 4 * block_size
-    prev = _NO_PARENT if parent_hash is None else parent_hash.to_bytes(8, "big")
+    h = xxh3(ns, SEED) if parent_hash is None else parent_hash
     out = []
     for start in range(0, len(raw) - step + 1, step):
-        h = xxh3(prev + ns + raw[start:start + step], SEED)
+        h = xxh3(raw[start:start + step], h)
         out.append(h)
-        prev = h.to_bytes(8, "big")
     return out

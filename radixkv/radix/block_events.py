@@ -29,15 +29,20 @@ _MAX_MM_IDS = 1 << 20  # placeholder ids remembered for naming multimodal items 
 
 
 class EventRecorder:
-    def __init__(self, block_size: int) -> None:
+    def __init__(self, block_size: int, page_size: int = 1) -> None:
         chain_hashes([], b"", block_size)  # fail here, at construction, if the hash is not installed
         self.block_size = block_size
         self.events: list[KVEvent] = []
         self._lora: dict[bytes, tuple[int | None, str | None, str | None]] = {}  # root key -> its keys
         self._mm: dict[int, tuple[str, int]] = {}  # placeholder id -> (item identifier, index in item)
-        # A block may end in two sibling nodes when pages diverge after it (block_size not a
-        # multiple of page_size), so blocks are reference-counted per medium: the stream reports
-        # a block when its first holder appears and removes it when its last holder goes.
+        # Siblings diverge at page boundaries, their first pages differing somewhere inside. When
+        # block_size is a multiple of page_size, that page lies inside one block, which therefore
+        # differs too: every block has one holder. Otherwise (page 16, block 6; or page 32, block
+        # 16) a block can end in two siblings whose pages differ only after it, so blocks are
+        # reference-counted per medium: reported when the first holder appears, removed when the
+        # last one goes.
+        self.page_size = page_size
+        self._counted = bool(block_size % page_size)
         self._holders: dict[tuple[int, str], int] = {}
 
     def take(self) -> list[KVEvent]:
@@ -53,6 +58,9 @@ class EventRecorder:
         first = node.depth // size * size
         tokens = _path_tokens(node, first)
         parent = self._hash_ending_at(node.parent, first)
+        if not self._counted:
+            self._emit(node, list(hashes), parent, tokens[:len(hashes) * size], first // size, medium)
+            return
         run: list[int] = []  # consecutive blocks new to this medium, reported as one event
         run_parent = parent
         for i, h in enumerate(hashes + [None]):
@@ -61,14 +69,17 @@ class EventRecorder:
                 run.append(h)
             elif run:
                 start = i - len(run)
-                toks = tokens[start * size:i * size]
-                lora_id, lora_name, salt = self._whole(node.ns)
-                extra = None
-                if lora_name is not None or salt is not None or (self._mm and toks.max() >= MM_BASE):
-                    extra = self._extra_keys(toks, first + start, lora_name, salt)
-                self.events.append(BlockStored(run, run_parent, toks.tolist(), size, lora_id, medium, lora_name, extra))
+                self._emit(node, run, run_parent, tokens[start * size:i * size], first // size + start, medium)
                 run = []
             parent = h
+
+    def _emit(self, node: TreeNode, hashes: list[int], parent: int | None, toks: np.ndarray, first_block: int,
+              medium: str) -> None:
+        lora_id, lora_name, salt = self._whole(node.ns)
+        extra = None
+        if lora_name is not None or salt is not None or (self._mm and toks.max() >= MM_BASE):
+            extra = self._extra_keys(toks, first_block, lora_name, salt)
+        self.events.append(BlockStored(hashes, parent, toks.tolist(), self.block_size, lora_id, medium, lora_name, extra))
 
     def learn(self, extra: ExtraKeys) -> None:
         """Remember the placeholder ids of `extra`'s multimodal items, to name them in events."""
@@ -102,9 +113,18 @@ class EventRecorder:
         return out
 
     def removed(self, node: TreeNode, medium: str) -> None:
-        gone = [h for h in self.hashes(node) if self._hold(h, medium, -1) == 0]
+        gone = list(self.hashes(node))
+        if self._counted:
+            gone = [h for h in gone if self._hold(h, medium, -1) == 0]
         if gone:
             self.events.append(BlockRemoved(gone, medium))
+
+    def split(self, upper: TreeNode, lower: TreeNode) -> None:
+        """`lower`'s edge was just cut after `upper.size` tokens: the blocks it had are those ending
+        in upper's edge, then those ending in lower's, so its cached hashes are cut the same way."""
+        old, size = lower.block_hashes, self.block_size
+        j = upper.end // size - upper.depth // size
+        upper.block_hashes, lower.block_hashes = old[:j], old[j:]
 
     def _hold(self, h: int, medium: str, delta: int) -> int:
         key = (h, medium)
@@ -142,7 +162,8 @@ class EventRecorder:
     def snapshot(cls, tree: RadixTree, block_size: int, known: EventRecorder | None = None) -> list[KVEvent]:
         """AllBlocksCleared, then BlockStored for everything cached now, parents first (for resync).
         `known` (the cache's recorder, if any) lends the multimodal names it has learnt."""
-        fresh = cls(block_size)
+        fresh = cls(block_size, known.page_size if known is not None else 1)
+        fresh._counted = True  # a snapshot reports each block once, however many nodes hold it
         if known is not None:
             fresh._mm, fresh._lora = known._mm, known._lora
         fresh.events.append(AllBlocksCleared())

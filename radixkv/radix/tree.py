@@ -68,6 +68,8 @@ class ResidencyListener(Protocol):
 
     def removed(self, node: TreeNode, medium: str) -> None: ...
 
+    def split(self, upper: TreeNode, lower: TreeNode) -> None: ...
+
 
 def common_bytes(a: bytes, b: bytes, pos: int, page_bytes: int) -> int:
     """Bytes of `a` equal to `b[pos:]` from the start, rounded down to whole pages."""
@@ -139,7 +141,8 @@ class RadixTree:
             node.pages = node.pages[kp:].copy()
         node.depth += k
         node.parent = upper
-        node.block_hashes = None  # recomputed on demand from the new edges
+        if node.block_hashes is not None:  # KV-event hashes (only with a listener): cut, not recomputed
+            self.listener.split(upper, node)
         upper.children[node.key[:self.page_bytes]] = node
         parent.children[upper.key[:self.page_bytes]] = upper
         return upper
