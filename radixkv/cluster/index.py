@@ -43,6 +43,7 @@ class IndexStats:
     applied: int = 0  # events applied, all instances
     rejected: int = 0  # malformed payloads seen (their whole batch was dropped)
     rejected_batches: int = 0
+    server_errors: int = 0  # calls the server refused (RedisIndex: OOM, READONLY, ...)
 
 
 class KVIndex(Protocol):
@@ -162,7 +163,7 @@ class InMemoryIndex:
             self._clear(instance_id, owned)
 
     def stats(self) -> IndexStats:
-        return IndexStats(self._stats.applied, self._stats.rejected, self._stats.rejected_batches)
+        return IndexStats(**vars(self._stats))
 
     def num_blocks(self) -> int:
         """Distinct block hashes held by any instance."""

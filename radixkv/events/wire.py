@@ -13,7 +13,7 @@ validates every event with `parse_event`; a malformed payload of any shape raise
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 
@@ -67,6 +67,20 @@ class KVEventBatch(EventBatch):
     events: list[BlockStored | BlockRemoved | AllBlocksCleared]
 
 
+class PublishedBatch(KVEventBatch):
+    """KVEventBatch plus one trailing element, the publisher's random id (radixkv.cluster.zmq_publisher):
+    decoders of vLLM's KVEventBatch and llm-d's skip trailing batch elements."""
+
+    publisher_id: int | None = None
+
+
+class Batch(NamedTuple):
+    ts: float
+    events: list[KVEvent]
+    data_parallel_rank: int | None
+    publisher_id: int | None  # None from publishers that do not send one (vLLM)
+
+
 _WIRE = {records.BlockStored: BlockStored, records.BlockRemoved: BlockRemoved, records.AllBlocksCleared: AllBlocksCleared}
 _encoder = msgspec.msgpack.Encoder()
 
@@ -77,14 +91,18 @@ def to_wire(event: KVEvent) -> KVCacheEvent:
     return _WIRE[cls](*(getattr(event, k) for k in FIELDS[cls.__name__]))
 
 
-def encode_batch(events: list[KVEvent], ts: float, data_parallel_rank: int | None = 0) -> bytes:
-    """One msgpack payload: KVEventBatch(ts, events, data_parallel_rank). vLLM's publisher always
-    sets the rank (0 without data parallelism), so the batch is a 3-element array."""
-    return _encoder.encode(KVEventBatch(ts, [to_wire(e) for e in events], data_parallel_rank))
+def encode_batch(events: list[KVEvent], ts: float, data_parallel_rank: int | None = 0,
+                 publisher_id: int | None = None) -> bytes:
+    """One msgpack payload: KVEventBatch(ts, events, data_parallel_rank), plus `publisher_id` as a
+    4th element when given. vLLM's publisher always sets the rank (0 without data parallelism)."""
+    wire = [to_wire(e) for e in events]
+    if publisher_id is None:
+        return _encoder.encode(KVEventBatch(ts, wire, data_parallel_rank))
+    return _encoder.encode(PublishedBatch(ts, wire, data_parallel_rank, publisher_id))
 
 
-def decode_batch(payload: object) -> tuple[float, list[KVEvent], int | None]:
-    """(ts, validated events, data_parallel_rank) of one payload; EventFormatError for anything
+def decode_batch(payload: object) -> Batch:
+    """(ts, validated events, data_parallel_rank, publisher_id) of one payload; EventFormatError for anything
     that is not a well-formed batch (bad msgpack, wrong shapes, any malformed event)."""
     if not isinstance(payload, (bytes, bytearray, memoryview)):
         raise EventFormatError(f"a payload must be bytes, got {type(payload).__name__}")
@@ -95,6 +113,9 @@ def decode_batch(payload: object) -> tuple[float, list[KVEvent], int | None]:
     if not isinstance(batch, list) or len(batch) < 2 or not isinstance(batch[1], list):
         raise EventFormatError("a KVEventBatch is an array [ts, events, data_parallel_rank]")
     ts, rank = batch[0], batch[2] if len(batch) > 2 else None
+    pid = batch[3] if len(batch) > 3 else None
     if isinstance(ts, bool) or not isinstance(ts, (int, float)) or (rank is not None and type(rank) is not int):
         raise EventFormatError(f"KVEventBatch: ts must be a number and data_parallel_rank an int, got {ts!r:.40}, {rank!r:.40}")
-    return float(ts), [parse_event(e) for e in batch[1]], rank
+    if pid is not None and type(pid) is not int:
+        raise EventFormatError(f"KVEventBatch: publisher_id must be an int, got {pid!r:.40}")
+    return Batch(float(ts), [parse_event(e) for e in batch[1]], rank, pid)
