@@ -28,7 +28,9 @@ from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 
 from radixkv.cluster.index import IndexUnavailableError, KVIndex, check_instance_id, longest_prefix
+from radixkv.errors import InvalidArgumentError
 from radixkv.events import block_hashes
+from radixkv.keys import ExtraKeys
 from radixkv.tokens import TokensLike, as_tokens
 
 log = logging.getLogger(__name__)
@@ -115,13 +117,15 @@ class Router:
         """Stop routing to an instance (its index entries stay until it is dropped there)."""
         self._load.pop(instance_id, None)
 
-    def route(self, tokens: TokensLike, namespace: Hashable = None) -> RouteDecision:
-        """Pick an instance for a prompt (tokens as the engine takes them: InvalidTokensError otherwise)
-        and count one more open request on it. ValueError when no instance is registered; never
-        raises for an index outage (routes by load instead)."""
+    def route(self, tokens: TokensLike, namespace: Hashable = None, extra_keys: ExtraKeys | dict | None = None
+              ) -> RouteDecision:
+        """Pick an instance for a prompt (tokens as the engine takes them: InvalidTokensError otherwise;
+        `namespace` and `extra_keys` as the engine's open() gets them, so the block hashes are the
+        same) and count one more open request on it. InvalidArgumentError when no instance is
+        registered; never raises for an index outage (routes by load instead)."""
         if not self._load:
-            raise ValueError("no instances registered; call report_load(instance_id, open_requests) first")
-        scores = self._scores(block_hashes(as_tokens(tokens), namespace, self.block_size))
+            raise InvalidArgumentError("no instances registered; call report_load(instance_id, open_requests) first")
+        scores = self._scores(block_hashes(as_tokens(tokens), namespace, self.block_size, extra_keys=extra_keys))
         if self.load_slack is not None and scores:
             ceiling = min(self._load.values()) + self.load_slack
             kept = {i: s for i, s in scores.items() if self._load[i] <= ceiling}

@@ -126,11 +126,16 @@ def _stored(v: dict[str, Any]) -> BlockStored:
         raise EventFormatError(f"{name}: lookahead_token_ids must be None or lists of ints")
     return BlockStored(
         hashes, parent, list(toks), size, _opt(v.get("lora_id"), int, "lora_id"), _medium(v.get("medium", DEVICE), name),
-        _opt(v.get("lora_name"), str, "lora_name"), None if extra is None else [None if e is None else tuple(e) for e in extra],
+        _opt(v.get("lora_name"), str, "lora_name"), None if extra is None else [None if e is None else _freeze(e) for e in extra],
         _opt(v.get("group_idx"), int, "group_idx"), _opt(v.get("kv_cache_spec_kind"), str, "kv_cache_spec_kind"),
         _opt(v.get("kv_cache_spec_sliding_window"), int, "kv_cache_spec_sliding_window"),
         _opt(v.get("locality"), str, "locality"), _opt(v.get("ownership"), str, "ownership"),
         _opt(v.get("session_id"), str, "session_id"), None if look is None else [list(x) for x in look])
+
+
+def _freeze(value: Any) -> Any:
+    """Lists (msgpack has no tuples) back into tuples, recursively, so decoded extra keys compare equal."""
+    return tuple(_freeze(x) for x in value) if isinstance(value, (list, tuple)) else value
 
 
 def _hashes(values: object, name: str) -> list[int]:
