@@ -165,6 +165,10 @@ class InMemoryIndex:
     def stats(self) -> IndexStats:
         return IndexStats(**vars(self._stats))
 
+    def blocks_of(self, instance_id: str) -> set[tuple[int, str]]:
+        """(block hash, medium) of everything the index says `instance_id` holds (a copy)."""
+        return set(self._owned.get(instance_id, ()))
+
     def num_blocks(self) -> int:
         """Distinct block hashes held by any instance."""
         return len(self._blocks)
