@@ -30,12 +30,13 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from radixkv.cluster.index import IndexUnavailableError, KVIndex, check_instance_id
 from radixkv.errors import InvalidArgumentError
 from radixkv.events import AllBlocksCleared, EventFormatError
+from radixkv.metrics import prometheus_family
 
 log = logging.getLogger(__name__)
 END_SEQ = (-1).to_bytes(8, "big", signed=True)
@@ -54,6 +55,20 @@ class SubscriberStats:
     restarts: int = 0  # publisher restarts seen (a new publisher id)
     malformed: int = 0  # messages or payloads rejected
     index_errors: int = 0  # batches the index could not take
+
+
+_HELP = {
+    "batches": "KV event batches applied to the index.",
+    "duplicates": "Batches skipped because they were already applied.",
+    "gaps": "Sequence gaps seen (batches dropped on the way).",
+    "missed": "Batches skipped over by those gaps (recovered by replay).",
+    "replays": "Replay requests sent to publishers.",
+    "replay_failures": "Replays that got no end marker in time.",
+    "snapshots": "Snapshot batches applied (full resyncs of an instance).",
+    "restarts": "Publisher restarts seen (a new publisher id).",
+    "malformed": "Messages or payloads rejected as malformed (never applied).",
+    "index_errors": "Batches the index could not take (the stream resyncs later).",
+}
 
 
 @dataclass
@@ -134,6 +149,12 @@ class ZmqSubscriber:
                 if now >= stream.next_check:
                     self._replay(source, 0 if stream.expected is None else stream.expected)
         return self.stats.batches - applied
+
+    def prometheus(self, model_name: str = "") -> str:
+        """The counters of `stats` in Prometheus text, as `radixkv_kv_events_<name>_total`."""
+        return "".join(prometheus_family(f"radixkv_kv_events_{f.name}_total", "counter", _HELP[f.name],
+                                         [({"model_name": model_name}, getattr(self.stats, f.name))])
+                       for f in fields(SubscriberStats))
 
     def streams(self) -> dict[str, int | None]:
         """{instance: next sequence number wanted (None: not synced)}."""
