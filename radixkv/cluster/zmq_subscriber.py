@@ -91,7 +91,7 @@ class ZmqSubscriber:
     """Subscribes to ZmqPublishers and applies their batches to `index` losslessly."""
 
     def __init__(self, index: KVIndex, *, replay_timeout_s: float = 1.0, sync_interval_s: float = 1.0,
-                 topic_filter: str = "") -> None:
+                 topic_filter: str = "", rcvhwm: int = 100_000) -> None:
         for name, v in (("replay_timeout_s", replay_timeout_s), ("sync_interval_s", sync_interval_s)):
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v <= 3600:
                 raise InvalidArgumentError(f"{name} must be a number of seconds in (0, 3600], got {v!r}")
@@ -101,7 +101,7 @@ class ZmqSubscriber:
 
         self._zmq, self._decode = zmq, decode_batch
         self.index, self.replay_timeout_s, self.sync_interval_s = index, replay_timeout_s, sync_interval_s
-        self.topic_filter = topic_filter.encode()
+        self.topic_filter, self.rcvhwm = topic_filter.encode(), rcvhwm
         self._ctx = zmq.Context.instance()
         self._poller = zmq.Poller()
         self._sources: dict[Any, _Source] = {}
@@ -116,6 +116,7 @@ class ZmqSubscriber:
         sub = self._ctx.socket(zmq.SUB)
         sub.setsockopt(zmq.LINGER, 0)
         sub.setsockopt(zmq.SUBSCRIBE, self.topic_filter)
+        sub.setsockopt(zmq.RCVHWM, self.rcvhwm)
         sub.connect(endpoint)
         dealer = None
         if replay_endpoint is not None:
