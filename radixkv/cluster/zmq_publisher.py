@@ -98,7 +98,7 @@ class ZmqPublisher:
             self._replay = ctx.socket(zmq.ROUTER)
             self._replay.setsockopt(zmq.SNDHWM, 2 * (buffer_steps + 1))  # a whole replay and its end marker
             self._replay.setsockopt(zmq.LINGER, 0)
-            self._replay.bind(replay_endpoint)
+            _bind(self._replay, replay_endpoint, zmq)
             self.replay_endpoint = self._replay.getsockopt_string(zmq.LAST_ENDPOINT)
         # written by the sender only (this thread before start(), the sender thread after)
         self._ring: deque[tuple[int, bytes]] = deque(maxlen=buffer_steps)
@@ -230,7 +230,21 @@ def _bind_or_connect(sock: Any, endpoint: str, zmq: Any) -> str:
     if not isinstance(endpoint, str) or "://" not in endpoint:
         raise InvalidArgumentError(f"endpoint must be a ZMQ address such as 'tcp://*:5557', got {endpoint!r:.60}")
     if "*" in endpoint or "::" in endpoint or endpoint.startswith(("ipc://", "inproc://")):
-        sock.bind(endpoint)
+        _bind(sock, endpoint, zmq)
         return sock.getsockopt_string(zmq.LAST_ENDPOINT)
     sock.connect(endpoint)
     return endpoint
+
+
+def _bind(sock: Any, endpoint: str, zmq: Any, timeout_s: float = 2.0) -> None:
+    """Bind, retrying for up to `timeout_s` while the address is in use: ZMQ releases a closed
+    socket's port asynchronously, so a publisher restarted in the same process may find it taken."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            sock.bind(endpoint)
+            return
+        except zmq.ZMQError as e:
+            if e.errno != zmq.EADDRINUSE or time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)  # nothing to wait on: the port is freed by ZMQ's I/O thread

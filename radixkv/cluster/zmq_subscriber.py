@@ -11,7 +11,8 @@ publisher's id, and converges to what the publisher has sent:
     seq == expected            apply, expected += 1
     seq <  expected            a duplicate (replayed already): skipped
     seq >  expected            a gap (batches dropped): replay from `expected` over the DEALER
-    another publisher id       the publisher restarted (its numbers restart at 0): replay from 0
+    another publisher id       the publisher restarted (its numbers restart at 0): replay from 0;
+                               batches of the old id still in flight are skipped from then on
     a batch that starts with   a snapshot (the publisher's seq 0, or its answer to a replay it
       AllBlocksCleared         could not serve from its ring): applied whatever its number
 
@@ -76,6 +77,7 @@ class _Stream:
     instance: str
     expected: int | None = None  # next sequence number wanted; None: not synced
     publisher_id: int | None = None
+    retired: set[int] = field(default_factory=set)  # ids of publishers that restarted since
     next_check: float = 0.0
 
 
@@ -199,9 +201,13 @@ class ZmqSubscriber:
                         stream.instance, seq, e)
             self._replay(source, _FUTURE)
             return "malformed"
+        if batch.publisher_id in stream.retired:  # still in flight from before a restart
+            self.stats.duplicates += 1
+            return "duplicate"
         if batch.publisher_id is not None and batch.publisher_id != stream.publisher_id:
             if stream.publisher_id is not None:
                 self.stats.restarts += 1
+                stream.retired.add(stream.publisher_id)
                 stream.expected = None
             stream.publisher_id = batch.publisher_id
         snapshot = bool(batch.events) and isinstance(batch.events[0], AllBlocksCleared)
