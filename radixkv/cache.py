@@ -35,7 +35,7 @@ from radixkv.events import KVEvent
 from radixkv.host_tier import HostTier
 from radixkv.insert_slots import InsertSlots
 from radixkv.invariants import check_cache
-from radixkv.keys import namespace_key
+from radixkv.keys import ExtraKeys, as_extra_keys, request_key
 from radixkv.metrics import CacheStats, collect_metrics
 from radixkv.pools import CACHED, PRIVATE, RESERVED, PageLedger, TokenToKVPool, page_slots
 from radixkv.radix import SEQUENCE, USER, MatchInfo, RadixTree, TreeNode, evict_device
@@ -58,7 +58,7 @@ class RadixCache:
         self.kv_pool = TokenToKVPool(config.num_slots, config.num_layers, config.num_kv_heads,
                                      config.head_dim, config.dtype, config.device)
         self.ledger = PageLedger(config.num_pages, ps)
-        self.events = EventRecorder(config.event_block_size) if config.kv_events else None
+        self.events = EventRecorder(config.event_block_size, ps) if config.kv_events else None
         self.tree = RadixTree(ps, make_policy(config.eviction), config.host_slots > 0, self.events)
         self.seqs = SequenceTable(config.max_requests, config.max_context_len, ps, config.device)
         self.req_pool = self.seqs.pool
@@ -68,14 +68,17 @@ class RadixCache:
 
     # ------------------------------------------------------------------ tree level
 
-    def match_prefix(self, tokens: TokensLike, namespace: Any = None) -> MatchResult:
+    def match_prefix(self, tokens: TokensLike, namespace: Any = None, extra_keys: ExtraKeys | dict | None = None
+                     ) -> MatchResult:
         """Longest device-cached prefix of `tokens`, whole pages only, and how many more tokens the
         host tier holds (`host_length`). Does not lock; refreshes the recency of the matched path and
-        may split the edge where the match ends. `slots` is a fresh int64 tensor the caller owns."""
+        may split the edge where the match ends. `slots` is a fresh int64 tensor the caller owns.
+        `extra_keys` (radixkv.keys.ExtraKeys: LoRA, cache salt, multimodal items) partition the
+        cache like the namespace does, multimodal items from their offset on."""
         if _get_ident() != self._thread:
             self._wrong_thread()
-        toks = as_tokens(tokens)
-        m = self._match(toks, self.tree.root(namespace_key(namespace)), len(toks))
+        ns, toks = self._key(as_tokens(tokens), namespace, extra_keys)
+        m = self._match(toks, self.tree.root(ns), len(toks))
         return MatchResult(m.length, torch.from_numpy(page_slots(m.pages, self.page_size)), m.node, m.host_length)
 
     def lock(self, node: TreeNode) -> None:
@@ -112,15 +115,16 @@ class RadixCache:
             raise InvalidSlotsError(f"free() takes only slots from alloc(): {self.ledger.describe(pages, PRIVATE)}")
         self.ledger.release(pages)
 
-    def insert(self, tokens: TokensLike, slots: TokensLike, namespace: Any = None, priority: int = 0) -> int:
+    def insert(self, tokens: TokensLike, slots: TokensLike, namespace: Any = None, priority: int = 0,
+               extra_keys: ExtraKeys | dict | None = None) -> int:
         """Cache `tokens` with their `slots`; returns how many leading tokens were already cached.
         The rules for `slots` are in insert_slots.py; anything else raises InvalidSlotsError with
         nothing changed. Afterwards the caller owns none of `slots`."""
         if _get_ident() != self._thread:
             self._wrong_thread()
-        toks = as_tokens(tokens)
+        ns, toks = self._key(as_tokens(tokens), namespace, extra_keys)
         given = slot_array(slots)  # range-checked in InsertSlots, where the tree's own slots need none
-        prio, root = as_priority(priority), self.tree.root(namespace_key(namespace))
+        prio, root = as_priority(priority), self.tree.root(ns)
         if len(given) != len(toks):
             raise InvalidSlotsError(f"insert: {len(toks)} tokens but {len(given)} slots")
         n = len(toks) // self.page_size * self.page_size
@@ -144,15 +148,17 @@ class RadixCache:
     # ------------------------------------------------------------------ request level
 
     def open(self, tokens: TokensLike, namespace: Any = None, max_reuse: int | None = None,
-             priority: int = 0) -> Sequence:
+             priority: int = 0, extra_keys: ExtraKeys | dict | None = None) -> Sequence:
         """Start a request: match at most `max_reuse` tokens (default all), promote any host-tier
         part, lock the match, take a req_to_token row and write the prefix slots into it. Afterwards
         cached_len == committed_len == kv_len (page-aligned). OutOfRowsError when every row is in
-        use; ContextLengthError when `tokens` is longer than max_context_len."""
+        use; ContextLengthError when `tokens` is longer than max_context_len. With multimodal
+        `extra_keys`, `seq.tokens` holds the placeholder ids the cache derived (radixkv.keys)."""
         if _get_ident() != self._thread:
             self._wrong_thread()
-        toks = as_tokens(tokens)
-        ns, prio = namespace_key(namespace), as_priority(priority)
+        extra = as_extra_keys(extra_keys)
+        ns, toks = self._key(as_tokens(tokens), namespace, extra)
+        prio = as_priority(priority)
         reuse = len(toks) if max_reuse is None else min(as_count(max_reuse, "max_reuse"), len(toks))
         self.seqs.check_length(len(toks), "open")
         self.seqs.check_row_free()
@@ -161,7 +167,7 @@ class RadixCache:
         if m.host_length and self.host is not None:
             m = self._promote(toks[:reuse], m)
         self.tree.lock(m.node, SEQUENCE)
-        return self.seqs.open(toks, namespace, prio, m.node, page_slots(m.pages, self.page_size))
+        return self.seqs.open(toks, namespace, prio, m.node, page_slots(m.pages, self.page_size), extra)
 
     def reserve(self, seq: Sequence, n: int) -> torch.Tensor:
         """Slots for positions [kv_len, kv_len + n), filling the tail of the Sequence's last private
@@ -188,6 +194,8 @@ class RadixCache:
             self._wrong_thread()
         rec = self.seqs.get(seq)
         toks = as_tokens(tokens)
+        if rec.extra_keys is not None and rec.extra_keys.mm:
+            toks = rec.extra_keys.apply(toks, rec.committed_len)
         self.seqs.check_commit(rec, toks)
         start, end = self.seqs.commit(rec, toks)
         if end == start:
@@ -262,7 +270,7 @@ class RadixCache:
         """AllBlocksCleared, then BlockStored for every block cached now (a resync for routers)."""
         if _get_ident() != self._thread:
             self._wrong_thread()
-        return EventRecorder.snapshot(self.tree, self.config.event_block_size)
+        return EventRecorder.snapshot(self.tree, self.config.event_block_size, self.events)
 
     def adopt_thread(self) -> None:
         """Make the calling thread the cache's driver (hand a cache over only while no other thread uses it)."""
@@ -274,6 +282,12 @@ class RadixCache:
         raise ThreadOwnershipError(
             "a RadixCache is driven by one thread; this call came from another one. Call every "
             "method from the scheduler thread (or hand the cache over with adopt_thread())")
+
+    def _key(self, toks: np.ndarray, namespace: Any, extra_keys: Any) -> tuple[bytes, np.ndarray]:
+        ns, keyed = request_key(namespace, extra_keys, toks)
+        if keyed is not toks and self.events is not None:
+            self.events.learn(as_extra_keys(extra_keys))  # to name the items in BlockStored.extra_keys
+        return ns, keyed
 
     def _match(self, toks: np.ndarray, root: TreeNode, asked: int) -> MatchInfo:
         m = self.tree.match(toks[:len(toks) // self.page_size * self.page_size].tobytes(), root)

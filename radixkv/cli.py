@@ -37,7 +37,7 @@ def cmd_bench(a: argparse.Namespace) -> int:
                   console=con) as prog:
         rep = run_bench(_csv(a.workloads), [float(x) for x in _csv(a.fracs)], _csv(a.policies),
                         page_size=a.page_size, seed=a.seed, scale=a.scale, model=a.model, dtype=a.dtype,
-                        sglang=sglang, progress=prog)
+                        sglang=sglang, progress=prog, events_cost=a.events_cost)
     for t in summary_tables(rep):
         con.print(t)
     if rep.sglang_version:
@@ -101,6 +101,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--no-sglang", action="store_true", help="never run SGLang")
     b.add_argument("--out", default="bench/out", help="directory for bench.json and the PNGs")
     b.add_argument("--no-plots", action="store_true")
+    b.add_argument("--events-cost", type=int, default=0, metavar="N",
+                   help="also time the headline policy with KV events off and on, N interleaved runs each (best of N)")
     b.set_defaults(fn=cmd_bench)
     c = sub.add_parser("calc", help="KV-cache sizing for model presets or a config.json")
     c.add_argument("model", nargs="?", default="all", help=f"'all', a comma list of {','.join(PRESETS)}, or config.json")

@@ -85,3 +85,16 @@ def prometheus_text(cache) -> str:  # noqa: ANN001 - a RadixCache (not imported:
     registry = CollectorRegistry()
     registry.register(_Collector())
     return generate_latest(registry).decode()
+
+
+def prometheus_family(name: str, kind: str, help_text: str, samples: list[tuple[dict[str, str], float]]) -> str:
+    """One metric family in the Prometheus text exposition format (no client library needed):
+    `# HELP`, `# TYPE`, then one line per (labels, value) sample."""
+    def esc(v: str) -> str:
+        return v.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+    lines = [f"# HELP {name} {help_text.replace(chr(92), chr(92) * 2).replace(chr(10), ' ')}", f"# TYPE {name} {kind}"]
+    for labels, value in samples:
+        body = ",".join(f'{k}="{esc(str(v))}"' for k, v in labels.items())
+        lines.append(f"{name}{{{body}}} {float(value)!r}" if body else f"{name} {float(value)!r}")
+    return "\n".join(lines) + "\n"

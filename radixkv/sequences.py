@@ -28,12 +28,13 @@ from radixkv.pools import ReqToTokenPool
 from radixkv.results import BatchInputs
 
 if TYPE_CHECKING:
+    from radixkv.keys import ExtraKeys
     from radixkv.radix.node import TreeNode
 
 
 class _Record:
     __slots__ = ("handle", "row", "namespace", "priority", "tokens", "num_tokens", "slots", "cached_len",
-                 "committed_len", "kv_len", "node", "closed")
+                 "committed_len", "kv_len", "node", "closed", "extra_keys")
 
     def __init__(self, row: int, namespace: Any, priority: int, tokens: np.ndarray, node: TreeNode,
                  prefix_slots: np.ndarray, max_context_len: int) -> None:
@@ -48,6 +49,7 @@ class _Record:
         self.slots[:len(prefix_slots)] = prefix_slots
         self.cached_len = self.committed_len = self.kv_len = len(prefix_slots)
         self.node = node  # the node the Sequence's lock holds; node.end == tree_len
+        self.extra_keys: ExtraKeys | None = None  # radixkv.keys: commit() re-keys multimodal placeholders
         self.closed = False
 
 
@@ -61,6 +63,7 @@ class Sequence:
 
     row = property(lambda self: self._rec.row, doc="its req_to_token row")
     namespace = property(lambda self: self._rec.namespace)
+    extra_keys = property(lambda self: self._rec.extra_keys, doc="the ExtraKeys it was opened with (or None)")
     priority = property(lambda self: self._rec.priority)
     cached_len = property(lambda self: self._rec.cached_len, doc="tokens reused at open()")
     committed_len = property(lambda self: self._rec.committed_len, doc="positions whose KV is written")
@@ -126,8 +129,9 @@ class SequenceTable:
     # ------------------------------------------------------------------ changes
 
     def open(self, tokens: np.ndarray, namespace: Any, priority: int, node: TreeNode,
-             prefix_slots: np.ndarray) -> Sequence:
+             prefix_slots: np.ndarray, extra_keys: ExtraKeys | None = None) -> Sequence:
         rec = _Record(self.pool.alloc_row(), namespace, priority, tokens, node, prefix_slots, self.max_context_len)
+        rec.extra_keys = extra_keys
         rec.handle = seq = Sequence(rec)
         self._open[rec.row] = rec
         self.pool.write(rec.row, 0, prefix_slots)

@@ -40,7 +40,7 @@ def index(request: pytest.FixtureRequest) -> Iterator[KVIndex]:
 
 def stored(tokens: list[int], medium: str = DEVICE, namespace: object = None) -> BlockStored:
     hashes = block_hashes(tokens, namespace, BS)
-    return BlockStored(hashes, None, list(tokens[: len(hashes) * BS]), BS, medium)
+    return BlockStored(hashes, None, list(tokens[: len(hashes) * BS]), BS, medium=medium)
 
 
 def seq(seed: int, n_blocks: int) -> list[int]:
@@ -109,13 +109,23 @@ def test_wire_dicts_are_accepted(index: KVIndex) -> None:
 
 MALFORMED = [
     ({"type": "BlockStored", "block_hashes": [1], "parent_block_hash": None, "token_ids": [1, 2], "block_size": 4}, "token_ids"),
-    ({"type": "BlockStored", "block_hashes": ["1"], "parent_block_hash": None, "token_ids": [1] * 4, "block_size": 4}, "list of ints"),
+    ({"type": "BlockStored", "block_hashes": ["1"], "parent_block_hash": None, "token_ids": [1] * 4, "block_size": 4}, "block hashes must be ints"),
     ({"type": "BlockRemoved", "block_hashes": [1], "medium": "TPU"}, "medium"),
     ({"type": "BlockRemoved", "block_hashes": [-1]}, "2**64"),
     ({"type": "BlockRemoved", "block_hashes": [1 << 64]}, "2**64"),
     ({"type": "Evicted", "block_hashes": [1]}, "not a KV event"),
     ("BlockStored", "not a KV event"),
-    (BlockRemoved(block_hashes=[True]), "list of ints"),  # bools are not hashes
+    (BlockRemoved(block_hashes=[True]), "block hashes must be ints"),  # bools are not hashes
+    ({"type": ["BlockStored"]}, "not a KV event"),  # an unhashable tag
+    (None, "not a KV event"),
+    (["BlockStored", [1]], "missing fields"),  # the positional layout, cut short
+    (["BlockRemoved", [1], "GPU", None, None, None, 7], "positional fields"),
+    ({"type": "BlockStored", "block_hashes": [1], "parent_block_hash": None, "token_ids": [1] * 4, "block_size": 4,
+      "extra_keys": 5}, "extra_keys"),
+    ({"type": "BlockStored", "block_hashes": [1], "parent_block_hash": "p", "token_ids": [1] * 4, "block_size": 4}, "hashes"),
+    ({"type": "BlockStored", "block_hashes": [1], "parent_block_hash": None, "token_ids": [1] * 4, "block_size": 4,
+      "lora_id": "GPU"}, "lora_id"),  # the old field order's mistake: a medium where lora_id goes
+    ({"type": "AllBlocksCleared", "x": 1}, "unknown fields"),
 ]
 
 
@@ -134,7 +144,16 @@ def test_malformed_batch_is_rejected_counted_and_never_applied(index: KVIndex, b
     assert (after.rejected, after.rejected_batches, after.applied) == (before.rejected + 1, before.rejected_batches + 1, before.applied)
 
 
-@pytest.mark.parametrize("bad_id", ["", "a:b", 7, None])
+@pytest.mark.parametrize("batch", [None, 7, "BlockStored", {"type": "BlockRemoved", "block_hashes": [1]}, b"\x91"])
+def test_a_batch_that_is_not_a_list_is_rejected_and_counted(index: KVIndex, batch: object) -> None:
+    before = index.stats()
+    with pytest.raises(EventFormatError, match="a batch is a list"):
+        index.ingest("pod-a", batch)  # type: ignore[arg-type]
+    after = index.stats()
+    assert (after.rejected_batches, after.applied) == (before.rejected_batches + 1, before.applied)
+
+
+@pytest.mark.parametrize("bad_id", ["", "a:b", "a@b", 7, None])
 def test_instance_ids_are_checked(index: KVIndex, bad_id: object) -> None:
     with pytest.raises(ValueError, match="instance_id"):
         index.ingest(bad_id, [])  # type: ignore[arg-type]
@@ -157,7 +176,7 @@ def _event_and_model(o: tuple, model: dict[tuple[str, int, str], bool]) -> objec
     if kind == "store":
         for h in HASHES[c][:n]:
             model[(inst, h, medium)] = True
-        return BlockStored(HASHES[c][:n], None, CHAINS[c][: n * BS], BS, medium)
+        return BlockStored(HASHES[c][:n], None, CHAINS[c][: n * BS], BS, medium=medium)
     if kind == "remove":
         model.pop((inst, HASHES[c][n], medium), None)
         return BlockRemoved([HASHES[c][n]], medium)

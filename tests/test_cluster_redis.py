@@ -25,7 +25,7 @@ def prompt(seed: int, n_blocks: int) -> list[int]:
 
 def stored(tokens: list[int], medium: str = "GPU") -> BlockStored:
     h = block_hashes(tokens, None, BS)
-    return BlockStored(h, None, tokens[: len(h) * BS], BS, medium)
+    return BlockStored(h, None, tokens[: len(h) * BS], BS, medium=medium)
 
 
 def keys(client: redis.Redis, prefix: str) -> dict[str, set[bytes]]:

@@ -86,7 +86,7 @@ def test_events_off_records_nothing() -> None:
 
 
 def test_event_round_trip_and_rejects_malformed() -> None:
-    e = BlockStored([1, 2], None, [5] * 8, 4, "CPU")
+    e = BlockStored([1, 2], None, [5] * 8, 4, medium="CPU")
     assert event_from_dict(event_to_dict(e)) == e
     assert event_from_dict({"type": "BlockRemoved", "block_hashes": [3]}) == BlockRemoved([3], "GPU")
     for bad in ({"type": "Nope"}, "BlockStored", {"type": "BlockRemoved", "block_hashes": ["x"]},

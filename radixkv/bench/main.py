@@ -38,6 +38,8 @@ class Cell:
     opt_exact: bool
     runs: dict[str, RunResult] = field(default_factory=dict)
     sglang: dict[str, sglang_peer.PeerResult] = field(default_factory=dict)
+    events_off_s: float = 0.0  # with --events-cost: best bookkeeping seconds of the headline policy,
+    events_on_s: float = 0.0  # events off and on, interleaved runs in this process
 
 
 @dataclass
@@ -65,13 +67,14 @@ class BenchReport:
                                         "p50_us": {op: r.latency_us(op, 0.5) for op in OPS},
                                         "p99_us": {op: r.latency_us(op, 0.99) for op in OPS}}
                                     for p, r in c.runs.items()},
-                       "sglang": {p: s._asdict() for p, s in c.sglang.items()}} for c in self.cells],
+                       "sglang": {p: s._asdict() for p, s in c.sglang.items()},
+                       "events_off_s": c.events_off_s, "events_on_s": c.events_on_s} for c in self.cells],
         }
 
 
 def run_bench(workloads: list[str], fracs: list[float], policies: list[str], *, page_size: int = 1,
               seed: int = 0, scale: float = 1.0, model: str = "llama-3-8b", dtype: str = "bf16",
-              sglang: bool = False, progress=None) -> BenchReport:
+              sglang: bool = False, progress=None, events_cost: int = 0) -> BenchReport:
     """Run the grid; `progress` is a rich Progress (or None). Deterministic except timings."""
     t0 = time.perf_counter()
     rep = BenchReport({w: WORKLOADS[w].summary for w in workloads}, tuple(policies), page_size, model, dtype)
@@ -99,11 +102,38 @@ def run_bench(workloads: list[str], fracs: list[float], policies: list[str], *, 
                 cell.runs[pol] = replay(reqs, cell.capacity, pol, page_size)
                 if progress is not None:
                     progress.advance(task)
+        if events_cost:
+            for cell in cells:
+                cell.events_off_s, cell.events_on_s = _events_cost(reqs, cell.capacity, page_size, events_cost)
         if sglang and rep.sglang_note is None:
             _run_peer(rep, reqs, cells, page_size)
         rep.cells.extend(cells)
     rep.seconds = time.perf_counter() - t0
     return rep
+
+
+def _events_cost(reqs, capacity: int, page_size: int, repeats: int) -> tuple[float, float]:
+    """Best bookkeeping seconds of the headline policy with KV events off and on, `repeats` runs
+    of each, interleaved (off, on, off, on, ...) so that load drifts hit both alike."""
+    off = on = float("inf")
+    for _ in range(repeats):
+        off = min(off, replay(reqs, capacity, HEADLINE, page_size).wall_s)
+        on = min(on, replay(reqs, capacity, HEADLINE, page_size, events=True).wall_s)
+    return off, on
+
+
+def events_table(rep: BenchReport):
+    """KV events on vs off (radixkv bench --events-cost N)."""
+    from rich.table import Table
+
+    t = Table(title=f"KV events cost, {HEADLINE}: best of interleaved runs, events drained after every request")
+    for col in ("workload", "cap", "off ms", "on ms", "on / off"):
+        t.add_column(col, justify="right")
+    for c in rep.cells:
+        if c.events_off_s:
+            t.add_row(c.workload, f"{c.frac:.0%}", f"{c.events_off_s * 1e3:.1f}", f"{c.events_on_s * 1e3:.1f}",
+                      f"{c.events_on_s / c.events_off_s:.2f}x")
+    return t
 
 
 def _run_peer(rep: BenchReport, reqs, cells: list[Cell], page_size: int) -> None:
@@ -161,7 +191,10 @@ def summary_tables(rep: BenchReport) -> list:
     for p in rep.policies:
         lat = {op: np.concatenate([c.runs[p].latency_ns[op] for c in rep.cells]) / 1e3 for op in OPS}
         v.add_row(p, *(f"{np.quantile(lat[op], .5):.1f} / {np.quantile(lat[op], .99):.1f}" for op in OPS))
-    return [t, u, v, metrics_table(rep, head)]
+    tables = [t, u, v, metrics_table(rep, head)]
+    if any(c.events_off_s for c in rep.cells):
+        tables.append(events_table(rep))
+    return tables
 
 
 def metrics_table(rep: BenchReport, policy: str):

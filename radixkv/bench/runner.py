@@ -56,22 +56,25 @@ class RunResult:
         return float(np.quantile(self.latency_ns[op], q)) / 1e3
 
 
-def sim_config(capacity: int, page_size: int, policy: str, max_len: int) -> CacheConfig:
+def sim_config(capacity: int, page_size: int, policy: str, max_len: int, events: bool = False) -> CacheConfig:
     """A cache whose KV is one fp16 number per token: bookkeeping at full scale, memory negligible."""
     slots = max(page_size, capacity // page_size * page_size)
     return CacheConfig(num_layers=1, num_kv_heads=1, head_dim=1, num_slots=slots, page_size=page_size,
                        max_requests=1, max_context_len=max(1, max_len), dtype=torch.float16,
-                       eviction=policy)
+                       eviction=policy, kv_events=events, event_block_size=16)
 
 
 def replay(reqs: Sequence[Request], capacity: int, policy: str, page_size: int = 1,
-           on_request: Callable[[], None] | None = None, check: bool = False) -> RunResult:
+           on_request: Callable[[], None] | None = None, check: bool = False, events: bool = False) -> RunResult:
     """Run `reqs` in order through a fresh RadixCache of `capacity` tokens with eviction `policy`.
 
     Deterministic except for the timings. `on_request` is called after each request (progress
-    bars); `check=True` runs check_invariants() after every request (slow; for tests).
+    bars); `check=True` runs check_invariants() after every request (slow; for tests). With
+    `events`, the cache records KV events (16-token blocks) and they are drained after every
+    request, as a publisher does, inside the clock (`wall_s` includes it).
     """
-    cfg = sim_config(capacity, page_size, policy, max(len(r.tokens) for r in reqs))
+    cfg = sim_config(capacity, page_size, policy, max(len(r.tokens) for r in reqs), events)
+    drain_ns = 0
     cache = RadixCache(cfg)
     res = RunResult(policy, cfg.num_slots, page_size)
     lat = {op: [] for op in OPS}
@@ -96,6 +99,10 @@ def replay(reqs: Sequence[Request], capacity: int, policy: str, page_size: int =
         t5 = clock()
         for op, a, b in zip(OPS, (t0, t1, t2, t3, t4), (t1, t2, t3, t4, t5)):
             lat[op].append(b - a)
+        if events:
+            t6 = clock()
+            cache.take_events()
+            drain_ns += clock() - t6
         res.hit_tokens += r.length
         res.computed_tokens += n - r.length
         if check:
@@ -103,7 +110,7 @@ def replay(reqs: Sequence[Request], capacity: int, policy: str, page_size: int =
         if on_request is not None:
             on_request()
     res.latency_ns = {op: np.asarray(v, dtype=np.int64) for op, v in lat.items()}
-    res.wall_s = sum(float(v.sum()) for v in res.latency_ns.values()) / 1e9
+    res.wall_s = (sum(float(v.sum()) for v in res.latency_ns.values()) + drain_ns) / 1e9
     res.metrics = cache.metrics()
     if cache.sizes().private:
         raise AssertionError(f"replay leaked private slots: {cache.sizes()}")

@@ -17,12 +17,15 @@ from typing import TYPE_CHECKING, Any
 from radixkv.cluster.index import IndexStats, IndexUnavailableError, InMemoryIndex, KVIndex, longest_prefix
 from radixkv.cluster.publisher import Publisher
 from radixkv.cluster.router import SCORERS, RouteDecision, Router, RouterStats
+from radixkv.cluster.zmq_publisher import ZmqPublisher, kv_topic
+from radixkv.cluster.zmq_subscriber import SubscriberStats, ZmqSubscriber
 
 if TYPE_CHECKING:
     from radixkv.cluster.redis_index import RedisIndex
 
 __all__ = ["KVIndex", "InMemoryIndex", "RedisIndex", "IndexStats", "IndexUnavailableError", "Router",
-           "RouteDecision", "RouterStats", "SCORERS", "Publisher", "longest_prefix"]
+           "RouteDecision", "RouterStats", "SCORERS", "Publisher", "longest_prefix", "ZmqPublisher", "ZmqSubscriber",
+           "SubscriberStats", "kv_topic"]
 
 
 def __getattr__(name: str) -> Any:

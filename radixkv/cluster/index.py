@@ -27,10 +27,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from radixkv.errors import RadixKVError
-from radixkv.events import AllBlocksCleared, BlockRemoved, BlockStored, EventFormatError, KVEvent, event_from_dict
+from radixkv.errors import InvalidArgumentError, RadixKVError
+from radixkv.events import HASH_LIMIT, AllBlocksCleared, BlockStored, EventFormatError, KVEvent, parse_event
 
-HASH_LIMIT = 1 << 64  # block hashes are the first 8 bytes of a sha256, unsigned
+__all__ = ["HASH_LIMIT", "IndexStats", "IndexUnavailableError", "KVIndex", "InMemoryIndex", "longest_prefix",
+           "check_instance_id", "parse_batch"]
 
 
 class IndexUnavailableError(RadixKVError):
@@ -42,6 +43,7 @@ class IndexStats:
     applied: int = 0  # events applied, all instances
     rejected: int = 0  # malformed payloads seen (their whole batch was dropped)
     rejected_batches: int = 0
+    server_errors: int = 0  # calls the server refused (RedisIndex: OOM, READONLY, ...)
 
 
 class KVIndex(Protocol):
@@ -72,23 +74,24 @@ def longest_prefix(holders: Sequence[frozenset[str]]) -> dict[str, int]:
 
 
 def check_instance_id(instance_id: object) -> str:
-    if not isinstance(instance_id, str) or not instance_id or any(c in instance_id for c in ":\n"):
-        raise ValueError(f"instance_id must be a non-empty str without ':' or newlines, got {instance_id!r}")
+    if not isinstance(instance_id, str) or not instance_id or any(c in instance_id for c in ":@\n"):
+        raise InvalidArgumentError(f"instance_id must be a non-empty str without ':', '@' or newlines, got {instance_id!r:.60}")
     return instance_id
 
 
-def parse_batch(instance_id: str, events: Iterable[KVEvent | dict], stats: IndexStats) -> list[KVEvent]:
-    """Validate a whole batch (dicts through event_from_dict); raise before anything is applied."""
+def parse_batch(instance_id: str, events: object, stats: IndexStats) -> list[KVEvent]:
+    """Validate a whole batch (every event through parse_event); raise EventFormatError, counted in
+    `stats`, before anything is applied. A batch that is not a list of events (None, a dict, a
+    string) is rejected the same way."""
+    if not isinstance(events, (list, tuple)) and (isinstance(events, (str, bytes, dict)) or not isinstance(events, Iterable)):
+        stats.rejected += 1
+        stats.rejected_batches += 1
+        raise EventFormatError(f"instance {instance_id!r}: a batch is a list of KV events, got {type(events).__name__}")
     out: list[KVEvent] = []
     errors: list[str] = []
     for i, ev in enumerate(events):
         try:
-            if isinstance(ev, (BlockStored, BlockRemoved, AllBlocksCleared)):
-                ev = event_from_dict({"type": type(ev).__name__, **vars(ev)})  # dataclasses check no types
-            else:
-                ev = event_from_dict(ev)
-            _check_hash_range(ev)
-            out.append(ev)
+            out.append(parse_event(ev))
         except EventFormatError as e:
             errors.append(f"event {i}: {e}")
     if errors:
@@ -98,16 +101,6 @@ def parse_batch(instance_id: str, events: Iterable[KVEvent | dict], stats: Index
             f"instance {instance_id!r}: rejected a batch of {len(out) + len(errors)} events, "
             f"{len(errors)} malformed ({'; '.join(errors[:3])}); nothing was applied, resync this instance")
     return out
-
-
-def _check_hash_range(ev: KVEvent) -> None:
-    if isinstance(ev, AllBlocksCleared):
-        return
-    hashes = list(ev.block_hashes)
-    if isinstance(ev, BlockStored) and ev.parent_block_hash is not None:
-        hashes.append(ev.parent_block_hash)
-    if any(h < 0 or h >= HASH_LIMIT for h in hashes):
-        raise EventFormatError(f"{type(ev).__name__}: block hashes must lie in [0, 2**64)")
 
 
 class InMemoryIndex:
@@ -170,7 +163,11 @@ class InMemoryIndex:
             self._clear(instance_id, owned)
 
     def stats(self) -> IndexStats:
-        return IndexStats(self._stats.applied, self._stats.rejected, self._stats.rejected_batches)
+        return IndexStats(**vars(self._stats))
+
+    def blocks_of(self, instance_id: str) -> set[tuple[int, str]]:
+        """(block hash, medium) of everything the index says `instance_id` holds (a copy)."""
+        return set(self._owned.get(instance_id, ()))
 
     def num_blocks(self) -> int:
         """Distinct block hashes held by any instance."""

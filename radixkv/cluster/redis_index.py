@@ -19,8 +19,11 @@ Redis Cluster. With `ttl_s`, every key written is (re)given that TTL, so the ent
 that died without clearing age out; a block cached and not re-stored for longer than `ttl_s` is
 forgotten too, and the instance is told to resync when its marker has expired (`ingest` returns False).
 
-Failures: a refused, reset or timed-out connection raises IndexUnavailableError (nothing applied
-for an ingest, since the batch is one script call). The client never retries on its own, so an
+Failures: a refused, reset or timed-out connection, and a call the server refuses (OOM under
+`maxmemory`, READONLY on a replica after a failover, LOADING), raise IndexUnavailableError (nothing
+applied for an ingest of one script call: Redis refuses a script's first write). A value of another
+type at one of the index's keys (WRONGTYPE) reads as an empty block and is replaced on the next
+write, so neither `route` nor `ingest` fails on it. The client never retries on its own, so an
 outage costs one connect attempt per call, bounded by `socket_timeout_s`. Batch validation and the
 `stats()` counters (this client's view) are as in index.py.
 """
@@ -44,7 +47,12 @@ from radixkv.events import AllBlocksCleared, BlockStored, KVEvent
 _INGEST_LUA = """
 local p, inst, ttl = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local own, marker = p .. 'i:' .. inst, p .. 'k:' .. inst
+local function own_key(key)  -- a value of another type at one of our keys (WRONGTYPE) is dropped
+  local t = redis.call('TYPE', key).ok
+  if t ~= 'set' and t ~= 'none' then redis.call('DEL', key) end
+end
 local known = redis.call('EXISTS', marker)
+own_key(own)
 local i = 4
 while i <= #ARGV do
   local kind, medium, n = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2])
@@ -60,10 +68,11 @@ while i <= #ARGV do
     for j = i, i + n - 1 do
       local key = p .. 'b:' .. ARGV[j]
       if kind == 'S' then
+        own_key(key)
         redis.call('SADD', key, member)
         redis.call('SADD', own, medium .. ':' .. ARGV[j])
         if ttl > 0 then redis.call('EXPIRE', key, ttl) end
-      else
+      elseif redis.call('TYPE', key).ok == 'set' then
         redis.call('SREM', key, member)
         redis.call('SREM', own, medium .. ':' .. ARGV[j])
       end
@@ -83,8 +92,26 @@ return known
 # newlines (one small reply instead of one array per block: parsing is most of a lookup's cost).
 _HOLDERS_LUA = """
 local out = {}
-for i, k in ipairs(KEYS) do out[i] = table.concat(redis.call('SMEMBERS', k), ',') end
+for i, k in ipairs(KEYS) do  -- a key of another type (WRONGTYPE) reads as empty
+  out[i] = redis.call('TYPE', k).ok == 'set' and table.concat(redis.call('SMEMBERS', k), ',') or ''
+end
 return table.concat(out, '\\n')
+"""
+
+# ARGV = key prefix, instance id, ttl seconds. Gives every key the instance holds its TTL again, so
+# blocks it still holds never expire while it keeps publishing (one call, no payload).
+_REFRESH_LUA = """
+local p, inst, ttl = ARGV[1], ARGV[2], tonumber(ARGV[3])
+local own, marker = p .. 'i:' .. inst, p .. 'k:' .. inst
+if redis.call('TYPE', own).ok ~= 'set' then return 0 end
+local n = 0
+for _, m in ipairs(redis.call('SMEMBERS', own)) do
+  local h = string.match(m, '^[^:]+:(.+)$')
+  n = n + redis.call('EXPIRE', p .. 'b:' .. h, ttl)
+end
+redis.call('EXPIRE', own, ttl)
+redis.call('EXPIRE', marker, ttl)
+return n
 """
 
 _EMPTY: frozenset[str] = frozenset()
@@ -119,6 +146,7 @@ class RedisIndex:
         self._ingest = self.client.register_script(_INGEST_LUA)
         self._holders = self.client.register_script(_HOLDERS_LUA)
         self._drop_marker = self.client.register_script("return redis.call('DEL', KEYS[1])")
+        self._refresh = self.client.register_script(_REFRESH_LUA)
 
     def _block_key(self, h: int) -> str:
         return f"{self.key_prefix}b:{h:x}"
@@ -173,14 +201,25 @@ class RedisIndex:
         self._call(self._ingest, [], [self.key_prefix, instance_id, 0, "C", "", 0])
         self._call(self._drop_marker, [f"{self.key_prefix}k:{instance_id}"], [])
 
+    def refresh(self, instance_id: str) -> int:
+        """Give every key `instance_id` holds its full TTL again (a no-op without `ttl_s`); one round
+        trip. Returns the block keys refreshed. IndexUnavailableError as for ingest."""
+        check_instance_id(instance_id)
+        if not self.ttl_s:
+            return 0
+        return int(self._call(self._refresh, [], [self.key_prefix, instance_id, self.ttl_s]))
+
     def _call(self, script: Script, keys: list[str], args: list[str | int]) -> Any:
         try:
             return script(keys=keys, args=args)
         except _DOWN as e:
             raise IndexUnavailableError(f"KV index at {self._where()} unreachable: {e}") from e
+        except redis.exceptions.ResponseError as e:  # OOM (maxmemory), READONLY (a replica), LOADING, ...
+            self._stats.server_errors += 1
+            raise IndexUnavailableError(f"KV index at {self._where()} refused the call: {e}") from e
 
     def stats(self) -> IndexStats:
-        return IndexStats(self._stats.applied, self._stats.rejected, self._stats.rejected_batches)
+        return IndexStats(**vars(self._stats))
 
     def _where(self) -> str:
         kw = self.client.connection_pool.connection_kwargs

@@ -28,7 +28,10 @@ from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 
 from radixkv.cluster.index import IndexUnavailableError, KVIndex, check_instance_id, longest_prefix
+from radixkv.cluster.loop_metrics import Loop
+from radixkv.errors import InvalidArgumentError
 from radixkv.events import block_hashes
+from radixkv.keys import ExtraKeys
 from radixkv.tokens import TokensLike, as_tokens
 
 log = logging.getLogger(__name__)
@@ -64,6 +67,8 @@ class RouteDecision:
     instance: str
     score: int  # the chosen instance's score in blocks; 0 when routed by load alone
     by_load: bool  # True when nothing matched or the index was unreachable
+    request_id: int = 0  # pass to report_hit() with what the instance matched (closes the loop)
+    predicted_tokens: int = 0  # prompt tokens predicted cached on `instance` (longest_prefix: score * block_size)
 
 
 @dataclass
@@ -99,6 +104,8 @@ class Router:
         self._load: dict[str, int] = {}  # instance -> open requests; insertion order breaks last ties
         self.index_available = True
         self.stats = RouterStats()
+        self.loop = Loop()
+        self._next_request = 0
 
     @property
     def instances(self) -> list[str]:
@@ -115,13 +122,17 @@ class Router:
         """Stop routing to an instance (its index entries stay until it is dropped there)."""
         self._load.pop(instance_id, None)
 
-    def route(self, tokens: TokensLike, namespace: Hashable = None) -> RouteDecision:
-        """Pick an instance for a prompt (tokens as the engine takes them: InvalidTokensError otherwise)
-        and count one more open request on it. ValueError when no instance is registered; never
-        raises for an index outage (routes by load instead)."""
+    def route(self, tokens: TokensLike, namespace: Hashable = None, extra_keys: ExtraKeys | dict | None = None
+              ) -> RouteDecision:
+        """Pick an instance for a prompt (tokens as the engine takes them: InvalidTokensError otherwise;
+        `namespace` and `extra_keys` as the engine's open() gets them, so the block hashes are the
+        same) and count one more open request on it. InvalidArgumentError when no instance is
+        registered; never raises for an index outage (routes by load instead)."""
         if not self._load:
-            raise ValueError("no instances registered; call report_load(instance_id, open_requests) first")
-        scores = self._scores(block_hashes(as_tokens(tokens), namespace, self.block_size))
+            raise InvalidArgumentError("no instances registered; call report_load(instance_id, open_requests) first")
+        tokens = as_tokens(tokens)
+        prefix: dict[str, int] = {}
+        scores = self._scores(block_hashes(tokens, namespace, self.block_size, extra_keys=extra_keys), prefix)
         if self.load_slack is not None and scores:
             ceiling = min(self._load.values()) + self.load_slack
             kept = {i: s for i, s in scores.items() if self._load[i] <= ceiling}
@@ -133,9 +144,27 @@ class Router:
         self._load[pick] += 1
         self.stats.routed += 1
         self.stats.by_load += best == 0
-        return RouteDecision(pick, best, best == 0)
+        n = len(tokens)
+        held = prefix.get(pick, 0) * self.block_size  # consecutive blocks from the start, whatever the scorer
+        self._next_request += 1
+        self.loop.predict(self._next_request, pick, min(held, n), n)
+        return RouteDecision(pick, best, best == 0, self._next_request, min(held, n))
 
-    def _scores(self, hashes: list[int]) -> dict[str, int]:
+    def report_hit(self, decision: RouteDecision | int, matched_tokens: int) -> bool:
+        """The instance's answer for a routed request: the prompt tokens its cache actually matched
+        (e.g. `seq.cached_len` after open). Updates the loop metrics (cluster/loop_metrics.py);
+        False for an unknown or already reported request. Mutates."""
+        rid = decision.request_id if isinstance(decision, RouteDecision) else decision
+        if type(rid) is not int or type(matched_tokens) is not int:
+            raise InvalidArgumentError(f"report_hit takes a RouteDecision (or its request_id) and an int, "
+                                       f"got {decision!r:.60}, {matched_tokens!r:.30}")
+        return self.loop.report(rid, matched_tokens)
+
+    def prometheus(self, model_name: str = "") -> str:
+        """The loop metrics in Prometheus text (HELP, TYPE, labels model_name and instance)."""
+        return self.loop.prometheus(model_name)
+
+    def _scores(self, hashes: list[int], prefix: dict[str, int]) -> dict[str, int]:
         if not hashes:
             return {}
         try:
@@ -149,4 +178,8 @@ class Router:
         if not self.index_available:
             log.info("KV index reachable again; routing by prefix")
             self.index_available = True
-        return {i: s for i, s in self._score(holders).items() if i in self._load}
+        prefix.update(longest_prefix(holders) if self._score is not longest_prefix else {})
+        scores = {i: s for i, s in self._score(holders).items() if i in self._load}
+        if self._score is longest_prefix:
+            prefix.update(scores)
+        return scores

@@ -41,7 +41,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import fields
 from typing import TYPE_CHECKING, Any
 
@@ -103,6 +103,9 @@ class Engine:
         self.cache = RadixCache(cache_config or cache_config_for(model, **cache_kwargs))
         self._check_layout()
         self.last_stats = GenerateStats()
+        # Called after every scheduler step, on generate()'s thread (the cache's): e.g. publish KV
+        # events with no loop of your own, `engine.step_hooks.append(ZmqPublisher(engine.cache, ...).publish)`.
+        self.step_hooks: list[Callable[[], object]] = []
 
     def _check_layout(self) -> None:
         for name, want in model_layout(self.model).items():
@@ -202,6 +205,8 @@ class Engine:
         stats.extend_attention_s += batch.extend_s
         stats.cache_s += (t1 - t0) + (t3 - t2) + (t5 - t4)
         stats.sample_s += t4 - t3
+        for hook in self.step_hooks:
+            hook()
 
     def _commit(self, plan: Plan) -> int:
         """Commit every planned chunk (its KV is written now); returns how many were prompt positions."""

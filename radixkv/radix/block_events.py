@@ -18,19 +18,31 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from radixkv.events import DEVICE, HOST, AllBlocksCleared, BlockRemoved, BlockStored, KVEvent, chain_hashes
+from radixkv.keys import MM_BASE, ExtraKeys, placeholder_ids, whole_request_keys
 from radixkv.radix.node import TreeNode
 
 if TYPE_CHECKING:
     from radixkv.radix.tree import RadixTree
 
 
+_MAX_MM_IDS = 1 << 20  # placeholder ids remembered for naming multimodal items in events
+
+
 class EventRecorder:
-    def __init__(self, block_size: int) -> None:
+    def __init__(self, block_size: int, page_size: int = 1) -> None:
+        chain_hashes([], b"", block_size)  # fail here, at construction, if the hash is not installed
         self.block_size = block_size
         self.events: list[KVEvent] = []
-        # A block may end in two sibling nodes when pages diverge after it (block_size not a
-        # multiple of page_size), so blocks are reference-counted per medium: the stream reports
-        # a block when its first holder appears and removes it when its last holder goes.
+        self._lora: dict[bytes, tuple[int | None, str | None, str | None]] = {}  # root key -> its keys
+        self._mm: dict[int, tuple[str, int]] = {}  # placeholder id -> (item identifier, index in item)
+        # Siblings diverge at page boundaries, their first pages differing somewhere inside. When
+        # block_size is a multiple of page_size, that page lies inside one block, which therefore
+        # differs too: every block has one holder. Otherwise (page 16, block 6; or page 32, block
+        # 16) a block can end in two siblings whose pages differ only after it, so blocks are
+        # reference-counted per medium: reported when the first holder appears, removed when the
+        # last one goes.
+        self.page_size = page_size
+        self._counted = bool(block_size % page_size)
         self._holders: dict[tuple[int, str], int] = {}
 
     def take(self) -> list[KVEvent]:
@@ -46,6 +58,9 @@ class EventRecorder:
         first = node.depth // size * size
         tokens = _path_tokens(node, first)
         parent = self._hash_ending_at(node.parent, first)
+        if not self._counted:
+            self._emit(node, list(hashes), parent, tokens[:len(hashes) * size], first // size, medium)
+            return
         run: list[int] = []  # consecutive blocks new to this medium, reported as one event
         run_parent = parent
         for i, h in enumerate(hashes + [None]):
@@ -54,14 +69,62 @@ class EventRecorder:
                 run.append(h)
             elif run:
                 start = i - len(run)
-                self.events.append(BlockStored(run, run_parent, tokens[start * size:i * size].tolist(), size, medium))
+                self._emit(node, run, run_parent, tokens[start * size:i * size], first // size + start, medium)
                 run = []
             parent = h
 
+    def _emit(self, node: TreeNode, hashes: list[int], parent: int | None, toks: np.ndarray, first_block: int,
+              medium: str) -> None:
+        lora_id, lora_name, salt = self._whole(node.ns)
+        extra = None
+        if lora_name is not None or salt is not None or (self._mm and toks.max() >= MM_BASE):
+            extra = self._extra_keys(toks, first_block, lora_name, salt)
+        self.events.append(BlockStored(hashes, parent, toks.tolist(), self.block_size, lora_id, medium, lora_name, extra))
+
+    def learn(self, extra: ExtraKeys) -> None:
+        """Remember the placeholder ids of `extra`'s multimodal items, to name them in events."""
+        if len(self._mm) > _MAX_MM_IDS:
+            self._mm.clear()  # forgetting only drops names from extra_keys; hashes never change
+        for item in extra.mm:
+            for i, tok in enumerate(placeholder_ids(item).tolist()):
+                self._mm[tok] = (item.identifier, i)
+
+    def _whole(self, ns: bytes) -> tuple[int | None, str | None, str | None]:
+        keys = self._lora.get(ns)
+        if keys is None:
+            keys = self._lora[ns] = whole_request_keys(ns)
+        return keys
+
+    def _extra_keys(self, toks: np.ndarray, first_block: int, lora_name: str | None,
+                    salt: str | None) -> list[tuple | None]:
+        """vLLM's per-block extra_keys: the LoRA name, (item identifier, offset in the block) per
+        multimodal item the block overlaps, and the cache salt on the sequence's first block."""
+        size, out = self.block_size, []
+        for b in range(len(toks) // size):
+            keys: list = [] if lora_name is None else [lora_name]
+            block = toks[b * size:(b + 1) * size]
+            for p in np.flatnonzero(block >= MM_BASE).tolist():
+                hit = self._mm.get(int(block[p]))
+                if hit is not None and (hit[0], p - hit[1]) not in keys:
+                    keys.append((hit[0], p - hit[1]))
+            if salt is not None and first_block + b == 0:
+                keys.append(salt)
+            out.append(tuple(keys) or None)
+        return out
+
     def removed(self, node: TreeNode, medium: str) -> None:
-        gone = [h for h in self.hashes(node) if self._hold(h, medium, -1) == 0]
+        gone = list(self.hashes(node))
+        if self._counted:
+            gone = [h for h in gone if self._hold(h, medium, -1) == 0]
         if gone:
             self.events.append(BlockRemoved(gone, medium))
+
+    def split(self, upper: TreeNode, lower: TreeNode) -> None:
+        """`lower`'s edge was just cut after `upper.size` tokens: the blocks it had are those ending
+        in upper's edge, then those ending in lower's, so its cached hashes are cut the same way."""
+        old, size = lower.block_hashes, self.block_size
+        j = upper.end // size - upper.depth // size
+        upper.block_hashes, lower.block_hashes = old[:j], old[j:]
 
     def _hold(self, h: int, medium: str, delta: int) -> int:
         key = (h, medium)
@@ -96,9 +159,13 @@ class EventRecorder:
         return self.hashes(node)[pos // self.block_size - 1 - node.depth // self.block_size]
 
     @classmethod
-    def snapshot(cls, tree: RadixTree, block_size: int) -> list[KVEvent]:
-        """AllBlocksCleared, then BlockStored for everything cached now, parents first (for resync)."""
-        fresh = cls(block_size)
+    def snapshot(cls, tree: RadixTree, block_size: int, known: EventRecorder | None = None) -> list[KVEvent]:
+        """AllBlocksCleared, then BlockStored for everything cached now, parents first (for resync).
+        `known` (the cache's recorder, if any) lends the multimodal names it has learnt."""
+        fresh = cls(block_size, known.page_size if known is not None else 1)
+        fresh._counted = True  # a snapshot reports each block once, however many nodes hold it
+        if known is not None:
+            fresh._mm, fresh._lora = known._mm, known._lora
         fresh.events.append(AllBlocksCleared())
         for node in tree.nodes():
             if node.parent is not None:

@@ -112,7 +112,8 @@ class RadixTree:
             node.pages = node.pages[kp:].copy()
         node.depth += k
         node.parent = upper
-        node.block_hashes = None  # recomputed on demand from the new edges
+        if node.block_hashes is not None:  # KV-event hashes (only with a listener): cut, not recomputed
+            self.listener.split(upper, node)
         upper.children[node.key[:self.page_bytes]] = node
         parent.children[upper.key[:self.page_bytes]] = upper
         return upper

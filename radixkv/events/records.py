@@ -1,0 +1,178 @@
+"""KV events in this process: vLLM's three event types, its field order, and one validator.
+
+The fields, their order and their defaults are those of vLLM 0.33's `vllm/distributed/kv_events.py`
+(`BlockStored`, `BlockRemoved`, `AllBlocksCleared`), so an event converts to the wire struct
+(radixkv.events.wire) field for field. These classes are plain slotted dataclasses, importable
+without msgspec: the cache records them, the cluster indexes read them. Unlike vLLM, `lora_id`,
+`medium` and `lora_name` have defaults here (None, "GPU", None) so that recording code can leave
+them out; the wire struct still declares them without defaults, as vLLM does.
+
+`parse_event` is the one validator for everything that arrives from outside (a dict in the map
+layout `{"type": "BlockStored", ...}` that vLLM 0.33 and msgspec's tagged structs produce, a list in
+the older positional layout `["BlockStored", block_hashes, parent_block_hash, token_ids,
+block_size, lora_id, medium, lora_name, ...]` that llm-d still reads, or one of these objects).
+Block hashes may be ints in [0, 2**64) or bytes (vLLM 0.33's default sha256 digests); bytes become
+the int of their last 8 bytes, big-endian, as llm-d reads them. Anything malformed raises
+EventFormatError, never TypeError.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any, Union
+
+from radixkv.errors import RadixKVError
+
+DEVICE, HOST, STORAGE = "GPU", "CPU", "STORAGE"  # vLLM's medium names (the tier, whatever the device)
+MEDIA = (DEVICE, HOST, STORAGE)
+HASH_LIMIT = 1 << 64
+
+
+class EventFormatError(RadixKVError, ValueError):
+    """A serialized event is malformed: unknown type, missing or mistyped fields."""
+
+
+@dataclass(slots=True)
+class BlockStored:
+    block_hashes: list[int]
+    parent_block_hash: int | None
+    token_ids: list[int]  # len(block_hashes) * block_size tokens
+    block_size: int
+    lora_id: int | None = None  # vLLM: deprecated in favour of lora_name, kept for compatibility
+    medium: str | None = DEVICE
+    lora_name: str | None = None
+    extra_keys: list[tuple[Any, ...] | None] | None = None  # one entry per block (radixkv.keys)
+    group_idx: int | None = None
+    kv_cache_spec_kind: str | None = None
+    kv_cache_spec_sliding_window: int | None = None
+    locality: str | None = None
+    ownership: str | None = None
+    session_id: str | None = None
+    lookahead_token_ids: list[list[int]] | None = None
+
+
+@dataclass(slots=True)
+class BlockRemoved:
+    block_hashes: list[int]
+    medium: str | None = DEVICE
+    group_idx: int | None = None
+    locality: str | None = None
+    ownership: str | None = None
+
+
+@dataclass(slots=True)
+class AllBlocksCleared:
+    pass
+
+
+KVEvent = Union[BlockStored, BlockRemoved, AllBlocksCleared]
+EVENT_TYPES: dict[str, type] = {"BlockStored": BlockStored, "BlockRemoved": BlockRemoved,
+                                "AllBlocksCleared": AllBlocksCleared}
+FIELDS: dict[str, tuple[str, ...]] = {name: tuple(f.name for f in fields(cls)) for name, cls in EVENT_TYPES.items()}
+REQUIRED = {"BlockStored": 4, "BlockRemoved": 1, "AllBlocksCleared": 0}  # leading fields without a default
+
+
+def event_to_dict(event: KVEvent) -> dict[str, Any]:
+    """The map layout: {"type": class name, every field}."""
+    return {"type": type(event).__name__, **{k: getattr(event, k) for k in FIELDS[type(event).__name__]}}
+
+
+def parse_event(obj: object) -> KVEvent:
+    """Validate one event in any accepted layout (see the module docstring); EventFormatError otherwise."""
+    if isinstance(obj, (BlockStored, BlockRemoved, AllBlocksCleared)):
+        name, values = type(obj).__name__, {k: getattr(obj, k) for k in FIELDS[type(obj).__name__]}
+    elif isinstance(obj, dict):
+        name = obj.get("type")
+        if not isinstance(name, str) or name not in EVENT_TYPES:
+            raise EventFormatError(f"not a KV event (no known 'type'): {_show(obj)}")
+        values = {k: v for k, v in obj.items() if k != "type"}
+    elif isinstance(obj, (list, tuple)) and obj and isinstance(obj[0], str) and obj[0] in EVENT_TYPES:
+        name = obj[0]
+        if len(obj) - 1 > len(FIELDS[name]):
+            raise EventFormatError(f"{name}: {len(obj) - 1} positional fields, at most {len(FIELDS[name])}")
+        values = dict(zip(FIELDS[name], obj[1:]))
+    else:
+        raise EventFormatError(f"not a KV event: {_show(obj)}")
+    unknown = set(values) - set(FIELDS[name])
+    if unknown:
+        raise EventFormatError(f"{name}: unknown fields {sorted(map(str, unknown))}")
+    missing = [k for k in FIELDS[name][:REQUIRED[name]] if k not in values]
+    if missing:
+        raise EventFormatError(f"{name}: missing fields {missing}")
+    if name == "BlockStored":
+        return _stored(values)
+    if name == "BlockRemoved":
+        return BlockRemoved(_hashes(values["block_hashes"], name), _medium(values.get("medium", DEVICE), name),
+                            *(_opt(values.get(k), int if k == "group_idx" else str, f"{name}.{k}")
+                              for k in ("group_idx", "locality", "ownership")))
+    return AllBlocksCleared()
+
+
+def _stored(v: dict[str, Any]) -> BlockStored:
+    name = "BlockStored"
+    hashes = _hashes(v["block_hashes"], name)
+    size, toks, parent = v["block_size"], v["token_ids"], v["parent_block_hash"]
+    if not _is_int(size) or size < 1:
+        raise EventFormatError(f"{name}: block_size must be a positive int, got {_show(size)}")
+    if not _is_int_list(toks) or len(toks) != size * len(hashes):
+        raise EventFormatError(f"{name}: token_ids must be a list of block_size ints per block hash")
+    parent = None if parent is None else _hashes([parent], name)[0]
+    extra = v.get("extra_keys")
+    if extra is not None and (not isinstance(extra, (list, tuple)) or len(extra) != len(hashes)
+                              or not all(e is None or isinstance(e, (list, tuple)) for e in extra)):
+        raise EventFormatError(f"{name}: extra_keys must be None or one tuple (or None) per block hash")
+    look = v.get("lookahead_token_ids")
+    if look is not None and (not isinstance(look, (list, tuple)) or not all(_is_int_list(x) for x in look)):
+        raise EventFormatError(f"{name}: lookahead_token_ids must be None or lists of ints")
+    return BlockStored(
+        hashes, parent, list(toks), size, _opt(v.get("lora_id"), int, "lora_id"), _medium(v.get("medium", DEVICE), name),
+        _opt(v.get("lora_name"), str, "lora_name"), None if extra is None else [None if e is None else _freeze(e) for e in extra],
+        _opt(v.get("group_idx"), int, "group_idx"), _opt(v.get("kv_cache_spec_kind"), str, "kv_cache_spec_kind"),
+        _opt(v.get("kv_cache_spec_sliding_window"), int, "kv_cache_spec_sliding_window"),
+        _opt(v.get("locality"), str, "locality"), _opt(v.get("ownership"), str, "ownership"),
+        _opt(v.get("session_id"), str, "session_id"), None if look is None else [list(x) for x in look])
+
+
+def _freeze(value: Any) -> Any:
+    """Lists (msgpack has no tuples) back into tuples, recursively, so decoded extra keys compare equal."""
+    return tuple(_freeze(x) for x in value) if isinstance(value, (list, tuple)) else value
+
+
+def _hashes(values: object, name: str) -> list[int]:
+    if not isinstance(values, (list, tuple)):
+        raise EventFormatError(f"{name}: block_hashes must be a list, got {_show(values)}")
+    out = []
+    for h in values:
+        if isinstance(h, (bytes, bytearray)) and h:
+            h = int.from_bytes(bytes(h[-8:]), "big")  # vLLM's sha256 digests, read as llm-d reads them
+        if not _is_int(h) or not 0 <= h < HASH_LIMIT:
+            raise EventFormatError(f"{name}: block hashes must be ints in [0, 2**64) or non-empty bytes, got {_show(h)}")
+        out.append(h)
+    return out
+
+
+def _medium(m: object, name: str) -> str:
+    if m is None:
+        return DEVICE  # vLLM leaves it None for the GPU tier in older releases; llm-d reads None as GPU
+    if m not in MEDIA:
+        raise EventFormatError(f"{name}: medium must be one of {MEDIA} or None, got {_show(m)}")
+    return m  # type: ignore[return-value]
+
+
+def _opt(value: object, kind: type, what: str) -> Any:
+    if value is None or (kind is int and _is_int(value)) or (kind is str and isinstance(value, str)):
+        return value
+    raise EventFormatError(f"{what} must be {kind.__name__} or None, got {_show(value)}")
+
+
+def _is_int(x: object) -> bool:
+    return type(x) is int or (isinstance(x, int) and not isinstance(x, bool))
+
+
+def _is_int_list(v: object) -> bool:
+    return isinstance(v, (list, tuple)) and all(type(x) is int or _is_int(x) for x in v)
+
+
+def _show(x: object) -> str:
+    text = repr(x)
+    return text if len(text) <= 80 else text[:77] + "..."
