@@ -44,3 +44,7 @@ class SequenceError(RadixKVError):
 
 class KernelInputError(RadixKVError, ValueError):
     """A kernel argument of the wrong shape, dtype, device or layout, or a row/length out of range."""
+
+
+class InvalidArgumentError(RadixKVError, ValueError):
+    """An option or argument that is unknown, out of range, or inconsistent with another."""
