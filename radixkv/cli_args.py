@@ -10,6 +10,10 @@ from radixkv.errors import RadixKVError
 from radixkv.model_spec import get_model
 
 
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """Defaults in --help, and a description (a script's docstring) printed as written."""
+
+
 def positive_int(s: str) -> int:
     try:
         v = int(s)
