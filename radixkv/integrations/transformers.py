@@ -10,11 +10,8 @@ texts = engine.generate(["Hello"], return_text=True)    # decoded new text (skip
 engine.cache.sizes(); engine.last_stats.profile()
 ```
 
-`generate` takes transformers' options and defaults (generation_options.py: the model's
-`generation_config` supplies eos_token_id, max_new_tokens, ...; keyword arguments override it;
-anything unknown or unimplemented is an InvalidArgumentError) and transformers' inputs
-(prompts.py: id lists, tensors, arrays, or strings with a tokenizer). Greedy output equals
-`model.generate(do_sample=False)` token for token, stopping at the same EOS.
+`generate` takes transformers' options, defaults (the model's `generation_config`) and inputs:
+generation_options.py and prompts.py. Greedy output equals `model.generate` token for token.
 
 Mechanism, and why. In transformers 5.x every decoder layer of these models applies RoPE itself,
 then calls `ALL_ATTENTION_FUNCTIONS.get_interface(config._attn_implementation)(module, q, k, v, mask,
@@ -46,9 +43,9 @@ chunked prefill, preemption) in `scheduler.py`, sampling in `sampling.py`.
 from __future__ import annotations
 
 import contextlib
+import difflib
 import itertools
 import time
-import difflib
 from collections.abc import Iterator, Sequence
 from dataclasses import fields, replace
 from typing import TYPE_CHECKING, Any
@@ -150,12 +147,9 @@ class Engine:
         Returns:
             One list of new token ids per prompt (prompt excluded, unpadded, ending with the EOS
             token when one stopped it), or one string each with `return_text`.
-        Raises:
-            InvalidTokensError for a bad prompt, InvalidArgumentError for an unknown, unimplemented
-            or out-of-range option, ContextLengthError for a request longer than `max_context_len`.
-
-        Prompts share cached prefixes; finished tokens are committed to the cache for later calls.
-        Statistics of the call are left in `self.last_stats`.
+        Raises InvalidTokensError (bad prompt), InvalidArgumentError (unknown, unimplemented or
+        out-of-range option), ContextLengthError (longer than `max_context_len`). Prompts share
+        cached prefixes; finished tokens stay cached for later calls; stats in `self.last_stats`.
         """
         vocab = self.model.config.vocab_size
         opts = generation_options.resolve(
