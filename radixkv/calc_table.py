@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 
+from rich.markup import escape
 from rich.table import Table
 
 from radixkv.calc import GIB, min_tensor_parallel, size, tp_error, with_tp_note
@@ -37,7 +38,7 @@ def calc_table(names: list[str], a: argparse.Namespace, *, strict: bool) -> tupl
         row, note = _row(m, a)
         t.add_row(*row)
         if note:
-            notes.append(f"[yellow]{m.name}:[/] {note}")
+            notes.append(f"[yellow]{escape(m.name)}:[/] {escape(note)}")
     return t, notes
 
 

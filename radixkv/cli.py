@@ -35,12 +35,17 @@ def _console():  # noqa: ANN202 - a rich Console
     return Console() if sys.stdout.isatty() else Console(width=200)
 
 
+def _installed(module: str) -> bool:
+    return importlib.util.find_spec(module) is not None
+
+
 def _auto(dtype: str, model: str) -> str:
     """`auto` is the checkpoint's dtype, as in vLLM."""
     return get_model(model).dtype if dtype == "auto" else dtype
 
 
 def cmd_bench(a: argparse.Namespace) -> int:
+    from rich.markup import escape
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from radixkv.bench import plots
@@ -65,7 +70,7 @@ def cmd_bench(a: argparse.Namespace) -> int:
     if rep.sglang_version:
         con.print(f"SGLang {rep.sglang_version} RadixCache ran the same traces (peer harness {peer.harness}).")
     elif use_peer:
-        con.print(f"[yellow]SGLang peer skipped:[/] {rep.sglang_note}")
+        con.print(f"[yellow]SGLang peer skipped:[/] {escape(rep.sglang_note or '')}")
     con.print("OPT* = lower bound (a repeated output broke the exactness condition, see radixkv/bench/opt.py)"
               if any(not c.opt_exact for c in rep.cells) else "OPT is exact on every trace (Belady, see radixkv/bench/opt.py).")
     os.makedirs(a.out, exist_ok=True)
@@ -73,8 +78,8 @@ def cmd_bench(a: argparse.Namespace) -> int:
     paths: list[str] = []
     if a.no_plots:
         pass
-    elif importlib.util.find_spec("matplotlib") is None:
-        con.print("[yellow]no plots:[/] matplotlib is not installed (pip install 'radixkv[plots]')")
+    elif not _installed("matplotlib"):
+        con.print("[yellow]no plots:[/] matplotlib is not installed (pip install 'radixkv\\[plots]')")
     else:
         paths = plots.write_all(rep, a.out)
     load = " -> ".join(f"{x:.1f}" for x in rep.load_average)

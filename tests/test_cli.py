@@ -92,6 +92,18 @@ def test_sglang_peer_failing_at_run_time_exits_1(tmp_path, capsys) -> None:
     assert "SGLang peer failed" in err and "sglang exploded" in err  # the harness's own stderr
 
 
+def test_bench_without_matplotlib_writes_tables_and_json(tmp_path, capsys, monkeypatch) -> None:
+    """The base install (no `plots` extra) still runs `radixkv bench`, and says how to get the PNGs."""
+    import radixkv.cli
+
+    monkeypatch.setattr(radixkv.cli, "_installed", lambda module: module != "matplotlib")
+    out_dir = tmp_path / "out"
+    assert main(["bench", "--workloads", "fewshot", "--fracs", "0.5", "--policies", "lru", "--scale", "0.05",
+                 "--no-sglang", "--out", str(out_dir)]) == 0
+    assert "pip install 'radixkv[plots]'" in capsys.readouterr().out
+    assert sorted(p.name for p in out_dir.iterdir()) == ["bench.json"]
+
+
 def test_help_shows_defaults_and_version(capsys) -> None:
     for argv in (["calc", "--help"], ["bench", "--help"], ["--version"]):
         with pytest.raises(SystemExit) as info:
