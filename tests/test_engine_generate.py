@@ -153,8 +153,11 @@ def test_unimplemented_option_in_config_is_refused_until_turned_off(model: torch
     ([[1, 2]], {"do_sample": True, "temperature": 0.0}, InvalidArgumentError, "temperature > 0"),
     ([[1, 2]], {"eos_token_id": 2.0}, InvalidTokensError, "integer id"),
     ([[1, 2]], {"eos_token_id": VOCAB}, InvalidArgumentError, "outside the model's vocabulary"),
-    ([[1, 2]], {"max_new_tokens": -1}, InvalidArgumentError, "max_new_tokens must be >= 0"),
+    ([[1, 2]], {"max_new_tokens": -1}, InvalidArgumentError, "max_new_tokens must be an integer >= 0"),
+    ([[1, 2]], {"max_new_tokens": 2.5}, InvalidArgumentError, "max_new_tokens must be an integer"),
     ([[1, 2]], {"return_text": True}, InvalidArgumentError, "tokenizer"),
+    ([[1, 2]], {"seed": "7"}, InvalidArgumentError, "seed must be an integer"),
+    ([[1, 2]], {"do_sample": True, "top_p": "0.9"}, InvalidArgumentError, "top_p must be a number"),
     ([[1, 2]], {"attention_mask": [[1, 1]]}, InvalidArgumentError, "2-D tensor"),
 ])
 def test_bad_input_raises_a_typed_error(model: torch.nn.Module, prompts: object, kwargs: dict, error: type,

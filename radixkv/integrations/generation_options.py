@@ -23,6 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 
 from radixkv.errors import InvalidArgumentError
@@ -70,9 +71,11 @@ class GenerateOptions:
 
 
 def resolve(model: Any, generation_config: Any, options: dict[str, Any], unknown: dict[str, Any],
-            vocab_size: int) -> GenerateOptions:
+            vocab_size: int, seed: int = 0) -> GenerateOptions:
     """Merge the call's options with the configs (see the module docstring); raises InvalidArgumentError."""
     _check_unknown(unknown)
+    if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)):
+        raise InvalidArgumentError(f"seed must be an integer, got {seed!r}")
     layers = [("argument", {**options, **unknown})]
     if generation_config is not None:
         if not hasattr(generation_config, "to_dict"):
@@ -98,7 +101,7 @@ def resolve(model: Any, generation_config: Any, options: dict[str, Any], unknown
         max_new_tokens=_count(*pick("max_new_tokens"), "max_new_tokens", minimum=0),
         max_length=_count(*pick("max_length"), "max_length", minimum=1),
         eos=_eos_set(eos, f"eos_token_id ({eos_src})", vocab_size),
-        sampling=_sampling(pick, do_sample),
+        sampling=_sampling(pick, do_sample, int(seed)),
         max_position=getattr(model.config, "max_position_embeddings", None))
 
 
@@ -146,10 +149,9 @@ def _check_unsupported(pick: Any, do_sample: bool) -> None:
 def _count(value: Any, src: str, name: str, *, minimum: int) -> int | None:
     if value is None:
         return None
-    v = int_id(value, f"{name} ({src})")
-    if v < minimum:
-        raise InvalidArgumentError(f"{name} must be >= {minimum}, got {v} ({src})")
-    return v
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or value < minimum:
+        raise InvalidArgumentError(f"{name} must be an integer >= {minimum}, got {value!r} ({src})")
+    return int(value)
 
 
 def _eos_set(eos: Any, what: str, vocab_size: int) -> frozenset[int]:
@@ -167,11 +169,13 @@ def _in_vocab(token: int, what: str, vocab_size: int) -> int:
     return token
 
 
-def _sampling(pick: Any, do_sample: bool) -> SamplingParams:
+def _sampling(pick: Any, do_sample: bool, seed: int) -> SamplingParams:
     if not do_sample:
-        return SamplingParams(temperature=0.0)
-    temperature, top_k, top_p = (pick(n)[0] for n in ("temperature", "top_k", "top_p"))
+        return SamplingParams(temperature=0.0, seed=seed)
+    (temperature, _), (top_k, k_src), (top_p, _) = (pick(n) for n in ("temperature", "top_k", "top_p"))
     if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not temperature > 0:
         raise InvalidArgumentError(f"do_sample=True needs temperature > 0, got {temperature!r}; for greedy "
                                    f"decoding pass do_sample=False")
-    return SamplingParams(float(temperature), float(top_p), top_k=int_id(top_k, "top_k"))
+    if isinstance(top_p, bool) or not isinstance(top_p, (int, float)):
+        raise InvalidArgumentError(f"top_p must be a number in (0, 1], got {top_p!r}")
+    return SamplingParams(float(temperature), float(top_p), seed, _count(top_k, k_src, "top_k", minimum=0))

@@ -47,7 +47,7 @@ import difflib
 import itertools
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import fields, replace
+from dataclasses import fields
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -156,17 +156,17 @@ class Engine:
             self.model, generation_config, dict(max_new_tokens=max_new_tokens, max_length=max_length,
                                                 eos_token_id=eos_token_id, pad_token_id=pad_token_id,
                                                 do_sample=do_sample, temperature=temperature, top_k=top_k,
-                                                top_p=top_p), unknown, vocab)
+                                                top_p=top_p), unknown, vocab, seed)
         if return_text and self.tokenizer is None:
             raise InvalidArgumentError("return_text=True needs a tokenizer: Engine(model, tokenizer=tokenizer)")
         batch = to_batch(prompts, vocab_size=vocab, tokenizer=self.tokenizer, attention_mask=attention_mask)
-        outputs = self._run(batch, opts, replace(opts.sampling, seed=int(seed)))
+        outputs = self._run(batch, opts)
         if return_text:
             return [self.tokenizer.decode(o, skip_special_tokens=True) for o in outputs]
         return outputs
 
-    def _run(self, prompts: list[list[int]], opts: generation_options.GenerateOptions,
-             params: SamplingParams) -> list[list[int]]:
+    def _run(self, prompts: list[list[int]], opts: generation_options.GenerateOptions) -> list[list[int]]:
+        params = opts.sampling
         sched = Scheduler(self.cache, self.max_batch_tokens, self.namespace)
         requests = [Request(i, p, len(p), opts.new_tokens(len(p), f"prompt {i}"), make_generator(params, i))
                     for i, p in enumerate(prompts)]
