@@ -20,6 +20,7 @@ start), and for radixkv where its time went. Usage: `python bench/e2e.py [--quic
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 import sys
 import time
@@ -31,13 +32,17 @@ from dataclasses import dataclass, field
 if sys.path and sys.path[0].rstrip("/").endswith("bench"):
     del sys.path[0]
 
+import numpy as np  # noqa: E402
 import torch  # noqa: E402
+from rich.console import Console  # noqa: E402
+from rich.table import Table  # noqa: E402
 from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM  # noqa: E402
 from transformers.generation.configuration_utils import ContinuousBatchingConfig  # noqa: E402
 from transformers.generation.continuous_batching import cache as cb_cache  # noqa: E402
 from transformers.generation.streamers import BaseStreamer  # noqa: E402
 
-from radixkv.integrations.stats import GenerateStats, percentile  # noqa: E402
+from radixkv.cli_args import HelpFormatter, csv_of, one_of, positive_int  # noqa: E402
+from radixkv.integrations.stats import GenerateStats  # noqa: E402
 from radixkv.integrations.transformers import Engine  # noqa: E402
 
 SEED = 0
@@ -177,57 +182,59 @@ def multiturn(run: Runner, tally: Tally, args: argparse.Namespace) -> None:
         history = [p + o for p, o in zip(prompts, tally.outputs)]
 
 
-def report(workload: str, tallies: list[Tally]) -> None:
-    print(f"\n== {workload} ==")
-    print(f"{'system':<40}{'out tok/s':>10}{'wall s':>9}{'prefill computed':>18}{'skipped':>9}"
-          f"{'TTFT p50':>10}{'p90':>8}{'p99':>8}")
-    for t in tallies:
-        skipped = "n/a" if t.skipped is None else str(t.skipped)
-        p50, p90, p99 = (percentile(t.ttft_s, q) for q in (50, 90, 99))
-        print(f"{t.name:<40}{t.tok_s:>10.1f}{t.wall_s:>9.2f}{t.computed:>18}{skipped:>9}"
-              f"{p50:>10.3f}{p90:>8.3f}{p99:>8.3f}")
-    by = {t.name[1]: t for t in tallies}
+def report(con: Console, workload: str, tallies: list[Tally]) -> None:
+    t = Table(title=f"{workload}: TTFT = time to first token, seconds from the call's start")
+    for col in ("system", "out tok/s", "wall s", "prefill computed", "skipped", "TTFT p50", "p90", "p99"):
+        t.add_column(col, justify="left" if col == "system" else "right")
+    for x in tallies:
+        skipped = "n/a" if x.skipped is None else f"{x.skipped:,}"
+        ttft = np.percentile(x.ttft_s, [50, 90, 99]) if x.ttft_s else [float("nan")] * 3
+        t.add_row(x.name, f"{x.tok_s:.1f}", f"{x.wall_s:.2f}", f"{x.computed:,}", skipped, *(f"{v:.3f}" for v in ttft))
+    con.print(t)
+    by = {x.name[1]: x for x in tallies}
     if "a" in by and "b" in by:
         same = "identical" if by["a"].outputs == by["b"].outputs else "DIFFERENT"
-        print(f"radixkv/generate = {by['a'].tok_s / by['b'].tok_s:.2f}x; greedy tokens (last call): {same}")
+        con.print(f"radixkv/generate = {by['a'].tok_s / by['b'].tok_s:.2f}x; greedy tokens (last call): {same}")
     if "a" in by and "c" in by:
-        print(f"radixkv/generate_batch (default config) = {by['a'].tok_s / by['c'].tok_s:.2f}x")
+        con.print(f"radixkv/generate_batch (default config) = {by['a'].tok_s / by['c'].tok_s:.2f}x")
     if "a" in by and "t" in by:
-        print(f"radixkv/generate_batch (page 16, 1024-token batches) = {by['a'].tok_s / by['t'].tok_s:.2f}x")
+        con.print(f"radixkv/generate_batch (page 16, 1024-token batches) = {by['a'].tok_s / by['t'].tok_s:.2f}x")
     if "a" in by:
         prof = by["a"].profile
         total = sum(prof.values())
-        print("radixkv profile: " + ", ".join(f"{k} {v:.2f}s ({100 * v / total:.0f}%)" for k, v in prof.items()))
+        con.print("radixkv profile: " + ", ".join(f"{k} {v:.2f}s ({100 * v / total:.0f}%)" for k, v in prof.items()))
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--groups", type=int, default=8)
-    ap.add_argument("--per-group", type=int, default=8)
-    ap.add_argument("--system", type=int, default=512)
-    ap.add_argument("--own", type=int, default=64)
-    ap.add_argument("--new", type=int, default=32)
-    ap.add_argument("--convs", type=int, default=16)
-    ap.add_argument("--turns", type=int, default=4)
-    ap.add_argument("--max-batch-tokens", type=int, default=1024)
-    ap.add_argument("--page-size", type=int, default=16)
-    ap.add_argument("--workloads", default="gsp,multiturn")
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
+    ap.add_argument("--groups", type=positive_int, default=8, help="gsp: system prompts")
+    ap.add_argument("--per-group", type=positive_int, default=8, help="gsp: prompts sharing each system prompt")
+    ap.add_argument("--system", type=positive_int, default=512, help="tokens of each system prompt")
+    ap.add_argument("--own", type=positive_int, default=64, help="tokens each prompt (or user turn) adds")
+    ap.add_argument("--new", type=positive_int, default=32, help="new tokens per request")
+    ap.add_argument("--convs", type=positive_int, default=16, help="multiturn: conversations")
+    ap.add_argument("--turns", type=positive_int, default=4, help="multiturn: turns per conversation")
+    ap.add_argument("--max-batch-tokens", type=positive_int, default=1024, help="radixkv's token budget per forward")
+    ap.add_argument("--page-size", type=positive_int, default=16, help="radixkv's page size")
+    ap.add_argument("--workloads", type=csv_of(one_of(["gsp", "multiturn"])), default="gsp,multiturn")
     ap.add_argument("--systems", default="abct", help="which of (a), (b), (c), (t) to run")
     ap.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0: torch's default)")
     ap.add_argument("--quick", action="store_true", help="a small smoke run")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     if args.quick:
         args.groups, args.per_group, args.system, args.own, args.new, args.convs, args.turns = 2, 2, 64, 8, 4, 2, 2
     if args.threads:
         torch.set_num_threads(args.threads)
     model = build_model()
-    print(f"radixkv e2e: {platform.processor() or platform.machine()}, {torch.get_num_threads()} torch threads, "
-          f"torch {torch.__version__}; Llama 4x256, 8/2 heads, vocab {VOCAB}, fp32, greedy")
+    con = Console(width=200)
+    con.print(f"radixkv e2e: {platform.processor() or platform.machine()}, {torch.get_num_threads()} torch threads, "
+              f"torch {torch.__version__}, 1-min load average {os.getloadavg()[0]:.1f}; Llama 4x256, 8/2 heads, "
+              f"vocab {VOCAB}, fp32, greedy")
     warm = [[1, 2, 3, 4, 5, 6, 7, 8]] * 2
     # Peer (t): generate_batch with the block size and token budget radixkv uses (it is ~4x faster
     # here than with its defaults: 256-token pages, budget and blocks sized for a GPU).
     tuned = ContinuousBatchingConfig(page_size=16, num_blocks=4096, max_batch_tokens=args.max_batch_tokens)
-    for wl_name in args.workloads.split(","):
+    for wl_name in args.workloads:
         workload = {"gsp": gsp, "multiturn": multiturn}[wl_name]
         engine = Engine(model, num_slots=65536, page_size=args.page_size, max_requests=128,
                         max_context_len=4096, max_batch_tokens=args.max_batch_tokens)
@@ -243,7 +250,7 @@ def main() -> None:
             tally = Tally(name)
             workload(run, tally, args)
             tallies.append(tally)
-        report(wl_name, tallies)
+        report(con, wl_name, tallies)
 
 
 if __name__ == "__main__":

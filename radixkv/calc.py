@@ -4,113 +4,63 @@
     bytes/token (MLA)      = layers * (kv_lora_rank + qk_rope_head_dim) * dtype bytes
                              (DeepSeek's compressed latent plus the decoupled RoPE key; no V)
 
-With tensor parallelism of degree tp each rank holds kv_heads / tp heads (one replicated head
-when tp > kv_heads); the MLA latent is replicated on every rank (as SGLang and vLLM do).
-Weights per rank = parameters * weight dtype bytes / tp. Free memory for KV = GPU memory * `util`
-minus weights. Paging allocates ceil(context / page) pages per request; max-length
-pre-allocation reserves `max_len` tokens per request whatever its length.
-Parameters come from a preset's published count or are estimated from a config.json
-(embeddings + attention + dense or MoE MLP; norms and biases ignored, well under 1%).
+Tensor parallelism follows vLLM: the degree tp must divide the attention heads; each rank holds
+kv_heads / tp KV heads, and when tp exceeds the KV heads (tp must then be a multiple of them)
+each rank holds one, so every KV head is replicated tp / kv_heads times. The MLA latent is
+replicated on every rank. Weights per rank = parameters * weight dtype bytes / tp. Memory for KV
+= GPU memory * utilization - weights; when the weights alone exceed it nothing fits, and
+`min_tensor_parallel` says which degree would leave room. Paging allocates ceil(context / page)
+pages per request; max-length pre-allocation reserves `max_len` tokens per request whatever its
+length. Model shapes and presets are in radixkv.model_spec.
 """
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
-from typing import Any
 
-DTYPE_BYTES = {"fp32": 4.0, "fp16": 2.0, "bf16": 2.0, "fp8": 1.0, "int4": 0.5}
+from radixkv.errors import InvalidArgumentError
+from radixkv.model_spec import PRESETS, ModelSpec, from_hf_config, get_model
+
+# Bytes per element, under our short names and vLLM's (`--dtype`, `--kv-cache-dtype`). fp8 and
+# int4 weights stand for quantized checkpoints (bytes per parameter).
+DTYPE_BYTES = {"float32": 4.0, "fp32": 4.0, "float": 4.0, "float16": 2.0, "fp16": 2.0, "half": 2.0,
+               "bfloat16": 2.0, "bf16": 2.0, "fp8": 1.0, "fp8_e4m3": 1.0, "fp8_e5m2": 1.0, "int4": 0.5}
 GIB = 1 << 30
 
 
-@dataclass(frozen=True)
-class ModelSpec:
-    name: str
-    num_layers: int
-    num_heads: int
-    num_kv_heads: int
-    head_dim: int
-    hidden: int
-    intermediate: int
-    vocab: int
-    num_experts: int = 1  # MoE: experts per layer (all resident in memory)
-    tied_embeddings: bool = False
-    kv_lora_rank: int = 0  # MLA: width of the compressed KV latent (0 = ordinary attention)
-    qk_rope_head_dim: int = 0  # MLA: decoupled RoPE key width, cached beside the latent
-    max_position: int = 4096
-    params: float = 0.0  # published parameter count; 0 = estimate from the shapes
-
-    @property
-    def is_mla(self) -> bool:
-        return self.kv_lora_rank > 0
-
-    @property
-    def num_params(self) -> float:
-        if self.params:
-            return self.params
-        h, hd = self.hidden, self.head_dim
-        attn = h * self.num_heads * hd * 2 + 2 * h * self.num_kv_heads * hd  # q, o, k, v
-        mlp = 3 * h * self.intermediate * self.num_experts  # gate, up, down
-        emb = self.vocab * h * (1 if self.tied_embeddings else 2)
-        return float(self.num_layers * (attn + mlp) + emb)
+def tp_error(model: ModelSpec, tp: int) -> str | None:
+    """Why vLLM would refuse tensor parallelism of degree `tp` for `model`; None when it is fine."""
+    if tp < 1:
+        return f"tensor parallel size must be >= 1, got {tp}"
+    if model.num_heads % tp:
+        return f"tp {tp} does not divide the {model.num_heads} attention heads of {model.name}"
+    kv = model.num_kv_heads
+    if not model.is_mla and (kv % tp if tp < kv else tp % kv):
+        return f"tp {tp} and the {kv} KV heads of {model.name}: one must be a multiple of the other"
+    return None
 
 
-PRESETS: dict[str, ModelSpec] = {m.name: m for m in (
-    ModelSpec("llama-2-7b", 32, 32, 32, 128, 4096, 11008, 32000),
-    ModelSpec("llama-2-70b", 80, 64, 8, 128, 8192, 28672, 32000),
-    ModelSpec("llama-3-8b", 32, 32, 8, 128, 4096, 14336, 128256, max_position=8192),
-    ModelSpec("llama-3-70b", 80, 64, 8, 128, 8192, 28672, 128256, max_position=8192),
-    ModelSpec("mistral-7b", 32, 32, 8, 128, 4096, 14336, 32000, max_position=32768),
-    ModelSpec("qwen2.5-7b", 28, 28, 4, 128, 3584, 18944, 152064, max_position=32768),
-    ModelSpec("qwen2.5-72b", 80, 64, 8, 128, 8192, 29568, 152064, max_position=32768),
-    ModelSpec("mixtral-8x7b", 32, 32, 8, 128, 4096, 14336, 32000, num_experts=8, max_position=32768),
-    # DeepSeek-V3: 61 layers, MLA with a 512-wide latent + 64-wide RoPE key; 671B parameters (MoE).
-    ModelSpec("deepseek-v3", 61, 128, 128, 128, 7168, 18432, 129280, kv_lora_rank=512,
-              qk_rope_head_dim=64, max_position=163840, params=671e9),
-)}
-
-
-def from_hf_config(path: str) -> ModelSpec:
-    """A ModelSpec from a HuggingFace config.json (Llama/Mistral/Qwen/Mixtral/DeepSeek fields)."""
-    with open(path) as f:
-        c: dict[str, Any] = json.load(f)
-    c = c.get("text_config", c)
-    heads = int(c["num_attention_heads"])
-    hidden = int(c["hidden_size"])
-    return ModelSpec(
-        name=str(c.get("_name_or_path") or c.get("model_type") or path),
-        num_layers=int(c["num_hidden_layers"]), num_heads=heads,
-        num_kv_heads=int(c.get("num_key_value_heads") or heads),
-        head_dim=int(c.get("head_dim") or hidden // heads), hidden=hidden,
-        intermediate=int(c.get("moe_intermediate_size") or c.get("intermediate_size") or 4 * hidden),
-        vocab=int(c.get("vocab_size", 32000)),
-        num_experts=int(c.get("num_local_experts") or c.get("n_routed_experts") or c.get("num_experts") or 1),
-        tied_embeddings=bool(c.get("tie_word_embeddings", False)),
-        kv_lora_rank=int(c.get("kv_lora_rank") or 0), qk_rope_head_dim=int(c.get("qk_rope_head_dim") or 0),
-        max_position=int(c.get("max_position_embeddings", 4096)))
-
-
-def get_model(name_or_path: str) -> ModelSpec:
-    """A preset by name (case-insensitive) or a config.json path."""
-    key = name_or_path.lower()
-    if key in PRESETS:
-        return PRESETS[key]
-    if name_or_path.endswith(".json"):
-        return from_hf_config(name_or_path)
-    raise KeyError(f"unknown model {name_or_path!r}: a config.json path or one of {sorted(PRESETS)}")
-
-
-def kv_heads_per_rank(model: ModelSpec, tp: int) -> float:
-    return max(1.0, model.num_kv_heads / tp) if not model.is_mla else 0.0
+def kv_heads_per_rank(model: ModelSpec, tp: int) -> int:
+    """KV heads each rank stores (0 for MLA, whose latent has no heads); raises if vLLM would refuse `tp`."""
+    if (err := tp_error(model, tp)) is not None:
+        raise InvalidArgumentError(err)
+    return 0 if model.is_mla else max(1, model.num_kv_heads // tp)
 
 
 def bytes_per_token(model: ModelSpec, dtype: str = "bf16", tp: int = 1) -> float:
     """KV bytes one token occupies on one tensor-parallel rank."""
-    b = DTYPE_BYTES[dtype]
+    b = dtype_bytes(dtype)
     if model.is_mla:
+        kv_heads_per_rank(model, tp)  # validates tp
         return model.num_layers * (model.kv_lora_rank + model.qk_rope_head_dim) * b
     return 2 * model.num_layers * kv_heads_per_rank(model, tp) * model.head_dim * b
+
+
+def dtype_bytes(dtype: str) -> float:
+    if dtype not in DTYPE_BYTES:
+        raise InvalidArgumentError(f"unknown dtype {dtype!r}: one of {', '.join(DTYPE_BYTES)}")
+    return DTYPE_BYTES[dtype]
 
 
 @dataclass(frozen=True)
@@ -119,32 +69,60 @@ class Sizing:
     bytes_per_request: float  # paged: ceil(context / page) pages
     bytes_per_request_prealloc: float  # max_len tokens reserved
     weight_bytes: float  # per rank
-    kv_budget_bytes: float  # per rank: gpu * util - weights (may be negative)
+    usable_bytes: float  # per rank: GPU memory * utilization
     fit_paged: int  # concurrent requests of `context` tokens with paging
     fit_prealloc: int  # with max-length pre-allocation
+
+    @property
+    def kv_budget_bytes(self) -> float:
+        """Per rank, for KV: usable memory minus weights; 0 when the weights do not fit."""
+        return max(0.0, self.usable_bytes - self.weight_bytes)
+
+    @property
+    def weights_fit(self) -> bool:
+        return self.weight_bytes < self.usable_bytes
 
 
 def size(model: ModelSpec, *, context: int, gpu_gib: float, dtype: str = "bf16",
          weight_dtype: str = "bf16", tp: int = 1, page_size: int = 16, max_len: int | None = None,
          util: float = 0.9) -> Sizing:
-    """Sizing of `model` serving requests of `context` tokens on GPUs of `gpu_gib` GiB each."""
+    """Sizing of `model` serving requests of `context` tokens on GPUs of `gpu_gib` GiB each.
+
+    Raises InvalidArgumentError for a tensor-parallel degree vLLM would refuse, an unknown dtype,
+    or a non-positive size."""
+    for name, value in (("context", context), ("gpu_gib", gpu_gib), ("page_size", page_size)):
+        if not value > 0:
+            raise InvalidArgumentError(f"{name} must be > 0, got {value}")
+    if not 0 < util <= 1:
+        raise InvalidArgumentError(f"util (GPU memory utilization) must lie in (0, 1], got {util}")
     bpt = bytes_per_token(model, dtype, tp)
     max_len = max_len or model.max_position
     per_req = math.ceil(context / page_size) * page_size * bpt
     per_req_max = max_len * bpt
-    weights = model.num_params * DTYPE_BYTES[weight_dtype] / tp
-    budget = gpu_gib * GIB * util - weights
-    fit = lambda per: max(0, int(budget // per)) if per else 0  # noqa: E731
-    return Sizing(bpt, per_req, per_req_max, weights, budget, fit(per_req), fit(per_req_max))
+    weights = model.num_params * dtype_bytes(weight_dtype) / tp
+    usable = gpu_gib * GIB * util
+    budget = max(0.0, usable - weights)
+    return Sizing(bpt, per_req, per_req_max, weights, usable, int(budget // per_req), int(budget // per_req_max))
+
+
+def min_tensor_parallel(model: ModelSpec, *, gpu_gib: float, weight_dtype: str = "bf16", util: float = 0.9,
+                        limit: int = 1024) -> int | None:
+    """The smallest tp vLLM accepts at which the weights leave room for KV on each rank (None: none up to `limit`)."""
+    usable = gpu_gib * GIB * util
+    weights = model.num_params * dtype_bytes(weight_dtype)
+    return next((tp for tp in range(1, limit + 1) if tp_error(model, tp) is None and weights / tp < usable), None)
 
 
 def with_tp_note(model: ModelSpec, tp: int) -> str:
+    """The KV layout per rank in words, e.g. "8 KV heads / tp 16: 1 per rank (each replicated 2x)"."""
     if model.is_mla:
-        return "MLA latent (replicated per rank)"
-    kv = kv_heads_per_rank(model, tp)
-    note = f"{model.num_kv_heads} KV heads" + (f" / tp {tp} = {kv:g} per rank" if tp > 1 else "")
-    return note + (" (replicated)" if tp > model.num_kv_heads else "")
+        return "MLA latent" + (f" (replicated on all {tp} ranks)" if tp > 1 else "")
+    kv = model.num_kv_heads
+    if tp == 1:
+        return f"{kv} KV heads"
+    per = kv_heads_per_rank(model, tp)
+    return f"{kv} KV heads / tp {tp}: {per} per rank" + (f" (each replicated {tp // kv}x)" if tp > kv else "")
 
 
 __all__ = ["ModelSpec", "PRESETS", "DTYPE_BYTES", "Sizing", "bytes_per_token", "size", "get_model",
-           "from_hf_config", "with_tp_note"]
+           "from_hf_config", "with_tp_note", "tp_error", "kv_heads_per_rank", "min_tensor_parallel"]

@@ -1,4 +1,11 @@
-"""The `radixkv` command: `bench` (prefix-sharing benchmark), `calc` (KV sizing), `demo`."""
+"""The `radixkv` command (also `python -m radixkv`): `bench` (prefix-sharing benchmark), `calc`
+(KV-cache sizing) and `demo` (a radix tree you can read).
+
+Flags that exist in vLLM keep vLLM's names: `--tensor-parallel-size/-tp`, `--kv-cache-dtype`,
+`--dtype` (the weights' dtype), `--max-model-len`, `--gpu-memory-utilization`, `--block-size`
+(alias of SGLang's `--page-size`). A mistake in the arguments is one line on stderr and exit
+status 2; a peer that fails while running (SGLang) is one line and exit status 1.
+"""
 
 from __future__ import annotations
 
@@ -7,73 +14,91 @@ import importlib.util
 import os
 import sys
 
+from radixkv import __version__
 from radixkv.bench.main import DEFAULT_FRACS, DEFAULT_POLICIES
+from radixkv.bench.sglang_peer import Peer, PeerError
 from radixkv.bench.workloads import WORKLOADS
 from radixkv.calc import DTYPE_BYTES, PRESETS
+from radixkv.cli_args import csv_of, fraction, model_name, nonneg_int, one_of, positive_float, positive_int
+from radixkv.demo import min_capacity
+from radixkv.errors import InvalidArgumentError
+from radixkv.eviction import POLICIES
+from radixkv.model_spec import get_model
+
+DTYPES = ["auto", *DTYPE_BYTES]
 
 
-def _csv(s: str) -> list[str]:
-    return [x.strip() for x in s.split(",") if x.strip()]
-
-
-def _console():  # noqa: ANN202 - rich is imported late (the [bench] extra)
+def _console():  # noqa: ANN202 - a rich Console
     """A rich Console; outside a terminal (logs, pipes, CI) wide enough that tables do not wrap."""
     from rich.console import Console
 
     return Console() if sys.stdout.isatty() else Console(width=200)
 
 
+def _installed(module: str) -> bool:
+    return importlib.util.find_spec(module) is not None
+
+
+def _auto(dtype: str, model: str) -> str:
+    """`auto` is the checkpoint's dtype, as in vLLM."""
+    return get_model(model).dtype if dtype == "auto" else dtype
+
+
 def cmd_bench(a: argparse.Namespace) -> int:
+    from rich.markup import escape
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from radixkv.bench import plots, sglang_peer
+    from radixkv.bench import plots
     from radixkv.bench.main import run_bench, summary_tables, write_json
 
+    peer = Peer(a.sglang_harness, a.sglang_python)
+    if a.sglang and (why := peer.problem()) is not None:
+        a.parser.error(f"--sglang: SGLang cannot run: {why}")
     con = _console()
-    # SGLang runs when asked (--sglang: in-process or through the peer venv) or, unless --no-sglang,
-    # when it is importable here (installed beside radixkv): then it costs no subprocess.
-    sglang = a.sglang or (not a.no_sglang and importlib.util.find_spec("sglang") is not None)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=con) as prog:
-        rep = run_bench(_csv(a.workloads), [float(x) for x in _csv(a.fracs)], _csv(a.policies),
-                        page_size=a.page_size, seed=a.seed, scale=a.scale, model=a.model, dtype=a.dtype,
-                        sglang=sglang, progress=prog, events_cost=a.events_cost)
+        try:
+            rep = run_bench(a.workloads, a.fracs, a.policies, page_size=a.page_size, seed=a.seed, scale=a.scale,
+                            model=a.model, dtype=_auto(a.kv_cache_dtype, a.model),
+                            peer=peer if a.sglang else None, strict=a.sglang, progress=prog,
+                            events_cost=a.events_cost)
+        except PeerError as e:
+            a.parser.exit(1, f"{a.parser.prog}: error: SGLang peer failed: {e}\n")
     for t in summary_tables(rep):
         con.print(t)
     if rep.sglang_version:
-        con.print(f"SGLang {rep.sglang_version} RadixCache ran the same traces (peer harness {sglang_peer.harness_path()}).")
-    elif sglang:
-        con.print(f"[yellow]SGLang peer skipped:[/] {rep.sglang_note}")
+        con.print(f"SGLang {rep.sglang_version} RadixCache ran the same traces (peer harness {peer.harness}).")
+    elif a.sglang:
+        con.print(f"[yellow]SGLang peer skipped:[/] {escape(rep.sglang_note or '')}")
     con.print("OPT* = lower bound (a repeated output broke the exactness condition, see radixkv/bench/opt.py)"
               if any(not c.opt_exact for c in rep.cells) else "OPT is exact on every trace (Belady, see radixkv/bench/opt.py).")
     os.makedirs(a.out, exist_ok=True)
     write_json(rep, os.path.join(a.out, "bench.json"))
-    paths = plots.write_all(rep, a.out) if not a.no_plots else []
-    con.print(f"{rep.seconds:.1f} s; wrote {os.path.join(a.out, 'bench.json')} {' '.join(paths)}")
+    paths: list[str] = []
+    if a.no_plots:
+        pass
+    elif not _installed("matplotlib"):
+        con.print("[yellow]no plots:[/] matplotlib is not installed (pip install 'radixkv\\[plots]')")
+    else:
+        paths = plots.write_all(rep, a.out)
+    load = " -> ".join(f"{x:.1f}" for x in rep.load_average)
+    con.print(f"{rep.seconds:.1f} s (1-min load average {load} on {os.cpu_count()} cpus); "
+              f"wrote {os.path.join(a.out, 'bench.json')} {' '.join(paths)}")
     return 0
 
 
 def cmd_calc(a: argparse.Namespace) -> int:
-    from rich.table import Table
+    from radixkv.calc_table import calc_table
 
-    from radixkv.calc import get_model, size, with_tp_note
-
+    names = list(PRESETS) if a.model == "all" else [m.strip() for m in a.model.split(",") if m.strip()]
+    try:
+        table, notes = calc_table(names, a, strict=a.model != "all")
+    except InvalidArgumentError as e:
+        a.parser.error(str(e))
     con = _console()
-    names = list(PRESETS) if a.model == "all" else _csv(a.model)
-    t = Table(title=f"KV cache on {a.gpu_gib:g} GiB x tp {a.tp}, KV {a.dtype}, weights {a.weight_dtype}, "
-                    f"context {a.context}, page {a.page_size}, util {a.util}")
-    for col in ("model", "KV layout", "bytes/token", "MiB/request", "weights GiB/rank", "KV GiB/rank",
-                "fit (paged)", "max_len", "fit (pre-alloc)"):
-        t.add_column(col, justify="right")
-    for n in names:
-        m = get_model(n)
-        max_len = a.max_len or m.max_position
-        s = size(m, context=a.context, gpu_gib=a.gpu_gib, dtype=a.dtype, weight_dtype=a.weight_dtype, tp=a.tp,
-                 page_size=a.page_size, max_len=max_len, util=a.util)
-        t.add_row(m.name, with_tp_note(m, a.tp), f"{s.bytes_per_token:,.0f}", f"{s.bytes_per_request / 2**20:,.1f}",
-                  f"{s.weight_bytes / 2**30:,.1f}", f"{s.kv_budget_bytes / 2**30:,.1f}", f"{s.fit_paged:,}",
-                  f"{max_len:,}", f"{s.fit_prealloc:,}")
-    con.print(t)
+    con.print(table)
+    for note in notes:
+        con.print(note)
     return 0
 
 
@@ -84,41 +109,82 @@ def cmd_demo(a: argparse.Namespace) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="radixkv", description=__doc__)
-    sub = p.add_subparsers(dest="cmd", required=True)
-    b = sub.add_parser("bench", help="prefix-sharing benchmark: hit rate vs OPT, throughput, memory, plots")
-    b.add_argument("--workloads", default=",".join(WORKLOADS), help=f"comma list of {','.join(WORKLOADS)}")
-    b.add_argument("--fracs", default=",".join(map(str, DEFAULT_FRACS)), help="capacities as fractions of unique tokens")
-    b.add_argument("--policies", default=",".join(DEFAULT_POLICIES))
-    b.add_argument("--page-size", type=int, default=1)
+def _auto_or_int(s: str) -> str | int:
+    return s if s == "auto" else positive_int(s)
+
+
+def _capacity(s: str) -> int:
+    v = positive_int(s)
+    if v < min_capacity():
+        raise argparse.ArgumentTypeError(f"must be >= {min_capacity()} (the locked request plus the long "
+                                         f"prompt that forces eviction), got {v}")
+    return v
+
+
+def _subparser(sub: argparse._SubParsersAction, name: str, help: str, fn) -> argparse.ArgumentParser:  # noqa: A002, ANN001
+    p = sub.add_parser(name, help=help, description=help, allow_abbrev=False,
+                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.set_defaults(fn=fn, parser=p)
+    return p
+
+
+def _bench_parser(sub: argparse._SubParsersAction) -> None:
+    b = _subparser(sub, "bench", "prefix-sharing benchmark: hit rate vs OPT, throughput, memory, plots", cmd_bench)
+    b.add_argument("--workloads", type=csv_of(one_of(WORKLOADS)), default=",".join(WORKLOADS),
+                   help="comma-separated workloads")
+    b.add_argument("--fracs", type=csv_of(fraction), default=",".join(map(str, DEFAULT_FRACS)),
+                   help="cache capacities, each a fraction in (0, 1] of the trace's unique tokens")
+    b.add_argument("--policies", type=csv_of(one_of(POLICIES)), default=",".join(DEFAULT_POLICIES),
+                   help=f"eviction policies, from {','.join(POLICIES)}")
+    b.add_argument("--page-size", "--block-size", type=positive_int, default=1, help="tokens per page")
     b.add_argument("--seed", type=int, default=0)
-    b.add_argument("--scale", type=float, default=1.0, help="keep this fraction of each trace (quick runs)")
-    b.add_argument("--model", default="llama-3-8b", help="preset or config.json for the memory column")
-    b.add_argument("--dtype", default="bf16", choices=sorted(DTYPE_BYTES))
+    b.add_argument("--scale", type=fraction, default=1.0, help="keep this fraction of each trace (quick runs)")
+    b.add_argument("--model", type=model_name, default="llama-3-8b",
+                   help="preset, config.json or folder, for the KV memory column")
+    b.add_argument("--kv-cache-dtype", choices=DTYPES, default="auto", metavar="DTYPE",
+                   help=f"KV dtype of the memory column, one of {','.join(DTYPES)} (auto: the model's)")
     b.add_argument("--sglang", action="store_true",
-                   help="also run SGLang's RadixCache (peer harness; see radixkv/bench/sglang_peer.py)")
-    b.add_argument("--no-sglang", action="store_true", help="never run SGLang")
-    b.add_argument("--out", default="bench/out", help="directory for bench.json and the PNGs")
+                   help="also run SGLang's RadixCache on the same traces, side by side; fail if it cannot run")
+    env = Peer.from_env()
+    b.add_argument("--sglang-harness", default=env.harness,
+                   help="SGLang peer harness (env RADIXKV_SGLANG_HARNESS; relative paths from the current directory)")
+    b.add_argument("--sglang-python", default=env.python,
+                   help="interpreter that imports sglang, when this one does not (env RADIXKV_SGLANG_PYTHON)")
+    b.add_argument("--out", default=os.path.join("bench", "out"), help="directory for bench.json and the PNGs")
     b.add_argument("--no-plots", action="store_true")
-    b.add_argument("--events-cost", type=int, default=0, metavar="N",
+    b.add_argument("--events-cost", type=nonneg_int, default=0, metavar="N",
                    help="also time the headline policy with KV events off and on, N interleaved runs each (best of N)")
-    b.set_defaults(fn=cmd_bench)
-    c = sub.add_parser("calc", help="KV-cache sizing for model presets or a config.json")
-    c.add_argument("model", nargs="?", default="all", help=f"'all', a comma list of {','.join(PRESETS)}, or config.json")
-    c.add_argument("--dtype", default="bf16", choices=sorted(DTYPE_BYTES), help="KV dtype")
-    c.add_argument("--weight-dtype", default="bf16", choices=sorted(DTYPE_BYTES))
-    c.add_argument("--tp", type=int, default=1, help="tensor-parallel degree")
-    c.add_argument("--gpu-gib", type=float, default=80.0, help="memory per GPU")
-    c.add_argument("--context", type=int, default=4096, help="tokens per request (paged)")
-    c.add_argument("--max-len", type=int, default=None, help="pre-allocated length (default: the model's max)")
-    c.add_argument("--page-size", type=int, default=16)
-    c.add_argument("--util", type=float, default=0.9, help="fraction of GPU memory the engine may use")
-    c.set_defaults(fn=cmd_calc)
-    d = sub.add_parser("demo", help="print a small radix tree, then evict under pressure")
-    d.add_argument("--policy", default="lru")
-    d.add_argument("--capacity", type=int, default=32)
-    d.set_defaults(fn=cmd_demo)
+
+
+def _calc_parser(sub: argparse._SubParsersAction) -> None:
+    c = _subparser(sub, "calc", "KV-cache sizing for model presets, a config.json or a model folder", cmd_calc)
+    c.add_argument("model", nargs="?", default="all",
+                   help=f"'all', comma-separated presets ({','.join(PRESETS)}), a config.json, or a folder with one")
+    c.add_argument("-tp", "--tensor-parallel-size", type=positive_int, default=1, help="tensor-parallel degree")
+    c.add_argument("--kv-cache-dtype", choices=DTYPES, default="auto", metavar="DTYPE",
+                   help=f"KV dtype, one of {','.join(DTYPES)} (auto: the model's compute dtype, or --dtype)")
+    c.add_argument("--dtype", choices=DTYPES, default="auto", metavar="DTYPE",
+                   help="weights' dtype (auto: the checkpoint's, e.g. fp8 for deepseek-v3; fp8/int4 stand for "
+                        "quantized weights)")
+    c.add_argument("--gpu-gib", type=positive_float, default=80.0, help="memory per GPU, GiB")
+    c.add_argument("--gpu-memory-utilization", type=fraction, default=0.9,
+                   help="fraction of GPU memory for weights + KV")
+    c.add_argument("--context", type=positive_int, default=4096, help="tokens per request (paged)")
+    c.add_argument("--max-model-len", type=_auto_or_int, default="auto",
+                   help="tokens pre-allocated per request without paging (auto: the model's maximum)")
+    c.add_argument("--page-size", "--block-size", type=positive_int, default=16, help="tokens per KV page")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="radixkv", description=__doc__.split("\n\n")[0], allow_abbrev=False,
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--version", action="version", version=f"radixkv {__version__}")
+    sub = p.add_subparsers(dest="cmd", required=True, metavar="{bench,calc,demo}")
+    _bench_parser(sub)
+    _calc_parser(sub)
+    d = _subparser(sub, "demo", "print a small radix tree, then evict under pressure", cmd_demo)
+    d.add_argument("--policy", choices=sorted(POLICIES), default="lru", help="eviction policy")
+    d.add_argument("--capacity", type=_capacity, default=32, help="token slots in the demo cache")
     return p
 
 

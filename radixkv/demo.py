@@ -73,6 +73,14 @@ def render(cache: RadixCache, tok: WordTokenizer, title: str) -> Tree:
     return tree
 
 
+def min_capacity() -> int:
+    """Slots the demo needs: the locked in-flight request plus the long prompt that forces eviction."""
+    tok = WordTokenizer()
+    for text in PROMPTS:
+        tok.encode(text)
+    return len(tok.encode(PROMPTS[1])) + len(tok.encode(PRESSURE))
+
+
 def main(policy: str = "lru", capacity: int = 32, console: Console | None = None) -> RadixCache:
     """Run the demo and print it; returns the cache (tests inspect it)."""
     con = console or Console()

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from redis_server import RedisServer, redis_binary, shared_redis  # noqa: F401  (fixtures)
+from redis_fixtures import RedisServer, shared_redis  # noqa: F401  (fixtures)
 
 from radixkv.cluster import InMemoryIndex, KVIndex, longest_prefix
 from radixkv.cluster.redis_index import RedisIndex

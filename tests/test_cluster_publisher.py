@@ -9,7 +9,7 @@ import logging
 import numpy as np
 import pytest
 import torch
-from redis_server import RedisServer, own_redis, redis_binary, shared_redis  # noqa: F401  (fixtures)
+from redis_fixtures import RedisServer, own_redis, shared_redis  # noqa: F401  (fixtures)
 
 from radixkv import CacheConfig, RadixCache
 from radixkv.cluster import InMemoryIndex, KVIndex, Publisher, Router

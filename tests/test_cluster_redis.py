@@ -1,6 +1,6 @@
 """RedisIndex on a real redis-server: key layout and costs, TTL, key prefixes, one round trip per
 lookup, and faults (server killed mid-run and restarted, malformed payloads). No mocks: every test
-talks to a redis-server process started by tests/redis_server.py on 127.0.0.1."""
+talks to a redis-server process started by radixkv.testing.redis_server on 127.0.0.1."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import time
 import numpy as np
 import pytest
 import redis
-from redis_server import RedisServer, own_redis, redis_binary, shared_redis  # noqa: F401  (fixtures)
+from redis_fixtures import RedisServer, own_redis, shared_redis  # noqa: F401  (fixtures)
 
 from radixkv.cluster import IndexUnavailableError, Router
 from radixkv.cluster.redis_index import RedisIndex

@@ -10,7 +10,7 @@ import time
 
 import numpy as np
 import torch
-from redis_server import RedisServer, own_redis, redis_binary, shared_redis  # noqa: F401  (fixtures)
+from redis_fixtures import RedisServer, own_redis, shared_redis  # noqa: F401  (fixtures)
 
 from radixkv import CacheConfig, RadixCache
 from radixkv.cluster import Publisher, Router, ZmqPublisher, ZmqSubscriber, kv_topic

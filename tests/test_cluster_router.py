@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import numpy as np
 import pytest
-from redis_server import RedisServer, redis_binary, shared_redis  # noqa: F401  (fixtures)
+from redis_fixtures import RedisServer, shared_redis  # noqa: F401  (fixtures)
 
 from radixkv import InvalidTokensError
 from radixkv.cluster import SCORERS, InMemoryIndex, KVIndex, Router

@@ -14,13 +14,13 @@ from radixkv.events import BlockStored
 
 transformers = pytest.importorskip("transformers")
 from radixkv.integrations.transformers import Engine  # noqa: E402
-from test_integration_transformers import _build  # noqa: E402  (the tiny models of the engine tests)
+from hf_helpers import build  # noqa: E402  (the tiny models of the engine tests)
 
 
 def test_engine_step_hook_publishes_every_step(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     torch.set_num_threads(1)
-    engine = Engine(_build("llama"), num_slots=1024, page_size=4, kv_events=True, event_block_size=4,
+    engine = Engine(build("llama"), num_slots=1024, page_size=4, kv_events=True, event_block_size=4,
                     max_context_len=256)
     pub = ZmqPublisher(engine.cache, "tcp://127.0.0.1:*", "tcp://127.0.0.1:*", topic=kv_topic("pod-0", "tiny"))
     pub.start(0.002)

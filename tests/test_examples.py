@@ -3,21 +3,11 @@ recompute, so running its `main()` is the test."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 import torch
+from scripts import ROOT, load_script
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
-
-
-def _load(name: str):  # noqa: ANN202 - a module
-    spec = importlib.util.spec_from_file_location(f"examples_{name}", EXAMPLES / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+EXAMPLES = ROOT / "examples"
 
 
 def test_own_loop_matches_no_cache(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
@@ -25,7 +15,7 @@ def test_own_loop_matches_no_cache(monkeypatch: pytest.MonkeyPatch, capsys: pyte
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # a toy model: extra threads only contend on a busy CI box
     try:
-        _load("own_loop").main()
+        load_script(EXAMPLES / "own_loop.py").main()
     finally:
         torch.set_num_threads(threads)
     out = capsys.readouterr().out

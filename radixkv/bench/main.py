@@ -54,11 +54,13 @@ class BenchReport:
     sglang_version: str | None = None
     sglang_note: str | None = None
     seconds: float = 0.0
+    load_average: tuple[float, float] = (0.0, 0.0)  # 1-minute load average at start and end (timings need it)
 
     def to_json(self) -> dict:
         return {
             "machine": f"{platform.node()} {platform.machine()} {os.cpu_count()} cpus, python {platform.python_version()}",
             "page_size": self.page_size, "model": self.model, "dtype": self.dtype, "seconds": round(self.seconds, 1),
+            "load_average_1min": [round(x, 2) for x in self.load_average],
             "sglang_version": self.sglang_version, "sglang_note": self.sglang_note,
             "memory_bytes": self.memory,
             "cells": [{"workload": c.workload, "frac": c.frac, "capacity": c.capacity, "opt": c.opt,
@@ -74,13 +76,16 @@ class BenchReport:
 
 def run_bench(workloads: list[str], fracs: list[float], policies: list[str], *, page_size: int = 1,
               seed: int = 0, scale: float = 1.0, model: str = "llama-3-8b", dtype: str = "bf16",
-              sglang: bool = False, progress=None, events_cost: int = 0) -> BenchReport:
-    """Run the grid; `progress` is a rich Progress (or None). Deterministic except timings."""
-    t0 = time.perf_counter()
+              peer: sglang_peer.Peer | None = None, strict: bool = False, progress=None,
+              events_cost: int = 0) -> BenchReport:
+    """Run the grid; `progress` is a rich Progress (or None). Deterministic except timings.
+
+    `dtype` is the KV dtype of the memory column. With `peer`, SGLang's RadixCache replays every
+    trace too; if it fails, `strict` raises sglang_peer.PeerError, else the report carries a note
+    and the rest runs without it."""
+    t0, load0 = time.perf_counter(), os.getloadavg()[0]
     rep = BenchReport({w: WORKLOADS[w].summary for w in workloads}, tuple(policies), page_size, model, dtype)
     bpt = bytes_per_token(get_model(model), dtype)
-    if sglang:
-        rep.sglang_note = sglang_peer.available()
     task = None
     if progress is not None:
         task = progress.add_task("bench", total=len(workloads) * len(fracs) * len(policies))
@@ -105,10 +110,16 @@ def run_bench(workloads: list[str], fracs: list[float], policies: list[str], *, 
         if events_cost:
             for cell in cells:
                 cell.events_off_s, cell.events_on_s = _events_cost(reqs, cell.capacity, page_size, events_cost)
-        if sglang and rep.sglang_note is None:
-            _run_peer(rep, reqs, cells, page_size)
+        if peer is not None and rep.sglang_note is None:
+            try:
+                _run_peer(rep, peer, reqs, cells, page_size)
+            except sglang_peer.PeerError as e:
+                if strict:
+                    raise
+                rep.sglang_note = str(e)
         rep.cells.extend(cells)
     rep.seconds = time.perf_counter() - t0
+    rep.load_average = (load0, os.getloadavg()[0])
     return rep
 
 
@@ -136,12 +147,12 @@ def events_table(rep: BenchReport):
     return t
 
 
-def _run_peer(rep: BenchReport, reqs, cells: list[Cell], page_size: int) -> None:
+def _run_peer(rep: BenchReport, peer: sglang_peer.Peer, reqs, cells: list[Cell], page_size: int) -> None:
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "trace.jsonl")
         write_jsonl(reqs, path)
         for pol in SGLANG_POLICIES:
-            run = sglang_peer.run(path, [c.capacity for c in cells], page_size, pol)
+            run = peer.run(path, [c.capacity for c in cells], page_size, pol)
             rep.sglang_version = run.version
             for cell, res in zip(cells, run.results):
                 cell.sglang[pol] = res

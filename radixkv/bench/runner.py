@@ -1,6 +1,6 @@
 """Replay a trace through RadixCache with the tree-level API and measure hits and bookkeeping time.
 
-Per request, the same lifecycle as SGLang's harness (/work/shared/peers/sglang_radix.py):
+Per request, the same lifecycle as SGLang's harness (radixkv/bench/sglang_peer.py says where it is):
 
     r = cache.match_prefix(tokens[:prompt_len])       # hit = r.length (whole pages)
     cache.lock(r.node)

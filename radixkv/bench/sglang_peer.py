@@ -1,11 +1,13 @@
 """SGLang's own RadixCache on the same trace, through the peer harness `sglang_radix.py`.
 
-The harness (by default /work/shared/peers/sglang_radix.py, or $RADIXKV_SGLANG_HARNESS) replays a
-make_trace.py JSON-lines trace with the same lifecycle as radixkv.bench.runner (match, lock,
-alloc with evict-on-shortfall, insert, unlock) and prints a JSON report. It runs in this process
-when `import sglang` works here, else in a subprocess of the interpreter of a separate venv
-(default `.venv-sglang/bin/python`, or $RADIXKV_SGLANG_PYTHON), installed as the harness's
-docstring says. Nothing from SGLang is copied into radixkv.
+The harness replays a JSON-lines trace (`{"tokens": [...], "prompt_len": n}` per line) with the same
+lifecycle as radixkv.bench.runner (match, lock, alloc with evict-on-shortfall, insert, unlock) and
+prints a JSON report. Where to find it, in order: `radixkv bench --sglang-harness PATH`, the
+environment variable RADIXKV_SGLANG_HARNESS, then `../shared/peers/sglang_radix.py` relative to the
+current directory. It runs in this process when `import sglang` works here, else in a subprocess
+of a separate venv's interpreter (`--sglang-python`, RADIXKV_SGLANG_PYTHON, default
+`.venv-sglang/bin/python`), installed as the harness's docstring says. Nothing from SGLang is
+copied into radixkv.
 """
 
 from __future__ import annotations
@@ -18,8 +20,15 @@ import os
 import subprocess
 from typing import NamedTuple
 
-DEFAULT_HARNESS = "/work/shared/peers/sglang_radix.py"
-DEFAULT_PYTHON = ".venv-sglang/bin/python"
+from radixkv.errors import RadixKVError
+
+HARNESS_ENV, PYTHON_ENV = "RADIXKV_SGLANG_HARNESS", "RADIXKV_SGLANG_PYTHON"
+DEFAULT_HARNESS = os.path.join("..", "shared", "peers", "sglang_radix.py")
+DEFAULT_PYTHON = os.path.join(".venv-sglang", "bin", "python")
+
+
+class PeerError(RadixKVError, RuntimeError):
+    """The SGLang harness could not run, failed, or printed no report."""
 
 
 class PeerResult(NamedTuple):
@@ -34,48 +43,60 @@ class PeerRun(NamedTuple):
     results: list[PeerResult]
 
 
-def harness_path() -> str:
-    return os.environ.get("RADIXKV_SGLANG_HARNESS", DEFAULT_HARNESS)
+class Peer(NamedTuple):
+    """Where the harness and the interpreter that can import SGLang are."""
+    harness: str
+    python: str
 
+    @classmethod
+    def from_env(cls) -> Peer:
+        return cls(os.environ.get(HARNESS_ENV, DEFAULT_HARNESS), os.environ.get(PYTHON_ENV, DEFAULT_PYTHON))
 
-def peer_python() -> str:
-    return os.environ.get("RADIXKV_SGLANG_PYTHON", DEFAULT_PYTHON)
+    @staticmethod
+    def in_process() -> bool:
+        return importlib.util.find_spec("sglang") is not None
 
+    def problem(self) -> str | None:
+        """Why the peer cannot run, or None when it can (harness present, SGLang importable somewhere)."""
+        if not os.path.isfile(self.harness):
+            return f"no SGLang harness at {self.harness} (pass --sglang-harness or set {HARNESS_ENV})"
+        if not self.in_process() and not os.path.isfile(self.python):
+            return (f"sglang is not importable here and there is no interpreter at {self.python} "
+                    f"(pass --sglang-python or set {PYTHON_ENV})")
+        return None
 
-def available() -> str | None:
-    """Why the peer cannot run, or None when it can (harness present and SGLang importable)."""
-    if not os.path.exists(harness_path()):
-        return f"no harness at {harness_path()} (set RADIXKV_SGLANG_HARNESS)"
-    if importlib.util.find_spec("sglang") is None and not os.path.exists(peer_python()):
-        return f"sglang is not importable and {peer_python()} does not exist (set RADIXKV_SGLANG_PYTHON)"
-    return None
+    def run(self, trace: str, capacities: list[int], page_size: int = 1, policy: str = "lru",
+            timeout: float = 600.0) -> PeerRun:
+        """Replay `trace` in SGLang's RadixCache at each capacity (tokens) with `policy`; raises PeerError."""
+        if (why := self.problem()) is not None:
+            raise PeerError(why)
+        args = [trace, "--backend", "radix", "--capacity", ",".join(map(str, capacities)),
+                "--page-size", str(page_size), "--eviction-policy", policy]
+        text, where = self._in_process(args) if self.in_process() else self._subprocess(args, timeout)
+        try:
+            return parse(text, where)
+        except (ValueError, KeyError) as e:
+            raise PeerError(f"the SGLang harness printed no readable report ({e}): {text[-500:]!r}") from e
 
-
-def _args(trace: str, capacities: list[int], page_size: int, policy: str) -> list[str]:
-    return [trace, "--backend", "radix", "--capacity", ",".join(map(str, capacities)),
-            "--page-size", str(page_size), "--eviction-policy", policy]
-
-
-def run(trace: str, capacities: list[int], page_size: int = 1, policy: str = "lru",
-        timeout: float = 600.0) -> PeerRun:
-    """Replay `trace` in SGLang's RadixCache at each capacity (tokens) with `policy`."""
-    args = _args(trace, capacities, page_size, policy)
-    if importlib.util.find_spec("sglang") is not None:
-        spec = importlib.util.spec_from_file_location("sglang_radix_harness", harness_path())
+    def _in_process(self, args: list[str]) -> tuple[str, str]:
+        spec = importlib.util.spec_from_file_location("sglang_radix_harness", self.harness)
+        assert spec is not None and spec.loader is not None
         mod = importlib.util.module_from_spec(spec)
-        assert spec.loader is not None
-        spec.loader.exec_module(mod)
-        out, err = io.StringIO(), io.StringIO()
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+            spec.loader.exec_module(mod)
             mod.main(args)
-        text, where = out.getvalue(), "in-process"
-    else:
-        proc = subprocess.run([peer_python(), harness_path(), *args], capture_output=True, text=True,
-                              timeout=timeout, check=False)
+        return out.getvalue(), "in-process"
+
+    def _subprocess(self, args: list[str], timeout: float) -> tuple[str, str]:
+        try:
+            proc = subprocess.run([self.python, self.harness, *args], capture_output=True, text=True,
+                                  timeout=timeout, check=False)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            raise PeerError(f"{self.python} {self.harness}: {e}") from e
         if proc.returncode:
-            raise RuntimeError(f"SGLang harness failed ({proc.returncode}): {proc.stderr[-2000:]}")
-        text, where = proc.stdout, peer_python()
-    return parse(text, where)
+            raise PeerError(f"SGLang harness exited with {proc.returncode}: {proc.stderr[-2000:]}")
+        return proc.stdout, self.python
 
 
 def parse(text: str, where: str) -> PeerRun:

@@ -4,8 +4,8 @@ A trace is a list of `Request(tokens, prompt_len)`: `tokens` (int32 numpy `[n]`)
 sequence the request leaves in the cache (prompt + output), `prompt_len` how many leading tokens
 are the prompt (what `match_prefix` sees). Token ids are random draws from `vocab`, so two
 sequences share a prefix exactly when the workload makes them share it. The JSON-lines form
-(`{"tokens": [...], "prompt_len": n}` per line) is the one `/work/shared/peers/make_trace.py`
-writes, so SGLang's harness can replay the same trace.
+(`{"tokens": [...], "prompt_len": n}` per line) is the one SGLang's peer harness reads
+(radixkv/bench/sglang_peer.py), so it replays the same trace.
 
 Every generator takes `seed` and keyword parameters (defaults below) and is deterministic.
 """

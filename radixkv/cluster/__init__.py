@@ -6,7 +6,7 @@
     router.report_load("pod-0", open_requests=3)
     router.route(prompt_tokens).instance       # -> "pod-0"
 
-RedisIndex needs the `cluster` extra (redis-py); it is imported on first use, so the rest works
+RedisIndex needs the `redis` extra (redis-py); it is imported on first use, so the rest works
 without it.
 """
 

@@ -1,9 +1,10 @@
-"""Next-token sampling for a batch of requests: greedy, or temperature / top-p with a seed.
+"""Next-token sampling for a batch of requests: greedy, or temperature / top-k / top-p with a seed.
 
 Each request draws from its own `torch.Generator`, seeded from `(seed, request index)`, so what a
 request samples does not depend on which other requests happen to share its forward (continuous
 batching reorders and regroups requests freely). Greedy is `argmax` with ties to the lowest id,
-as `model.generate(do_sample=False)` does. Nothing here touches the cache.
+as `model.generate(do_sample=False)` does; sampling applies temperature, then top-k, then top-p,
+in transformers' order. Nothing here touches the cache.
 """
 
 from __future__ import annotations
@@ -12,18 +13,23 @@ from dataclasses import dataclass
 
 import torch
 
+from radixkv.errors import InvalidArgumentError
+
 
 @dataclass(frozen=True)
 class SamplingParams:
     temperature: float = 0.0  # 0 means greedy
     top_p: float = 1.0  # nucleus mass kept, in (0, 1]
     seed: int = 0  # with the request's index, seeds that request's generator
+    top_k: int = 0  # keep the k most likely tokens; 0 keeps all
 
     def __post_init__(self) -> None:
         if not self.temperature >= 0.0:
-            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+            raise InvalidArgumentError(f"temperature must be >= 0, got {self.temperature}")
         if not 0.0 < self.top_p <= 1.0:
-            raise ValueError(f"top_p must lie in (0, 1], got {self.top_p}")
+            raise InvalidArgumentError(f"top_p must lie in (0, 1], got {self.top_p}")
+        if self.top_k < 0:
+            raise InvalidArgumentError(f"top_k must be >= 0 (0: no top-k), got {self.top_k}")
 
     @property
     def greedy(self) -> bool:
@@ -65,7 +71,11 @@ def sample(logits: torch.Tensor, params: SamplingParams,
     """
     if params.greedy:
         return logits.argmax(dim=-1).tolist()
-    probs = torch.softmax(logits.float().cpu() / params.temperature, dim=-1)
+    scores = logits.float().cpu() / params.temperature
+    if 0 < params.top_k < scores.shape[-1]:
+        kth = scores.topk(params.top_k, dim=-1).values[:, -1:]
+        scores = scores.masked_fill(scores < kth, float("-inf"))
+    probs = torch.softmax(scores, dim=-1)
     tokens = []
     for row, gen in zip(probs, generators):
         row = top_p_filter(row, params.top_p)

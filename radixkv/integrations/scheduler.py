@@ -37,7 +37,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from radixkv import OutOfRowsError, OutOfSlotsError, RadixCache
+from radixkv import ContextLengthError, InvalidTokensError, OutOfRowsError, OutOfSlotsError, RadixCache
+from radixkv.errors import InvalidArgumentError
 
 if TYPE_CHECKING:
     import torch
@@ -94,7 +95,7 @@ class Scheduler:
 
     def __init__(self, cache: RadixCache, max_batch_tokens: int, namespace: str | None = None) -> None:
         if max_batch_tokens < 1:
-            raise ValueError(f"max_batch_tokens must be >= 1, got {max_batch_tokens}")
+            raise InvalidArgumentError(f"max_batch_tokens must be >= 1, got {max_batch_tokens}")
         self.cache = cache
         self.max_batch_tokens = max_batch_tokens
         self.namespace = namespace
@@ -109,14 +110,14 @@ class Scheduler:
         cfg = self.cache.config
         need = prompt_len + max_new_tokens
         if prompt_len < 1:
-            raise ValueError("every prompt needs at least one token (the model predicts from it)")
+            raise InvalidTokensError("every prompt needs at least one token (the model predicts from it)")
         if max_new_tokens < 0:
-            raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
+            raise InvalidArgumentError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
         if need > cfg.max_context_len:
-            raise ValueError(f"prompt ({prompt_len}) + max_new_tokens ({max_new_tokens}) = {need} exceeds "
+            raise ContextLengthError(f"prompt ({prompt_len}) + max_new_tokens ({max_new_tokens}) = {need} exceeds "
                              f"max_context_len {cfg.max_context_len}; raise it or shorten the request")
         if need + cfg.page_size > cfg.num_slots:
-            raise ValueError(f"a request of {need} tokens cannot fit a pool of {cfg.num_slots} slots "
+            raise InvalidArgumentError(f"a request of {need} tokens cannot fit a pool of {cfg.num_slots} slots "
                              f"(page_size {cfg.page_size}); raise num_slots")
 
     def add(self, req: Request) -> None:

@@ -13,16 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-
-def percentile(values: list[float], q: float) -> float:
-    """The `q`-th percentile (0..100) by linear interpolation; nan for no values."""
-    if not values:
-        return float("nan")
-    xs = sorted(values)
-    pos = (len(xs) - 1) * q / 100.0
-    lo = int(pos)
-    hi = min(lo + 1, len(xs) - 1)
-    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+import numpy as np
 
 
 @dataclass
@@ -51,8 +42,11 @@ class GenerateStats:
         return self.output_tokens / self.wall_s if self.wall_s > 0 else float("nan")
 
     def ttft_percentiles(self) -> tuple[float, float, float]:
-        """(p50, p90, p99) time to first token, seconds."""
-        return tuple(percentile(self.ttft_s, q) for q in (50, 90, 99))  # type: ignore[return-value]
+        """(p50, p90, p99) time to first token, seconds (linear interpolation; nan without requests)."""
+        if not self.ttft_s:
+            return (float("nan"),) * 3
+        p50, p90, p99 = np.percentile(self.ttft_s, [50, 90, 99]).tolist()
+        return p50, p90, p99
 
     def profile(self) -> dict[str, float]:
         """Seconds per bucket, non-overlapping, summing to `wall_s`."""

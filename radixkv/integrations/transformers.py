@@ -4,10 +4,14 @@
 layers while radixkv holds the KV:
 
 ```python
-engine = Engine(model, num_slots=8192, page_size=16)
-outputs = engine.generate(prompts, max_new_tokens=32)   # new tokens only, one list per prompt
+engine = Engine(model, tokenizer=tokenizer, num_slots=8192, page_size=16)
+outputs = engine.generate(prompts, max_new_tokens=32)   # new token ids only, one list per prompt
+texts = engine.generate(["Hello"], return_text=True)    # decoded new text (skip_special_tokens=True)
 engine.cache.sizes(); engine.last_stats.profile()
 ```
+
+`generate` takes transformers' options, defaults (the model's `generation_config`) and inputs:
+generation_options.py and prompts.py. Greedy output equals `model.generate` token for token.
 
 Mechanism, and why. In transformers 5.x every decoder layer of these models applies RoPE itself,
 then calls `ALL_ATTENTION_FUNCTIONS.get_interface(config._attn_implementation)(module, q, k, v, mask,
@@ -39,6 +43,7 @@ chunked prefill, preemption) in `scheduler.py`, sampling in `sampling.py`.
 from __future__ import annotations
 
 import contextlib
+import difflib
 import itertools
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -47,8 +52,11 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from radixkv import CacheConfig, RadixCache
+from radixkv import CacheConfig, ConfigError, RadixCache
+from radixkv.errors import InvalidArgumentError
+from radixkv.integrations import generation_options
 from radixkv.integrations.attention import ATTN_IMPLEMENTATION, ForwardBatch
+from radixkv.integrations.prompts import prompt_ids, to_batch
 from radixkv.integrations.sampling import SamplingParams, make_generator, sample
 from radixkv.integrations.scheduler import Plan, Request, Scheduler
 from radixkv.integrations.stats import GenerateStats
@@ -84,23 +92,33 @@ class Engine:
     Args:
         model: a Llama-family `*ForCausalLM` whose attention goes through `AttentionInterface`.
         cache_config: the cache's layout; None builds one from the model (`cache_config_for`).
-        **kwargs: `max_batch_tokens` (token budget of one forward, default 512; chunked prefill
-            splits longer prompts), `namespace` (cache namespace), and, when `cache_config` is None,
-            any CacheConfig field (`num_slots`, `page_size`, `max_requests`, `eviction`, ...).
+        tokenizer: lets prompts be strings and `generate(..., return_text=True)` decode (optional).
+        max_batch_tokens: token budget of one forward (chunked prefill splits longer prompts).
+        namespace: the cache namespace every request is matched and inserted under.
+        **cache_options: when `cache_config` is None, CacheConfig fields (`num_slots`, `page_size`,
+            `max_requests`, `max_context_len`, `eviction`, `dtype`, ...). Anything else raises
+            InvalidArgumentError.
     """
 
-    def __init__(self, model: PreTrainedModel, cache_config: CacheConfig | None = None, **kwargs: Any) -> None:
-        self.max_batch_tokens = int(kwargs.pop("max_batch_tokens", 512))
-        self.namespace = kwargs.pop("namespace", None)
-        cache_kwargs = {k: kwargs.pop(k) for k in list(kwargs) if k in _CACHE_FIELDS}
-        if kwargs:
-            raise TypeError(f"unknown Engine arguments {sorted(kwargs)}")
-        if cache_config is not None and cache_kwargs:
-            raise TypeError(f"pass either cache_config or CacheConfig fields {sorted(cache_kwargs)}, not both")
+    def __init__(self, model: PreTrainedModel, cache_config: CacheConfig | None = None, *, tokenizer: Any = None,
+                 max_batch_tokens: int = 512, namespace: Any = None, **cache_options: Any) -> None:
+        unknown = sorted(set(cache_options) - _CACHE_FIELDS)
+        if unknown:
+            close = [m for u in unknown for m in difflib.get_close_matches(u, _CACHE_FIELDS, n=1)]
+            raise InvalidArgumentError(f"unknown Engine options {unknown}" + (f" (did you mean {close}?)" if close else "")
+                                       + f"; Engine takes tokenizer, max_batch_tokens, namespace and the CacheConfig "
+                                       f"fields {sorted(_CACHE_FIELDS)}")
+        if cache_config is not None and cache_options:
+            raise InvalidArgumentError(f"pass either cache_config or CacheConfig fields {sorted(cache_options)}, not both")
         if not model._can_set_attn_implementation():
-            raise TypeError(f"{type(model).__name__} does not dispatch attention through AttentionInterface")
+            raise InvalidArgumentError(f"{type(model).__name__} does not dispatch attention through AttentionInterface")
+        if isinstance(max_batch_tokens, bool) or not isinstance(max_batch_tokens, int) or max_batch_tokens < 1:
+            raise InvalidArgumentError(f"max_batch_tokens must be an int >= 1, got {max_batch_tokens!r}")
         self.model = model.eval()
-        self.cache = RadixCache(cache_config or cache_config_for(model, **cache_kwargs))
+        self.tokenizer = tokenizer
+        self.max_batch_tokens = max_batch_tokens
+        self.namespace = namespace
+        self.cache = RadixCache(cache_config or cache_config_for(model, **cache_options))
         self._check_layout()
         self.last_stats = GenerateStats()
         # Called after every scheduler step, on generate()'s thread (the cache's): e.g. publish KV
@@ -111,36 +129,61 @@ class Engine:
         for name, want in model_layout(self.model).items():
             got = getattr(self.cache.config, name)
             if got != want:
-                raise ValueError(f"cache_config.{name} = {got} but the model has {want}")
+                raise ConfigError(f"cache_config.{name} = {got} but the model has {want}")
 
     @torch.inference_mode()
-    def generate(self, prompts: Sequence[Sequence[int]], max_new_tokens: int = 32,
-                 eos_token_id: int | Sequence[int] | None = None, temperature: float = 0.0,
-                 top_p: float = 1.0, seed: int = 0) -> list[list[int]]:
+    def generate(self, prompts: Any, generation_config: Any = None, *, max_new_tokens: int | None = None,
+                 max_length: int | None = None, eos_token_id: Any = None, pad_token_id: Any = None,
+                 do_sample: bool | None = None, temperature: float | None = None, top_k: int | None = None,
+                 top_p: float | None = None, seed: int = 0, attention_mask: Any = None, return_text: bool = False,
+                 **unknown: Any) -> list[list[int]] | list[str]:
         """Generate for every prompt with continuous batching; returns the new tokens of each.
 
-        A request stops after `max_new_tokens` tokens or right after emitting an id in
-        `eos_token_id` (None: never on eos). Greedy when `temperature == 0`, else temperature /
-        top-p sampling; request `i` samples from a generator seeded by `(seed, i)`. Prompts share
-        cached prefixes; finished tokens are committed to the cache for later calls. Statistics of
-        the call are left in `self.last_stats`. Raises ValueError for a request that could not run
-        even alone (too long for the pool, the context or the sliding window).
+        Args:
+            prompts: a list of prompts (id lists, 1-D tensors or arrays, strings with a tokenizer)
+                or a 2-D tensor / array, one prompt per row (`attention_mask` marks its tokens).
+            generation_config, max_new_tokens, max_length, eos_token_id, pad_token_id, do_sample,
+                temperature, top_k, top_p: as in transformers' `model.generate`, with the same
+                defaults (from `model.generation_config`); see generation_options.py.
+            seed: request `i` samples from a generator seeded by `(seed, i)` (ignored when greedy).
+            return_text: decode each output with the tokenizer (`skip_special_tokens=True`).
+        Returns:
+            One list of new token ids per prompt (prompt excluded, unpadded, ending with the EOS
+            token when one stopped it), or one string each with `return_text`.
+        Raises InvalidTokensError (bad prompt), InvalidArgumentError (unknown, unimplemented or
+        out-of-range option), ContextLengthError (longer than `max_context_len`). Prompts share
+        cached prefixes; finished tokens stay cached for later calls; stats in `self.last_stats`.
         """
-        params = SamplingParams(temperature, top_p, seed)
-        eos = _eos_set(eos_token_id)
+        vocab = self.model.config.vocab_size
+        opts = generation_options.resolve(
+            self.model, generation_config, dict(max_new_tokens=max_new_tokens, max_length=max_length,
+                                                eos_token_id=eos_token_id, pad_token_id=pad_token_id,
+                                                do_sample=do_sample, temperature=temperature, top_k=top_k,
+                                                top_p=top_p), unknown, vocab, seed)
+        if return_text and self.tokenizer is None:
+            raise InvalidArgumentError("return_text=True needs a tokenizer: Engine(model, tokenizer=tokenizer)")
+        batch = to_batch(prompts, vocab_size=vocab, tokenizer=self.tokenizer, attention_mask=attention_mask)
+        outputs = self._run(batch, opts)
+        if return_text:
+            return [self.tokenizer.decode(o, skip_special_tokens=True) for o in outputs]
+        return outputs
+
+    def _run(self, prompts: list[list[int]], opts: generation_options.GenerateOptions) -> list[list[int]]:
+        params = opts.sampling
         sched = Scheduler(self.cache, self.max_batch_tokens, self.namespace)
-        requests = [Request(i, [int(t) for t in p], len(p), max_new_tokens, make_generator(params, i))
+        requests = [Request(i, p, len(p), opts.new_tokens(len(p), f"prompt {i}"), make_generator(params, i))
                     for i, p in enumerate(prompts)]
         for req in requests:
-            self._validate(sched, req.tokens, max_new_tokens)
-            if max_new_tokens > 0:
+            self._validate(sched, req.tokens, req.max_new_tokens)
+        for req in requests:
+            if req.max_new_tokens > 0:
                 sched.add(req)
         stats = GenerateStats(prompt_tokens=sum(r.prompt_len for r in requests))
         start = time.perf_counter()
         with self._attention_backend():
             try:
                 while not sched.idle:
-                    self._step(sched, params, eos, stats, start)
+                    self._step(sched, params, opts.eos, stats, start)
             except BaseException:
                 sched.abort()  # leave the cache consistent: no Sequence stays open
                 raise
@@ -153,15 +196,17 @@ class Engine:
         return [r.output for r in requests]
 
     @torch.inference_mode()
-    def score(self, tokens: Sequence[int]) -> tuple[int, torch.Tensor]:
+    def score(self, prompt: Sequence[int] | torch.Tensor | str) -> tuple[int, torch.Tensor]:
         """Logits of a prompt's positions that are not reused from the cache (prompt logprobs).
 
-        Opens a Sequence (reusing the cached prefix, at most `len(tokens) - 1` tokens), computes
-        the rest in one forward, commits it (so it is cached afterwards) and closes the Sequence.
-        Returns `(reused, logits)`: `reused` cached tokens and fp `[len(tokens) - reused, vocab]`
-        logits, row `i` predicting token `reused + i + 1`.
+        Takes one prompt in any form `generate` accepts. Opens a Sequence (reusing the cached
+        prefix, at most `len(prompt) - 1` tokens), computes the rest in one forward, commits it
+        (so it is cached afterwards) and closes the Sequence. Returns `(reused, logits)`: `reused`
+        cached tokens and fp `[len(prompt) - reused, vocab]` logits, row `i` predicting token
+        `reused + i + 1`.
         """
-        req = Request(0, [int(t) for t in tokens], len(tokens), 0)
+        tokens = prompt_ids(prompt, vocab_size=self.model.config.vocab_size, tokenizer=self.tokenizer)
+        req = Request(0, tokens, len(tokens), 0)
         self._validate(Scheduler(self.cache, 1), req.tokens, 0)
         req.seq = self.cache.open(req.tokens, namespace=self.namespace, max_reuse=len(tokens) - 1)
         try:
@@ -242,14 +287,11 @@ class Engine:
         return out.logits[0], batch
 
     def _validate(self, sched: Scheduler, tokens: list[int], max_new_tokens: int) -> None:
-        """Reject up front what could fail mid-generation: bad ids, too long for pool/context/window."""
+        """Reject up front what could fail mid-generation: too long for the pool, context or window."""
         sched.validate(len(tokens), max_new_tokens)
-        vocab = self.model.config.vocab_size
-        if min(tokens) < 0 or max(tokens) >= vocab:
-            raise ValueError(f"token ids must lie in [0, {vocab}), got [{min(tokens)}, {max(tokens)}]")
         window = getattr(self.model.config, "sliding_window", None)
         if window is not None and len(tokens) + max_new_tokens > window:
-            raise ValueError(f"a request of {len(tokens) + max_new_tokens} tokens exceeds sliding_window "
+            raise InvalidArgumentError(f"a request of {len(tokens) + max_new_tokens} tokens exceeds sliding_window "
                              f"{window}; radixkv attention is full attention only")
 
     @contextlib.contextmanager
@@ -261,10 +303,3 @@ class Engine:
         finally:
             self.model.set_attn_implementation(previous)
 
-
-def _eos_set(eos_token_id: int | Sequence[int] | None) -> frozenset[int]:
-    if eos_token_id is None:
-        return frozenset()
-    if isinstance(eos_token_id, int):
-        return frozenset([eos_token_id])
-    return frozenset(int(t) for t in eos_token_id)

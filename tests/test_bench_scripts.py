@@ -1,0 +1,33 @@
+"""The scripts in bench/ as a user meets them: `--help` prints usage with defaults and runs nothing;
+the small ones run end to end and agree with the library. (bench/kernels.py belongs to the kernel
+tests.)"""
+
+from __future__ import annotations
+
+import pytest
+from scripts import ROOT, load_script
+
+from radixkv.bench.opt import opt_hit_rate
+from radixkv.bench.workloads import make_workload
+
+SCRIPTS = ["e2e", "fleet", "host_tier", "opt", "workloads"]
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_help_prints_usage_and_defaults(name: str, capsys: pytest.CaptureFixture[str]) -> None:
+    if name == "e2e":
+        pytest.importorskip("transformers")
+    module = load_script(ROOT / "bench" / f"{name}.py")
+    with pytest.raises(SystemExit) as info:
+        module.main(["--help"])
+    assert info.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage:") and "(default:" in out, out[:500]
+
+
+def test_workloads_then_opt_agree_with_the_library(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
+    trace = tmp_path / "gsp.jsonl"
+    load_script(ROOT / "bench" / "workloads.py").main(["gsp", "-o", str(trace), "--scale", "0.02"])
+    load_script(ROOT / "bench" / "opt.py").main([str(trace), "--capacity", "20000"])
+    want = opt_hit_rate(make_workload("gsp", scale=0.02), 20000)
+    assert f"OPT token hit rate {want.hit_rate:.4f} ({want.hit_tokens}/{want.prompt_tokens}" in capsys.readouterr().out
