@@ -48,7 +48,9 @@ from radixkv.kernels.indices import _build_kv_indices_launch, _write_req_to_toke
 from radixkv.kernels.store import _store_kv_launch  # noqa: E402
 
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
-KV_HEADS = 2  # attention cases: kv heads only size the grid, they do not change the compiled code
+# attention cases: Llama-3-8B's 8 kv heads, so num_heads = 8 x group is specialised (divisible by 16
+# or not) as in real models; the number of kv heads itself only sizes the grid
+KV_HEADS = 8
 SLOTS, ROWS, CONTEXT = 64, 4, 64  # tiny buffers: compiling reads shapes and strides, not values
 
 

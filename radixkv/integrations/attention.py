@@ -40,7 +40,7 @@ class ForwardBatch:
     decode_inputs: tuple[torch.Tensor, torch.Tensor] = field(init=False)  # rows, seq_lens [num_decode]
     max_decode_len: int = field(init=False)  # longest seq_len among the decode requests (0: none)
     extend_inputs: tuple[torch.Tensor, ...] = field(init=False)  # rows, prefix_lens, extend_lens of the rest
-    extend_lens: kernels.ExtendLens = field(init=False)  # the same three on the host
+    extend_host: kernels.ExtendLens = field(init=False)  # the same three on the host
 
     def __post_init__(self) -> None:
         b, d = self.inputs, self.num_decode
@@ -49,7 +49,7 @@ class ForwardBatch:
         self.max_decode_len = max((p + e for p, e in zip(host.prefix_lens[:d], host.extend_lens[:d])), default=0)
         self.extend_inputs = (b.rows[d:], b.prefix_lens[d:], b.extend_lens[d:])
         ext = host.extend_lens[d:]
-        self.extend_lens = kernels.ExtendLens(host.rows[d:], host.prefix_lens[d:], ext, max(ext, default=0))
+        self.extend_host = kernels.ExtendLens(host.rows[d:], host.prefix_lens[d:], ext, max(ext, default=0))
 
 
 def radixkv_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
@@ -87,9 +87,9 @@ def radixkv_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.T
         parts.append(kernels.decode_attention_unchecked(q[:d], k_buf, v_buf, req_to_token, *fb.decode_inputs,
                                                         scaling, fb.max_decode_len))
     t1 = time.perf_counter()
-    if fb.extend_lens.rows:
+    if fb.extend_host.rows:
         parts.append(kernels.extend_attention_unchecked(q[d:], k[d:], v[d:], k_buf, v_buf, req_to_token,
-                                                        *fb.extend_inputs, scaling, fb.extend_lens))
+                                                        *fb.extend_inputs, scaling, fb.extend_host))
     t2 = time.perf_counter()
     out = parts[0] if len(parts) == 1 else torch.cat(parts)
     fb.decode_s += t1 - t0

@@ -51,7 +51,7 @@ def decode_config(head_dim: int, group: int, dtype: torch.dtype, target: Target)
     return DecodeConfig(block_h=16, block_n=32, num_warps=4, num_stages=2)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["num_splits"])  # one compiled variant for any split count
 def _decode_split_kernel(
     q_ptr, q_stride_b, q_stride_h,  # [batch, num_heads, head_dim]
     k_buf_ptr, v_buf_ptr, buf_stride_s, buf_stride_h,  # [num_slots, num_kv_heads, head_dim]
