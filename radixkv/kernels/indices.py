@@ -17,8 +17,8 @@ make no device->host sync (build_kv_indices needs the CSR length: pass `num_toke
 one sync); `RadixCache.batch()` calls them on what it validated itself.
 
 The torch references copy a slice per row for small batches and build one flat index beyond
-_LOOP_ROWS rows (one index_copy_: ~50 us whatever the batch, against ~5 us per row for slices,
-measured on CPU).
+_LOOP_ROWS rows (one index_copy_/index_select: ~50 us plus ~7 ns per token, against ~5-20 us per
+row for slices, measured on CPU); writes of rows averaging _LOOP_ROW_LEN tokens or more stay slices.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from radixkv.kernels._common import (KernelInputError, check_lens, check_rows, c
 
 _BLOCK = 128  # positions per loop step; a row is copied in ceil(len / _BLOCK) steps
 _LOOP_ROWS = 8  # the references copy row by row up to here, then through one flat index
+_LOOP_ROW_LEN = 512  # ... except write_req_to_token_ref with rows this long on average (slices win)
 _INT32_MAX = 2**31 - 1
 
 
@@ -121,7 +122,7 @@ def _write_req_to_token_launch(req_to_token: torch.Tensor, rows: torch.Tensor, s
 def write_req_to_token_ref(req_to_token: torch.Tensor, rows: torch.Tensor, starts: torch.Tensor,
                            slots: torch.Tensor, lens: torch.Tensor) -> None:
     """Torch reference of `write_req_to_token` (same arguments, same effect; no checks)."""
-    if rows.numel() <= _LOOP_ROWS:
+    if rows.numel() <= _LOOP_ROWS or slots.numel() >= _LOOP_ROW_LEN * rows.numel():
         src = 0
         for row, start, n in zip(rows.tolist(), starts.tolist(), lens.tolist()):
             req_to_token[row, start:start + n] = slots[src:src + n]
