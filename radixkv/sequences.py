@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from radixkv.errors import ContextLengthError, InvalidArgumentError, SequenceError
-from radixkv.kernels import build_kv_indices
+from radixkv.kernels import build_kv_indices_unchecked
 from radixkv.pools import ReqToTokenPool
 from radixkv.results import BatchInputs
 
@@ -214,7 +214,8 @@ class SequenceTable:
         if device.type == "cpu":
             kv_indices = torch.from_numpy(_cat([r.slots[:r.kv_len] for r in recs]))
         else:  # read the table on the device instead of copying every slot over
-            _, kv_indices = build_kv_indices(table, torch.from_numpy(rows).to(device), torch.from_numpy(seq_lens).to(device))
+            _, kv_indices = build_kv_indices_unchecked(table, torch.from_numpy(rows).to(device),
+                                                       torch.from_numpy(seq_lens).to(device), num_tokens=int(indptr[-1]))
         t = [torch.from_numpy(a).to(device) for a in (rows, prefix, seq_lens - prefix, seq_lens, out_slots, indptr)]
         return BatchInputs(t[0], t[1], t[2], t[3], t[4], t[5], kv_indices)
 

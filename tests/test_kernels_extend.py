@@ -1,7 +1,8 @@
 """extend_attention: Triton (interpreter) vs the torch reference, the reference vs torch SDPA, and
 the last new token vs decode_attention over the same stored KV. Ragged batch with prefix/extend
 lengths (0, 1), (7, 97), (300, 7), (33, 33), (5, 0); GQA ratios 1, 2, 4; page sizes 1 and 16;
-shuffled slots; stale (out-of-pool) table entries past each prefix; fp32/fp16/bf16."""
+shuffled slots; stale (out-of-pool) table entries past each prefix; fp32/fp16/bf16; the block
+sizes chosen for sm_80 and sm_90 run in the interpreter too; unchecked equals checked."""
 
 from __future__ import annotations
 
@@ -10,16 +11,19 @@ import torch
 import torch.nn.functional as F
 
 from radixkv.errors import InvalidSlotsError
-from radixkv.kernels import (decode_attention, extend_attention, extend_attention_ref, store_kv,
-                             write_req_to_token)
+from radixkv.kernels import (ExtendLens, decode_attention, extend_attention, extend_attention_ref,
+                             extend_attention_unchecked, store_kv, write_req_to_token)
 from radixkv.kernels._common import KernelInputError
+from radixkv.kernels.extend import _extend_launch, extend_config
 from kernel_checks import assert_close, randn
 
 NUM_SLOTS, MAX_REQ, MAX_CTX = 1024, 7, 400
 PREFIX_EXTEND = [(0, 1), (7, 97), (300, 7), (33, 33), (5, 0)]  # 33: one past a block of 32
 KV_HEADS, DIM = 2, 24  # dim 24 is padded to 32 inside the kernel
-# (dtype, atol, rtol): both sides compute in fp32 and round once to the output dtype (about one
-# output ulp apart near |x| = 1: fp16 9.8e-4, bf16 7.8e-3); fp32 differs by summation order only.
+# (dtype, atol, rtol): the kernel multiplies the stored values exactly (fp32 accumulate) but rounds
+# the softmax weights p to fp16/bf16 before p @ V, as FlashAttention does; the reference stays in
+# fp32. Both round once to the output dtype (about one output ulp apart near |x| = 1: fp16
+# 9.8e-4, bf16 7.8e-3); fp32 differs by summation order only.
 TOLS = [(torch.float32, 2e-5, 2e-5), (torch.float16, 2e-3, 2e-3), (torch.bfloat16, 1.6e-2, 1.6e-2)]
 
 
@@ -86,6 +90,37 @@ def test_extend_last_token_equals_decode() -> None:
     assert_close("extend last token vs decode", got[last], want, 2e-5, 2e-5)
 
 
+@pytest.mark.parametrize("target", [(8, 0), (9, 0)], ids=["sm_80", "sm_90"])
+@pytest.mark.parametrize("dim", [64, 128, 256])
+def test_extend_gpu_configs_in_interpreter(target: tuple[int, int], dim: int) -> None:
+    """The block sizes the launcher picks for a GPU (what bench/compile_check.py compiles), run
+    by the interpreter in fp16 on a batch whose lengths straddle those blocks."""
+    pe = [(70, 130), (0, 65), (129, 3)]
+    config = extend_config(dim, 2, torch.float16, target)
+    k_buf, v_buf = randn(NUM_SLOTS, KV_HEADS, dim, dtype=torch.float16), randn(NUM_SLOTS, KV_HEADS, dim, dtype=torch.float16)
+    (_, _, _, _, _, table, rows, prefix_lens, extend_lens), _ = _batch(2, torch.float16, pe=pe)
+    n = int(extend_lens.sum())
+    q, k, v = (randn(n, h, dim, dtype=torch.float16) for h in (2 * KV_HEADS, KV_HEADS, KV_HEADS))
+    args = (q, k, v, k_buf, v_buf, table, rows, prefix_lens, extend_lens, dim**-0.5)
+    got = _extend_launch(*args, 130, config, None)
+    want = extend_attention_ref(*args)
+    assert_close(f"extend {config} dim={dim}", got, want, 2e-3, 2e-3)
+
+
+@pytest.mark.parametrize("interpret", [True, False], ids=["triton", "reference"])
+def test_extend_unchecked_equals_checked(interpret: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The per-layer launcher (no checks, host lengths given) returns exactly what the checked one
+    does, on the Triton path and on the reference path."""
+    if not interpret:
+        monkeypatch.delenv("TRITON_INTERPRET")
+    args, _ = _batch(2, torch.float16, page_size=16)
+    want = extend_attention(*args, 0.2)
+    lens = ExtendLens.read(*args[6:])
+    assert lens.max_extend_len == max(e for _, e in PREFIX_EXTEND)
+    got = extend_attention_unchecked(*args, 0.2, lens)
+    assert torch.equal(got, want), "unchecked differs from checked"
+
+
 def test_extend_rejects_bad_inputs() -> None:
     args, _ = _batch(2, torch.float32, pe=[(5, 3), (2, 4)])
     q, k, v, k_buf, v_buf, table, rows, prefix_lens, extend_lens = args
@@ -100,3 +135,9 @@ def test_extend_rejects_bad_inputs() -> None:
         extend_attention(q, k.half(), v, k_buf, v_buf, table, rows, prefix_lens, extend_lens, 1.0)
     with pytest.raises(KernelInputError, match="below 0"):
         extend_attention(q, k, v, k_buf, v_buf, table, rows, i32(-1, 2), extend_lens, 1.0)
+    with pytest.raises(KernelInputError, match="entries"):
+        extend_attention(q, k, v, k_buf, v_buf, table, rows[:1], prefix_lens, extend_lens, 1.0)
+    with pytest.raises(KernelInputError, match="sm_scale"):
+        extend_attention(q, k, v, k_buf, v_buf, table, rows, prefix_lens, extend_lens, "0.5")
+    with pytest.raises(KernelInputError, match="heads"):
+        extend_attention(q[:, :0], k, v, k_buf, v_buf, table, rows, prefix_lens, extend_lens, 1.0)

@@ -1,6 +1,8 @@
 """write_req_to_token and build_kv_indices: Triton (interpreter) vs torch reference, compared
-exactly (they are pure copies); a hand-written example pins the reference itself; bad inputs raise
-before the table is touched; dispatch follows TRITON_INTERPRET at call time."""
+exactly (they are pure copies), for batches the references copy row by row and batches they copy
+through one flat index (> 8 rows); a hand-written example pins the reference itself; bad inputs
+(overlapping writes included) raise before the table is touched; the unchecked launchers equal the
+checked ones; dispatch follows TRITON_INTERPRET at call time."""
 
 from __future__ import annotations
 
@@ -9,13 +11,15 @@ import torch
 
 from radixkv.errors import ContextLengthError, InvalidSlotsError, RadixKVError
 from radixkv.kernels import (KernelInputError, build_kv_indices, build_kv_indices_ref,
-                             write_req_to_token, write_req_to_token_ref)
+                             build_kv_indices_unchecked, write_req_to_token, write_req_to_token_ref,
+                             write_req_to_token_unchecked)
 from radixkv.kernels import indices as indices_mod
 from kernel_checks import assert_equal
 
-MAX_REQ, MAX_CTX, NUM_SLOTS = 9, 320, 5000
-# odd lengths around the kernel's block of 128, plus empty rows
-LENS_CASES = [[1], [7, 0, 97], [300, 1, 129, 0, 7], [0, 0]]
+MAX_REQ, MAX_CTX, NUM_SLOTS = 13, 320, 5000
+# odd lengths around the kernel's block of 128, plus empty rows; the last two exceed the 8 rows
+# the references copy one by one
+LENS_CASES = [[1], [7, 0, 97], [300, 1, 129, 0, 7], [0, 0], [1] * 11, [3, 0, 130, 1, 1, 9, 0, 2, 17, 1]]
 
 
 def _random_batch(lens: list[int], dtype: torch.dtype):
@@ -36,6 +40,39 @@ def test_write_req_to_token_matches_ref(lens: list[int], dtype: torch.dtype) -> 
     write_req_to_token_ref(want, rows, starts, slots, lens_t)
     write_req_to_token(table, rows, starts, slots, lens_t)
     assert_equal("req_to_token", table, want)
+
+
+@pytest.mark.parametrize("interpret", [True, False], ids=["triton", "reference"])
+def test_unchecked_equal_checked(interpret: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    if not interpret:
+        monkeypatch.delenv("TRITON_INTERPRET")
+    for lens in LENS_CASES:
+        table, rows, starts, slots, lens_t = _random_batch(lens, torch.int32)
+        want = table.clone()
+        write_req_to_token(want, rows, starts, slots, lens_t)
+        write_req_to_token_unchecked(table, rows, starts, slots, lens_t)
+        assert_equal(f"req_to_token {lens}", table, want)
+        checked = build_kv_indices(table, rows, lens_t)
+        for num_tokens in (None, sum(lens)):
+            got = build_kv_indices_unchecked(table, rows, lens_t, num_tokens=num_tokens)
+            assert_equal(f"kv_indptr {lens}", got[0], checked[0])
+            assert_equal(f"kv_indices {lens}", got[1], checked[1])
+
+
+def test_refs_on_a_strided_table() -> None:
+    """A table that is a column slice of a wider one (row stride > max_context_len): both copy
+    paths of the references address it through its strides."""
+    wide = torch.randint(-5, NUM_SLOTS, (MAX_REQ, MAX_CTX + 37), dtype=torch.int32)
+    lens = [5, 0, 17, 2, 1, 1, 3, 8, 4, 6]
+    for batch in (3, len(lens)):
+        table, rows, starts, slots, lens_t = _random_batch(lens[:batch], torch.int64)
+        view, dense = wide.clone()[:, :MAX_CTX], table.clone()
+        view.copy_(dense)
+        write_req_to_token_ref(view, rows, starts, slots, lens_t)
+        write_req_to_token_ref(dense, rows, starts, slots, lens_t)
+        assert_equal(f"strided write, {batch} rows", view, dense)
+        assert_equal(f"strided build, {batch} rows", build_kv_indices_ref(view, rows, lens_t)[1],
+                     build_kv_indices_ref(dense, rows, lens_t)[1])
 
 
 def test_write_req_to_token_ref_by_hand() -> None:
@@ -91,6 +128,8 @@ def _bad_write_cases():
     yield "slot over int32", (i32(0), i32(0), torch.tensor([0, 2**31, 2]), i32(3)), InvalidSlotsError
     yield "int32 slots", (i32(0), i32(0), i32(0, 1, 2), i32(3)), KernelInputError
     yield "float lens", (i32(0), i32(0), torch.arange(3), torch.tensor([3.0])), KernelInputError
+    yield "overlapping ranges of one row", (i32(4, 2, 4), i32(0, 0, 2), torch.arange(7), i32(3, 1, 3)), \
+        KernelInputError
 
 
 @pytest.mark.parametrize("case", list(_bad_write_cases()), ids=lambda c: c[0])

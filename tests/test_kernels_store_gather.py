@@ -1,6 +1,7 @@
 """store_kv and gather_kv: Triton (interpreter) vs torch reference, compared exactly (pure copies),
 on random non-zero data, odd sizes, slots drawn with randperm (page size 1) or as shuffled whole
-pages of 16; bad slots raise before anything is written."""
+pages of 16; bad slots raise before anything is written; the unchecked launchers equal the checked
+ones."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ import pytest
 import torch
 
 from radixkv.errors import InvalidSlotsError, RadixKVError
-from radixkv.kernels import gather_kv, gather_kv_ref, store_kv, store_kv_ref
+from radixkv.kernels import (gather_kv, gather_kv_ref, gather_kv_unchecked, store_kv, store_kv_ref,
+                             store_kv_unchecked)
 from radixkv.kernels._common import KernelInputError
 from kernel_checks import assert_equal, randn
 
@@ -73,6 +75,21 @@ def test_store_then_gather_round_trip() -> None:
     store_kv(k_buf, v_buf, slots, k, v)
     assert_equal("k", gather_kv(k_buf, slots), k)
     assert_equal("v", gather_kv(v_buf, slots), v)
+
+
+@pytest.mark.parametrize("interpret", [True, False], ids=["triton", "reference"])
+def test_unchecked_equal_checked(interpret: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    if not interpret:
+        monkeypatch.delenv("TRITON_INTERPRET")
+    k_buf, v_buf = randn(NUM_SLOTS, 3, 7, dtype=torch.float16), randn(NUM_SLOTS, 3, 7, dtype=torch.float16)
+    k_want, v_want = k_buf.clone(), v_buf.clone()
+    slots, k, v = _slots(97, 16), randn(97, 3, 7, dtype=torch.float16), randn(97, 3, 7, dtype=torch.float16)
+    store_kv(k_want, v_want, slots, k, v)
+    store_kv_unchecked(k_buf, v_buf, slots, k, v)
+    assert_equal("k_buf", k_buf, k_want)
+    assert_equal("v_buf", v_buf, v_want)
+    reads = torch.randint(0, NUM_SLOTS, (300,))
+    assert_equal("gather_kv", gather_kv_unchecked(k_buf, reads), gather_kv(k_buf, reads))
 
 
 def test_empty_store_and_gather() -> None:

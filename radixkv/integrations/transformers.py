@@ -278,7 +278,8 @@ class Engine:
         extend_lens = inputs.extend_lens.to(device=device, dtype=torch.int64)
         starts = torch.cumsum(extend_lens, 0) - extend_lens
         offsets = inputs.prefix_lens.to(device=device, dtype=torch.int64) - starts
-        position_ids = torch.arange(len(ids), device=device) + torch.repeat_interleave(offsets, extend_lens)
+        position_ids = torch.arange(len(ids), device=device) + torch.repeat_interleave(offsets, extend_lens,
+                                                                                      output_size=len(ids))
         num_decode = next((i for i, n in enumerate(plan.chunks) if n != 1), len(plan.chunks))
         batch = ForwardBatch(self.cache, inputs, num_decode)
         out = self.model(input_ids=torch.tensor([ids], device=device), position_ids=position_ids[None],

@@ -3,21 +3,30 @@
 Every public op `name(...)` checks its inputs, then launches its Triton kernel when a tensor is on
 CUDA or `TRITON_INTERPRET=1` is set at call time, and runs `name_ref(...)` (plain torch, same
 signature, same result) otherwise. See `_common.use_triton`.
+
+Each op also has `name_unchecked(...)`: the same dispatch with no checks and no device->host
+sync, for the per-layer path after `RadixCache.batch()` validated the step once. The attention
+ops take the host-side lengths they need (`max_seq_len`, `ExtendLens`) read once per step.
 """
 
 from __future__ import annotations
 
 from radixkv.kernels._common import KernelInputError, use_triton
-from radixkv.kernels.decode import decode_attention, decode_attention_ref
-from radixkv.kernels.extend import extend_attention, extend_attention_ref
-from radixkv.kernels.gather import gather_kv, gather_kv_ref
-from radixkv.kernels.indices import (build_kv_indices, build_kv_indices_ref, write_req_to_token,
-                                     write_req_to_token_ref)
-from radixkv.kernels.store import store_kv, store_kv_ref
+from radixkv.kernels.decode import decode_attention, decode_attention_ref, decode_attention_unchecked
+from radixkv.kernels.extend import (ExtendLens, extend_attention, extend_attention_ref,
+                                    extend_attention_unchecked)
+from radixkv.kernels.gather import gather_kv, gather_kv_ref, gather_kv_unchecked
+from radixkv.kernels.indices import (build_kv_indices, build_kv_indices_ref, build_kv_indices_unchecked,
+                                     write_req_to_token, write_req_to_token_ref,
+                                     write_req_to_token_unchecked)
+from radixkv.kernels.store import store_kv, store_kv_ref, store_kv_unchecked
 
 __all__ = [
-    "KernelInputError", "use_triton",
-    "store_kv", "store_kv_ref", "gather_kv", "gather_kv_ref",
-    "build_kv_indices", "build_kv_indices_ref", "write_req_to_token", "write_req_to_token_ref",
-    "decode_attention", "decode_attention_ref", "extend_attention", "extend_attention_ref",
+    "KernelInputError", "use_triton", "ExtendLens",
+    "store_kv", "store_kv_unchecked", "store_kv_ref",
+    "gather_kv", "gather_kv_unchecked", "gather_kv_ref",
+    "build_kv_indices", "build_kv_indices_unchecked", "build_kv_indices_ref",
+    "write_req_to_token", "write_req_to_token_unchecked", "write_req_to_token_ref",
+    "decode_attention", "decode_attention_unchecked", "decode_attention_ref",
+    "extend_attention", "extend_attention_unchecked", "extend_attention_ref",
 ]

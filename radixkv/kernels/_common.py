@@ -9,11 +9,21 @@ Triton is optional (Linux only): without it, `triton.jit` below is a no-op stand
 never launched, and every op runs its reference.
 
 The checks run before any launch because an out-of-bounds load inside a kernel is not an
-exception but a crash (or silent garbage on a GPU). Range checks cost one host sync per call.
+exception but a crash (or silent garbage on a GPU). Range checks cost host syncs, so only the
+checked launchers (`store_kv`, `decode_attention`, ...) run them; the per-layer path calls the
+`*_unchecked` launchers on a batch that `RadixCache.batch()` validated once.
+
+`Target` names what a launch compiles for: a CUDA compute capability `(major, minor)`, or None for
+the interpreter. Each attention op picks its block sizes, warps and stages from
+`(head_dim, group, dtype, target)` in one function (`decode_config`, `extend_config`), which
+`bench/compile_check.py` calls too, so the configuration it compiles is the one that runs.
 """
 
 from __future__ import annotations
 
+import functools
+import math
+import numbers
 import os
 from typing import Callable
 
@@ -41,6 +51,7 @@ except ImportError:  # pragma: no cover - exercised only where triton is absent
 
 __all__ = ["KernelInputError", "use_triton", "triton", "tl", "HAS_TRITON"]
 
+Target = tuple[int, int] | None  # CUDA compute capability; None: the Triton interpreter
 FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)  # attention math: fp32
 INDEX_DTYPES = (torch.int32, torch.int64)
 
@@ -50,6 +61,27 @@ def use_triton(*tensors: torch.Tensor) -> bool:
     if not HAS_TRITON:
         return False
     return os.environ.get("TRITON_INTERPRET") == "1" or any(t.is_cuda for t in tensors)
+
+
+def target_of(t: torch.Tensor) -> Target:
+    """The compute capability a launch on `t`'s device compiles for (None: interpreter). No sync."""
+    return _capability(t.device.index) if t.is_cuda else None
+
+
+@functools.lru_cache(maxsize=None)
+def _capability(index: int | None) -> tuple[int, int]:
+    return torch.cuda.get_device_capability(index)
+
+
+def dot_dtype(dtype: torch.dtype, target: Target):  # -> tl.dtype
+    """Operand type of `tl.dot`: fp16/bf16 as stored (products accumulate in fp32); fp32 and fp64
+    as fp32 with "ieee" precision. The interpreter multiplies bf16 as its raw uint16 bits, so there
+    bf16 operands go through fp32 (kernels round p to bf16 first, as the GPU path does)."""
+    if dtype == torch.float16:
+        return tl.float16
+    if dtype == torch.bfloat16 and target is not None:
+        return tl.bfloat16
+    return tl.float32
 
 
 def check_same_device(**tensors: torch.Tensor) -> None:
@@ -153,17 +185,23 @@ def exclusive_cumsum(lens: torch.Tensor) -> torch.Tensor:
     return out
 
 
+def check_scale(sm_scale: float) -> None:
+    if isinstance(sm_scale, bool) or not isinstance(sm_scale, numbers.Real) or not math.isfinite(sm_scale):
+        raise KernelInputError(f"sm_scale must be a finite number, got {sm_scale!r}")
+
+
 def check_attention(q: torch.Tensor, k_buf: torch.Tensor, v_buf: torch.Tensor,
-                    req_to_token: torch.Tensor, rows: torch.Tensor) -> tuple[int, int]:
+                    req_to_token: torch.Tensor, rows: torch.Tensor, sm_scale: float) -> tuple[int, int]:
     """q `[tokens, num_heads, head_dim]` against one layer's buffers and the table. Returns
     (batch, group) where group = num_heads // num_kv_heads query heads share a kv head."""
     check_kv_buffers(k_buf, v_buf)
     check_tensor("q", q, 3, (k_buf.dtype,))
     check_tensor("req_to_token", req_to_token, 2, (torch.int32,))
     check_same_device(q=q, k_buf=k_buf, v_buf=v_buf, req_to_token=req_to_token, rows=rows)
+    check_scale(sm_scale)
     heads, dim = q.shape[1:]
     kv_heads = k_buf.shape[1]
-    if dim != k_buf.shape[2] or heads % kv_heads != 0:
+    if min(heads, dim, kv_heads) < 1 or dim != k_buf.shape[2] or heads % kv_heads != 0:
         raise KernelInputError(f"q has {heads} heads of dim {dim}; the buffers {kv_heads} heads of dim "
-                               f"{k_buf.shape[2]}: need equal dims and num_heads % num_kv_heads == 0")
+                               f"{k_buf.shape[2]}: need equal dims >= 1 and num_heads % num_kv_heads == 0")
     return check_rows(rows, req_to_token.shape[0]), heads // kv_heads

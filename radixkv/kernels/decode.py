@@ -4,9 +4,12 @@
     out[b, h] = softmax(sm_scale * q[b, h] . K_b^T) V_b,  K_b = k_buf[req_to_token[rows[b], :seq_lens[b]],
                                                                h // (num_heads // num_kv_heads)]
 
-Stage 1 (`_decode_split_kernel`, grid `[batch, num_kv_heads, num_splits]`): each program takes one
-kv head, all `group` query heads that share it, and one contiguous split of the sequence; it runs
-an fp32 online softmax and writes the split's normalized output and log-sum-exp. Stage 2
+Stage 1 (`_decode_split_kernel`, grid `[batch, num_kv_heads * head_blocks, num_splits]`): a program
+takes one kv head, a block of BLOCK_H of the `group` query heads that share it (padded to 16 rows,
+tl.dot's minimum, as SGLang's grouped decode kernel does; head_blocks = ceil(group / BLOCK_H), 1 for
+group <= 16), and one contiguous split of the sequence. Both products are tensor-core dots
+(`[BLOCK_H, D] x [D, BLOCK_N]`, then `[BLOCK_H, BLOCK_N] x [BLOCK_N, D]`, fp32 accumulate), under an
+fp32 online softmax; it writes the split's normalized output and log-sum-exp. Stage 2
 (`_decode_reduce_kernel`, grid `[batch, num_heads]`) weights the splits by `exp(lse - max lse)`.
 
 Bytes moved, for S = sum(seq_lens) tokens, kv heads h, dim d, element size e:
@@ -17,19 +20,38 @@ The first term dominates; it is the bound `bench/kernels.py` reports GB/s agains
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 
-from radixkv.kernels._common import (check_attention, check_lens, check_same_device,
-                                     check_table_slots, tl, triton, use_triton)
+from radixkv.kernels._common import (KernelInputError, Target, check_attention, check_lens,
+                                     check_same_device, check_table_slots, dot_dtype, target_of, tl,
+                                     triton, use_triton)
 
-_BLOCK_N = 32  # positions per inner step, lowered so BLOCK_H * BLOCK_N * BLOCK_D fits _TILE
-_TILE = 16384  # fp32 elements of the [group, positions, dim] product held at once
 _MIN_SPLIT_LEN = 256  # a split shorter than this does not pay for its partial write
 _MAX_SPLITS = 16
 _TARGET_PROGRAMS = 512  # enough stage-1 programs to fill a GPU (~4 per SM on an H100)
 
 
-@triton.jit
+class DecodeConfig(NamedTuple):
+    block_h: int  # query-head rows per program: 16, tl.dot's minimum M (a group of 1-16 is padded)
+    block_n: int  # positions per inner step
+    num_warps: int
+    num_stages: int
+
+
+def decode_config(head_dim: int, group: int, dtype: torch.dtype, target: Target) -> DecodeConfig:
+    """Launch configuration of `_decode_split_kernel`; `bench/compile_check.py` compiles exactly
+    these for sm_80/sm_90 and requires 0 spilled bytes. SGLang's grouped decode choice (16 head
+    rows, 32 positions, 4 warps, 2 stages) measures there at 56-113 registers for fp16/bf16 and
+    head_dim 64-256 (64 positions: up to 207 at head_dim 256). fp32 operands ("ieee" products,
+    no tensor cores) need 16 positions (48-80 registers; 8 warps above head_dim 64)."""
+    if dtype in (torch.float32, torch.float64):
+        return DecodeConfig(16, 16, 4 if head_dim <= 64 else 8, 2)
+    return DecodeConfig(block_h=16, block_n=32, num_warps=4, num_stages=2)
+
+
+@triton.jit(do_not_specialize=["num_splits"])  # one compiled variant for any split count
 def _decode_split_kernel(
     q_ptr, q_stride_b, q_stride_h,  # [batch, num_heads, head_dim]
     k_buf_ptr, v_buf_ptr, buf_stride_s, buf_stride_h,  # [num_slots, num_kv_heads, head_dim]
@@ -37,26 +59,28 @@ def _decode_split_kernel(
     rows_ptr, seq_lens_ptr,  # [batch]
     mid_o_ptr,  # fp32 [batch, num_heads, num_splits, head_dim]
     mid_lse_ptr,  # fp32 [batch, num_heads, num_splits]
-    sm_scale, head_dim, group, num_splits,
+    sm_scale, num_heads, head_dim, group, num_splits,
     BLOCK_N: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr,
+    DOT_DTYPE: tl.constexpr, PRECISION: tl.constexpr,
 ):
-    tl.static_assert(BLOCK_H * BLOCK_N * BLOCK_D <= 16384)  # the q * k product tile (_TILE)
+    tl.static_assert(BLOCK_H >= 16 and BLOCK_N >= 16 and BLOCK_D >= 16)  # tl.dot's minimum
     b = tl.program_id(0).to(tl.int64)
-    kvh = tl.program_id(1).to(tl.int64)
+    head_blocks = tl.cdiv(group, BLOCK_H)
+    kvh = tl.program_id(1).to(tl.int64) // head_blocks
     split = tl.program_id(2).to(tl.int64)
     row = tl.load(rows_ptr + b).to(tl.int64)
     seq_len = tl.load(seq_lens_ptr + b).to(tl.int64)
-    split_len = tl.cdiv(seq_len, num_splits)
+    split_len = tl.cdiv(tl.cdiv(seq_len, num_splits), BLOCK_N) * BLOCK_N  # whole steps per split
     start = split * split_len
     end = tl.minimum(start + split_len, seq_len)  # start >= end: an empty split
 
-    offs_g = tl.arange(0, BLOCK_H)
+    offs_g = (tl.program_id(1) % head_blocks) * BLOCK_H + tl.arange(0, BLOCK_H)
     offs_d = tl.arange(0, BLOCK_D)
     heads = kvh * group + offs_g  # the query heads that read this kv head
     mask_h = offs_g < group
     mask_d = offs_d < head_dim
     q = tl.load(q_ptr + b * q_stride_b + heads[:, None] * q_stride_h + offs_d[None, :],
-                mask=mask_h[:, None] & mask_d[None, :], other=0.0).to(tl.float32)  # [BLOCK_H, BLOCK_D]
+                mask=mask_h[:, None] & mask_d[None, :], other=0.0).to(DOT_DTYPE)  # [BLOCK_H, BLOCK_D]
 
     m_i = tl.full([BLOCK_H], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_H], tl.float32)
@@ -66,23 +90,25 @@ def _decode_split_kernel(
         mask_n = offs_n < end
         # read 4 bytes of table and 2 * d * e bytes of K, V per position
         slot = tl.load(req_to_token_ptr + row * r2t_stride + offs_n, mask=mask_n, other=0).to(tl.int64)
-        kv_off = slot[:, None] * buf_stride_s + kvh * buf_stride_h + offs_d[None, :]
-        kv_mask = mask_n[:, None] & mask_d[None, :]
-        k = tl.load(k_buf_ptr + kv_off, mask=kv_mask, other=0.0).to(tl.float32)  # [BLOCK_N, BLOCK_D]
-        s = tl.sum(q[:, None, :] * k[None, :, :], axis=2) * sm_scale  # [BLOCK_H, BLOCK_N]
+        kv_base = slot * buf_stride_s + kvh * buf_stride_h
+        k = tl.load(k_buf_ptr + kv_base[None, :] + offs_d[:, None],  # K^T: [BLOCK_D, BLOCK_N]
+                    mask=mask_d[:, None] & mask_n[None, :], other=0.0)
+        s = tl.dot(q, k.to(DOT_DTYPE), input_precision=PRECISION) * sm_scale  # [BLOCK_H, BLOCK_N]
         s = tl.where(mask_n[None, :], s, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, axis=1))
         alpha = tl.exp(m_i - m_new)
         p = tl.exp(s - m_new[:, None])
-        v = tl.load(v_buf_ptr + kv_off, mask=kv_mask, other=0.0).to(tl.float32)
-        acc = acc * alpha[:, None] + tl.sum(p[:, :, None] * v[None, :, :], axis=1)
+        v = tl.load(v_buf_ptr + kv_base[:, None] + offs_d[None, :],  # [BLOCK_N, BLOCK_D]
+                    mask=mask_n[:, None] & mask_d[None, :], other=0.0)
+        pv = tl.dot(p.to(v.dtype).to(DOT_DTYPE), v.to(DOT_DTYPE), input_precision=PRECISION)
+        acc = acc * alpha[:, None] + pv
         l_i = l_i * alpha + tl.sum(p, axis=1)
         m_i = m_new
 
     has = l_i > 0.0
     lse = tl.where(has, m_i + tl.log(tl.where(has, l_i, 1.0)), float("-inf"))
     out = acc / tl.where(has, l_i, 1.0)[:, None]
-    mid = (b * group * tl.num_programs(1) + heads) * num_splits + split  # [BLOCK_H]
+    mid = (b * num_heads + heads) * num_splits + split  # [BLOCK_H]
     tl.store(mid_lse_ptr + mid, lse, mask=mask_h)
     tl.store(mid_o_ptr + mid[:, None] * head_dim + offs_d[None, :], out,
              mask=mask_h[:, None] & mask_d[None, :])
@@ -119,29 +145,29 @@ def num_splits_for(batch: int, num_kv_heads: int, max_seq_len: int) -> int:
     return max(1, min(_MAX_SPLITS, by_len, by_occupancy))
 
 
-def block_n_for(block_h: int, block_d: int) -> int:
-    """Positions per inner step: _BLOCK_N, halved until the q * k product tile fits _TILE."""
-    return max(1, min(_BLOCK_N, _TILE // (block_h * block_d)))
-
-
 def _decode_launch(q: torch.Tensor, k_buf: torch.Tensor, v_buf: torch.Tensor,
                    req_to_token: torch.Tensor, rows: torch.Tensor, seq_lens: torch.Tensor,
-                   sm_scale: float, num_splits: int) -> torch.Tensor:
-    """The two launches, no checks. Tests call it to force a number of splits."""
+                   sm_scale: float, num_splits: int, config: DecodeConfig, target: Target) -> torch.Tensor:
+    """The two launches, no checks, no host sync. Tests call it to force a number of splits or a
+    configuration; `bench/compile_check.py` to capture what it launches for a target."""
     batch, heads, dim = q.shape
     kv_heads = k_buf.shape[1]
+    group = heads // kv_heads
     out = torch.empty_like(q, memory_format=torch.contiguous_format)
     if batch == 0:
         return out
     mid_o = torch.empty((batch, heads, num_splits, dim), dtype=torch.float32, device=q.device)
     mid_lse = torch.empty((batch, heads, num_splits), dtype=torch.float32, device=q.device)
-    block_d = triton.next_power_of_2(dim)
-    block_h = triton.next_power_of_2(heads // kv_heads)
-    _decode_split_kernel[(batch, kv_heads, num_splits)](
+    block_d = max(16, triton.next_power_of_2(dim))
+    dot = dot_dtype(q.dtype, target)
+    grid = (batch, kv_heads * triton.cdiv(group, config.block_h), num_splits)
+    _decode_split_kernel[grid](
         q, q.stride(0), q.stride(1), k_buf, v_buf, k_buf.stride(0), k_buf.stride(1),
         req_to_token, req_to_token.stride(0), rows, seq_lens, mid_o, mid_lse,
-        float(sm_scale), dim, heads // kv_heads, num_splits,
-        BLOCK_N=block_n_for(block_h, block_d), BLOCK_H=block_h, BLOCK_D=block_d)
+        float(sm_scale), heads, dim, group, num_splits,
+        BLOCK_N=config.block_n, BLOCK_H=config.block_h, BLOCK_D=block_d, DOT_DTYPE=dot,
+        PRECISION="ieee" if dot == tl.float32 else "tf32",
+        num_warps=config.num_warps, num_stages=config.num_stages)
     _decode_reduce_kernel[(batch, heads)](
         mid_o, mid_lse, out, out.stride(0), out.stride(1), dim, num_splits,
         BLOCK_S=triton.next_power_of_2(num_splits), BLOCK_D=block_d)
@@ -166,28 +192,48 @@ def decode_attention(q: torch.Tensor, k_buf: torch.Tensor, v_buf: torch.Tensor,
         `[batch, num_heads, head_dim]` in q's dtype; softmax and sums in fp32.
 
     Raises KernelInputError / ContextLengthError / InvalidSlotsError (a table entry outside the
-    pool) before launching.
+    pool) before launching. The checks sync with the host; per layer, call
+    `decode_attention_unchecked` on a batch validated once.
     """
-    batch, _ = check_attention(q, k_buf, v_buf, req_to_token, rows)
+    batch, _ = check_attention(q, k_buf, v_buf, req_to_token, rows, sm_scale)
+    if q.shape[0] != batch:
+        raise KernelInputError(f"q has {q.shape[0]} query rows for a batch of {batch} rows: "
+                               "decode takes exactly one query token per request")
     check_same_device(q=q, seq_lens=seq_lens)
     max_len = check_lens("seq_lens", seq_lens, batch, 1, req_to_token.shape[1])
     check_table_slots(req_to_token, rows, seq_lens, k_buf.shape[0])
     if not use_triton(q):
         return decode_attention_ref(q, k_buf, v_buf, req_to_token, rows, seq_lens, sm_scale)
-    splits = num_splits_for(batch, k_buf.shape[1], max_len)
-    return _decode_launch(q, k_buf, v_buf, req_to_token, rows, seq_lens, sm_scale, splits)
+    return decode_attention_unchecked(q, k_buf, v_buf, req_to_token, rows, seq_lens, sm_scale, max_len)
+
+
+def decode_attention_unchecked(q: torch.Tensor, k_buf: torch.Tensor, v_buf: torch.Tensor,
+                               req_to_token: torch.Tensor, rows: torch.Tensor, seq_lens: torch.Tensor,
+                               sm_scale: float, max_seq_len: int) -> torch.Tensor:
+    """`decode_attention` without checks and without any device->host sync, for the per-layer
+    path: the arguments must satisfy `decode_attention`'s contract (as `RadixCache.batch()`
+    guarantees). `max_seq_len` (host int, >= max(seq_lens)) sizes the splits and the reference's
+    padding; read it once per step."""
+    if not use_triton(q):
+        return decode_attention_ref(q, k_buf, v_buf, req_to_token, rows, seq_lens, sm_scale,
+                                    max_seq_len=max_seq_len)
+    target = target_of(q)
+    config = decode_config(q.shape[2], q.shape[1] // k_buf.shape[1], q.dtype, target)
+    splits = num_splits_for(q.shape[0], k_buf.shape[1], max_seq_len)
+    return _decode_launch(q, k_buf, v_buf, req_to_token, rows, seq_lens, sm_scale, splits, config, target)
 
 
 def decode_attention_ref(q: torch.Tensor, k_buf: torch.Tensor, v_buf: torch.Tensor,
                          req_to_token: torch.Tensor, rows: torch.Tensor, seq_lens: torch.Tensor,
-                         sm_scale: float) -> torch.Tensor:
+                         sm_scale: float, *, max_seq_len: int | None = None) -> torch.Tensor:
     """Torch reference of `decode_attention` (same arguments, same result; no checks): pads the
-    batch to its longest sequence, masks, and computes in fp32."""
+    batch to its longest sequence, masks, and computes in fp32. `max_seq_len` (>= max(seq_lens))
+    spares the one host sync that reads the longest length."""
     batch, heads, dim = q.shape
     kv_heads = k_buf.shape[1]
     if batch == 0:
         return torch.empty_like(q)
-    width = int(seq_lens.max())
+    width = int(seq_lens.max()) if max_seq_len is None else max_seq_len
     valid = torch.arange(width, device=q.device)[None, :] < seq_lens[:, None]  # [batch, width]
     slots = req_to_token[rows.long(), :width].long().masked_fill(~valid, 0)  # stale entries unread
     # Gather straight into a heads-major layout, so both products are plain batched matmuls

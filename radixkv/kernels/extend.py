@@ -8,7 +8,9 @@ and, causally, to new tokens 0..i (read from `k`, `v`, not from the pool):
 
 Grid `[ceil(max(extend_lens) / BLOCK_M), batch, num_heads]`: a program takes BLOCK_M new tokens of
 one request and one query head, runs an fp32 online softmax over the prefix, then over the new
-tokens up to its last row (the causal diagonal), and writes its rows.
+tokens up to its last row (the causal diagonal), and writes its rows. Both products are tl.dot on
+the stored dtype (fp16/bf16 operands, fp32 accumulate; p is rounded to V's dtype for the second,
+as FlashAttention and SGLang do); fp32/fp64 inputs multiply in fp32 ("ieee").
 
 Bytes moved, for request b with P prefix and E new tokens, kv heads h, dim d, element size e:
     at least (P + E) * h * d * 2 * e (each K/V row once) + 4 * P (table), plus q and out;
@@ -18,26 +20,70 @@ Bytes moved, for request b with P prefix and E new tokens, kv heads h, dim d, el
 
 from __future__ import annotations
 
+import itertools
+from typing import NamedTuple
+
 import torch
 
-from radixkv.kernels._common import (KernelInputError, check_attention, check_lens,
-                                     check_same_device, check_table_slots, check_tensor,
-                                     exclusive_cumsum, tl, triton, use_triton)
+from radixkv.kernels._common import (KernelInputError, Target, check_attention, check_lens,
+                                     check_same_device, check_table_slots, check_tensor, dot_dtype,
+                                     exclusive_cumsum, target_of, tl, triton, use_triton)
 
-_BLOCK_M = 32  # new tokens (query rows) per program
-_BLOCK_N = 32  # keys per inner step; tl.dot needs M, N, K >= 16 on a GPU
+
+class ExtendConfig(NamedTuple):
+    block_m: int  # new tokens (query rows) per program
+    block_n: int  # keys per inner step; tl.dot needs M, N, K >= 16
+    num_warps: int
+    num_stages: int
+
+
+def extend_config(head_dim: int, group: int, dtype: torch.dtype, target: Target) -> ExtendConfig:
+    """Launch configuration of `_extend_kernel`; `bench/compile_check.py` compiles exactly these
+    for sm_80/sm_90 and requires 0 spilled bytes. Measured there (fp16, registers sm_80/sm_90):
+    head_dim 64 at 128 x 64, 8 warps: 191/175; 128 at 64 x 64, 8 warps, 1 stage: 168/185 (128 x 64
+    reaches 255 on sm_80, 64 x 64 with 4 warps spills); 256 at 64 x 32, 8 warps: 242/216 (64 x 64
+    spills on sm_90); fp32 ("ieee" products, no tensor cores) at 16 x 16: 64-98 (8 warps; 4 at
+    head_dim 128, where 8 spill on sm_80). The
+    interpreter (target None) runs 32 x 32, so the tests' odd lengths span several blocks; tests
+    also run the GPU choices in the interpreter."""
+    if target is None:
+        return ExtendConfig(32, 32, 4, 1)
+    if dtype in (torch.float32, torch.float64):
+        return ExtendConfig(16, 16, 4 if 64 < head_dim <= 128 else 8, 1)
+    if head_dim <= 64:
+        return ExtendConfig(128, 64, 8, 2)
+    if head_dim <= 128:
+        return ExtendConfig(64, 64, 8, 1)
+    return ExtendConfig(64, 32, 8, 2)
+
+
+class ExtendLens(NamedTuple):
+    """Host copies of an extend batch's per-request values, read once per step so that the
+    per-layer calls (`extend_attention_unchecked`) never sync with the device."""
+    rows: list[int]
+    prefix_lens: list[int]
+    extend_lens: list[int]
+    max_extend_len: int
+
+    @classmethod
+    def read(cls, rows: torch.Tensor, prefix_lens: torch.Tensor, extend_lens: torch.Tensor) -> ExtendLens:
+        """One device->host copy of the three `[batch]` tensors."""
+        if rows.numel() == 0:
+            return cls([], [], [], 0)
+        r, p, e = torch.stack([rows.long(), prefix_lens.long(), extend_lens.long()]).tolist()
+        return cls(r, p, e, max(e))
 
 
 @triton.jit
-def _attend_block(q, k, v, keep, m_i, l_i, acc, sm_scale, PRECISION: tl.constexpr):
-    """One online-softmax step: q [M, D], k and v [N, D] in fp32, keep [M, N]."""
-    s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * sm_scale
+def _attend_block(q, k_t, v, keep, m_i, l_i, acc, sm_scale, DOT_DTYPE: tl.constexpr, PRECISION: tl.constexpr):
+    """One online-softmax step: q [M, D] and k_t [D, N] in DOT_DTYPE, v [N, D] as stored, keep [M, N]."""
+    s = tl.dot(q, k_t, input_precision=PRECISION) * sm_scale
     s = tl.where(keep, s, float("-inf"))
     m_new = tl.maximum(m_i, tl.max(s, axis=1))
     alpha = tl.exp(m_i - m_new)
     p = tl.exp(s - m_new[:, None])
-    acc = acc * alpha[:, None] + tl.dot(p, v, input_precision=PRECISION)
-    return m_new, l_i * alpha + tl.sum(p, axis=1), acc
+    pv = tl.dot(p.to(v.dtype).to(DOT_DTYPE), v.to(DOT_DTYPE), input_precision=PRECISION)
+    return m_new, l_i * alpha + tl.sum(p, axis=1), acc * alpha[:, None] + pv
 
 
 @triton.jit
@@ -50,7 +96,8 @@ def _extend_kernel(
     qo_indptr_ptr,  # int64 [batch + 1]
     out_ptr,  # [sum(extend_lens), num_heads, head_dim], contiguous
     sm_scale, num_heads, head_dim, group,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, PRECISION: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+    DOT_DTYPE: tl.constexpr, PRECISION: tl.constexpr,
 ):
     tl.static_assert(BLOCK_M >= 16 and BLOCK_N >= 16 and BLOCK_D >= 16)  # tl.dot's minimum
     m_start = tl.program_id(0).to(tl.int64) * BLOCK_M
@@ -67,7 +114,7 @@ def _extend_kernel(
     mask_m = offs_m < ext
     mask_d = offs_d < head_dim
     q = tl.load(q_ptr + (q0 + offs_m)[:, None] * q_stride_t + h * q_stride_h + offs_d[None, :],
-                mask=mask_m[:, None] & mask_d[None, :], other=0.0).to(tl.float32)
+                mask=mask_m[:, None] & mask_d[None, :], other=0.0).to(DOT_DTYPE)
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
@@ -78,45 +125,45 @@ def _extend_kernel(
         offs_n = n0 + tl.arange(0, BLOCK_N)
         mask_n = offs_n < prefix
         slot = tl.load(req_to_token_ptr + row * r2t_stride + offs_n, mask=mask_n, other=0).to(tl.int64)
-        off = slot[:, None] * buf_stride_s + kvh * buf_stride_h + offs_d[None, :]
-        kv_mask = mask_n[:, None] & mask_d[None, :]
-        k = tl.load(k_buf_ptr + off, mask=kv_mask, other=0.0).to(tl.float32)
-        v = tl.load(v_buf_ptr + off, mask=kv_mask, other=0.0).to(tl.float32)
-        m_i, l_i, acc = _attend_block(q, k, v, mask_n[None, :], m_i, l_i, acc, sm_scale, PRECISION)
+        base = slot * buf_stride_s + kvh * buf_stride_h
+        k_t = tl.load(k_buf_ptr + base[None, :] + offs_d[:, None],  # K^T: [BLOCK_D, BLOCK_N]
+                      mask=mask_d[:, None] & mask_n[None, :], other=0.0).to(DOT_DTYPE)
+        v = tl.load(v_buf_ptr + base[:, None] + offs_d[None, :],
+                    mask=mask_n[:, None] & mask_d[None, :], other=0.0)
+        m_i, l_i, acc = _attend_block(q, k_t, v, mask_n[None, :], m_i, l_i, acc, sm_scale,
+                                      DOT_DTYPE, PRECISION)
 
     # new tokens, causal: rows of this block see keys up to their own index
     ext_end = tl.where(m_start < ext, tl.minimum(ext, m_start + BLOCK_M), 0)
     for n0 in range(0, ext_end, BLOCK_N):
         offs_n = n0 + tl.arange(0, BLOCK_N)
         mask_n = offs_n < ext
-        kv_mask = mask_n[:, None] & mask_d[None, :]
-        k = tl.load(k_ptr + (q0 + offs_n)[:, None] * k_stride_t + kvh * k_stride_h + offs_d[None, :],
-                    mask=kv_mask, other=0.0).to(tl.float32)
+        k_t = tl.load(k_ptr + (q0 + offs_n)[None, :] * k_stride_t + kvh * k_stride_h + offs_d[:, None],
+                      mask=mask_d[:, None] & mask_n[None, :], other=0.0).to(DOT_DTYPE)
         v = tl.load(v_ptr + (q0 + offs_n)[:, None] * v_stride_t + kvh * v_stride_h + offs_d[None, :],
-                    mask=kv_mask, other=0.0).to(tl.float32)
+                    mask=mask_n[:, None] & mask_d[None, :], other=0.0)
         keep = mask_n[None, :] & (offs_n[None, :] <= offs_m[:, None])
-        m_i, l_i, acc = _attend_block(q, k, v, keep, m_i, l_i, acc, sm_scale, PRECISION)
+        m_i, l_i, acc = _attend_block(q, k_t, v, keep, m_i, l_i, acc, sm_scale, DOT_DTYPE, PRECISION)
 
     out = acc / tl.where(l_i > 0.0, l_i, 1.0)[:, None]  # l_i == 0 only on masked rows
     tl.store(out_ptr + ((q0 + offs_m)[:, None] * num_heads + h) * head_dim + offs_d[None, :],
              out.to(out_ptr.dtype.element_ty), mask=mask_m[:, None] & mask_d[None, :])
 
 
-def _check_extend(q, k, v, k_buf, v_buf, req_to_token, rows, prefix_lens, extend_lens) -> int:
-    """All checks; returns the longest extend length."""
-    batch, _ = check_attention(q, k_buf, v_buf, req_to_token, rows)
+def _check_extend(q, k, v, k_buf, v_buf, req_to_token, rows, prefix_lens, extend_lens, sm_scale) -> None:
+    """All checks of `extend_attention` (host syncs: the lengths' ranges and sum, the table)."""
+    batch, _ = check_attention(q, k_buf, v_buf, req_to_token, rows, sm_scale)
     check_same_device(q=q, k=k, v=v, prefix_lens=prefix_lens, extend_lens=extend_lens)
     for name, t in (("k", k), ("v", v)):
         check_tensor(name, t, 3, (q.dtype,))
         if t.shape != (q.shape[0], *k_buf.shape[1:]):
             raise KernelInputError(f"{name} is {tuple(t.shape)}; expected {(q.shape[0], *k_buf.shape[1:])}")
     check_lens("prefix_lens", prefix_lens, batch, 0, req_to_token.shape[1])
-    max_ext = check_lens("extend_lens", extend_lens, batch, 0, req_to_token.shape[1])
+    check_lens("extend_lens", extend_lens, batch, 0, req_to_token.shape[1])
     total = int(extend_lens.long().sum().item()) if batch else 0
     if total != q.shape[0]:
         raise KernelInputError(f"extend_lens sum to {total}; q has {q.shape[0]} tokens")
     check_table_slots(req_to_token, rows, prefix_lens, k_buf.shape[0])
-    return max_ext
 
 
 def extend_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_buf: torch.Tensor,
@@ -136,38 +183,72 @@ def extend_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_buf: t
 
     Returns:
         `[sum(extend_lens), num_heads, head_dim]` in q's dtype (softmax and sums in fp32).
+
+    Raises KernelInputError / ContextLengthError / InvalidSlotsError before launching. The checks
+    sync with the host; per layer, call `extend_attention_unchecked` on a batch validated once.
     """
-    max_ext = _check_extend(q, k, v, k_buf, v_buf, req_to_token, rows, prefix_lens, extend_lens)
+    _check_extend(q, k, v, k_buf, v_buf, req_to_token, rows, prefix_lens, extend_lens, sm_scale)
     if not use_triton(q):
         return extend_attention_ref(q, k, v, k_buf, v_buf, req_to_token, rows, prefix_lens,
                                     extend_lens, sm_scale)
+    lens = ExtendLens.read(rows, prefix_lens, extend_lens)
+    return extend_attention_unchecked(q, k, v, k_buf, v_buf, req_to_token, rows, prefix_lens,
+                                      extend_lens, sm_scale, lens)
+
+
+def extend_attention_unchecked(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_buf: torch.Tensor,
+                               v_buf: torch.Tensor, req_to_token: torch.Tensor, rows: torch.Tensor,
+                               prefix_lens: torch.Tensor, extend_lens: torch.Tensor, sm_scale: float,
+                               lens: ExtendLens) -> torch.Tensor:
+    """`extend_attention` without checks and without any device->host sync, for the per-layer
+    path: the arguments must satisfy `extend_attention`'s contract (as `RadixCache.batch()`
+    guarantees), and `lens` hold the same values as `rows`, `prefix_lens`, `extend_lens`
+    (`ExtendLens.read` once per step)."""
+    if not use_triton(q):
+        return extend_attention_ref(q, k, v, k_buf, v_buf, req_to_token, rows, prefix_lens,
+                                    extend_lens, sm_scale, lens=lens)
+    target = target_of(q)
+    config = extend_config(q.shape[2], q.shape[1] // k_buf.shape[1], q.dtype, target)
+    return _extend_launch(q, k, v, k_buf, v_buf, req_to_token, rows, prefix_lens, extend_lens,
+                          sm_scale, lens.max_extend_len, config, target)
+
+
+def _extend_launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_buf: torch.Tensor,
+                   v_buf: torch.Tensor, req_to_token: torch.Tensor, rows: torch.Tensor,
+                   prefix_lens: torch.Tensor, extend_lens: torch.Tensor, sm_scale: float,
+                   max_extend_len: int, config: ExtendConfig, target: Target) -> torch.Tensor:
+    """The launch alone, no checks, no host sync (tests force a configuration through it;
+    `bench/compile_check.py` captures what it launches for a target)."""
     tokens, heads, dim = q.shape
     out = torch.empty((tokens, heads, dim), dtype=q.dtype, device=q.device)
     if tokens == 0:
         return out
-    grid = (triton.cdiv(max_ext, _BLOCK_M), rows.numel(), heads)
+    dot = dot_dtype(q.dtype, target)
+    grid = (triton.cdiv(max_extend_len, config.block_m), rows.numel(), heads)
     _extend_kernel[grid](
         q, q.stride(0), q.stride(1), k, k.stride(0), k.stride(1), v, v.stride(0), v.stride(1),
         k_buf, v_buf, k_buf.stride(0), k_buf.stride(1), req_to_token, req_to_token.stride(0),
         rows, prefix_lens, extend_lens, exclusive_cumsum(extend_lens), out,
         float(sm_scale), heads, dim, heads // k_buf.shape[1],
-        BLOCK_M=_BLOCK_M, BLOCK_N=_BLOCK_N, BLOCK_D=max(16, triton.next_power_of_2(dim)),
-        # fp16/bf16 values are exact in tf32; fp32 inputs need full-precision products
-        PRECISION="tf32" if q.dtype in (torch.float16, torch.bfloat16) else "ieee")
+        BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_D=max(16, triton.next_power_of_2(dim)),
+        DOT_DTYPE=dot, PRECISION="ieee" if dot == tl.float32 else "tf32",
+        num_warps=config.num_warps, num_stages=config.num_stages)
     return out
 
 
 def extend_attention_ref(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_buf: torch.Tensor,
                          v_buf: torch.Tensor, req_to_token: torch.Tensor, rows: torch.Tensor,
                          prefix_lens: torch.Tensor, extend_lens: torch.Tensor,
-                         sm_scale: float) -> torch.Tensor:
+                         sm_scale: float, *, lens: ExtendLens | None = None) -> torch.Tensor:
     """Torch reference of `extend_attention` (same arguments, same result; no checks), one
-    request at a time, in fp32."""
+    request at a time, in fp32. `lens` (the same values on the host) spares the one host sync
+    that reads the lengths."""
     group = q.shape[1] // k_buf.shape[1]
     out = torch.empty_like(q, memory_format=torch.contiguous_format)
-    starts = exclusive_cumsum(extend_lens).tolist()
-    for b, (row, p, e) in enumerate(zip(rows.tolist(), prefix_lens.tolist(), extend_lens.tolist())):
-        new = slice(starts[b], starts[b] + e)
+    lens = ExtendLens.read(rows, prefix_lens, extend_lens) if lens is None else lens
+    starts = itertools.accumulate(lens.extend_lens, initial=0)
+    for row, p, e, start in zip(lens.rows, lens.prefix_lens, lens.extend_lens, starts):
+        new = slice(start, start + e)
         slots = req_to_token[row, :p].long()
         keys = torch.cat([k_buf[slots], k[new]]).float().transpose(0, 1)  # [kv_heads, p + e, dim]
         vals = torch.cat([v_buf[slots], v[new]]).float().transpose(0, 1)

@@ -46,6 +46,11 @@ def gather_kv(buf: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
     check_tensor("buf", buf, 3, FLOAT_DTYPES)
     check_same_device(buf=buf, slots=slots)
     check_slots("slots", slots, buf.shape[0])
+    return gather_kv_unchecked(buf, slots)
+
+
+def gather_kv_unchecked(buf: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
+    """`gather_kv` without checks or host sync: the arguments must satisfy its contract."""
     if not use_triton(buf):
         return gather_kv_ref(buf, slots)
     return _gather_kv_launch(buf, slots)

@@ -11,8 +11,14 @@
       kv_indices int64 [kv_indptr[-1]]    kv_indices[kv_indptr[b] + i] == req_to_token[rows[b], i]
 
 Both move 4 bytes (int32 table) + 8 bytes (int64 slot) per token and nothing else; they are
-launch-bound at decode sizes. Rows in one call should be distinct (or their ranges disjoint):
-two writes to one entry race.
+launch-bound at decode sizes. The ranges written in one call must be disjoint (two writes to one
+entry race); the checked launcher rejects overlaps. `*_unchecked` launchers skip every check and
+make no device->host sync (build_kv_indices needs the CSR length: pass `num_tokens` to spare its
+one sync); `RadixCache.batch()` calls them on what it validated itself.
+
+The torch references copy a slice per row for small batches and build one flat index beyond
+_LOOP_ROWS rows (one index_copy_/index_select: ~50 us plus ~7 ns per token, against ~5-20 us per
+row for slices, measured on CPU); writes of rows averaging _LOOP_ROW_LEN tokens or more stay slices.
 """
 
 from __future__ import annotations
@@ -25,6 +31,8 @@ from radixkv.kernels._common import (KernelInputError, check_lens, check_rows, c
                                      use_triton)
 
 _BLOCK = 128  # positions per loop step; a row is copied in ceil(len / _BLOCK) steps
+_LOOP_ROWS = 8  # the references copy row by row up to here, then through one flat index
+_LOOP_ROW_LEN = 512  # ... except write_req_to_token_ref with rows this long on average (slices win)
 _INT32_MAX = 2**31 - 1
 
 
@@ -60,12 +68,19 @@ def _check_write(req_to_token: torch.Tensor, rows: torch.Tensor, starts: torch.T
     batch = check_rows(rows, req_to_token.shape[0])
     check_lens("lens", lens, batch, 0, req_to_token.shape[1])
     check_lens("starts", starts, batch, 0, req_to_token.shape[1])
-    if batch and int((starts.long() + lens.long()).max().item()) > req_to_token.shape[1]:
+    check_tensor("slots", slots, 1, (torch.int64,))
+    spans = torch.stack([rows.long(), starts.long(), lens.long()]).T.tolist() if batch else []
+    if any(start + n > req_to_token.shape[1] for _, start, n in spans):
         raise KernelInputError(f"starts + lens reaches past max_context_len {req_to_token.shape[1]}")
-    total = int(lens.long().sum().item()) if batch else 0
-    if slots.dim() != 1 or slots.numel() != total:
+    total = sum(n for _, _, n in spans)
+    if slots.numel() != total:
         raise InvalidSlotsError(f"slots has shape {tuple(slots.shape)}; lens sum to {total}")
     check_slots("slots", slots, _INT32_MAX)  # anything that fits the int32 table
+    spans = sorted(span for span in spans if span[2] > 0)
+    for (row, start, n), (next_row, next_start, _) in zip(spans, spans[1:]):
+        if row == next_row and start + n > next_start:
+            raise KernelInputError(f"row {row} is written twice, at [{start}, {start + n}) and from "
+                                   f"{next_start}: ranges written in one call must be disjoint")
 
 
 def write_req_to_token(req_to_token: torch.Tensor, rows: torch.Tensor, starts: torch.Tensor,
@@ -77,13 +92,25 @@ def write_req_to_token(req_to_token: torch.Tensor, rows: torch.Tensor, starts: t
         rows: int32 (or int64) `[batch]`, each in `[0, max_requests)`.
         starts: int32 (or int64) `[batch]`: first position written in each row.
         slots: int64 `[sum(lens)]`, request after request; each in `[0, 2**31)`.
-        lens: int32 (or int64) `[batch]`; `starts + lens <= max_context_len`.
+        lens: int32 (or int64) `[batch]`; `starts + lens <= max_context_len`; the ranges
+            `[starts[b], starts[b] + lens[b])` of one row must not overlap.
 
     Raises KernelInputError / InvalidSlotsError / ContextLengthError before touching the table.
     """
     _check_write(req_to_token, rows, starts, slots, lens)
+    write_req_to_token_unchecked(req_to_token, rows, starts, slots, lens)
+
+
+def write_req_to_token_unchecked(req_to_token: torch.Tensor, rows: torch.Tensor, starts: torch.Tensor,
+                                 slots: torch.Tensor, lens: torch.Tensor) -> None:
+    """`write_req_to_token` without checks or host sync: the arguments must satisfy its contract."""
     if not use_triton(req_to_token):
         return write_req_to_token_ref(req_to_token, rows, starts, slots, lens)
+    return _write_req_to_token_launch(req_to_token, rows, starts, slots, lens)
+
+
+def _write_req_to_token_launch(req_to_token: torch.Tensor, rows: torch.Tensor, starts: torch.Tensor,
+                               slots: torch.Tensor, lens: torch.Tensor) -> None:
     if rows.numel() == 0:
         return None
     indptr = exclusive_cumsum(lens)
@@ -94,12 +121,25 @@ def write_req_to_token(req_to_token: torch.Tensor, rows: torch.Tensor, starts: t
 
 def write_req_to_token_ref(req_to_token: torch.Tensor, rows: torch.Tensor, starts: torch.Tensor,
                            slots: torch.Tensor, lens: torch.Tensor) -> None:
-    """Torch reference of `write_req_to_token` (same arguments, same effect; no checks). One slice
-    per request: on CPU that beats building a per-token index (repeat_interleave) by ~50x."""
-    src = 0
-    for row, start, n in zip(rows.tolist(), starts.tolist(), lens.tolist()):
-        req_to_token[row, start:start + n] = slots[src:src + n]
-        src += n
+    """Torch reference of `write_req_to_token` (same arguments, same effect; no checks)."""
+    if rows.numel() <= _LOOP_ROWS or slots.numel() >= _LOOP_ROW_LEN * rows.numel():
+        src = 0
+        for row, start, n in zip(rows.tolist(), starts.tolist(), lens.tolist()):
+            req_to_token[row, start:start + n] = slots[src:src + n]
+            src += n
+        return None
+    # token j = indptr[b] + i goes to table[rows[b], starts[b] + i]: flat offset j - shift[b]
+    total, lens64 = slots.numel(), lens.long()
+    shift = torch.cumsum(lens64, 0).sub_(lens64).sub_(starts).sub_(rows.long() * req_to_token.stride(0))
+    flat = torch.arange(total, device=slots.device).sub_(
+        torch.repeat_interleave(shift, lens64, output_size=total))
+    _flat(req_to_token).index_copy_(0, flat, slots.to(torch.int32))
+    return None
+
+
+def _flat(table: torch.Tensor) -> torch.Tensor:
+    """1-D view of a `[rows, cols]` table with a unit column stride: [r, c] is at r * stride(0) + c."""
+    return table.as_strided(((table.shape[0] - 1) * table.stride(0) + table.shape[1],), (1,))
 
 
 @triton.jit
@@ -146,17 +186,26 @@ def build_kv_indices(req_to_token: torch.Tensor, rows: torch.Tensor,
         kv_indptr: int32 `[batch + 1]`; kv_indices: int64 `[kv_indptr[-1]]` (the slots, row after row).
     """
     _check_build(req_to_token, rows, seq_lens)
+    return build_kv_indices_unchecked(req_to_token, rows, seq_lens)
+
+
+def build_kv_indices_unchecked(req_to_token: torch.Tensor, rows: torch.Tensor, seq_lens: torch.Tensor,
+                               *, num_tokens: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """`build_kv_indices` without checks. `num_tokens` (host int, == sum(seq_lens)) sizes
+    kv_indices without the one device->host sync that reads it otherwise."""
     if not use_triton(req_to_token):
-        return build_kv_indices_ref(req_to_token, rows, seq_lens)
-    return _build_kv_indices_launch(req_to_token, rows, seq_lens)
+        if num_tokens is None:
+            return build_kv_indices_ref(req_to_token, rows, seq_lens)
+        return build_kv_indices_ref(req_to_token, rows, seq_lens, num_tokens=num_tokens)
+    return _build_kv_indices_launch(req_to_token, rows, seq_lens, num_tokens=num_tokens)
 
 
-def _build_kv_indices_launch(req_to_token: torch.Tensor, rows: torch.Tensor,
-                             seq_lens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def _build_kv_indices_launch(req_to_token: torch.Tensor, rows: torch.Tensor, seq_lens: torch.Tensor,
+                             *, num_tokens: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """The launch alone, no checks (bench/kernels.py times it)."""
     batch = rows.numel()
     kv_indptr = exclusive_cumsum(seq_lens).to(torch.int32)
-    total = int(kv_indptr[-1].item())
+    total = int(kv_indptr[-1].item()) if num_tokens is None else num_tokens
     kv_indices = torch.empty(total, dtype=torch.int64, device=req_to_token.device)
     if batch and total:
         _build_kv_indices_kernel[(batch,)](req_to_token, req_to_token.stride(0), rows, seq_lens,
@@ -164,10 +213,18 @@ def _build_kv_indices_launch(req_to_token: torch.Tensor, rows: torch.Tensor,
     return kv_indptr, kv_indices
 
 
-def build_kv_indices_ref(req_to_token: torch.Tensor, rows: torch.Tensor,
-                         seq_lens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def build_kv_indices_ref(req_to_token: torch.Tensor, rows: torch.Tensor, seq_lens: torch.Tensor,
+                         *, num_tokens: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Torch reference of `build_kv_indices` (same arguments, same result; no checks)."""
-    kv_indptr = exclusive_cumsum(seq_lens).to(torch.int32)
-    parts = [req_to_token[row, :n].long() for row, n in zip(rows.tolist(), seq_lens.tolist())]
-    kv_indices = torch.cat(parts) if parts else req_to_token.new_empty(0, dtype=torch.int64)
-    return kv_indptr, kv_indices
+    indptr = exclusive_cumsum(seq_lens)
+    if rows.numel() <= _LOOP_ROWS:
+        parts = [req_to_token[row, :n].long() for row, n in zip(rows.tolist(), seq_lens.tolist())]
+        kv_indices = torch.cat(parts) if parts else req_to_token.new_empty(0, dtype=torch.int64)
+        return indptr.to(torch.int32), kv_indices
+    total = int(indptr[-1]) if num_tokens is None else num_tokens
+    # kv_indices[j] = table[rows[b], j - indptr[b]] for j in [indptr[b], indptr[b + 1])
+    shift = indptr[:-1] - rows.long() * req_to_token.stride(0)
+    flat = torch.arange(total, device=rows.device).sub_(torch.repeat_interleave(shift, seq_lens.long(),
+                                                                                output_size=total))
+    kv_indices = _flat(req_to_token).index_select(0, flat).long()
+    return indptr.to(torch.int32), kv_indices

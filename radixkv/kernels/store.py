@@ -2,7 +2,8 @@
 
 Bytes moved for n tokens, h kv heads, dim d, element size e:
     read  2 * n * h * d * e (k, v) + 8 * n (slots);  write 2 * n * h * d * e (k_buf, v_buf rows).
-Slots must be distinct: two stores to one slot race on a GPU.
+Slots must be distinct: two stores to one slot race on a GPU. `store_kv` checks that (a host
+sync); `store_kv_unchecked`, for the per-layer path, trusts `RadixCache.batch()`'s out_slots.
 """
 
 from __future__ import annotations
@@ -59,6 +60,12 @@ def store_kv(k_buf: torch.Tensor, v_buf: torch.Tensor, slots: torch.Tensor,
     Raises InvalidSlotsError / KernelInputError before writing anything.
     """
     _check_store(k_buf, v_buf, slots, k, v)
+    return store_kv_unchecked(k_buf, v_buf, slots, k, v)
+
+
+def store_kv_unchecked(k_buf: torch.Tensor, v_buf: torch.Tensor, slots: torch.Tensor,
+                       k: torch.Tensor, v: torch.Tensor) -> None:
+    """`store_kv` without checks or host sync: the arguments must satisfy its contract."""
     if not use_triton(k_buf):
         return store_kv_ref(k_buf, v_buf, slots, k, v)
     return _store_kv_launch(k_buf, v_buf, slots, k, v)
@@ -79,5 +86,5 @@ def _store_kv_launch(k_buf: torch.Tensor, v_buf: torch.Tensor, slots: torch.Tens
 def store_kv_ref(k_buf: torch.Tensor, v_buf: torch.Tensor, slots: torch.Tensor,
                  k: torch.Tensor, v: torch.Tensor) -> None:
     """Torch reference of `store_kv` (same arguments, same effect; no checks)."""
-    k_buf[slots] = k
-    v_buf[slots] = v
+    k_buf.index_copy_(0, slots, k)
+    v_buf.index_copy_(0, slots, v)
