@@ -61,7 +61,7 @@ def cmd_bench(a: argparse.Namespace) -> int:
             rep = run_bench(a.workloads, a.fracs, a.policies, page_size=a.page_size, seed=a.seed, scale=a.scale,
                             model=a.model, dtype=_auto(a.kv_cache_dtype, a.model),
                             peer=peer if a.sglang else None, strict=a.sglang, progress=prog,
-                            events_cost=a.events_cost)
+                            events_cost=a.events_cost, speed_repeats=a.speed_repeats)
         except PeerError as e:
             a.parser.exit(1, f"{a.parser.prog}: error: SGLang peer failed: {e}\n")
     for t in summary_tables(rep):
@@ -152,6 +152,9 @@ def _bench_parser(sub: argparse._SubParsersAction) -> None:
                    help="interpreter that imports sglang, when this one does not (env RADIXKV_SGLANG_PYTHON)")
     b.add_argument("--out", default=os.path.join("bench", "out"), help="directory for bench.json and the PNGs")
     b.add_argument("--no-plots", action="store_true")
+    b.add_argument("--speed-repeats", type=nonneg_int, default=3, metavar="N",
+                   help="with --sglang: rounds of requests/s side by side (radixkv, SGLang RadixCache, SGLang Rust "
+                        "core), best of N each; 0 skips them")
     b.add_argument("--events-cost", type=nonneg_int, default=0, metavar="N",
                    help="also time the headline policy with KV events off and on, N interleaved runs each (best of N)")
 

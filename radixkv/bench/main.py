@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from radixkv.bench import sglang_peer
+from radixkv.bench import sglang_peer, speed
 from radixkv.bench.opt import build_segments, opt_hit_rate
 from radixkv.bench.runner import OPS, RunResult, replay
 from radixkv.bench.workloads import WORKLOADS, make_workload, write_jsonl
@@ -38,6 +38,7 @@ class Cell:
     opt_exact: bool
     runs: dict[str, RunResult] = field(default_factory=dict)
     sglang: dict[str, sglang_peer.PeerResult] = field(default_factory=dict)
+    speed: dict[str, float] = field(default_factory=dict)  # side by side with SGLang: name -> best requests/s
     events_off_s: float = 0.0  # with --events-cost: best bookkeeping seconds of the headline policy,
     events_on_s: float = 0.0  # events off and on, interleaved runs in this process
 
@@ -70,19 +71,21 @@ class BenchReport:
                                         "p99_us": {op: r.latency_us(op, 0.99) for op in OPS}}
                                     for p, r in c.runs.items()},
                        "sglang": {p: s._asdict() for p, s in c.sglang.items()},
-                       "events_off_s": c.events_off_s, "events_on_s": c.events_on_s} for c in self.cells],
+                       "events_off_s": c.events_off_s, "events_on_s": c.events_on_s,
+                       "speed_requests_per_s": c.speed} for c in self.cells],
         }
 
 
 def run_bench(workloads: list[str], fracs: list[float], policies: list[str], *, page_size: int = 1,
               seed: int = 0, scale: float = 1.0, model: str = "llama-3-8b", dtype: str = "bf16",
               peer: sglang_peer.Peer | None = None, strict: bool = False, progress=None,
-              events_cost: int = 0) -> BenchReport:
+              events_cost: int = 0, speed_repeats: int = 3) -> BenchReport:
     """Run the grid; `progress` is a rich Progress (or None). Deterministic except timings.
 
     `dtype` is the KV dtype of the memory column. With `peer`, SGLang's RadixCache replays every
-    trace too; if it fails, `strict` raises sglang_peer.PeerError, else the report carries a note
-    and the rest runs without it."""
+    trace too (hit rates with LRU and LFU, then `speed_repeats` rounds of requests/s beside radixkv:
+    radixkv.bench.speed); if it fails, `strict` raises sglang_peer.PeerError, else the report
+    carries a note and the rest runs without it."""
     t0, load0 = time.perf_counter(), os.getloadavg()[0]
     rep = BenchReport({w: WORKLOADS[w].summary for w in workloads}, tuple(policies), page_size, model, dtype)
     bpt = bytes_per_token(get_model(model), dtype)
@@ -112,7 +115,7 @@ def run_bench(workloads: list[str], fracs: list[float], policies: list[str], *, 
                 cell.events_off_s, cell.events_on_s = _events_cost(reqs, cell.capacity, page_size, events_cost)
         if peer is not None and rep.sglang_note is None:
             try:
-                _run_peer(rep, peer, reqs, cells, page_size)
+                _run_peer(rep, peer, reqs, cells, page_size, speed_repeats)
             except sglang_peer.PeerError as e:
                 if strict:
                     raise
@@ -147,15 +150,22 @@ def events_table(rep: BenchReport):
     return t
 
 
-def _run_peer(rep: BenchReport, peer: sglang_peer.Peer, reqs, cells: list[Cell], page_size: int) -> None:
+def _run_peer(rep: BenchReport, peer: sglang_peer.Peer, reqs, cells: list[Cell], page_size: int,
+              speed_repeats: int) -> None:
+    caps = [c.capacity for c in cells]
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "trace.jsonl")
         write_jsonl(reqs, path)
         for pol in SGLANG_POLICIES:
-            run = peer.run(path, [c.capacity for c in cells], page_size, pol)
+            run = peer.run(path, caps, page_size, pol)
             rep.sglang_version = run.version
             for cell, res in zip(cells, run.results):
                 cell.sglang[pol] = res
+        if speed_repeats:
+            ours = tuple(dict.fromkeys(("lru", HEADLINE)))
+            _, rows = speed.compare(peer, reqs, path, caps, page_size, ours, speed_repeats)
+            for cell, row in zip(cells, rows):
+                cell.speed = row
 
 
 def summary_tables(rep: BenchReport) -> list:
@@ -205,6 +215,8 @@ def summary_tables(rep: BenchReport) -> list:
     tables = [t, u, v, metrics_table(rep, head)]
     if any(c.events_off_s for c in rep.cells):
         tables.append(events_table(rep))
+    if any(c.speed for c in rep.cells):
+        tables.append(speed.speed_table(rep.cells, tuple(dict.fromkeys(("lru", HEADLINE)))))
     return tables
 
 

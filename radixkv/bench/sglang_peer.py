@@ -34,7 +34,8 @@ class PeerError(RadixKVError, RuntimeError):
 class PeerResult(NamedTuple):
     capacity: int
     hit_rate: float
-    requests_per_s: float
+    requests_per_s: float  # requests / seconds inside the cache's calls (radixkv's runner counts the same)
+    backend: str = "radix"  # "radix": RadixCache (Python); "unified-rust": UnifiedRadixCache, Rust TreeCore
 
 
 class PeerRun(NamedTuple):
@@ -66,11 +67,12 @@ class Peer(NamedTuple):
         return None
 
     def run(self, trace: str, capacities: list[int], page_size: int = 1, policy: str = "lru",
-            timeout: float = 600.0) -> PeerRun:
-        """Replay `trace` in SGLang's RadixCache at each capacity (tokens) with `policy`; raises PeerError."""
+            backends: tuple[str, ...] = ("radix",), timeout: float = 600.0) -> PeerRun:
+        """Replay `trace` in each SGLang backend at each capacity (tokens) with `policy`; results
+        are backend-major, then capacity. Raises PeerError."""
         if (why := self.problem()) is not None:
             raise PeerError(why)
-        args = [trace, "--backend", "radix", "--capacity", ",".join(map(str, capacities)),
+        args = [trace, "--backend", ",".join(backends), "--capacity", ",".join(map(str, capacities)),
                 "--page-size", str(page_size), "--eviction-policy", policy]
         text, where = self._in_process(args) if self.in_process() else self._subprocess(args, timeout)
         try:
@@ -100,8 +102,14 @@ class Peer(NamedTuple):
 
 
 def parse(text: str, where: str) -> PeerRun:
-    """Read the harness's JSON report (stdout)."""
+    """Read the harness's JSON report (stdout). Requests/s is counted as radixkv's runner counts its
+    own: requests over the time inside the cache's calls (the harness's per-op totals), not the
+    harness's wall clock, which also holds its loop, its torch.cat and its bookkeeping of timings."""
     rep = json.loads(text[text.index("{"):])
-    results = [PeerResult(int(r["capacity_tokens"]), r["hit_tokens"] / max(1, r["prompt_tokens"]),
-                          float(r["requests_per_s"])) for r in rep["results"]]  # unrounded rate
+    results = []
+    for r in rep["results"]:
+        inside = sum(op.get("total_s", 0.0) for op in r["per_op"].values())
+        rate = r["requests"] / inside if inside else float(r["requests_per_s"])
+        results.append(PeerResult(int(r["capacity_tokens"]), r["hit_tokens"] / max(1, r["prompt_tokens"]),
+                                  rate, r.get("backend", "radix")))
     return PeerRun(str(rep["sglang_version"]), where, results)
