@@ -75,38 +75,33 @@ class RadixCache:
         may split the edge where the match ends. `slots` is a fresh int64 tensor the caller owns.
         `extra_keys` (radixkv.keys.ExtraKeys: LoRA, cache salt, multimodal items) partition the
         cache like the namespace does, multimodal items from their offset on."""
-        if _get_ident() != self._thread:
-            self._wrong_thread()
+        self._own()
         ns, toks = self._key(as_tokens(tokens), namespace, extra_keys)
         m = self._match(toks, self.tree.root(ns), len(toks))
         return MatchResult(m.length, torch.from_numpy(page_slots(m.pages, self.page_size)), m.node, m.host_length)
 
     def lock(self, node: TreeNode) -> None:
         """Protect `node` and its ancestors from eviction; pairs with one unlock(node)."""
-        if _get_ident() != self._thread:
-            self._wrong_thread()
+        self._own()
         self.tree.lock(node, USER)
 
     def unlock(self, node: TreeNode) -> None:
         """Undo one earlier lock(node). LockError if there is none (a Sequence's lock is not one)."""
-        if _get_ident() != self._thread:
-            self._wrong_thread()
+        self._own()
         self.tree.unlock(node, USER)
 
     def alloc(self, n: int) -> torch.Tensor:
         """`n` private slots: the first n slots of ceil(n / page_size) fresh pages, evicting unlocked
         cached tokens as needed. OutOfSlotsError, nothing changed, if even full eviction cannot serve.
         Returns int64 `[n]`."""
-        if _get_ident() != self._thread:
-            self._wrong_thread()
+        self._own()
         n = as_count(n, "alloc(n)")
         pages = self._take(-(-n // self.page_size), PRIVATE)
         return torch.from_numpy(page_slots(pages, self.page_size)[:n])
 
     def free(self, slots: TokensLike) -> None:
         """Free the pages of `slots`, each whole. Every page touched must be private from alloc()."""
-        if _get_ident() != self._thread:
-            self._wrong_thread()
+        self._own()
         arr = as_slots(slots, self.config.num_slots)
         if len(np.unique(arr)) != len(arr):
             raise InvalidSlotsError("free: slots must be distinct; the same slot appears twice")
@@ -120,8 +115,7 @@ class RadixCache:
         """Cache `tokens` with their `slots`; returns how many leading tokens were already cached.
         The rules for `slots` are in insert_slots.py; anything else raises InvalidSlotsError with
         nothing changed. Afterwards the caller owns none of `slots`."""
-        if _get_ident() != self._thread:
-            self._wrong_thread()
+        self._own()
         ns, toks = self._key(as_tokens(tokens), namespace, extra_keys)
         given = slot_array(slots)  # range-checked in InsertSlots, where the tree's own slots need none
         prio, root = as_priority(priority), self.tree.root(ns)
@@ -139,8 +133,7 @@ class RadixCache:
     def evict(self, n: int) -> int:
         """Evict at least `n` unlocked cached tokens if that many exist (trimming a leaf's tail page
         by page rather than dropping it whole). Returns tokens freed. evict(0) does nothing."""
-        if _get_ident() != self._thread:
-            self._wrong_thread()
+        self._own()
         pages = self._evict_pages(as_count(n, "evict(n)"))
         self.ledger.release(pages)
         return len(pages) * self.page_size
@@ -154,8 +147,7 @@ class RadixCache:
         cached_len == committed_len == kv_len (page-aligned). OutOfRowsError when every row is in
         use; ContextLengthError when `tokens` is longer than max_context_len. With multimodal
         `extra_keys`, `seq.tokens` holds the placeholder ids the cache derived (radixkv.keys)."""
-        if _get_ident() != self._thread:
-            self._wrong_thread()
+        self._own()
         extra = as_extra_keys(extra_keys)
         ns, toks = self._key(as_tokens(tokens), namespace, extra)
         prio = as_priority(priority)
@@ -173,8 +165,7 @@ class RadixCache:
         """Slots for positions [kv_len, kv_len + n), filling the tail of the Sequence's last private
         page before taking new pages; written into its row. n = 0 is a no-op. OutOfSlotsError /
         ContextLengthError with nothing changed. Returns int64 `[n]`."""
-        if _get_ident() != self._thread:
-            self._wrong_thread()
+        self._own()
         rec = self.seqs.get(seq)
         n, ps, start = as_count(n, "reserve(n)"), self.page_size, rec.kv_len
         self.seqs.check_length(start + n, "reserve")
@@ -190,8 +181,7 @@ class RadixCache:
         must lie below kv_len; `tokens` must equal seq.tokens where they overlap and extends it
         beyond. Full pages are inserted now (shareable) and the Sequence's lock moves down to them;
         pages another request inserted first are re-pointed to the tree's slots, duplicates freed."""
-        if _get_ident() != self._thread:
-            self._wrong_thread()
+        self._own()
         rec = self.seqs.get(seq)
         toks = as_tokens(tokens)
         if rec.extra_keys is not None and rec.extra_keys.mm:
@@ -216,8 +206,7 @@ class RadixCache:
     def close(self, seq: Sequence) -> None:
         """End a request: unlock its prefix, free its private pages (the partial last page and every
         reserved-but-uncommitted page) and release its row. The Sequence is unusable afterwards."""
-        if _get_ident() != self._thread:
-            self._wrong_thread()
+        self._own()
         rec = self.seqs.get(seq)
         node = rec.node
         private = self.seqs.close(rec)
@@ -227,22 +216,19 @@ class RadixCache:
     def batch(self, seqs: list[Sequence]) -> BatchInputs:
         """Inputs of one forward over positions [committed_len, kv_len) of each Sequence, checked
         once here so the per-layer path needs no checks. Mutates nothing."""
-        if _get_ident() != self._thread:
-            self._wrong_thread()
+        self._own()
         return self.seqs.batch(seqs)
 
     def sequences(self) -> list[Sequence]:
         """The open Sequences, by row."""
-        if _get_ident() != self._thread:
-            self._wrong_thread()
+        self._own()
         return [rec.handle for rec in self.seqs.records()]
 
     # ------------------------------------------------------------------ accounting
 
     def sizes(self) -> SizeInfo:
         """Slot counts; O(1), mutates nothing."""
-        if _get_ident() != self._thread:
-            self._wrong_thread()
+        self._own()
         free = self.ledger.num_free_pages * self.page_size
         evictable, protected = self.tree.evictable_size, self.tree.protected_size
         total = self.config.num_slots
@@ -250,26 +236,22 @@ class RadixCache:
 
     def check_invariants(self) -> None:
         """Recompute every counter, page state and index from scratch; AssertionError on a mismatch."""
-        if _get_ident() != self._thread:
-            self._wrong_thread()
+        self._own()
         check_cache(self.ledger, self.tree, self.seqs, self.host)
 
     def metrics(self) -> dict[str, float]:
         """Counters and gauges with vLLM-style names (`radixkv_` prefix); mutates nothing."""
-        if _get_ident() != self._thread:
-            self._wrong_thread()
+        self._own()
         return collect_metrics(self.sizes(), self.stats, len(self.seqs), self.host, self.tree.host_size)
 
     def take_events(self) -> list[KVEvent]:
         """KV events recorded since the last call (oldest first); [] when kv_events is off."""
-        if _get_ident() != self._thread:
-            self._wrong_thread()
+        self._own()
         return self.events.take() if self.events is not None else []
 
     def block_snapshot(self) -> list[KVEvent]:
         """AllBlocksCleared, then BlockStored for every block cached now (a resync for routers)."""
-        if _get_ident() != self._thread:
-            self._wrong_thread()
+        self._own()
         return EventRecorder.snapshot(self.tree, self.config.event_block_size, self.events)
 
     def adopt_thread(self) -> None:
@@ -278,10 +260,11 @@ class RadixCache:
 
     # ------------------------------------------------------------------ helpers
 
-    def _wrong_thread(self) -> None:
-        raise ThreadOwnershipError(
-            "a RadixCache is driven by one thread; this call came from another one. Call every "
-            "method from the scheduler thread (or hand the cache over with adopt_thread())")
+    def _own(self) -> None:
+        if _get_ident() != self._thread:
+            raise ThreadOwnershipError(
+                "a RadixCache is driven by one thread; this call came from another one. Call every "
+                "method from the scheduler thread (or hand the cache over with adopt_thread())")
 
     def _key(self, toks: np.ndarray, namespace: Any, extra_keys: Any) -> tuple[bytes, np.ndarray]:
         ns, keyed = request_key(namespace, extra_keys, toks)
