@@ -24,10 +24,10 @@ ATTN_IMPLEMENTATION = "radixkv"
 class ForwardBatch:
     """What the attention function needs for one forward; passed as `model(..., radixkv_batch=...)`."""
     cache: RadixCache
-    inputs: BatchInputs  # from cache.batch(): rows, prefix_lens, extend_lens, seq_lens, out_slots
+    inputs: BatchInputs  # from cache.batch(): rows, prefix_lens, extend_lens, seq_lens, out_slots, cascade
     num_decode: int  # the first num_decode requests extend by exactly one token: decode_attention
     attention_s: float = 0.0  # seconds inside radixkv_attention, all layers (the two below included)
-    decode_s: float = 0.0  # of which in decode_attention
+    decode_s: float = 0.0  # of which in decode_attention (or cascade decode, when inputs.cascade is set)
     extend_s: float = 0.0  # of which in extend_attention
 
 
@@ -62,7 +62,9 @@ def radixkv_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.T
     d = radixkv_batch.num_decode  # packed layout: [d decode tokens | prefill chunks]
     parts = []
     t0 = time.perf_counter()
-    if d:
+    if d and b.cascade is not None:  # the plan covers exactly the d leading decode rows; built valid
+        parts.append(kernels.cascade_decode_launch(q[:d], k_buf, v_buf, b.cascade, scaling))
+    elif d:
         parts.append(kernels.decode_attention(q[:d], k_buf, v_buf, req_to_token, b.rows[:d], b.seq_lens[:d],
                                               scaling))
     t1 = time.perf_counter()

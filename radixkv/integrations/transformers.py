@@ -27,6 +27,9 @@ token), and it comes with padded batches, a 4D mask and positions inferred from 
   without building a mask (the kernels are causal by construction);
 - the scheduler packs decode tokens first, so a mixed step sends those to `decode_attention` (one
   batched call) and only the prefill chunks to `extend_attention`;
+- when decoding requests share cached prefixes, `cache.batch(..., cascade=True)` plans from the radix
+  tree which of them read which shared KV, and `cascade_decode` reads each shared run once per group
+  instead of once per request (`Engine(cascade=False)` turns it off);
 - `logits_to_keep` as an index tensor runs `lm_head` only on the positions that sample;
 - `set_attn_implementation("radixkv")` holds only during `generate()`; the previous implementation
   is restored afterwards, so the same model object still runs `model.generate` unchanged.
@@ -85,12 +88,17 @@ class Engine:
         model: a Llama-family `*ForCausalLM` whose attention goes through `AttentionInterface`.
         cache_config: the cache's layout; None builds one from the model (`cache_config_for`).
         **kwargs: `max_batch_tokens` (token budget of one forward, default 512; chunked prefill
-            splits longer prompts), `namespace` (cache namespace), and, when `cache_config` is None,
-            any CacheConfig field (`num_slots`, `page_size`, `max_requests`, `eviction`, ...).
+            splits longer prompts), `namespace` (cache namespace), `cascade` (default True: decode
+            steps whose requests share cached prefixes read each shared prefix once per group,
+            `radixkv.kernels.cascade_decode`; False: always flat `decode_attention`), and, when
+            `cache_config` is None, any CacheConfig field (`num_slots`, `page_size`, `max_requests`, ...).
     """
 
     def __init__(self, model: PreTrainedModel, cache_config: CacheConfig | None = None, **kwargs: Any) -> None:
         self.max_batch_tokens = int(kwargs.pop("max_batch_tokens", 512))
+        self.cascade = kwargs.pop("cascade", True)
+        if not isinstance(self.cascade, bool):
+            raise TypeError(f"Engine(cascade=...) takes a bool, got {type(self.cascade).__name__}")
         self.namespace = kwargs.pop("namespace", None)
         cache_kwargs = {k: kwargs.pop(k) for k in list(kwargs) if k in _CACHE_FIELDS}
         if kwargs:
@@ -177,7 +185,7 @@ class Engine:
               stats: GenerateStats, start: float) -> None:
         t0 = time.perf_counter()
         plan = sched.schedule()
-        inputs = self.cache.batch([r.seq for r in plan.requests])
+        inputs = self.cache.batch([r.seq for r in plan.requests], cascade=self.cascade)
         # Requests whose chunk reaches their last known token sample from that position.
         ends = list(itertools.accumulate(plan.chunks))
         last = [i for i, (r, n) in enumerate(zip(plan.requests, plan.chunks)) if r.pending == n]
