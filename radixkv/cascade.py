@@ -12,6 +12,7 @@ of the batch's Sequences is KV that flat decode would read once per Sequence. Th
     level 0: group S  rows [0 1 2 3]  KV S
     level 1: group D  rows [0 1]      KV D
     level 2: tails    [0] a1 + private, [1] a2 + private, [2] b + private, [3] c + private
+                      (every row has one tail: positions past its last shared group, >= its query)
 
 A chain of shared nodes with equal counts (an edge split by a branch that no batch Sequence takes) is
 one group. A Sequence's tail is everything past its deepest shared node, positions [shared_end,
@@ -19,18 +20,28 @@ kv_len): its unshared tree nodes, its private last page and its reserved positio
 K/V, stored by the layer before it attends). Slots are sliced from the Sequences' host mirrors of
 their rows, which equal the tree's slots below `node.end`, so the plan is valid by construction.
 
-Cost: one walk up each Sequence's path (O(nodes on the batch's paths)), then O(groups) numpy slices;
-no Python loop over tokens. Mutates nothing.
+Layout choices, none of which changes a result (any grouping merges to the same attention):
+- a level whose runs differ widely in length is cut in two (shorter runs, longer runs) when that
+  saves a quarter of its padded area `groups x longest run` (the torch reference pads; e.g. one
+  request that shares nothing would otherwise pad every short tail to its whole length);
+- on CUDA every run is cut into chunks of at most `_GPU_KV_CHUNK` slots (more programs, merged like
+  any other partial state, as flash-decoding's splits are);
+- off CUDA the plan carries the torch reference's padded layout (`with_padding`), built once per step
+  instead of once per layer.
+
+Cost: one walk up each Sequence's path (O(nodes on the batch's paths)), then O(groups) numpy slices
+and a few torch ops per level; no Python loop over tokens. Mutates nothing.
 """
 
 from __future__ import annotations
 
+import itertools
 from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
-from radixkv.kernels import CascadeLevel, CascadePlan
+from radixkv.kernels import CascadeLevel, CascadePlan, with_padding
 
 if TYPE_CHECKING:
     from radixkv.radix.node import TreeNode
@@ -76,7 +87,7 @@ def plan_cascade(nodes: list[TreeNode], slots: list[np.ndarray], kv_lens: list[i
     for (top, bottom), rows in groups.items():
         by_level[len(chains[bottom]) - 1].append((rows, slots[rows[0]][top.depth:bottom.end]))
     by_level.append([([i], s[e:n]) for i, (s, e, n) in enumerate(zip(slots, ends, kv_lens)) if n > e])
-    return _build(by_level, len(nodes), device, kv_chunk)
+    return _build([part for groups in by_level for part in _by_length(groups)], len(nodes), device, kv_chunk)
 
 
 def _chain(node: TreeNode, count: dict[TreeNode, int],
@@ -93,6 +104,24 @@ def _chain(node: TreeNode, count: dict[TreeNode, int],
     return chain
 
 
+def _by_length(groups: list[tuple[list[int], np.ndarray]]) -> list[list[tuple[list[int], np.ndarray]]]:
+    """One level's groups, or two levels (shorter runs, longer runs) when that cuts the padded area
+    `groups x longest run` by a quarter: one long tail among short ones would pad every short one."""
+    sizes = np.fromiter((len(s) for _, s in groups), np.int64, len(groups))
+    order = np.argsort(sizes, kind="stable")
+    ranked, n = sizes[order], len(groups)
+    if n < 2 or ranked[-1] == 0:
+        return [groups]
+    k = np.arange(1, n)  # the k shortest runs in one level, the rest in another
+    area = k * ranked[k - 1] + (n - k) * ranked[-1]
+    cut = int(np.argmin(area))
+    if area[cut] > 0.75 * n * ranked[-1]:
+        return [groups]
+    short = np.sort(order[:cut + 1])
+    long = np.sort(order[cut + 1:])
+    return [[groups[i] for i in short], [groups[i] for i in long]]
+
+
 def _build(by_level: list[list[tuple[list[int], np.ndarray]]], num_rows: int, device: torch.device,
            kv_chunk: int | None) -> CascadePlan:
     """CSR tensors of each level's (rows, slots) groups and of each row's entries."""
@@ -100,18 +129,17 @@ def _build(by_level: list[list[tuple[list[int], np.ndarray]]], num_rows: int, de
     for groups in by_level:
         if kv_chunk:
             groups = [(rows, s[j:j + kv_chunk]) for rows, s in groups for j in range(0, len(s), kv_chunk)]
-        rows = [np.asarray(r, dtype=np.int32) for r, _ in groups]
-        qo = np.concatenate(rows)
+        counts, sizes = [len(r) for r, _ in groups], [len(s) for _, s in groups]
+        qo = np.fromiter(itertools.chain.from_iterable(r for r, _ in groups), np.int32, sum(counts))
         entry_rows.append(qo)
-        levels.append(CascadeLevel(
-            _tensor(_indptr([len(r) for r in rows]), device), _tensor(qo, device),
-            _tensor(_indptr([len(s) for _, s in groups]), device),
-            _tensor(np.concatenate([s for _, s in groups]).astype(np.int64, copy=False), device),
-            max(len(r) for r in rows), max(len(s) for _, s in groups)))
+        slots = np.concatenate([s for _, s in groups]).astype(np.int64, copy=False)
+        levels.append(CascadeLevel(_tensor(_indptr(counts), device), _tensor(qo, device),
+                                   _tensor(_indptr(sizes), device), _tensor(slots, device), max(counts), max(sizes)))
     owner = np.concatenate(entry_rows)  # the row of each entry, entries numbered across levels
     per_row = np.bincount(owner, minlength=num_rows)
     order = np.argsort(owner, kind="stable").astype(np.int32)
-    return CascadePlan(tuple(levels), _tensor(_indptr(per_row), device), _tensor(order, device), int(per_row.max()))
+    plan = CascadePlan(tuple(levels), _tensor(_indptr(per_row), device), _tensor(order, device), int(per_row.max()))
+    return plan if device.type == "cuda" else with_padding(plan)  # the torch reference's layout, once per step
 
 
 def _indptr(counts: list[int] | np.ndarray) -> np.ndarray:

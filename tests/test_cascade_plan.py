@@ -16,6 +16,7 @@ import torch
 
 from radixkv import CacheConfig, InvalidArgumentError, RadixCache
 from radixkv.cascade import plan_cascade
+from radixkv.kernels import with_padding
 
 
 def _cache(page_size: int, num_slots: int = 8192) -> RadixCache:
@@ -60,15 +61,30 @@ def check_plan(plan, seqs: list, kv_chunk: int | None = None) -> list[list[tuple
         assert all(entry_row[e] == r for e in entries[r]) and entries[r] == sorted(entries[r])
         covered = [slot for e in entries[r] for slot in flat[e][1]]
         assert covered == s.slots().tolist(), f"row {r}: the plan's KV is not the Sequence's"
-    for groups in levels[:-1]:  # shared levels: 2+ rows reading one run (at most kv_chunk long)
-        assert all(len(rows) >= 2 and len(slots) > 0 for rows, slots in groups)
+    if plan.merge_padded is not None:  # the torch reference's layout, built by the planner: the CSR's
+        want = with_padding(plan._replace(levels=tuple(lvl._replace(padded=None) for lvl in plan.levels)))
+        assert all(torch.equal(a, b) for a, b in zip(plan.merge_padded, want.merge_padded))
+        for lvl, ref in zip(plan.levels, want.levels):
+            assert all(torch.equal(a, b) for a, b in zip(lvl.padded, ref.padded))
+    shared, tails = split_levels(levels)
+    assert len(shared) + len(tails) == len(levels), "a level mixes shared groups and tails"
+    for groups in shared:  # 2+ rows reading one run (at most kv_chunk long)
+        assert all(len(slots) > 0 for _, slots in groups)
         if kv_chunk is None:  # a row sits in at most one group per level
             rows = [r for rs, _ in groups for r in rs]
             assert len(rows) == len(set(rows))
-    assert all(len(rows) == 1 for rows, _ in levels[-1])  # tails: one row each
-    if kv_chunk is not None:
+    if kv_chunk is None:  # each row's tail is one group, in one of at most two tail levels (short, long)
+        assert sorted(r for groups in tails for rows, _ in groups for r in rows) == list(range(len(seqs)))
+        assert len(tails) <= 2 and all(len(s) > 0 for groups in tails for _, s in groups)
+    else:
         assert all(0 < len(slots) <= kv_chunk for groups in levels for _, slots in groups)
     return levels
+
+
+def split_levels(levels: list) -> tuple[list, list]:
+    """(shared levels: every group has 2+ rows, tail levels: every group has one row)."""
+    return ([g for g in levels if all(len(rows) >= 2 for rows, _ in g)],
+            [g for g in levels if all(len(rows) == 1 for rows, _ in g)])
 
 
 @pytest.mark.parametrize("page_size", [1, 16])
@@ -87,8 +103,12 @@ def test_system_document_and_tails(page_size: int) -> None:
     # level 0: the system prompt (its whole pages) read once for the 5 rows under it
     assert [(rows, len(slots)) for rows, slots in levels[0]] == [([0, 1, 2, 3, 4], 48 // ps * ps)]
     assert [(rows, len(slots)) for rows, slots in levels[1]] == [([0, 1, 2], shared_doc)]
-    assert [rows for rows, _ in levels[2]] == [[0], [1], [2], [3], [4], [5], [6]]
-    assert len(levels) == 3
+    # tails: rows 0-4 past the shared pages; rows 5 and 6 share nothing, and row 5's 31 positions
+    # would triple the padding of the short tails: the longest tails get a level of their own
+    tails = [(r, len(s)) for groups in levels[2:] for rows, s in groups for r in rows]
+    assert sorted(tails) == [(i, s.kv_len - e) for i, (s, e) in enumerate(zip(seqs, [48 // ps * ps + shared_doc] * 3
+                                                                                 + [48 // ps * ps] * 2 + [0, 0]))]
+    assert len(levels) in (3, 4) and split_levels(levels)[1] == levels[2:]
     cache.check_invariants()
 
 
@@ -148,7 +168,7 @@ def test_random_prompt_trees(page_size: int, kv_chunk: int | None) -> None:
             assert plan is None, trial
             continue
         levels = check_plan(plan, batch, kv_chunk)
-        shared = sum(len(slots) for groups in levels[:-1] for _, slots in groups)
+        shared = sum(len(slots) for groups in split_levels(levels)[0] for _, slots in groups)
         assert shared == sum(n.size for n, c in counts.items() if c >= 2)  # each shared node read once
 
 
@@ -160,6 +180,7 @@ def test_plan_tensors_and_dtypes() -> None:
         assert lvl.qo_indptr.dtype == lvl.qo_indices.dtype == lvl.kv_indptr.dtype == torch.int32
         assert lvl.kv_indices.dtype == torch.int64
     assert plan.merge_indptr.dtype == plan.merge_indices.dtype == torch.int32
-    assert plan.num_rows == 2 and plan.num_entries == 4
+    assert plan.num_rows == 2 and plan.num_entries == 4  # the shared 10 tokens, two tails
+    assert plan.merge_padded is not None and all(lvl.padded is not None for lvl in plan.levels)  # CPU
     slots = np.concatenate([s.slots() for s in seqs])
     assert set(np.concatenate([lvl.kv_indices.numpy() for lvl in plan.levels])) == set(slots)

@@ -15,7 +15,7 @@ from kernel_checks import assert_close, randn
 from radixkv import CacheConfig, RadixCache
 from radixkv.kernels import (CascadeLevel, CascadePlan, KernelInputError, cascade_attention,
                              cascade_attention_ref, cascade_decode, cascade_decode_launch, cascade_decode_ref,
-                             decode_attention_ref, merge_states, merge_states_ref)
+                             decode_attention_ref, merge_states, merge_states_ref, with_padding)
 
 KV_HEADS, DIM, SCALE = 2, 24, 0.3  # dim 24 is padded to 32 inside the kernel
 # (dtype, atol, rtol): both sides compute in fp32 and round once to the output dtype; the cascade
@@ -79,7 +79,7 @@ def _cache_plan(page_size: int, group: int, dtype: torch.dtype, scale_rows: int 
     for s in seqs:
         cache.reserve(s, 1)
     b = cache.batch(seqs, cascade=True)
-    assert len(b.cascade.levels) == 3
+    assert len(b.cascade.levels) >= 3  # system, document, tails (maybe split by length)
     q = randn(len(seqs), KV_HEADS * group, DIM, dtype=dtype)
     kb, vb = cache.kv_pool.k_buffer[0], cache.kv_pool.v_buffer[0]
     want = decode_attention_ref(q, kb, vb, cache.req_pool.req_to_token, b.rows, b.seq_lens, SCALE)
@@ -116,7 +116,11 @@ def test_hand_built_plan(triton: bool, monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv("TRITON_INTERPRET")
     plan, row_slots = _plan(HAND, 5)
     kb, vb, q = randn(1024, KV_HEADS, DIM), randn(1024, KV_HEADS, DIM), randn(5, KV_HEADS * 2, DIM)
-    assert_close("hand plan", cascade_decode(q, kb, vb, plan, SCALE), _flat(q, kb, vb, row_slots), 2e-5, 2e-5)
+    want = _flat(q, kb, vb, row_slots)
+    assert_close("hand plan", cascade_decode(q, kb, vb, plan, SCALE), want, 2e-5, 2e-5)
+    padded = with_padding(plan)  # the reference's layout built ahead, as the planner does on CPU
+    assert all(lvl.padded is not None for lvl in padded.levels) and padded.merge_padded is not None
+    assert_close("hand plan, padded", cascade_decode(q, kb, vb, padded, SCALE), want, 2e-5, 2e-5)
 
 
 def test_states_and_merge_against_references() -> None:
@@ -159,6 +163,8 @@ def test_checked_launcher_rejects_bad_plans() -> None:
         "merge entry outside": plan._replace(merge_indices=plan.merge_indices + 20),
         "max_entries too small": plan._replace(max_entries=1),
         "not a plan": tuple(plan),
+        "padding of another level": plan._replace(levels=(lvl._replace(padded=with_padding(plan).levels[2].padded),)),
+        "padding of another merge": with_padding(plan)._replace(merge_indices=plan.merge_indices.flip(0)),
     }
     for name, p in bad.items():
         with pytest.raises(KernelInputError):

@@ -26,8 +26,9 @@ from __future__ import annotations
 import torch
 
 from radixkv.kernels._common import tl, triton, use_triton
-from radixkv.kernels.cascade_plan import CascadeLevel, CascadePlan, check_cascade, check_level, check_qkv
-from radixkv.kernels.merge import csr_to_padded, merge_states_launch, merge_states_ref
+from radixkv.kernels.cascade_plan import (CascadeLevel, CascadePlan, check_cascade, check_level, check_qkv,
+                                          pad_level)
+from radixkv.kernels.merge import merge_padded_ref, merge_states_launch, merge_states_ref
 
 _BLOCK_N = 32  # KV slots per inner step; tl.dot needs M, N, K >= 16 on a GPU
 _MAX_BLOCK_M = 64  # query vectors (rows x heads of a kv head) per program
@@ -189,40 +190,50 @@ def cascade_attention_ref(q: torch.Tensor, k_buf: torch.Tensor, v_buf: torch.Ten
     """Torch reference of `cascade_attention` (same arguments, same result; no checks, no host
     syncs): pads the level to `[groups, max_rows]` rows and `[groups, max_kv]` slots, gathers each
     group's K/V once, heads-major, and runs one batched matmul per product in fp32."""
-    (_, heads, dim), kv_heads = q.shape, k_buf.shape[1]
+    o, lse = _states(level.qo_indices.numel(), q)
+    _level_states_ref(q, k_buf, v_buf, level, sm_scale, o, lse)
+    return o, lse
+
+
+def _level_states_ref(q: torch.Tensor, k_buf: torch.Tensor, v_buf: torch.Tensor, level: CascadeLevel,
+                      sm_scale: float, o_out: torch.Tensor, lse_out: torch.Tensor) -> None:
+    """Writes the level's states into o_out `[entries, heads, dim]` and lse_out `[entries, heads]`."""
+    dim, kv_heads = q.shape[2], k_buf.shape[1]
     groups, entries, width = level.qo_indptr.numel() - 1, level.qo_indices.numel(), level.max_rows
     if entries == 0 or level.kv_indices.numel() == 0 or level.max_kv == 0:
-        o, lse = _states(entries, q)
-        return o.zero_(), lse.fill_(float("-inf"))
-    slots, valid = csr_to_padded(level.kv_indptr, level.kv_indices, level.max_kv)  # [groups, max_kv]
-    rows, _ = csr_to_padded(level.qo_indptr, level.qo_indices, width)  # [groups, max_rows]
-    rows_hm = (slots[None] * kv_heads + torch.arange(kv_heads, device=q.device)[:, None, None]).flatten()
+        o_out.zero_()
+        lse_out.fill_(float("-inf"))
+        return
+    pad = level.padded if level.padded is not None else pad_level(level)
+    rows_hm = (pad.slots[None] * kv_heads + torch.arange(kv_heads, device=q.device)[:, None, None]).flatten()
 
-    def heads_major(buf: torch.Tensor) -> torch.Tensor:  # [kv_heads, groups, max_kv, dim], fp32
-        return buf.reshape(-1, dim).index_select(0, rows_hm).view(kv_heads, groups, -1, dim).float()
+    def heads_major(buf: torch.Tensor) -> torch.Tensor:  # [kv_heads x groups, max_kv, dim], fp32
+        return buf.reshape(-1, dim).index_select(0, rows_hm).view(kv_heads * groups, -1, dim).float()
 
     k, v = heads_major(k_buf), heads_major(v_buf)
-    qg = q[rows].float().view(groups, width, kv_heads, -1, dim)  # [groups, max_rows, kv_heads, group, dim]
-    qg = qg.permute(2, 0, 1, 3, 4).reshape(kv_heads, groups, -1, dim)  # [kv_heads, groups, rows x group, dim]
-    s = (qg @ k.transpose(-1, -2)) * sm_scale  # [kv_heads, groups, max_rows x group, max_kv]
-    s = s.masked_fill(~valid[None, :, None, :], float("-inf"))
-    lse = torch.logsumexp(s, dim=-1, keepdim=True)  # -inf for a group without KV
-    o = torch.exp(s - lse.masked_fill(lse == float("-inf"), 0.0)) @ v  # [kv_heads, groups, rows x group, dim]
-    # entry e of group g sits at padded row e - qo_indptr[g] of that group
-    e = torch.arange(entries, device=q.device)
-    g = torch.searchsorted(level.qo_indptr[1:].long(), e, right=True)
-    at = g * width + e - level.qo_indptr[g].long()
-    o = o.view(kv_heads, groups * width, -1, dim).transpose(0, 1)[at].reshape(entries, heads, dim)
-    lse = lse.view(kv_heads, groups * width, -1).transpose(0, 1)[at].reshape(entries, heads)
-    return o.contiguous(), lse.contiguous()
+    qg = q[pad.rows].view(groups, width, kv_heads, -1, dim)  # [groups, max_rows, kv_heads, group, dim]
+    qg = qg.permute(2, 0, 1, 3, 4).reshape(kv_heads * groups, -1, dim).float()  # [.., max_rows x group, dim]
+    bias = pad.bias[None].expand(kv_heads, -1, -1).reshape(kv_heads * groups, 1, -1)  # padding: -inf
+    s = torch.baddbmm(bias, qg, k.transpose(-1, -2), alpha=sm_scale)  # [.., max_rows x group, max_kv]
+    top = s.amax(-1, keepdim=True)
+    top.masked_fill_(top == float("-inf"), 0.0)  # a group without KV: every weight exp(-inf) = 0
+    p = s.sub_(top).exp_()  # one exp per score, in place
+    total = p.sum(-1, keepdim=True)
+    lse = total.log().add_(top)  # -inf for a group without KV
+    o = torch.bmm(p, v).div_(total.masked_fill_(total == 0, 1.0))  # [.., max_rows x group, dim]
+    o_out.view(entries, kv_heads, -1, dim).copy_(o.view(kv_heads, groups * width, -1, dim).transpose(0, 1)[pad.at])
+    lse_out.view(entries, kv_heads, -1).copy_(lse.view(kv_heads, groups * width, -1).transpose(0, 1)[pad.at])
 
 
 def cascade_decode_ref(q: torch.Tensor, k_buf: torch.Tensor, v_buf: torch.Tensor, plan: CascadePlan,
                        sm_scale: float) -> torch.Tensor:
     """Torch reference of `cascade_decode` (same arguments, same result; no checks, no host syncs)."""
-    if not plan.levels:
-        return merge_states_ref(*_states(0, q), plan.merge_indptr, plan.merge_indices, plan.max_entries, q.dtype)
-    parts = [cascade_attention_ref(q, k_buf, v_buf, lvl, sm_scale) for lvl in plan.levels]
-    o = parts[0][0] if len(parts) == 1 else torch.cat([p[0] for p in parts])
-    lse = parts[0][1] if len(parts) == 1 else torch.cat([p[1] for p in parts])
-    return merge_states_ref(o, lse, plan.merge_indptr, plan.merge_indices, plan.max_entries, q.dtype)
+    o, lse = _states(plan.num_entries, q)
+    start = 0
+    for lvl in plan.levels:
+        n = lvl.qo_indices.numel()
+        _level_states_ref(q, k_buf, v_buf, lvl, sm_scale, o[start:start + n], lse[start:start + n])
+        start += n
+    if plan.merge_padded is None:
+        return merge_states_ref(o, lse, plan.merge_indptr, plan.merge_indices, plan.max_entries, q.dtype)
+    return merge_padded_ref(o, lse, *plan.merge_padded, q.dtype)

@@ -38,6 +38,16 @@ class CascadeLevel(NamedTuple):
     kv_indices: torch.Tensor  # int64 [kv_indptr[-1]]: KV slots, in position order within a group
     max_rows: int  # host: the most entries of one group (>= the true maximum)
     max_kv: int  # host: the most slots of one group (>= the true maximum)
+    padded: PaddedLevel | None = None  # pad_level(self), built once per plan for the torch reference
+
+
+class PaddedLevel(NamedTuple):
+    """A level laid out for batched matmuls (the torch reference's layout); derived from the CSR."""
+
+    slots: torch.Tensor  # int64 [groups, max_kv]: each group's slots; padding repeats a real slot
+    bias: torch.Tensor  # fp32 [groups, max_kv]: 0 at a group's slots, -inf at its padding
+    rows: torch.Tensor  # int64 [groups, max_rows]: each group's query rows; padding repeats a real row
+    at: torch.Tensor  # int64 [entries]: each entry's padded row, group * max_rows + its index in the group
 
 
 class CascadePlan(NamedTuple):
@@ -47,6 +57,8 @@ class CascadePlan(NamedTuple):
     merge_indptr: torch.Tensor  # int32 [rows + 1]
     merge_indices: torch.Tensor  # int32 [entries]: row r's entries, ids across all levels
     max_entries: int  # host: the most entries of one row (>= the true maximum)
+    # csr_to_padded(merge_indptr, merge_indices, max_entries), built once per plan for the torch reference
+    merge_padded: tuple[torch.Tensor, torch.Tensor] | None = None
 
     @property
     def num_rows(self) -> int:
@@ -55,6 +67,36 @@ class CascadePlan(NamedTuple):
     @property
     def num_entries(self) -> int:
         return sum(lvl.qo_indices.numel() for lvl in self.levels)
+
+
+def pad_level(level: CascadeLevel) -> PaddedLevel:
+    """The padded layout of a level (no host sync; the level must have an entry and a slot)."""
+    slots, valid = csr_to_padded(level.kv_indptr, level.kv_indices, level.max_kv)
+    bias = torch.zeros(valid.shape, device=valid.device).masked_fill_(~valid, float("-inf"))
+    rows, _ = csr_to_padded(level.qo_indptr, level.qo_indices, level.max_rows)
+    e = torch.arange(level.qo_indices.numel(), device=rows.device)
+    g = torch.searchsorted(level.qo_indptr[1:].long(), e, right=True)
+    return PaddedLevel(slots, bias, rows, g * level.max_rows + e - level.qo_indptr[g].long())
+
+
+def with_padding(plan: CascadePlan) -> CascadePlan:
+    """`plan` with every padded layout built (once per plan; the torch reference then pads nothing)."""
+    levels = tuple(lvl._replace(padded=pad_level(lvl)) if lvl.qo_indices.numel() and lvl.kv_indices.numel()
+                   else lvl for lvl in plan.levels)
+    merge = (csr_to_padded(plan.merge_indptr, plan.merge_indices, plan.max_entries)
+             if plan.merge_indices.numel() and plan.max_entries else None)
+    return plan._replace(levels=levels, merge_padded=merge)
+
+
+def csr_to_padded(indptr: torch.Tensor, indices: torch.Tensor, width: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """`([n, width] int64 values, [n, width] bool valid)` of a CSR with n = indptr.numel() - 1 rows of at
+    most `width` entries; padding repeats the row's first entry, or `indices[0]` for an empty row
+    (`indices` must be non-empty). No host sync."""
+    start = indptr[:-1].long()
+    pos = torch.arange(width, device=indptr.device)
+    valid = pos[None, :] < (indptr[1:].long() - start)[:, None]
+    at = torch.where(valid, start[:, None] + pos[None, :], start.clamp_max(indices.numel() - 1)[:, None])
+    return indices[at].long(), valid
 
 
 def check_cascade(q: torch.Tensor, k_buf: torch.Tensor, v_buf: torch.Tensor, plan: object) -> None:
@@ -67,6 +109,8 @@ def check_cascade(q: torch.Tensor, k_buf: torch.Tensor, v_buf: torch.Tensor, pla
         check_level(f"levels[{i}]", lvl, q.shape[0], k_buf.shape[0], q.device)
     entries = plan.num_entries
     check_csr("merge", plan.merge_indptr, plan.merge_indices, q.device, plan.max_entries, entries)
+    if plan.merge_padded is not None and not _same(plan.merge_padded, with_padding(plan).merge_padded):
+        raise KernelInputError("plan.merge_padded is not the padded layout of merge_indptr/merge_indices")
     if plan.num_rows != q.shape[0]:
         raise KernelInputError(f"the plan merges {plan.num_rows} rows; q has {q.shape[0]}")
 
@@ -90,6 +134,14 @@ def check_level(name: str, lvl: CascadeLevel, rows: int, num_slots: int, device:
     check_csr(f"{name}.qo", lvl.qo_indptr, lvl.qo_indices, device, lvl.max_rows, rows)
     check_csr(f"{name}.kv", lvl.kv_indptr, lvl.kv_indices, device, lvl.max_kv, num_slots)
     check_tensor(f"{name}.kv_indices", lvl.kv_indices, 1, (torch.int64,))
+    if lvl.padded is not None and not _same(lvl.padded, pad_level(lvl)):
+        raise KernelInputError(f"{name}.padded is not the padded layout of the level's CSR")
+
+
+def _same(got: object, want: object) -> bool:
+    return (isinstance(got, tuple) and isinstance(want, tuple) and len(got) == len(want)
+            and all(isinstance(a, torch.Tensor) and a.shape == b.shape and a.dtype == b.dtype
+                    and a.device == b.device and torch.equal(a, b) for a, b in zip(got, want)))
 
 
 def check_csr(name: str, indptr: torch.Tensor, indices: torch.Tensor, device: torch.device,

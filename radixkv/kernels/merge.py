@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 
 from radixkv.kernels._common import KernelInputError, check_same_device, check_tensor, tl, triton, use_triton
-from radixkv.kernels.cascade_plan import check_csr
+from radixkv.kernels.cascade_plan import check_csr, csr_to_padded
 
 
 @triton.jit
@@ -99,20 +99,15 @@ def merge_states_ref(o: torch.Tensor, lse: torch.Tensor, merge_indptr: torch.Ten
     rows = merge_indptr.numel() - 1
     if rows == 0 or max_entries == 0 or merge_indices.numel() == 0:
         return torch.zeros((rows, *o.shape[1:]), dtype=dtype, device=o.device)
-    idx, valid = csr_to_padded(merge_indptr, merge_indices, max_entries)  # [rows, max_entries]
-    lse_p = lse[idx].masked_fill(~valid[:, :, None], float("-inf"))  # [rows, max_entries, heads]
+    return merge_padded_ref(o, lse, *csr_to_padded(merge_indptr, merge_indices, max_entries), dtype)
+
+
+def merge_padded_ref(o: torch.Tensor, lse: torch.Tensor, idx: torch.Tensor, valid: torch.Tensor,
+                     dtype: torch.dtype) -> torch.Tensor:
+    """merge_states_ref on the padded layout: idx int64 and valid bool, both `[rows, max_entries]`."""
+    lse_p = lse[idx].masked_fill_(~valid[:, :, None], float("-inf"))  # [rows, max_entries, heads]
     top = lse_p.amax(1, keepdim=True)
-    w = torch.exp(lse_p - top.masked_fill(top == float("-inf"), 0.0))  # 0 where lse is -inf
+    w = lse_p.sub_(top.masked_fill_(top == float("-inf"), 0.0)).exp_()  # 0 where lse is -inf
     total = w.sum(1)  # [rows, heads]
-    out = (w[..., None] * o[idx]).sum(1) / total.masked_fill(total == 0, 1.0)[..., None]
+    out = (w[..., None] * o[idx]).sum(1) / total.masked_fill_(total == 0, 1.0)[..., None]
     return out.to(dtype)
-
-
-def csr_to_padded(indptr: torch.Tensor, indices: torch.Tensor, width: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """`([n, width] int64 values, [n, width] bool valid)` of a CSR with n = indptr.numel() - 1 rows of at
-    most `width` entries; padding reads `indices[0]` (`indices` must be non-empty). No host sync."""
-    start = indptr[:-1].long()
-    pos = torch.arange(width, device=indptr.device)
-    valid = pos[None, :] < (indptr[1:].long() - start)[:, None]
-    at = (start[:, None] + pos[None, :]).masked_fill(~valid, 0)
-    return indices[at].long(), valid
