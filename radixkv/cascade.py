@@ -26,8 +26,8 @@ Layout choices, none of which changes a result (any grouping merges to the same 
   request that shares nothing would otherwise pad every short tail to its whole length);
 - on CUDA every run is cut into chunks of at most `_GPU_KV_CHUNK` slots (more programs, merged like
   any other partial state, as flash-decoding's splits are);
-- off CUDA the plan carries the torch reference's padded layout (`with_padding`), built once per step
-  instead of once per layer.
+- off CUDA the plan carries the torch reference's padded layout (what `kernels.with_padding` builds),
+  made here in numpy once per step instead of by torch once per layer.
 
 Cost: one walk up each Sequence's path (O(nodes on the batch's paths)), then O(groups) numpy slices
 and a few torch ops per level; no Python loop over tokens. Mutates nothing.
@@ -41,12 +41,12 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from radixkv.kernels import CascadeLevel, CascadePlan, with_padding
+from radixkv.kernels import CascadeLevel, CascadePlan, PaddedLevel
 
 if TYPE_CHECKING:
     from radixkv.radix.node import TreeNode
 
-_GPU_KV_CHUNK = 512  # slots per group on a GPU: long runs split so that programs fill the device
+_GPU_KV_CHUNK = 256  # slots per group on a GPU: long runs split so that programs fill the device
 
 
 def kv_chunk_for(device: torch.device) -> int | None:
@@ -124,22 +124,47 @@ def _by_length(groups: list[tuple[list[int], np.ndarray]]) -> list[list[tuple[li
 
 def _build(by_level: list[list[tuple[list[int], np.ndarray]]], num_rows: int, device: torch.device,
            kv_chunk: int | None) -> CascadePlan:
-    """CSR tensors of each level's (rows, slots) groups and of each row's entries."""
+    """CSR tensors of each level's (rows, slots) groups and of each row's entries; off CUDA also the
+    torch reference's padded layout (what `with_padding` computes, here in numpy: once per step)."""
+    pad = device.type != "cuda"
     levels, entry_rows = [], []
     for groups in by_level:
         if kv_chunk:
             groups = [(rows, s[j:j + kv_chunk]) for rows, s in groups for j in range(0, len(s), kv_chunk)]
-        counts, sizes = [len(r) for r, _ in groups], [len(s) for _, s in groups]
-        qo = np.fromiter(itertools.chain.from_iterable(r for r, _ in groups), np.int32, sum(counts))
+        counts = np.fromiter((len(r) for r, _ in groups), np.int32, len(groups))
+        sizes = np.fromiter((len(s) for _, s in groups), np.int32, len(groups))
+        qo = np.fromiter(itertools.chain.from_iterable(r for r, _ in groups), np.int32, int(counts.sum()))
         entry_rows.append(qo)
         slots = np.concatenate([s for _, s in groups]).astype(np.int64, copy=False)
-        levels.append(CascadeLevel(_tensor(_indptr(counts), device), _tensor(qo, device),
-                                   _tensor(_indptr(sizes), device), _tensor(slots, device), max(counts), max(sizes)))
+        qo_indptr, kv_indptr = _indptr(counts), _indptr(sizes)
+        padded = _pad_level(qo_indptr, qo, kv_indptr, slots, device) if pad else None
+        levels.append(CascadeLevel(_tensor(qo_indptr, device), _tensor(qo, device), _tensor(kv_indptr, device),
+                                   _tensor(slots, device), int(counts.max()), int(sizes.max()), padded))
     owner = np.concatenate(entry_rows)  # the row of each entry, entries numbered across levels
     per_row = np.bincount(owner, minlength=num_rows)
-    order = np.argsort(owner, kind="stable").astype(np.int32)
-    plan = CascadePlan(tuple(levels), _tensor(_indptr(per_row), device), _tensor(order, device), int(per_row.max()))
-    return plan if device.type == "cuda" else with_padding(plan)  # the torch reference's layout, once per step
+    indptr, order, width = _indptr(per_row), np.argsort(owner, kind="stable").astype(np.int32), int(per_row.max())
+    merge = tuple(_tensor(a, device) for a in _csr_pad(indptr, order, width)) if pad else None
+    return CascadePlan(tuple(levels), _tensor(indptr, device), _tensor(order, device), width, merge)
+
+
+def _pad_level(qo_indptr: np.ndarray, qo: np.ndarray, kv_indptr: np.ndarray, slots: np.ndarray,
+               device: torch.device) -> PaddedLevel:
+    """kernels.cascade_plan.pad_level, in numpy."""
+    kv, valid = _csr_pad(kv_indptr, slots, int(np.diff(kv_indptr).max()))
+    rows, _ = _csr_pad(qo_indptr, qo, int(np.diff(qo_indptr).max()))
+    at = np.repeat(np.arange(len(qo_indptr) - 1) * rows.shape[1] - qo_indptr[:-1], np.diff(qo_indptr))
+    at += np.arange(len(qo))
+    bias = np.where(valid, np.float32(0), np.float32(-np.inf))
+    return PaddedLevel(*(_tensor(a, device) for a in (kv, bias, rows, at)))
+
+
+def _csr_pad(indptr: np.ndarray, indices: np.ndarray, width: int) -> tuple[np.ndarray, np.ndarray]:
+    """kernels.cascade_plan.csr_to_padded, in numpy: ([n, width] int64 values, [n, width] bool valid)."""
+    start = indptr[:-1].astype(np.int64)
+    pos = np.arange(width)
+    valid = pos[None, :] < (indptr[1:] - start)[:, None]
+    at = np.where(valid, start[:, None] + pos[None, :], np.minimum(start, len(indices) - 1)[:, None])
+    return indices[at].astype(np.int64, copy=False), valid
 
 
 def _indptr(counts: list[int] | np.ndarray) -> np.ndarray:

@@ -30,8 +30,8 @@ from radixkv.kernels.cascade_plan import (CascadeLevel, CascadePlan, check_casca
                                           pad_level)
 from radixkv.kernels.merge import merge_padded_ref, merge_states_launch, merge_states_ref
 
-_BLOCK_N = 32  # KV slots per inner step; tl.dot needs M, N, K >= 16 on a GPU
 _MAX_BLOCK_M = 64  # query vectors (rows x heads of a kv head) per program
+_TILE = 8192  # fp32 elements of the [BLOCK_M, BLOCK_D] q (and accumulator) tile: 32 x 256 at most
 
 
 @triton.jit
@@ -96,15 +96,22 @@ def _cascade_kernel(
     tl.store(o_ptr + state[:, None] * head_dim + offs_d[None, :], out, mask=mask_m[:, None] & mask_d[None, :])
 
 
+# (BLOCK_D, BLOCK_M) -> (num_warps, BLOCK_N): the smallest spill-free choice found by compiling every
+# combination for sm_80 (bf16; ptxas -v); a larger BLOCK_N or fewer warps spilled or sat at 255 registers.
+_CONFIGS = {(64, 16): (4, 32), (64, 32): (4, 16), (64, 64): (8, 32), (128, 16): (4, 16), (128, 32): (8, 32),
+            (128, 64): (8, 32), (256, 16): (8, 16), (256, 32): (8, 16)}
+
+
 def launch_config(max_rows: int, group: int, head_dim: int) -> dict[str, int]:
     """Block sizes, num_warps and num_stages `_cascade_kernel` runs with for a level whose groups
     have at most `max_rows` rows (bench/compile_check.py compiles exactly these)."""
     block_h = triton.next_power_of_2(group)
-    block_r = max(16 // block_h, min(triton.next_power_of_2(max(1, max_rows)), max(1, _MAX_BLOCK_M // block_h)))
     block_d = max(16, triton.next_power_of_2(head_dim))
-    big = block_r * block_h * block_d >= 8192  # q and accumulator tiles of 64 x 128 fp32: spread wider
-    return dict(BLOCK_R=block_r, BLOCK_H=block_h, BLOCK_N=_BLOCK_N, BLOCK_D=block_d,
-                num_warps=8 if big else 4, num_stages=2)
+    max_m = min(_MAX_BLOCK_M, _TILE // block_d)  # fp32 q and accumulator tiles of at most _TILE elements
+    block_r = max(16 // block_h, min(triton.next_power_of_2(max(1, max_rows)), max(1, max_m // block_h)))
+    num_warps, block_n = _CONFIGS.get((max(64, block_d), block_r * block_h), (8, 16))
+    return dict(BLOCK_R=block_r, BLOCK_H=block_h, BLOCK_N=block_n, BLOCK_D=block_d,
+                num_warps=num_warps, num_stages=2)
 
 
 def _attend_launch(q: torch.Tensor, k_buf: torch.Tensor, v_buf: torch.Tensor, lvl: CascadeLevel,

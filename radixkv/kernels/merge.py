@@ -50,6 +50,13 @@ def _merge_states_kernel(
              out.to(out_ptr.dtype.element_ty), mask=mask_d)
 
 
+def merge_launch_config(max_entries: int, head_dim: int) -> dict[str, int]:
+    """Block sizes and num_warps `_merge_states_kernel` runs with (bench/compile_check.py compiles these)."""
+    block_d = triton.next_power_of_2(head_dim)
+    return dict(BLOCK_E=triton.next_power_of_2(max(1, max_entries)), BLOCK_D=block_d,
+                num_warps=1 if block_d <= 64 else 2, num_stages=1)
+
+
 def merge_states_launch(o: torch.Tensor, lse: torch.Tensor, merge_indptr: torch.Tensor,
                         merge_indices: torch.Tensor, max_entries: int, dtype: torch.dtype) -> torch.Tensor:
     """`merge_states` without checks or host syncs (the per-layer path of a validated plan)."""
@@ -61,8 +68,7 @@ def merge_states_launch(o: torch.Tensor, lse: torch.Tensor, merge_indptr: torch.
     if rows and heads:
         _merge_states_kernel[(rows, heads)](
             o, lse, merge_indptr, merge_indices, out, out.stride(0), out.stride(1), heads, dim,
-            BLOCK_E=triton.next_power_of_2(max(1, max_entries)), BLOCK_D=triton.next_power_of_2(dim),
-            num_warps=1 if dim <= 64 else 2)
+            **merge_launch_config(max_entries, dim))
     return out
 
 
