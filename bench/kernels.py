@@ -222,11 +222,14 @@ def main() -> None:
     print(f"# gsp decode step ({GSP_GROUPS} x {GSP_PER_GROUP} requests, {GSP_SYSTEM} shared + {GSP_OWN} own "
           f"tokens): cascade moves {casc_mb:.1f} MB vs flat {flat_mb:.1f} MB ({flat_mb / casc_mb:.2f}x fewer)")
     if not cuda:  # the two references again, alternating, in this layer shape and in bench/e2e.py's model's
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)  # CPU time of one thread: idle OpenMP workers spinning would count too
         for shape, ops in (("this shape", gsp), ("8/2 heads of dim 32 (bench/e2e.py)",
                                                  _gsp_ops(_gsp_batch(device, dtype, 2, 8, 32), e))):
             best = _interleaved([ops[0][4], ops[1][4]], rounds=9)
-            print(f"# gsp torch references, {shape}, interleaved, best CPU time of 9: flat {best[0]:.3f} ms, "
-                  f"cascade {best[1]:.3f} ms (cascade / flat = {best[1] / best[0]:.2f})")
+            print(f"# gsp torch references, {shape}, 1 thread, interleaved, best CPU time of 9: flat "
+                  f"{best[0]:.3f} ms, cascade {best[1]:.3f} ms (cascade / flat = {best[1] / best[0]:.2f})")
+        torch.set_num_threads(threads)
         print("# no CUDA device: Triton columns are empty. GPU numbers need a GPU "
               "(the kernels were checked against the references under TRITON_INTERPRET=1 only).")
 
