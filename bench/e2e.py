@@ -265,7 +265,7 @@ def main() -> None:
         ("(c) generate_batch, default config", lambda: lambda p, n, t: run_cb(model, p, n, t, None)),
         ("(t) generate_batch, page 16, 1024 tok", lambda: lambda p, n, t: run_cb(model, p, n, t, tuned)),
     ]
-    chosen = [s for s in systems if s[0][1] in args.systems]
+    chosen = [s for key in args.systems for s in systems if s[0][1] == key]  # in the order asked for
     for wl_name in args.workloads.split(","):
         workload = {"gsp": gsp, "multiturn": multiturn, "unique": unique}[wl_name]
         runs: dict[str, list[Tally]] = {name: [] for name, _ in chosen}
