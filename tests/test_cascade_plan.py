@@ -24,7 +24,7 @@ def _cache(page_size: int, num_slots: int = 8192) -> RadixCache:
                                   page_size=page_size, max_requests=48, max_context_len=1024))
 
 
-def _decoding(cache: RadixCache, prompts: list[list[int]], extra: int = 1) -> list:
+def decoding(cache: RadixCache, prompts: list[list[int]], extra: int = 1) -> list:
     """Open, prefill and commit each prompt (in order, so later ones reuse earlier ones), then
     reserve `extra` positions each: a decode step when extra == 1."""
     seqs = []
@@ -95,7 +95,7 @@ def test_system_document_and_tails(page_size: int) -> None:
     prompts = ([system + doc + tok(5 + i) for i in range(3)] + [system + tok(20), system + tok(3)]
                + [tok(30), tok(2)])
     cache = _cache(page_size)
-    seqs = _decoding(cache, prompts)
+    seqs = decoding(cache, prompts)
     plan = cache.batch(seqs, cascade=True).cascade
     levels = check_plan(plan, seqs)
     ps = page_size
@@ -114,9 +114,9 @@ def test_system_document_and_tails(page_size: int) -> None:
 
 def test_no_plan_without_sharing_or_when_not_asked() -> None:
     cache = _cache(1)
-    seqs = _decoding(cache, [[1, 2, 3], [4, 5, 6], [7, 8]])
+    seqs = decoding(cache, [[1, 2, 3], [4, 5, 6], [7, 8]])
     assert cache.batch(seqs, cascade=True).cascade is None  # nothing shared
-    shared = _decoding(cache, [[1, 2, 3, 9], [1, 2, 3, 10]])
+    shared = decoding(cache, [[1, 2, 3, 9], [1, 2, 3, 10]])
     assert cache.batch(shared).cascade is None  # not asked
     assert cache.batch(shared, cascade=True).cascade is not None
     assert cache.batch(shared[:1], cascade=True).cascade is None  # one row shares with nobody
@@ -127,7 +127,7 @@ def test_no_plan_without_sharing_or_when_not_asked() -> None:
 def test_plan_covers_only_the_leading_decode_rows() -> None:
     cache = _cache(4)
     system = list(range(100, 140))
-    seqs = _decoding(cache, [system + [1], system + [2], system + [3]])
+    seqs = decoding(cache, [system + [1], system + [2], system + [3]])
     prefill = cache.open(system + [7, 8, 9, 10, 11])
     cache.reserve(prefill, prefill.tokens.size - prefill.kv_len)
     b = cache.batch([seqs[0], seqs[1], prefill, seqs[2]], cascade=True)
@@ -149,7 +149,7 @@ def test_random_prompt_trees(page_size: int, kv_chunk: int | None) -> None:
         for _ in range(rng.randrange(2, 12)):
             path = rng.sample(range(6), rng.randrange(0, 4))
             prompts.append([t for i in path for t in segments[i]] + [rng.randrange(500) for _ in range(rng.randrange(1, 9))])
-        seqs = _decoding(cache, prompts, extra=0)
+        seqs = decoding(cache, prompts, extra=0)
         for s in seqs:  # a few decode steps each: commit what was reserved, reserve the next one
             for _ in range(rng.randrange(0, 20)):
                 cache.reserve(s, 1)
@@ -174,7 +174,7 @@ def test_random_prompt_trees(page_size: int, kv_chunk: int | None) -> None:
 
 def test_plan_tensors_and_dtypes() -> None:
     cache = _cache(1)
-    seqs = _decoding(cache, [[5] * 10 + [1], [5] * 10 + [2, 3]])
+    seqs = decoding(cache, [[5] * 10 + [1], [5] * 10 + [2, 3]])
     plan = cache.batch(seqs, cascade=True).cascade
     for lvl in plan.levels:
         assert lvl.qo_indptr.dtype == lvl.qo_indices.dtype == lvl.kv_indptr.dtype == torch.int32

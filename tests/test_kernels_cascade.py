@@ -12,6 +12,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from kernel_checks import assert_close, randn
+from test_cascade_plan import decoding
 from radixkv import CacheConfig, RadixCache
 from radixkv.kernels import (CascadeLevel, CascadePlan, KernelInputError, cascade_attention,
                              cascade_attention_ref, cascade_decode, cascade_decode_launch, cascade_decode_ref,
@@ -70,14 +71,7 @@ def _cache_plan(page_size: int, group: int, dtype: torch.dtype, scale_rows: int 
                                    page_size=page_size, max_requests=32, max_context_len=128, dtype=dtype))
     cache.kv_pool.k_buffer[0].copy_(randn(2048, KV_HEADS, DIM, dtype=dtype))
     cache.kv_pool.v_buffer[0].copy_(randn(2048, KV_HEADS, DIM, dtype=dtype))
-    seqs = []
-    for p in prompts:
-        s = cache.open(p)
-        cache.reserve(s, len(p) - s.kv_len)
-        cache.commit(s, p[s.committed_len:])
-        seqs.append(s)
-    for s in seqs:
-        cache.reserve(s, 1)
+    seqs = decoding(cache, prompts)
     b = cache.batch(seqs, cascade=True)
     assert len(b.cascade.levels) >= 3  # system, document, tails (maybe split by length)
     q = randn(len(seqs), KV_HEADS * group, DIM, dtype=dtype)
