@@ -104,7 +104,7 @@ _CONFIGS = {(64, 16): (4, 32), (64, 32): (4, 16), (64, 64): (8, 32), (128, 16): 
 
 def launch_config(max_rows: int, group: int, head_dim: int) -> dict[str, int]:
     """Block sizes, num_warps and num_stages `_cascade_kernel` runs with for a level whose groups
-    have at most `max_rows` rows (bench/compile_check.py compiles exactly these)."""
+    have at most `max_rows` rows: what a compile check (issue 13 part 5) should compile."""
     block_h = triton.next_power_of_2(group)
     block_d = max(16, triton.next_power_of_2(head_dim))
     max_m = min(_MAX_BLOCK_M, _TILE // block_d)  # fp32 q and accumulator tiles of at most _TILE elements

@@ -51,7 +51,7 @@ def _merge_states_kernel(
 
 
 def merge_launch_config(max_entries: int, head_dim: int) -> dict[str, int]:
-    """Block sizes and num_warps `_merge_states_kernel` runs with (bench/compile_check.py compiles these)."""
+    """Block sizes and num_warps `_merge_states_kernel` runs with (what a compile check should compile)."""
     block_d = triton.next_power_of_2(head_dim)
     return dict(BLOCK_E=triton.next_power_of_2(max(1, max_entries)), BLOCK_D=block_d,
                 num_warps=1 if block_d <= 64 else 2, num_stages=1)
