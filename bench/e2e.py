@@ -6,15 +6,19 @@ one measured run per system after a short warm-up. Two workloads:
 - gsp: `groups` system prompts of `system` tokens, each shared by `per_group` prompts that add
   `own` tokens of their own (SGLang's generated-shared-prefix shape);
 - multiturn: `convs` conversations of `turns` turns; turn t's prompt is the whole conversation so far
-  (earlier prompts and each system's own answers) plus a new user message.
+  (earlier prompts and each system's own answers) plus a new user message;
+- unique: gsp's shape with nothing shared (`groups * per_group` prompts of `system + own` tokens).
 
-Peers: (b) `model.generate` one prompt at a time (DynamicCache, sdpa); (c) `generate_batch`
+(a) is the radixkv Engine as shipped (cascade decode on), (f) the same with `cascade=False` (flat
+decode only). Peers: (b) `model.generate` one prompt at a time (DynamicCache, sdpa); (c) `generate_batch`
 (continuous batching, paged cache, block sharing) with its default ContinuousBatchingConfig, as the
 issue measured it; (t) the same with radixkv's block size (16) and token budget.
 
 Reported per system: output tokens/s (all output tokens / wall time), prefill tokens computed vs
 skipped (found in a cache), time to first token p50/p90/p99 (all requests of a call arrive at its
-start), and for radixkv where its time went. Usage: `python bench/e2e.py [--quick]`.
+start), and for radixkv where its time went. `--repeat N` runs the chosen systems N times each, in
+turn (a fresh Engine every time), and reports each system's fastest run with every run's tok/s, so
+that load from other processes hits all systems alike. Usage: `python bench/e2e.py [--quick]`.
 """
 
 from __future__ import annotations
@@ -71,6 +75,7 @@ class Tally:
     """What one system did over a whole workload."""
     name: str
     wall_s: float = 0.0
+    cpu_s: float = 0.0  # process CPU time of the whole workload (steadier than wall time on a shared box)
     output_tokens: int = 0
     computed: int = 0  # prompt tokens whose KV was computed
     skipped: int | None = 0  # prompt tokens found in a cache (None: not measurable)
@@ -81,6 +86,10 @@ class Tally:
     @property
     def tok_s(self) -> float:
         return self.output_tokens / self.wall_s
+
+    @property
+    def tok_cpu_s(self) -> float:
+        return self.output_tokens / self.cpu_s
 
     def add(self, wall_s: float, outs: list[list[int]], computed: int, skipped: int | None,
             ttft_s: list[float]) -> None:
@@ -173,6 +182,10 @@ def gsp(run: Runner, tally: Tally, args: argparse.Namespace) -> None:
     run(gsp_prompts(args.groups, args.per_group, args.system, args.own), args.new, tally)
 
 
+def unique(run: Runner, tally: Tally, args: argparse.Namespace) -> None:
+    run(gsp_prompts(args.groups * args.per_group, 1, args.system, args.own), args.new, tally)
+
+
 def multiturn(run: Runner, tally: Tally, args: argparse.Namespace) -> None:
     g = torch.Generator().manual_seed(SEED + 2)
     history = [torch.randint(0, VOCAB, (args.system,), generator=g).tolist() for _ in range(args.convs)]
@@ -182,16 +195,28 @@ def multiturn(run: Runner, tally: Tally, args: argparse.Namespace) -> None:
         history = [p + o for p, o in zip(prompts, tally.outputs)]
 
 
-def report(con: Console, workload: str, tallies: list[Tally]) -> None:
-    t = Table(title=f"{workload}: TTFT = time to first token, seconds from the call's start")
-    for col in ("system", "out tok/s", "wall s", "prefill computed", "skipped", "TTFT p50", "p90", "p99"):
+def report(con: Console, workload: str, runs: dict[str, list[Tally]]) -> None:
+    tallies = [max(ts, key=lambda t: t.tok_s) for ts in runs.values()]
+    t = Table(title=f"{workload}: best of {max(len(ts) for ts in runs.values())} run(s); "
+                    "TTFT = time to first token, seconds from the call's start")
+    for col in ("system", "out tok/s", "wall s", "tok/CPU s", "prefill computed", "skipped", "TTFT p50", "p90", "p99"):
         t.add_column(col, justify="left" if col == "system" else "right")
     for x in tallies:
         skipped = "n/a" if x.skipped is None else f"{x.skipped:,}"
         ttft = np.percentile(x.ttft_s, [50, 90, 99]) if x.ttft_s else [float("nan")] * 3
-        t.add_row(x.name, f"{x.tok_s:.1f}", f"{x.wall_s:.2f}", f"{x.computed:,}", skipped, *(f"{v:.3f}" for v in ttft))
+        t.add_row(x.name, f"{x.tok_s:.1f}", f"{x.wall_s:.2f}", f"{x.tok_cpu_s:.1f}", f"{x.computed:,}", skipped,
+                  *(f"{v:.3f}" for v in ttft))
     con.print(t)
+    if any(len(ts) > 1 for ts in runs.values()):
+        for name, ts in runs.items():
+            con.print(f"  {name}: every run's out tok/s (tok/CPU s) "
+                      + ", ".join(f"{x.tok_s:.1f} ({x.tok_cpu_s:.1f})" for x in ts))
     by = {x.name[1]: x for x in tallies}
+    if "a" in by and "f" in by:
+        best_cpu = {k: max(runs[by[k].name], key=lambda x: x.tok_cpu_s).tok_cpu_s for k in "af"}
+        con.print(f"radixkv cascade on / off = {by['a'].tok_s / by['f'].tok_s:.3f}x out tok/s, "
+                  f"{best_cpu['a'] / best_cpu['f']:.3f}x out tok/CPU s (best runs); greedy tokens (last call): "
+                  f"{'identical' if by['a'].outputs == by['f'].outputs else 'DIFFERENT'}")
     if "a" in by and "b" in by:
         same = "identical" if by["a"].outputs == by["b"].outputs else "DIFFERENT"
         con.print(f"radixkv/generate = {by['a'].tok_s / by['b'].tok_s:.2f}x; greedy tokens (last call): {same}")
@@ -199,10 +224,12 @@ def report(con: Console, workload: str, tallies: list[Tally]) -> None:
         con.print(f"radixkv/generate_batch (default config) = {by['a'].tok_s / by['c'].tok_s:.2f}x")
     if "a" in by and "t" in by:
         con.print(f"radixkv/generate_batch (page 16, 1024-token batches) = {by['a'].tok_s / by['t'].tok_s:.2f}x")
-    if "a" in by:
-        prof = by["a"].profile
-        total = sum(prof.values())
-        con.print("radixkv profile: " + ", ".join(f"{k} {v:.2f}s ({100 * v / total:.0f}%)" for k, v in prof.items()))
+    for key in "af":
+        if key in by:
+            prof = by[key].profile
+            total = sum(prof.values())
+            con.print(f"radixkv ({key}) profile: " + ", ".join(f"{k} {v:.2f}s ({100 * v / total:.0f}%)"
+                                                             for k, v in prof.items()))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -216,8 +243,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--turns", type=positive_int, default=4, help="multiturn: turns per conversation")
     ap.add_argument("--max-batch-tokens", type=positive_int, default=1024, help="radixkv's token budget per forward")
     ap.add_argument("--page-size", type=positive_int, default=16, help="radixkv's page size")
-    ap.add_argument("--workloads", type=csv_of(one_of(["gsp", "multiturn"])), default="gsp,multiturn")
-    ap.add_argument("--systems", default="abct", help="which of (a), (b), (c), (t) to run")
+    ap.add_argument("--workloads", type=csv_of(one_of(["gsp", "multiturn", "unique"])), default="gsp,multiturn",
+                    help="unique: gsp's shape with nothing shared")
+    ap.add_argument("--systems", default="abct", help="which of (a), (f), (b), (c), (t) to run, in this order")
+    ap.add_argument("--repeat", type=positive_int, default=1, help="runs of each system, interleaved; the best is reported")
     ap.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0: torch's default)")
     ap.add_argument("--quick", action="store_true", help="a small smoke run")
     args = ap.parse_args(argv)
@@ -234,23 +263,31 @@ def main(argv: list[str] | None = None) -> None:
     # Peer (t): generate_batch with the block size and token budget radixkv uses (it is ~4x faster
     # here than with its defaults: 256-token pages, budget and blocks sized for a GPU).
     tuned = ContinuousBatchingConfig(page_size=16, num_blocks=4096, max_batch_tokens=args.max_batch_tokens)
+    def engine(cascade: bool) -> Runner:  # a fresh Engine (empty cache) for each run of a workload
+        e = Engine(model, num_slots=65536, page_size=args.page_size, max_requests=128, max_context_len=4096,
+                   max_batch_tokens=args.max_batch_tokens, cascade=cascade)
+        return lambda p, n, t: run_engine(e, p, n, t)
+
+    systems: list[tuple[str, Callable[[], Runner]]] = [
+        ("(a) radixkv Engine", lambda: engine(True)),
+        ("(f) radixkv Engine, cascade off", lambda: engine(False)),
+        ("(b) model.generate, one at a time", lambda: lambda p, n, t: run_plain(model, p, n, t)),
+        ("(c) generate_batch, default config", lambda: lambda p, n, t: run_cb(model, p, n, t, None)),
+        ("(t) generate_batch, page 16, 1024 tok", lambda: lambda p, n, t: run_cb(model, p, n, t, tuned)),
+    ]
+    chosen = [s for key in args.systems for s in systems if s[0][1] == key]  # in the order asked for
     for wl_name in args.workloads:
-        workload = {"gsp": gsp, "multiturn": multiturn}[wl_name]
-        engine = Engine(model, num_slots=65536, page_size=args.page_size, max_requests=128,
-                        max_context_len=4096, max_batch_tokens=args.max_batch_tokens)
-        systems: list[tuple[str, Runner]] = [
-            ("(a) radixkv Engine", lambda p, n, t: run_engine(engine, p, n, t)),
-            ("(b) model.generate, one at a time", lambda p, n, t: run_plain(model, p, n, t)),
-            ("(c) generate_batch, default config", lambda p, n, t: run_cb(model, p, n, t, None)),
-            ("(t) generate_batch, page 16, 1024 tok", lambda p, n, t: run_cb(model, p, n, t, tuned)),
-        ]
-        tallies = []
-        for name, run in [s for s in systems if s[0][1] in args.systems]:
-            run(warm, 2, Tally("warm-up"))
-            tally = Tally(name)
-            workload(run, tally, args)
-            tallies.append(tally)
-        report(con, wl_name, tallies)
+        workload = {"gsp": gsp, "multiturn": multiturn, "unique": unique}[wl_name]
+        runs: dict[str, list[Tally]] = {name: [] for name, _ in chosen}
+        for _ in range(args.repeat):
+            for name, make in chosen:
+                run = make()
+                run(warm, 2, Tally("warm-up"))
+                runs[name].append(Tally(name))
+                cpu = time.process_time()
+                workload(run, runs[name][-1], args)
+                runs[name][-1].cpu_s = time.process_time() - cpu
+        report(con, wl_name, runs)
 
 
 if __name__ == "__main__":

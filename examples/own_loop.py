@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 from radixkv import CacheConfig, RadixCache
-from radixkv.kernels import decode_attention, extend_attention, store_kv
+from radixkv.kernels import cascade_decode_launch, decode_attention, extend_attention, store_kv
 
 V, D, H, HKV, L, HD = 128, 64, 4, 2, 2, 16  # vocab, hidden, heads, kv heads, layers, head dim
 
@@ -26,20 +26,20 @@ class Toy(nn.Module):  # learned positions, grouped-query attention
         return self.head(x)  # [T, V]
 
 
-def generate(model: Toy, cache: RadixCache, prompts: list[list[int]], max_new: int) -> tuple[list, list]:
+def generate(model: Toy, cache: RadixCache, prompts: list[list[int]], max_new: int, cascade=True) -> tuple:
     seqs = [cache.open(p, max_reuse=len(p) - 1) for p in prompts]  # reuse cached prefixes, lock them
-    todo = [p[s.committed_len:] for p, s in zip(prompts, seqs)]  # tokens whose KV is still missing
-    outs: list[list[int]] = [[] for _ in prompts]
+    todo, outs = [p[s.committed_len:] for p, s in zip(prompts, seqs)], [[] for _ in prompts]  # todo: no KV yet
     for _ in range(max_new):
         for s, t in zip(seqs, todo):
             cache.reserve(s, len(t))  # slots for positions [kv_len, kv_len + len(t))
-        b = cache.batch(seqs)  # one forward over positions [committed_len, kv_len) of each
+        b = cache.batch(seqs, cascade)  # one forward over [committed_len, kv_len) of each, + shared prefixes
         pos = torch.cat([torch.arange(s.committed_len, s.kv_len) for s in seqs])
         r2t, kv, decode = cache.req_pool.req_to_token, cache.kv_pool, all(len(t) == 1 for t in todo)
         def attend(i: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
             kb, vb = kv.k_buffer[i], kv.v_buffer[i]
             store_kv(kb, vb, b.out_slots, k, v)  # new K/V into their slots
-            return (decode_attention(q, kb, vb, r2t, b.rows, b.seq_lens, HD**-0.5) if decode else
+            return (cascade_decode_launch(q, kb, vb, b.cascade, HD**-0.5) if decode and b.cascade else
+                    decode_attention(q, kb, vb, r2t, b.rows, b.seq_lens, HD**-0.5) if decode else
                     extend_attention(q, k, v, kb, vb, r2t, b.rows, b.prefix_lens, b.extend_lens, HD**-0.5))
         logits = model(torch.tensor(sum(todo, [])), pos, attend)[b.extend_lens.long().cumsum(0) - 1]
         for s, t in zip(seqs, todo):

@@ -213,11 +213,13 @@ class RadixCache:
         self.ledger.release(private[::self.page_size] // self.page_size)
         self.tree.unlock(node, SEQUENCE)
 
-    def batch(self, seqs: list[Sequence]) -> BatchInputs:
+    def batch(self, seqs: list[Sequence], cascade: bool = False) -> BatchInputs:
         """Inputs of one forward over positions [committed_len, kv_len) of each Sequence, checked
-        once here so the per-layer path needs no checks. Mutates nothing."""
+        once here so the per-layer path needs no checks. Mutates nothing. With `cascade`, also the
+        plan of cascade decode (`BatchInputs.cascade`, radixkv/cascade.py) over the leading
+        Sequences that extend by exactly one position: None unless two of them share a tree node."""
         self._own()
-        return self.seqs.batch(seqs)
+        return self.seqs.batch(seqs, cascade)
 
     def sequences(self) -> list[Sequence]:
         """The open Sequences, by row."""

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import torch
 
 if TYPE_CHECKING:
+    from radixkv.kernels import CascadePlan
     from radixkv.radix.node import TreeNode
 
 
@@ -38,3 +39,6 @@ class BatchInputs(NamedTuple):
     out_slots: torch.Tensor  # int64 [sum(extend_lens)]: where the new K/V go, concatenated
     kv_indptr: torch.Tensor  # int32 [batch + 1]: CSR offsets into kv_indices
     kv_indices: torch.Tensor  # int64 [sum(seq_lens)]: slots of positions [0, seq_len) of each
+    # batch(..., cascade=True): the cascade plan of the leading Sequences that extend by one position
+    # (decode rows, packed first); None when not asked for or when none of them shares a tree node
+    cascade: CascadePlan | None = None

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from radixkv.cascade import kv_chunk_for, plan_cascade
 from radixkv.errors import ContextLengthError, InvalidArgumentError, SequenceError
 from radixkv.kernels import build_kv_indices_unchecked
 from radixkv.pools import ReqToTokenPool
@@ -29,6 +30,7 @@ from radixkv.results import BatchInputs
 
 if TYPE_CHECKING:
     from radixkv.keys import ExtraKeys
+    from radixkv.kernels import CascadePlan
     from radixkv.radix.node import TreeNode
 
 
@@ -195,11 +197,14 @@ class SequenceTable:
             if not np.array_equal(table[row, :rec.kv_len], rec.slots[:rec.kv_len]):
                 raise AssertionError(f"{rec.handle}: req_to_token row differs from the Sequence's slots")
 
-    def batch(self, seqs: object) -> BatchInputs:
+    def batch(self, seqs: object, cascade: object = False) -> BatchInputs:
         """Inputs of one forward over positions [committed_len, kv_len) of each Sequence. Checks each
-        Sequence once; everything returned is valid by construction (the per-layer path trusts it)."""
+        Sequence once; everything returned is valid by construction (the per-layer path trusts it).
+        `cascade`: also plan cascade decode over the leading Sequences with one extend position."""
         if not isinstance(seqs, (list, tuple)):
             raise InvalidArgumentError(f"batch() takes a list of Sequences, got {type(seqs).__name__}")
+        if not isinstance(cascade, bool):
+            raise InvalidArgumentError(f"batch(cascade=...) takes a bool, got {type(cascade).__name__}")
         recs = [self.get(s) for s in seqs]
         if len({r.row for r in recs}) != len(recs):
             raise SequenceError("batch: the same Sequence appears twice")
@@ -217,7 +222,16 @@ class SequenceTable:
             _, kv_indices = build_kv_indices_unchecked(table, torch.from_numpy(rows).to(device),
                                                        torch.from_numpy(seq_lens).to(device), num_tokens=int(indptr[-1]))
         t = [torch.from_numpy(a).to(device) for a in (rows, prefix, seq_lens - prefix, seq_lens, out_slots, indptr)]
-        return BatchInputs(t[0], t[1], t[2], t[3], t[4], t[5], kv_indices)
+        plan = self._cascade(recs, device) if cascade else None
+        return BatchInputs(t[0], t[1], t[2], t[3], t[4], t[5], kv_indices, plan)
+
+    def _cascade(self, recs: list[_Record], device: torch.device) -> CascadePlan | None:
+        decode = next((i for i, r in enumerate(recs) if r.kv_len - r.committed_len != 1), len(recs))
+        if decode < 2:
+            return None
+        recs = recs[:decode]
+        return plan_cascade([r.node for r in recs], [r.slots for r in recs], [r.kv_len for r in recs],
+                            device, kv_chunk_for(device))
 
 
 def _cat(chunks: list[np.ndarray]) -> np.ndarray:

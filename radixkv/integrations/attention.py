@@ -31,10 +31,10 @@ class ForwardBatch:
     """What the attention function needs for one forward; passed as `model(..., radixkv_batch=...)`.
     Construction reads the batch's lengths to the host: the step's one sync for attention."""
     cache: RadixCache
-    inputs: BatchInputs  # from cache.batch(): rows, prefix_lens, extend_lens, seq_lens, out_slots
+    inputs: BatchInputs  # from cache.batch(): rows, prefix_lens, extend_lens, seq_lens, out_slots, cascade
     num_decode: int  # the first num_decode requests extend by exactly one token: decode_attention
     attention_s: float = 0.0  # seconds inside radixkv_attention, all layers (the two below included)
-    decode_s: float = 0.0  # of which in decode_attention
+    decode_s: float = 0.0  # of which in decode_attention (or cascade decode, when inputs.cascade is set)
     extend_s: float = 0.0  # of which in extend_attention
     # Per-step views and host lengths, derived once in __post_init__ and reused by every layer.
     decode_inputs: tuple[torch.Tensor, torch.Tensor] = field(init=False)  # rows, seq_lens [num_decode]
@@ -83,7 +83,9 @@ def radixkv_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.T
     d = fb.num_decode  # packed layout: [d decode tokens | prefill chunks]
     parts = []
     t0 = time.perf_counter()
-    if d:
+    if d and fb.inputs.cascade is not None:  # the plan covers exactly the d leading decode rows; built valid
+        parts.append(kernels.cascade_decode_launch(q[:d], k_buf, v_buf, fb.inputs.cascade, scaling))
+    elif d:
         parts.append(kernels.decode_attention_unchecked(q[:d], k_buf, v_buf, req_to_token, *fb.decode_inputs,
                                                         scaling, fb.max_decode_len))
     t1 = time.perf_counter()

@@ -31,6 +31,9 @@ token), and it comes with padded batches, a 4D mask and positions inferred from 
   without building a mask (the kernels are causal by construction);
 - the scheduler packs decode tokens first, so a mixed step sends those to `decode_attention` (one
   batched call) and only the prefill chunks to `extend_attention`;
+- when decoding requests share cached prefixes, `cache.batch(..., cascade=True)` plans from the radix
+  tree which of them read which shared KV, and `cascade_decode` reads each shared run once per group
+  instead of once per request (`Engine(cascade=False)` turns it off);
 - `logits_to_keep` as an index tensor runs `lm_head` only on the positions that sample;
 - `set_attn_implementation("radixkv")` holds only during `generate()`; the previous implementation
   is restored afterwards, so the same model object still runs `model.generate` unchanged.
@@ -95,21 +98,27 @@ class Engine:
         tokenizer: lets prompts be strings and `generate(..., return_text=True)` decode (optional).
         max_batch_tokens: token budget of one forward (chunked prefill splits longer prompts).
         namespace: the cache namespace every request is matched and inserted under.
+        cascade: decode steps whose requests share cached prefixes read each shared prefix once per
+            group (`radixkv.kernels.cascade_decode`); False: always flat `decode_attention`.
         **cache_options: when `cache_config` is None, CacheConfig fields (`num_slots`, `page_size`,
             `max_requests`, `max_context_len`, `eviction`, `dtype`, ...). Anything else raises
             InvalidArgumentError.
     """
 
     def __init__(self, model: PreTrainedModel, cache_config: CacheConfig | None = None, *, tokenizer: Any = None,
-                 max_batch_tokens: int = 512, namespace: Any = None, **cache_options: Any) -> None:
+                 max_batch_tokens: int = 512, namespace: Any = None, cascade: bool = True,
+                 **cache_options: Any) -> None:
         unknown = sorted(set(cache_options) - _CACHE_FIELDS)
         if unknown:
             close = [m for u in unknown for m in difflib.get_close_matches(u, _CACHE_FIELDS, n=1)]
             raise InvalidArgumentError(f"unknown Engine options {unknown}" + (f" (did you mean {close}?)" if close else "")
-                                       + f"; Engine takes tokenizer, max_batch_tokens, namespace and the CacheConfig "
+                                       + f"; Engine takes tokenizer, max_batch_tokens, namespace, cascade and the CacheConfig "
                                        f"fields {sorted(_CACHE_FIELDS)}")
         if cache_config is not None and cache_options:
             raise InvalidArgumentError(f"pass either cache_config or CacheConfig fields {sorted(cache_options)}, not both")
+        if not isinstance(cascade, bool):
+            raise InvalidArgumentError(f"Engine(cascade=...) takes a bool, got {type(cascade).__name__}")
+        self.cascade = cascade
         if not model._can_set_attn_implementation():
             raise InvalidArgumentError(f"{type(model).__name__} does not dispatch attention through AttentionInterface")
         if isinstance(max_batch_tokens, bool) or not isinstance(max_batch_tokens, int) or max_batch_tokens < 1:
@@ -225,7 +234,7 @@ class Engine:
               stats: GenerateStats, start: float) -> None:
         t0 = time.perf_counter()
         plan = sched.schedule()
-        inputs = self.cache.batch([r.seq for r in plan.requests])
+        inputs = self.cache.batch([r.seq for r in plan.requests], cascade=self.cascade)
         # Requests whose chunk reaches their last known token sample from that position.
         ends = list(itertools.accumulate(plan.chunks))
         last = [i for i, (r, n) in enumerate(zip(plan.requests, plan.chunks)) if r.pending == n]

@@ -12,6 +12,9 @@ ops take the host-side lengths they need (`max_seq_len`, `ExtendLens`) read once
 from __future__ import annotations
 
 from radixkv.kernels._common import KernelInputError, use_triton
+from radixkv.kernels.cascade import (cascade_attention, cascade_attention_ref, cascade_decode,
+                                     cascade_decode_launch, cascade_decode_ref)
+from radixkv.kernels.cascade_plan import CascadeLevel, CascadePlan, PaddedLevel, with_padding
 from radixkv.kernels.decode import decode_attention, decode_attention_ref, decode_attention_unchecked
 from radixkv.kernels.extend import (ExtendLens, extend_attention, extend_attention_ref,
                                     extend_attention_unchecked)
@@ -19,6 +22,7 @@ from radixkv.kernels.gather import gather_kv, gather_kv_ref, gather_kv_unchecked
 from radixkv.kernels.indices import (build_kv_indices, build_kv_indices_ref, build_kv_indices_unchecked,
                                      write_req_to_token, write_req_to_token_ref,
                                      write_req_to_token_unchecked)
+from radixkv.kernels.merge import merge_states, merge_states_ref
 from radixkv.kernels.store import store_kv, store_kv_ref, store_kv_unchecked
 
 __all__ = [
@@ -29,4 +33,7 @@ __all__ = [
     "write_req_to_token", "write_req_to_token_unchecked", "write_req_to_token_ref",
     "decode_attention", "decode_attention_unchecked", "decode_attention_ref",
     "extend_attention", "extend_attention_unchecked", "extend_attention_ref",
+    "CascadeLevel", "CascadePlan", "PaddedLevel", "with_padding",
+    "cascade_attention", "cascade_attention_ref", "cascade_decode", "cascade_decode_launch", "cascade_decode_ref",
+    "merge_states", "merge_states_ref",
 ]

@@ -242,20 +242,27 @@ def extend_attention_ref(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_bu
                          sm_scale: float, *, lens: ExtendLens | None = None) -> torch.Tensor:
     """Torch reference of `extend_attention` (same arguments, same result; no checks), one
     request at a time, in fp32. `lens` (the same values on the host) spares the one host sync
-    that reads the lengths."""
-    group = q.shape[1] // k_buf.shape[1]
+    that reads the lengths. Grouped by kv head, as decode is: K/V are gathered heads-major once
+    per kv head, and the `group` query heads that share one run as one matmul of `group * e`
+    rows, so no kv head is copied or re-read per query head."""
+    (_, heads, dim), kv_heads = q.shape, k_buf.shape[1]
+    group = heads // kv_heads
     out = torch.empty_like(q, memory_format=torch.contiguous_format)
     lens = ExtendLens.read(rows, prefix_lens, extend_lens) if lens is None else lens
     starts = itertools.accumulate(lens.extend_lens, initial=0)
+    head_ids = torch.arange(kv_heads, device=q.device)[:, None]
     for row, p, e, start in zip(lens.rows, lens.prefix_lens, lens.extend_lens, starts):
         new = slice(start, start + e)
-        slots = req_to_token[row, :p].long()
-        keys = torch.cat([k_buf[slots], k[new]]).float().transpose(0, 1)  # [kv_heads, p + e, dim]
-        vals = torch.cat([v_buf[slots], v[new]]).float().transpose(0, 1)
-        qg = q[new].float().transpose(0, 1).unflatten(0, (-1, group))  # [kv_heads, group, e, dim]
-        s = (qg @ keys.transpose(-1, -2)[:, None]) * sm_scale  # [kv_heads, group, e, p + e]
-        seen = torch.arange(p + e, device=q.device)[None, :] <= p + torch.arange(e, device=q.device)[:, None]
-        s = s.masked_fill(~seen, float("-inf"))
-        o = torch.softmax(s, dim=-1) @ vals[:, None]  # [kv_heads, group, e, dim]
-        out[new] = o.flatten(0, 1).transpose(0, 1).to(q.dtype)
+        at = (req_to_token[row, :p].long()[None] * kv_heads + head_ids).flatten()  # (kv head, slot) rows
+
+        def heads_major(buf: torch.Tensor, x: torch.Tensor) -> torch.Tensor:  # [kv_heads, p + e, dim], fp32
+            cached = buf.reshape(-1, dim).index_select(0, at).view(kv_heads, p, dim)
+            return torch.cat([cached, x[new].transpose(0, 1)], dim=1).float()
+
+        keys, vals = heads_major(k_buf, k), heads_major(v_buf, v)
+        qg = (q[new].float() * sm_scale).view(e, kv_heads, group, dim).permute(1, 2, 0, 3)
+        s = torch.bmm(qg.reshape(kv_heads, group * e, dim), keys.transpose(1, 2)).view(kv_heads, group, e, p + e)
+        s[..., p:].masked_fill_(torch.ones(e, e, dtype=torch.bool, device=q.device).triu_(1), float("-inf"))
+        o = torch.bmm(torch.softmax(s, dim=-1).view(kv_heads, group * e, p + e), vals)  # [kv_heads, group*e, dim]
+        out[new] = o.view(kv_heads, group, e, dim).permute(2, 0, 1, 3).reshape(e, heads, dim).to(q.dtype)
     return out

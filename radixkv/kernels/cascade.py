@@ -1,0 +1,246 @@
+"""cascade_decode: decode attention that reads KV shared by a group of requests once per group.
+
+One query row per request (`q[r]`, all heads). A `CascadePlan` (cascade_plan.py) cuts each row's
+keys into runs shared by groups of rows: a system prompt read by every row, a document read by some,
+each row's own tail. For each level, `cascade_attention` computes every group's attention as one
+matrix-matrix product per kv head, all its rows and their query heads against the group's KV:
+
+    S[(row, head), n] = sm_scale * q[row, head] . k_buf[kv_indices[n], kvh],   head // group == kvh
+    o = softmax(S) V, lse = logsumexp(S): one partial state per (entry, head)
+
+then `merge_states` (merge.py) combines each row's partial states by their log-sum-exp.
+
+Kernel (`_cascade_kernel`, grid `[groups, num_kv_heads, row blocks]`): a program takes BLOCK_R rows
+of one group and the `group` query heads of one kv head (BLOCK_M = BLOCK_R * BLOCK_H query vectors),
+streams the group's KV in blocks of BLOCK_N slots with an fp32 online softmax (tl.dot), and writes
+normalized outputs and log-sum-exps.
+
+Bytes moved per level, h kv heads, d head_dim, e element size, S_g slots of group g, B_g row blocks:
+    read  sum_g B_g * (2 * S_g * h * d * e + 8 * S_g)   (KV once per group and row block; slots)
+    plus  entries * heads * d * (e + 4) (q, fp32 partials), and the merge (merge.py).
+Flat decode reads 2 * h * d * e per position per request: a prefix shared by n rows costs n times that.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from radixkv.kernels._common import tl, triton, use_triton
+from radixkv.kernels.cascade_plan import (CascadeLevel, CascadePlan, check_cascade, check_level, check_qkv,
+                                          pad_level)
+from radixkv.kernels.merge import merge_padded_ref, merge_states_launch, merge_states_ref
+
+_MAX_BLOCK_M = 64  # query vectors (rows x heads of a kv head) per program
+_TILE = 8192  # fp32 elements of the [BLOCK_M, BLOCK_D] q (and accumulator) tile: 32 x 256 at most
+
+
+@triton.jit
+def _cascade_kernel(
+    q_ptr, q_stride_r, q_stride_h,  # [rows, num_heads, head_dim]
+    k_buf_ptr, v_buf_ptr, buf_stride_s, buf_stride_h,  # [num_slots, num_kv_heads, head_dim]
+    qo_indptr_ptr, qo_indices_ptr,  # [groups + 1], [entries of the level]
+    kv_indptr_ptr, kv_indices_ptr,  # [groups + 1], int64 [slots of the level]
+    o_ptr,  # fp32 [entries of the plan, num_heads, head_dim], contiguous
+    lse_ptr,  # fp32 [entries of the plan, num_heads], contiguous
+    entry_start, sm_scale, num_heads, head_dim, group,
+    BLOCK_R: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+    PRECISION: tl.constexpr,
+):
+    BLOCK_M: tl.constexpr = BLOCK_R * BLOCK_H
+    tl.static_assert(BLOCK_M >= 16 and BLOCK_N >= 16 and BLOCK_D >= 16)  # tl.dot's minimum
+    tl.static_assert(BLOCK_M <= 128)  # the [BLOCK_M, BLOCK_D] q and accumulator tiles stay in registers
+    g = tl.program_id(0).to(tl.int64)
+    kvh = tl.program_id(1).to(tl.int64)
+    first = tl.load(qo_indptr_ptr + g).to(tl.int64) + tl.program_id(2).to(tl.int64) * BLOCK_R
+    e_end = tl.load(qo_indptr_ptr + g + 1).to(tl.int64)
+    kv_lo = tl.load(kv_indptr_ptr + g).to(tl.int64)
+    kv_hi = tl.load(kv_indptr_ptr + g + 1).to(tl.int64)
+
+    offs_m = tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, BLOCK_D)
+    entry = first + offs_m // BLOCK_H  # query vector m: row (entry) m // BLOCK_H, head m % BLOCK_H
+    head = kvh * group + offs_m % BLOCK_H
+    mask_m = (entry < e_end) & (offs_m % BLOCK_H < group)
+    mask_d = offs_d < head_dim
+    row = tl.load(qo_indices_ptr + entry, mask=mask_m, other=0).to(tl.int64)
+    q = tl.load(q_ptr + row[:, None] * q_stride_r + head[:, None] * q_stride_h + offs_d[None, :],
+                mask=mask_m[:, None] & mask_d[None, :], other=0.0).to(tl.float32)  # [BLOCK_M, BLOCK_D]
+
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
+    kv_end = tl.where(first < e_end, kv_hi, kv_lo)  # a row block past the group's rows reads nothing
+    for n0 in range(kv_lo, kv_end, BLOCK_N):
+        offs_n = n0 + tl.arange(0, BLOCK_N)
+        mask_n = offs_n < kv_hi
+        # read 8 bytes of slot and 2 * d * e bytes of K, V per position, once for all BLOCK_M vectors
+        slot = tl.load(kv_indices_ptr + offs_n, mask=mask_n, other=0).to(tl.int64)
+        off = slot[:, None] * buf_stride_s + kvh * buf_stride_h + offs_d[None, :]
+        kv_mask = mask_n[:, None] & mask_d[None, :]
+        k = tl.load(k_buf_ptr + off, mask=kv_mask, other=0.0).to(tl.float32)  # [BLOCK_N, BLOCK_D]
+        s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * sm_scale  # [BLOCK_M, BLOCK_N]
+        s = tl.where(mask_n[None, :], s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, axis=1))
+        alpha = tl.exp(m_i - m_new)
+        p = tl.exp(s - m_new[:, None])
+        v = tl.load(v_buf_ptr + off, mask=kv_mask, other=0.0).to(tl.float32)
+        acc = acc * alpha[:, None] + tl.dot(p, v, input_precision=PRECISION)
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        m_i = m_new
+
+    has = l_i > 0.0  # false only for a group without KV
+    lse = tl.where(has, m_i + tl.log(tl.where(has, l_i, 1.0)), float("-inf"))
+    out = acc / tl.where(has, l_i, 1.0)[:, None]
+    state = (entry_start + entry) * num_heads + head  # [BLOCK_M]
+    tl.store(lse_ptr + state, lse, mask=mask_m)
+    tl.store(o_ptr + state[:, None] * head_dim + offs_d[None, :], out, mask=mask_m[:, None] & mask_d[None, :])
+
+
+# (BLOCK_D, BLOCK_M) -> (num_warps, BLOCK_N): the smallest spill-free choice found by compiling every
+# combination for sm_80 (bf16; ptxas -v); a larger BLOCK_N or fewer warps spilled or sat at 255 registers.
+_CONFIGS = {(64, 16): (4, 32), (64, 32): (4, 16), (64, 64): (8, 32), (128, 16): (4, 16), (128, 32): (8, 32),
+            (128, 64): (8, 32), (256, 16): (8, 16), (256, 32): (8, 16)}
+
+
+def launch_config(max_rows: int, group: int, head_dim: int) -> dict[str, int]:
+    """Block sizes, num_warps and num_stages `_cascade_kernel` runs with for a level whose groups
+    have at most `max_rows` rows: what a compile check (issue 13 part 5) should compile."""
+    block_h = triton.next_power_of_2(group)
+    block_d = max(16, triton.next_power_of_2(head_dim))
+    max_m = min(_MAX_BLOCK_M, _TILE // block_d)  # fp32 q and accumulator tiles of at most _TILE elements
+    block_r = max(16 // block_h, min(triton.next_power_of_2(max(1, max_rows)), max(1, max_m // block_h)))
+    num_warps, block_n = _CONFIGS.get((max(64, block_d), block_r * block_h), (8, 16))
+    return dict(BLOCK_R=block_r, BLOCK_H=block_h, BLOCK_N=block_n, BLOCK_D=block_d,
+                num_warps=num_warps, num_stages=2)
+
+
+def _attend_launch(q: torch.Tensor, k_buf: torch.Tensor, v_buf: torch.Tensor, lvl: CascadeLevel,
+                   sm_scale: float, o: torch.Tensor, lse: torch.Tensor, entry_start: int) -> None:
+    """One level's partial states into o, lse at `entry_start`; no checks, no host sync."""
+    groups, (heads, dim), kv_heads = lvl.qo_indptr.numel() - 1, q.shape[1:], k_buf.shape[1]
+    if groups == 0 or lvl.qo_indices.numel() == 0:
+        return
+    cfg = launch_config(lvl.max_rows, heads // kv_heads, dim)
+    grid = (groups, kv_heads, triton.cdiv(max(1, lvl.max_rows), cfg["BLOCK_R"]))
+    _cascade_kernel[grid](
+        q, q.stride(0), q.stride(1), k_buf, v_buf, k_buf.stride(0), k_buf.stride(1),
+        lvl.qo_indptr, lvl.qo_indices, lvl.kv_indptr, lvl.kv_indices, o, lse,
+        entry_start, float(sm_scale), heads, dim, heads // kv_heads,
+        # fp16/bf16 values are exact in tf32; fp32 inputs need full-precision products
+        PRECISION="tf32" if q.dtype in (torch.float16, torch.bfloat16) else "ieee", **cfg)
+
+
+def cascade_attention(q: torch.Tensor, k_buf: torch.Tensor, v_buf: torch.Tensor, level: CascadeLevel,
+                      sm_scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Partial attention states of one level: each entry's row against its group's KV. Modifies nothing.
+
+    Args:
+        q: `[rows, num_heads, head_dim]`, the buffers' dtype (fp32/fp16/bf16/fp64).
+        k_buf, v_buf: one layer's `[num_slots, num_kv_heads, head_dim]`; num_heads % num_kv_heads == 0.
+        level: a CascadeLevel whose qo_indices lie in `[0, rows)` and kv_indices in `[0, num_slots)`.
+        sm_scale: multiplies q . k before the softmax.
+
+    Returns:
+        `(o, lse)`: fp32 `[entries, num_heads, head_dim]` (normalized over the group's KV) and fp32
+        `[entries, num_heads]` log-sum-exp of the scaled scores (-inf for a group without KV).
+    """
+    check_qkv(q, k_buf, v_buf)
+    check_level("level", level, q.shape[0], k_buf.shape[0], q.device)
+    if not use_triton(q):
+        return cascade_attention_ref(q, k_buf, v_buf, level, sm_scale)
+    o, lse = _states(level.qo_indices.numel(), q)
+    _attend_launch(q, k_buf, v_buf, level, sm_scale, o, lse, 0)
+    return o, lse
+
+
+def cascade_decode_launch(q: torch.Tensor, k_buf: torch.Tensor, v_buf: torch.Tensor, plan: CascadePlan,
+                          sm_scale: float) -> torch.Tensor:
+    """`cascade_decode` without checks or host syncs, for the per-layer path of a plan that
+    `cache.batch(..., cascade=True)` built (valid by construction)."""
+    if not use_triton(q):
+        return cascade_decode_ref(q, k_buf, v_buf, plan, sm_scale)
+    o, lse = _states(plan.num_entries, q)
+    start = 0
+    for lvl in plan.levels:
+        _attend_launch(q, k_buf, v_buf, lvl, sm_scale, o, lse, start)
+        start += lvl.qo_indices.numel()
+    return merge_states_launch(o, lse, plan.merge_indptr, plan.merge_indices, plan.max_entries, q.dtype)
+
+
+def cascade_decode(q: torch.Tensor, k_buf: torch.Tensor, v_buf: torch.Tensor, plan: CascadePlan,
+                   sm_scale: float) -> torch.Tensor:
+    """Attention of each row's one query token over the KV runs its plan gives it (shared runs read
+    once per group). Same result as `decode_attention` over each row's concatenated runs. Modifies nothing.
+
+    Args:
+        q: `[rows, num_heads, head_dim]`, the buffers' dtype (fp32/fp16/bf16/fp64).
+        k_buf, v_buf: one layer's `[num_slots, num_kv_heads, head_dim]`; num_heads % num_kv_heads == 0.
+        plan: a CascadePlan over `rows` query rows (from `cache.batch(seqs, cascade=True)` or built
+            by hand); checked here (host syncs), never inside the kernels.
+        sm_scale: multiplies q . k before the softmax.
+
+    Returns:
+        `[rows, num_heads, head_dim]` in q's dtype (softmax and sums in fp32).
+    """
+    check_cascade(q, k_buf, v_buf, plan)
+    return cascade_decode_launch(q, k_buf, v_buf, plan, sm_scale)
+
+
+def _states(entries: int, q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    heads, dim = q.shape[1:]
+    return (torch.empty((entries, heads, dim), dtype=torch.float32, device=q.device),
+            torch.empty((entries, heads), dtype=torch.float32, device=q.device))
+
+
+def cascade_attention_ref(q: torch.Tensor, k_buf: torch.Tensor, v_buf: torch.Tensor, level: CascadeLevel,
+                          sm_scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Torch reference of `cascade_attention` (same arguments, same result; no checks, no host
+    syncs): pads the level to `[groups, max_rows]` rows and `[groups, max_kv]` slots, gathers each
+    group's K/V once, heads-major, and runs one batched matmul per product in fp32."""
+    o, lse = _states(level.qo_indices.numel(), q)
+    _level_states_ref(q, k_buf, v_buf, level, sm_scale, o, lse)
+    return o, lse
+
+
+def _level_states_ref(q: torch.Tensor, k_buf: torch.Tensor, v_buf: torch.Tensor, level: CascadeLevel,
+                      sm_scale: float, o_out: torch.Tensor, lse_out: torch.Tensor) -> None:
+    """Writes the level's states into o_out `[entries, heads, dim]` and lse_out `[entries, heads]`."""
+    dim, kv_heads = q.shape[2], k_buf.shape[1]
+    groups, entries, width = level.qo_indptr.numel() - 1, level.qo_indices.numel(), level.max_rows
+    if entries == 0 or level.kv_indices.numel() == 0 or level.max_kv == 0:
+        o_out.zero_()
+        lse_out.fill_(float("-inf"))
+        return
+    pad = level.padded if level.padded is not None else pad_level(level)
+    rows_hm = (pad.slots[None] * kv_heads + torch.arange(kv_heads, device=q.device)[:, None, None]).flatten()
+
+    def heads_major(buf: torch.Tensor) -> torch.Tensor:  # [kv_heads x groups, max_kv, dim], fp32
+        return buf.reshape(-1, dim).index_select(0, rows_hm).view(kv_heads * groups, -1, dim).float()
+
+    k, v = heads_major(k_buf), heads_major(v_buf)
+    qg = q[pad.rows].view(groups, width, kv_heads, -1, dim)  # [groups, max_rows, kv_heads, group, dim]
+    qg = qg.permute(2, 0, 1, 3, 4).reshape(kv_heads * groups, -1, dim).float()  # [.., max_rows x group, dim]
+    bias = pad.bias[None].expand(kv_heads, -1, -1).reshape(kv_heads * groups, 1, -1)  # padding: -inf
+    s = torch.baddbmm(bias, qg, k.transpose(-1, -2), alpha=sm_scale)  # [.., max_rows x group, max_kv]
+    top = s.amax(-1, keepdim=True)
+    top.masked_fill_(top == float("-inf"), 0.0)  # a group without KV: every weight exp(-inf) = 0
+    p = s.sub_(top).exp_()  # one exp per score, in place
+    total = p.sum(-1, keepdim=True)
+    lse = total.log().add_(top)  # -inf for a group without KV
+    o = torch.bmm(p, v).div_(total.masked_fill_(total == 0, 1.0))  # [.., max_rows x group, dim]
+    o_out.view(entries, kv_heads, -1, dim).copy_(o.view(kv_heads, groups * width, -1, dim).transpose(0, 1)[pad.at])
+    lse_out.view(entries, kv_heads, -1).copy_(lse.view(kv_heads, groups * width, -1).transpose(0, 1)[pad.at])
+
+
+def cascade_decode_ref(q: torch.Tensor, k_buf: torch.Tensor, v_buf: torch.Tensor, plan: CascadePlan,
+                       sm_scale: float) -> torch.Tensor:
+    """Torch reference of `cascade_decode` (same arguments, same result; no checks, no host syncs)."""
+    o, lse = _states(plan.num_entries, q)
+    start = 0
+    for lvl in plan.levels:
+        n = lvl.qo_indices.numel()
+        _level_states_ref(q, k_buf, v_buf, lvl, sm_scale, o[start:start + n], lse[start:start + n])
+        start += n
+    if plan.merge_padded is None:
+        return merge_states_ref(o, lse, plan.merge_indptr, plan.merge_indices, plan.max_entries, q.dtype)
+    return merge_padded_ref(o, lse, *plan.merge_padded, q.dtype)

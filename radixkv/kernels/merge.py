@@ -1,0 +1,119 @@
+"""merge_states: combine partial attention states of one query row into its output (the
+log-sum-exp merge flash-decoding's reduce and FlashInfer's `merge_states` use).
+
+A partial state `(o_e, lse_e)` is attention over one part of a row's keys: `o_e` normalized over that
+part, `lse_e = log(sum(exp(scores of the part)))`. Over the union of disjoint parts:
+
+    out[r, h] = sum_e w_e * o_e[h],  w_e = exp(lse_e[h] - max_e lse_e[h]) / sum_e exp(...),
+    e over merge_indices[merge_indptr[r]:merge_indptr[r + 1]]
+
+A part with no keys has lse = -inf and weight 0. Grid `[rows, num_heads]`; bytes moved per row and
+head: entries * (d + 1) * 4 (fp32 partials) + d * e (out), small next to the KV the partials came from.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from radixkv.kernels._common import KernelInputError, check_same_device, check_tensor, tl, triton, use_triton
+from radixkv.kernels.cascade_plan import check_csr, csr_to_padded
+
+
+@triton.jit
+def _merge_states_kernel(
+    o_ptr,  # fp32 [entries, num_heads, head_dim], contiguous
+    lse_ptr,  # fp32 [entries, num_heads], contiguous
+    merge_indptr_ptr,  # [rows + 1]
+    merge_indices_ptr,  # [entries]
+    out_ptr, out_stride_r, out_stride_h,  # [rows, num_heads, head_dim]
+    num_heads, head_dim,
+    BLOCK_E: tl.constexpr, BLOCK_D: tl.constexpr,
+):
+    r = tl.program_id(0).to(tl.int64)
+    h = tl.program_id(1).to(tl.int64)
+    lo = tl.load(merge_indptr_ptr + r).to(tl.int64)
+    hi = tl.load(merge_indptr_ptr + r + 1).to(tl.int64)
+    offs_e = tl.arange(0, BLOCK_E)
+    offs_d = tl.arange(0, BLOCK_D)
+    mask_e = lo + offs_e < hi
+    mask_d = offs_d < head_dim
+    ent = tl.load(merge_indices_ptr + lo + offs_e, mask=mask_e, other=0).to(tl.int64)
+    lse = tl.load(lse_ptr + ent * num_heads + h, mask=mask_e, other=float("-inf"))
+    top = tl.max(lse, axis=0)
+    top = tl.where(top == float("-inf"), 0.0, top)  # a row with no keys at all: weights 0, out 0
+    w = tl.where(lse == float("-inf"), 0.0, tl.exp(lse - top))
+    o = tl.load(o_ptr + (ent * num_heads + h)[:, None] * head_dim + offs_d[None, :],
+                mask=mask_e[:, None] & mask_d[None, :], other=0.0)
+    total = tl.sum(w, axis=0)
+    out = tl.sum(w[:, None] * o, axis=0) / tl.where(total > 0.0, total, 1.0)
+    tl.store(out_ptr + r * out_stride_r + h * out_stride_h + offs_d,
+             out.to(out_ptr.dtype.element_ty), mask=mask_d)
+
+
+def merge_launch_config(max_entries: int, head_dim: int) -> dict[str, int]:
+    """Block sizes and num_warps `_merge_states_kernel` runs with (what a compile check should compile)."""
+    block_d = triton.next_power_of_2(head_dim)
+    return dict(BLOCK_E=triton.next_power_of_2(max(1, max_entries)), BLOCK_D=block_d,
+                num_warps=1 if block_d <= 64 else 2, num_stages=1)
+
+
+def merge_states_launch(o: torch.Tensor, lse: torch.Tensor, merge_indptr: torch.Tensor,
+                        merge_indices: torch.Tensor, max_entries: int, dtype: torch.dtype) -> torch.Tensor:
+    """`merge_states` without checks or host syncs (the per-layer path of a validated plan)."""
+    if not use_triton(o):
+        return merge_states_ref(o, lse, merge_indptr, merge_indices, max_entries, dtype)
+    rows = merge_indptr.numel() - 1
+    heads, dim = o.shape[1:]
+    out = torch.empty((rows, heads, dim), dtype=dtype, device=o.device)
+    if rows and heads:
+        _merge_states_kernel[(rows, heads)](
+            o, lse, merge_indptr, merge_indices, out, out.stride(0), out.stride(1), heads, dim,
+            **merge_launch_config(max_entries, dim))
+    return out
+
+
+def merge_states(o: torch.Tensor, lse: torch.Tensor, merge_indptr: torch.Tensor,
+                 merge_indices: torch.Tensor, max_entries: int, dtype: torch.dtype) -> torch.Tensor:
+    """Merge each row's partial attention states. Modifies nothing.
+
+    Args:
+        o: fp32 `[entries, num_heads, head_dim]`, contiguous: each part's normalized output.
+        lse: fp32 `[entries, num_heads]`, contiguous: each part's log-sum-exp (-inf: no keys).
+        merge_indptr: int32/int64 `[rows + 1]`, non-decreasing from 0 to `merge_indices.numel()`.
+        merge_indices: int32/int64 `[n]`, each in `[0, entries)`: row r merges entries
+            `merge_indices[merge_indptr[r]:merge_indptr[r + 1]]`.
+        max_entries: the most entries of one row (sizes the kernel's block; read on the host).
+        dtype: the output's dtype.
+
+    Returns:
+        `[rows, num_heads, head_dim]` in `dtype` (a row with no keys gives zeros).
+    """
+    check_tensor("o", o, 3, (torch.float32,))
+    check_tensor("lse", lse, 2, (torch.float32,))
+    check_same_device(o=o, lse=lse)
+    if not (o.is_contiguous() and lse.is_contiguous()) or lse.shape != o.shape[:2]:
+        raise KernelInputError(f"o {tuple(o.shape)} and lse {tuple(lse.shape)} must be contiguous, "
+                               "lse of shape o.shape[:2]")
+    check_csr("merge", merge_indptr, merge_indices, o.device, max_entries, o.shape[0])
+    return merge_states_launch(o, lse, merge_indptr, merge_indices, max_entries, dtype)
+
+
+def merge_states_ref(o: torch.Tensor, lse: torch.Tensor, merge_indptr: torch.Tensor,
+                     merge_indices: torch.Tensor, max_entries: int, dtype: torch.dtype) -> torch.Tensor:
+    """Torch reference of `merge_states` (same arguments, same result; no checks, no host syncs):
+    pads each row to `max_entries` entries and weights them with a softmax over their lse."""
+    rows = merge_indptr.numel() - 1
+    if rows == 0 or max_entries == 0 or merge_indices.numel() == 0:
+        return torch.zeros((rows, *o.shape[1:]), dtype=dtype, device=o.device)
+    return merge_padded_ref(o, lse, *csr_to_padded(merge_indptr, merge_indices, max_entries), dtype)
+
+
+def merge_padded_ref(o: torch.Tensor, lse: torch.Tensor, idx: torch.Tensor, valid: torch.Tensor,
+                     dtype: torch.dtype) -> torch.Tensor:
+    """merge_states_ref on the padded layout: idx int64 and valid bool, both `[rows, max_entries]`."""
+    lse_p = lse[idx].masked_fill_(~valid[:, :, None], float("-inf"))  # [rows, max_entries, heads]
+    top = lse_p.amax(1, keepdim=True)
+    w = lse_p.sub_(top.masked_fill_(top == float("-inf"), 0.0)).exp_()  # 0 where lse is -inf
+    total = w.sum(1)  # [rows, heads]
+    out = (w[..., None] * o[idx]).sum(1) / total.masked_fill_(total == 0, 1.0)[..., None]
+    return out.to(dtype)
