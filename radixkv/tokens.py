@@ -18,6 +18,7 @@ from radixkv.errors import InvalidArgumentError, InvalidSlotsError, InvalidToken
 MAX_TOKEN_ID = 2**31 - 1
 _min, _max = np.minimum.reduce, np.maximum.reduce  # ndarray.min() without its Python wrapper
 TokensLike = Sequence[int] | np.ndarray | torch.Tensor
+_TORCH_INTS = frozenset([torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8])
 _INT_TYPES = frozenset([int, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64])
 
 
@@ -27,10 +28,11 @@ def _as_int_array(values: Any, what: str, error: type[Exception]) -> np.ndarray:
     if isinstance(values, np.ndarray):
         arr = values
     elif isinstance(values, torch.Tensor):
-        if values.dtype == torch.bool or values.is_floating_point() or values.is_complex():
+        if values.dtype not in _TORCH_INTS:
             raise error(f"{what} must be an integer tensor, got dtype {values.dtype}")
-        plain = values.device.type == "cpu" and not values.requires_grad
-        arr = values.numpy() if plain else values.detach().cpu().numpy()
+        arr = values.numpy() if values.is_cpu else values.cpu().numpy()  # integer tensors need no grad
+        if arr.ndim == 1:
+            return arr
     elif isinstance(values, (list, tuple, range)):
         arr = _list_to_array(values, what, error)
     else:
