@@ -94,6 +94,7 @@ class RadixTree:
         self.protected_size = 0
         self.host_size = 0
         self._learns = policy.learns
+        self._epoch = policy.epoch  # the policy's order the indexes are keyed by
         self._tick = 0
         self._next_id = 0
 
@@ -177,6 +178,8 @@ class RadixTree:
         match ends and refreshes the recency and hits of every node it matched whole."""
         path, matched = self._walk(key, start)
         if not path:
+            if self._learns:
+                self._learn_lookup(start, key, 0)
             return MatchInfo(start, 0, _EMPTY, 0)
         length = matched // 4
         k, dev = self._device_prefix(path, length, start)
@@ -185,11 +188,13 @@ class RadixTree:
         if k < len(path):
             path = path[:k] + [n for n in path[k:] if n.end <= start.end + length]
         self._touch(path, hit=True)
+        if self._learns:
+            if k:
+                self.policy.on_hit(path[k - 1])
+            self._learn_lookup(start, key, dev)
         if k == 0:
             return MatchInfo(start, 0, _EMPTY, length)
         node = path[k - 1]
-        if self._learns:
-            self.policy.on_hit(node)
         return MatchInfo(node, dev, np.concatenate([n.pages for n in path[:k]]), length - dev)
 
     def host_pages_below(self, key: bytes, start: TreeNode) -> np.ndarray:
@@ -249,9 +254,26 @@ class RadixTree:
         if path:
             self._touch(path, hit=False)
         self._gain_device(gained)
-        if leaf is not None and self._learns:
-            self.policy.on_insert(leaf)
+        if self._learns:
+            if leaf is not None:
+                self.policy.on_insert(leaf)
+            self.policy.on_cache(start, key, self.evictable_size + self.protected_size)
+            self._follow_policy()
         return InsertResult(node, dev, tree_pages, gained)
+
+    # ------------------------------------------------------------------ learning policies
+
+    def _learn_lookup(self, start: TreeNode, key: bytes, length: int) -> None:
+        self.policy.on_lookup(start, key, length)
+        self._follow_policy()
+
+    def _follow_policy(self) -> None:
+        """A learning policy that changed its order wholesale (a new `epoch`): re-key the indexes."""
+        if self.policy.epoch != self._epoch:
+            self._epoch = self.policy.epoch
+            self.index.rekey(self.policy.key)
+            if self.host_index is not None:
+                self.host_index.rekey(host_first(self.policy))
 
     # ------------------------------------------------------------------ locks
 
@@ -392,6 +414,7 @@ class RadixTree:
             freed += leaf.size
             if self._learns:
                 self.policy.on_evict(leaf)
+                self._follow_policy()
             if leaf.host_pages is None and keep is not None:
                 host_pages = keep(leaf)
                 if host_pages is not None:
