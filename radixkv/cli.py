@@ -8,7 +8,7 @@ import os
 import sys
 
 from radixkv.bench.main import DEFAULT_FRACS, DEFAULT_POLICIES
-from radixkv.bench.workloads import WORKLOADS
+from radixkv.bench.workloads import DEFAULT_WORKLOADS, WORKLOADS
 from radixkv.calc import DTYPE_BYTES, PRESETS
 
 
@@ -35,9 +35,10 @@ def cmd_bench(a: argparse.Namespace) -> int:
     sglang = a.sglang or (not a.no_sglang and importlib.util.find_spec("sglang") is not None)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=con) as prog:
-        rep = run_bench(_csv(a.workloads), [float(x) for x in _csv(a.fracs)], _csv(a.policies),
+        rep = run_bench(_csv(a.workloads) if a.workloads is not None else ([] if a.trace else list(DEFAULT_WORKLOADS)),
+                        [float(x) for x in _csv(a.fracs)], _csv(a.policies),
                         page_size=a.page_size, seed=a.seed, scale=a.scale, model=a.model, dtype=a.dtype,
-                        sglang=sglang, progress=prog)
+                        sglang=sglang, progress=prog, traces=_read_traces(a.trace or []))
     for t in summary_tables(rep):
         con.print(t)
     if rep.sglang_version:
@@ -51,6 +52,12 @@ def cmd_bench(a: argparse.Namespace) -> int:
     paths = plots.write_all(rep, a.out) if not a.no_plots else []
     con.print(f"{rep.seconds:.1f} s; wrote {os.path.join(a.out, 'bench.json')} {' '.join(paths)}")
     return 0
+
+
+def _read_traces(paths: list[str]) -> dict:
+    from radixkv.bench.traces import read_trace
+
+    return {os.path.splitext(os.path.basename(p))[0]: read_trace(p) for p in paths}
 
 
 def cmd_calc(a: argparse.Namespace) -> int:
@@ -88,7 +95,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="radixkv", description=__doc__)
     sub = p.add_subparsers(dest="cmd", required=True)
     b = sub.add_parser("bench", help="prefix-sharing benchmark: hit rate vs OPT, throughput, memory, plots")
-    b.add_argument("--workloads", default=",".join(WORKLOADS), help=f"comma list of {','.join(WORKLOADS)}")
+    b.add_argument("--workloads", default=None,
+                   help=f"comma list of {','.join(WORKLOADS)} (default: {','.join(DEFAULT_WORKLOADS)}; "
+                        "none when --trace is given)")
+    b.add_argument("--trace", action="append", metavar="FILE",
+                   help="replay a JSON-lines trace ({\"tokens\": [...], \"prompt_len\": n} or {\"hash_ids\": "
+                        "[...], \"input_length\": n, \"block_size\": 512} per line); repeatable (default: none)")
     b.add_argument("--fracs", default=",".join(map(str, DEFAULT_FRACS)), help="capacities as fractions of unique tokens")
     b.add_argument("--policies", default=",".join(DEFAULT_POLICIES))
     b.add_argument("--page-size", type=int, default=1)

@@ -20,10 +20,10 @@ import numpy as np
 from radixkv.bench import sglang_peer
 from radixkv.bench.opt import build_segments, opt_hit_rate
 from radixkv.bench.runner import OPS, RunResult, replay
-from radixkv.bench.workloads import WORKLOADS, make_workload, write_jsonl
+from radixkv.bench.workloads import WORKLOADS, Request, make_workload, write_jsonl
 from radixkv.calc import bytes_per_token, get_model
 
-DEFAULT_POLICIES = ("lru", "lfu", "fifo", "slru", "adaptive")
+DEFAULT_POLICIES = ("lru", "lfu", "fifo", "slru", "lrfu", "adaptive")
 HEADLINE = "adaptive"  # the policy compared with SGLang's best in the summary (our recommendation)
 DEFAULT_FRACS = (0.05, 0.1, 0.25, 0.5)
 SGLANG_POLICIES = ("lru", "lfu")
@@ -71,10 +71,16 @@ class BenchReport:
 
 def run_bench(workloads: list[str], fracs: list[float], policies: list[str], *, page_size: int = 1,
               seed: int = 0, scale: float = 1.0, model: str = "llama-3-8b", dtype: str = "bf16",
-              sglang: bool = False, progress=None) -> BenchReport:
-    """Run the grid; `progress` is a rich Progress (or None). Deterministic except timings."""
+              sglang: bool = False, progress=None, traces: dict[str, list[Request]] | None = None) -> BenchReport:
+    """Run the grid over the named built-in workloads and the given `traces` (name -> requests, e.g.
+    read_trace(FILE)); `progress` is a rich Progress (or None). Deterministic except timings."""
     t0 = time.perf_counter()
-    rep = BenchReport({w: WORKLOADS[w].summary for w in workloads}, tuple(policies), page_size, model, dtype)
+    sources = {w: (WORKLOADS[w].summary, None) for w in workloads}
+    for name, reqs in (traces or {}).items():
+        sources[name] = (f"trace {name}: {len(reqs)} requests, "
+                         f"{int(np.mean([len(r.tokens) for r in reqs])):,} tokens each on average", reqs)
+    workloads = list(sources)
+    rep = BenchReport({w: summary for w, (summary, _) in sources.items()}, tuple(policies), page_size, model, dtype)
     bpt = bytes_per_token(get_model(model), dtype)
     if sglang:
         rep.sglang_note = sglang_peer.available()
@@ -82,7 +88,7 @@ def run_bench(workloads: list[str], fracs: list[float], policies: list[str], *, 
     if progress is not None:
         task = progress.add_task("bench", total=len(workloads) * len(fracs) * len(policies))
     for name in workloads:
-        reqs = make_workload(name, seed=seed, scale=scale)
+        reqs = sources[name][1] or make_workload(name, seed=seed, scale=scale)
         seg = build_segments(reqs, page_size)
         unique = seg.total_pages * page_size
         rep.memory[name] = (float(sum(len(r.tokens) for r in reqs) * bpt), float(unique * bpt))
