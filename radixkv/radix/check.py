@@ -90,7 +90,7 @@ def check_tree(tree: RadixTree) -> tuple[np.ndarray, np.ndarray]:
         raise AssertionError(f"radix tree: counters (evictable, protected, host) {got} "
                              f"!= recomputed {(evictable, protected, host)}")
     fixed = tree.policy.stable_keys
-    _check_index(tree.index, leaves, "device", tree.policy.key if fixed else None)
+    _check_index(tree.index, leaves, "device", tree.index.key if fixed else None)
     if tree.host_index is not None:
         _check_index(tree.host_index, host_leaves, "host", tree.host_index.key if fixed else None)
     elif host_chunks:

@@ -42,6 +42,7 @@ from radixkv.errors import LockError
 from radixkv.events import DEVICE, HOST
 from radixkv.eviction import EvictableIndex, EvictionPolicy, host_first
 from radixkv.radix.node import TreeNode
+from radixkv.radix.pins import Pins, pinned_last
 
 USER, SEQUENCE = 0, 1  # lock holders: lock()/unlock() callers, open Sequences
 _EMPTY = np.empty(0, dtype=np.int64)
@@ -81,11 +82,12 @@ def common_bytes(a: bytes, b: bytes, pos: int, page_bytes: int) -> int:
 
 class RadixTree:
     def __init__(self, page_size: int, policy: EvictionPolicy, host_tier: bool = False,
-                 listener: ResidencyListener | None = None) -> None:
+                 listener: ResidencyListener | None = None, pins: bool = False) -> None:
         self.page_size = page_size
         self.page_bytes = 4 * page_size
         self.policy = policy
-        self.index = EvictableIndex(policy.key)
+        self.index = EvictableIndex(pinned_last(policy.key) if pins else policy.key)
+        self.pins = Pins(self.index) if pins else None  # pins with a deadline (radix/pins.py)
         self.host_index = EvictableIndex(host_first(policy)) if host_tier else None
         self.roots: dict[bytes, TreeNode] = {}  # namespace key -> root, while it has children or locks
         self._idle_roots: weakref.WeakValueDictionary[bytes, TreeNode] = weakref.WeakValueDictionary()
@@ -132,6 +134,8 @@ class RadixTree:
         upper = self.new_node(node.ns, parent, node.key[:kb], None if node.pages is None else node.pages[:kp].copy())
         upper.lock_ref, upper.last_access, upper.created = node.lock_ref, node.last_access, node.created
         upper.hit_count, upper.priority = node.hit_count, node.priority
+        if self.pins is not None:
+            self.pins.split(upper, node)
         if node.host_pages is not None:
             upper.host_pages, node.host_pages = node.host_pages[:kp].copy(), node.host_pages[kp:].copy()
         node.key = node.key[kb:]
@@ -204,6 +208,27 @@ class RadixTree:
         host = [n.host_pages for n in path if n.pages is None]
         return np.concatenate(host)[:matched // self.page_bytes] if host else _EMPTY
 
+    def locate(self, key: bytes, start: TreeNode) -> TreeNode:
+        """The node ending the longest device-cached prefix of `key` below `start` (whole pages),
+        splitting the edge where it ends. Unlike `match`, refreshes no recency or hit count."""
+        path, matched = self._walk(key, start)
+        k, dev = self._device_prefix(path, matched // 4, start)
+        if not k:
+            return start
+        if path[k - 1].end > start.end + dev:
+            return self.split(path[k - 1], start.end + dev - path[k - 1].depth)
+        return path[k - 1]
+
+    def pinned_length(self, key: bytes, start: TreeNode) -> int:
+        """Read-only: how many leading tokens of `key` below `start` are pinned (pins are ancestor-closed)."""
+        path, matched = self._walk(key, start)
+        n = 0
+        for node in path:
+            if not node.pin_until or node.pages is None:
+                break
+            n = min(node.end - start.end, matched // 4)
+        return n
+
     def _touch(self, path: list[TreeNode], hit: bool) -> None:
         self._tick += 1
         tick, index, host_index = self._tick, self.index, self.host_index
@@ -271,7 +296,7 @@ class RadixTree:
         """A learning policy that changed its order wholesale (a new `epoch`): re-key the indexes."""
         if self.policy.epoch != self._epoch:
             self._epoch = self.policy.epoch
-            self.index.rekey(self.policy.key)
+            self.index.rekey(self.policy.key if self.pins is None else pinned_last(self.policy.key))
             if self.host_index is not None:
                 self.host_index.rekey(host_first(self.policy))
 
@@ -365,6 +390,8 @@ class RadixTree:
         if self.listener is not None:
             self.listener.removed(node, DEVICE)
         self.evictable_size -= node.size
+        if self.pins is not None:
+            self.pins.dropped(node)
         node.pages = None
 
     def set_host(self, node: TreeNode, host_pages: np.ndarray) -> None:
