@@ -43,6 +43,7 @@ class Adaptive(EvictionPolicy):
     name = "adaptive"
     learns = True
     stable_keys = True
+    START = 0  # the expert followed until the evidence says otherwise: LRU (SGLang's default)
     WINDOW = 8.0  # decay horizon: tokens newly cached, as a multiple of the cache's size
     WARMUP = 1.0  # after a switch, turnovers before the real cache stands for its expert
     MARGIN = 0.002  # switch when the other expert matched this share of the asked tokens more (0.2 points)
@@ -51,8 +52,8 @@ class Adaptive(EvictionPolicy):
 
     def __init__(self) -> None:
         self.experts: tuple[EvictionPolicy, ...] = (LRU(), LFU())
-        self.mode = 0  # the expert the real cache follows (starts with LRU, SGLang's default)
-        self.key = self.experts[0].key  # type: ignore[method-assign] - the current expert's key
+        self.mode = self.START  # the expert the real cache follows
+        self.key = self.experts[self.START].key  # type: ignore[method-assign] - the current expert's key
         self.switches = 0
         self._tree: RadixTree | None = None
         self._shadows: dict[int, ShadowCache] = {}  # expert -> its shadow (none before the first eviction)

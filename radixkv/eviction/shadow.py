@@ -17,9 +17,9 @@ most, and O(log n) heap work per leaf touched or evicted.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterable
+import heapq
+from typing import TYPE_CHECKING, Callable, Iterable
 
-from radixkv.eviction.index import EvictableIndex
 from radixkv.eviction.policies import EvictionPolicy
 
 if TYPE_CHECKING:
@@ -27,7 +27,8 @@ if TYPE_CHECKING:
 
 
 class ShadowNode:
-    __slots__ = ("id", "parent", "children", "key", "size", "last_access", "hit_count", "created", "priority")
+    __slots__ = ("id", "parent", "children", "key", "size", "last_access", "hit_count", "created", "priority",
+                 "hkey")
 
     def __init__(self, node_id: int, parent: ShadowNode | None, key: bytes, tick: int) -> None:
         self.id = node_id
@@ -39,6 +40,50 @@ class ShadowNode:
         self.hit_count = 0
         self.created = tick
         self.priority = 0
+        self.hkey: tuple | None = None  # current key in the shadow's leaf heap; None: not a member
+
+
+class LeafHeap:
+    """The shadow's evictable leaves by policy key: a heap of (key, node) with lazy deletion, the
+    current key kept on the node itself (no dicts: this is the shadow's hot path)."""
+
+    def __init__(self, key: Callable[[ShadowNode], tuple]) -> None:
+        self.key = key
+        self._heap: list[tuple[tuple, ShadowNode]] = []
+        self._live = 0
+
+    def __len__(self) -> int:
+        return self._live
+
+    def __contains__(self, node: ShadowNode) -> bool:
+        return node.hkey is not None
+
+    def add(self, node: ShadowNode) -> None:
+        if node.hkey is None:
+            self._live += 1
+        node.hkey = k = self.key(node)
+        heapq.heappush(self._heap, (k, node))
+        if len(self._heap) > 2 * self._live + 64:
+            self._heap = [e for e in self._heap if e[1].hkey is e[0]]
+            heapq.heapify(self._heap)
+
+    def refresh(self, node: ShadowNode) -> None:
+        if node.hkey is not None:
+            self.add(node)
+
+    def discard(self, node: ShadowNode) -> None:
+        if node.hkey is not None:
+            node.hkey = None
+            self._live -= 1
+
+    def pop(self) -> ShadowNode:
+        heap = self._heap
+        while True:
+            k, node = heapq.heappop(heap)
+            if node.hkey is k:
+                node.hkey = None
+                self._live -= 1
+                return node
 
 
 def _same_pages(a: bytes, b: bytes, pos: int, page_bytes: int) -> int:
@@ -60,7 +105,7 @@ class ShadowCache:
         self.policy = policy
         self.page_size = page_size
         self.page_bytes = 4 * page_size
-        self.index = EvictableIndex(policy.key)
+        self.index = LeafHeap(policy.key)
         self.roots: dict[bytes, ShadowNode] = {}  # namespace key -> root, while it has children
         self._ns: dict[int, bytes] = {}  # root id -> its namespace key
         self.used = 0  # tokens held
@@ -151,12 +196,12 @@ class ShadowCache:
     def insert(self, ns: bytes, key: bytes, capacity: int) -> int:
         """Cache `key` (whole pages) below `ns`, first evicting down to `capacity` tokens in all
         (never the path of `key` itself). Returns the tokens added."""
-        self._version += 1
         root = self.roots.get(ns)
         if root is None:
             root = self._root(ns)
         walked = self._resume(ns, key)
         path, pos, last = walked if walked is not None else self._walk(root, key)
+        self._version += 1
         if path and last + len(path[-1].key) > pos:
             path[-1] = self._split(path[-1], pos - last)
         node = path[-1] if path else root
