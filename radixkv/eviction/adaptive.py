@@ -7,19 +7,25 @@ traffic can guess wrong on a trace it has not seen; this one measures instead.
 
 The real cache evicts in the order of one expert (LRU or LFU). A ShadowCache (eviction/shadow.py)
 replays the same traffic on metadata only under the other expert, with a capacity that follows the
-real cache's occupancy (so in-flight reservations shrink both alike). Over a window of recent
-lookups (exponentially decayed, about WINDOW x the cache's size in asked tokens) the policy compares
-the tokens the real cache matched with those the shadow would have matched: the same requests,
-paired, so the noise is small. When the shadow leads by more than MARGIN of the asked tokens, and at
-least one cache turnover has passed since the last switch, the real cache switches expert: the tree
-re-keys its index (`epoch`), and the shadow restarts as a copy of the real cache's contents under the
-expert just left, so from then on both start from the same state and the comparison stays fair.
+real cache's occupancy (so in-flight reservations shrink both alike); it reproduces, request for
+request, what a real cache under that expert would match. Per lookup the policy takes the paired
+lead (tokens the other expert matched minus those the followed one matched) and keeps decayed sums
+of the leads, their squares and the asked tokens (decay horizon: WINDOW cache-sizes of newly cached
+tokens). It switches when the lead exceeds MARGIN of the asked tokens, MIN_LEAD of the cache's size,
+and Z standard deviations. The tree then re-keys its index (`epoch`). The expert just left gets a
+shadow copied from the real cache (its steady state); the expert now followed keeps its shadow as
+its reference until the real cache has turned over once (WARMUP), so the comparison never pits a
+steady expert against one in transient.
 
-By construction it cannot stay behind the better expert for long on any trace: a lead larger than
-MARGIN is acted on within one window plus one turnover, and a switch that was a mistake is undone the
-same way. What it pays is that lag, after each change of regime. Before the real cache first evicts,
-both experts hold the same tokens, so the shadow is built only at the first eviction (a cache that
-never fills pays nothing).
+Before the first eviction both experts hold exactly what the real cache holds, so no shadow runs;
+the keys of that traffic are kept (up to HISTORY bytes) and, at the first eviction, replayed through
+both experts in caches of PRIOR_SIZE x the real size, where they already differ: the first expert
+followed is the one that matched more there (LRU when they tie).
+
+It cannot stay behind the better expert for long: a clear lead is acted on, and a switch that was a
+mistake is undone the same way. What it pays is the lag before it has evidence: the consequences of
+evicting differently show only when the evicted prefix is asked for again. bench/RESULTS.md has the
+margins, on the bench workloads and on random held-out traces, and what did not help.
 
 Learning happens only in the hooks; `key` is the current expert's own key function, so stored keys
 are always exact (`stable_keys`).
@@ -43,6 +49,9 @@ class Adaptive(EvictionPolicy):
     name = "adaptive"
     learns = True
     stable_keys = True
+    PRIOR = True  # choose the first expert by replaying the traffic before the first eviction in small caches
+    PRIOR_SIZE = 0.25  # ... of this share of the real cache's size
+    HISTORY = 1 << 24  # bytes of keys kept for that replay (16 MiB, freed at the first eviction); past it, START
     START = 0  # the expert followed until the evidence says otherwise: LRU (SGLang's default)
     WINDOW = 8.0  # decay horizon: tokens newly cached, as a multiple of the cache's size
     WARMUP = 1.0  # after a switch, turnovers before the real cache stands for its expert
@@ -64,6 +73,8 @@ class Adaptive(EvictionPolicy):
         self._asked = 0.0  # tokens asked
         self._capacity = 1  # the most tokens the real cache has held
         self._settle = 0  # tokens the real cache must still cache after a switch before it counts
+        self._history: list[tuple[bytes, bytes, bool]] | None = [] if self.PRIOR else None
+        self._history_bytes = 0  # (ns, key, is insert) of the traffic before the first eviction, and its size
 
     @property
     def leader(self) -> str:
@@ -71,11 +82,40 @@ class Adaptive(EvictionPolicy):
 
     def on_evict(self, victim: TreeNode) -> None:
         if not self._shadows:  # until now every expert held what the real cache holds
-            self._tree = victim.tree
+            self._tree = tree = victim.tree
+            if self._history:
+                self._choose_start(tree.evictable_size + tree.protected_size)
+            self._history = None
             self._copy_real(1 - self.mode)
+
+    def _record(self, ns: bytes, key: bytes, insert: bool) -> None:
+        if self._history is not None:
+            self._history.append((ns, key, insert))
+            self._history_bytes += len(key)
+            if self._history_bytes > self.HISTORY:
+                self._history = None
+
+    def _choose_start(self, capacity: int) -> None:
+        """Replay the traffic seen before the first eviction through both experts in caches of
+        PRIOR_SIZE x the real size (where they already differ) and follow the one that matched more."""
+        assert self._tree is not None and self._history is not None
+        minis = [ShadowCache(e, self._tree.page_size) for e in self.experts]
+        hits, asked, small = [0, 0], 0, int(self.PRIOR_SIZE * capacity)
+        for ns, key, insert in self._history:
+            if insert:
+                for mini in minis:
+                    mini.insert(ns, key, small)
+                continue
+            asked += len(key) // 4
+            for e, mini in enumerate(minis):
+                hits[e] += mini.match(ns, key)
+        if hits[1 - self.mode] - hits[self.mode] > self.MARGIN * asked:
+            self._follow(1 - self.mode)
 
     def on_lookup(self, start: TreeNode, key: bytes, length: int) -> None:
         if not self._shadows:
+            if self._history is not None:
+                self._record(start.ns, _absolute(start, key), False)
             return
         full, hits = _absolute(start, key), [length, length]
         for e, shadow in self._shadows.items():
@@ -93,6 +133,8 @@ class Adaptive(EvictionPolicy):
         if cached > self._capacity:
             self._capacity = cached
         if not self._shadows:
+            if self._history is not None:
+                self._record(start.ns, _absolute(start, key), True)
             return
         full, added = _absolute(start, key), 0
         for shadow in self._shadows.values():
