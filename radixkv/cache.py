@@ -62,9 +62,8 @@ class RadixCache:
                                      config.head_dim, config.dtype, config.device)
         self.ledger = PageLedger(config.num_pages, ps)
         self.events = EventRecorder(config.event_block_size) if config.kv_events else None
-        self.tree = RadixTree(ps, make_policy(config.eviction), config.host_slots > 0, self.events,
-                              pins=config.pin_budget_tokens > 0)
-        self.pins = PinControl(self.tree, config.pin_budget_tokens, clock)
+        self.tree = RadixTree(ps, make_policy(config.eviction), config.host_slots > 0, self.events)
+        self.pins = PinControl(self.tree, config.pin_budget, clock)
         self.seqs = SequenceTable(config.max_requests, config.max_context_len, ps, config.device)
         self.req_pool = self.seqs.pool
         self.host = HostTier(config, self.tree, self.kv_pool) if config.host_slots else None
@@ -277,7 +276,7 @@ class RadixCache:
         self._own()
         check_cache(self.ledger, self.tree, self.seqs, self.host)
         if self.tree.pins is not None:
-            self.tree.pins.check(self.tree.nodes(), self.config.pin_budget_tokens)
+            self.tree.pins.check(self.tree.nodes(), self.config.pin_budget)
 
     def metrics(self) -> dict[str, float]:
         """Counters and gauges with vLLM-style names (`radixkv_` prefix); mutates nothing."""

@@ -39,16 +39,17 @@ class PinControl:
         if not callable(clock):
             raise ConfigError(f"RadixCache(clock=...) must be a callable returning seconds, got {clock!r}")
         self.tree = tree
-        self.budget = budget  # CacheConfig.pin_budget_tokens; 0: pinning is off
+        self.budget = budget  # CacheConfig.pin_budget; 0: pinning is off
         self.clock = clock
         self.rows: dict[int, float] = {}  # req_to_token row -> deadline of its Sequence's pins
 
     def deadline(self, ttl: Any, what: str) -> float:
         """Validate `ttl` and return now + ttl (drops expired pins first)."""
         seconds = as_ttl(ttl, what)
-        if self.tree.pins is None:
+        if not self.budget:
             raise PinBudgetError(f"{what}: pinning is off (CacheConfig.pin_budget_tokens is 0); set "
                                  "pin_budget_tokens to the most tokens you want pinned at once")
+        self.tree.enable_pins()
         now = self.expire()
         return now + seconds
 

@@ -134,3 +134,15 @@ def test_pinning_off_and_config_checks() -> None:
             CacheConfig(num_layers=1, num_kv_heads=1, head_dim=1, num_slots=16, pin_budget_tokens=bad)
     with pytest.raises(ConfigError):
         RadixCache(CacheConfig(num_layers=1, num_kv_heads=1, head_dim=1, num_slots=16), clock=5)
+
+
+def test_default_budget_is_half_the_pool_and_pins_cost_nothing_until_used() -> None:
+    cache = RadixCache(CacheConfig(num_layers=1, num_kv_heads=1, head_dim=1, num_slots=16, dtype=torch.float32),
+                       clock=Clock())
+    assert cache.config.pin_budget == 8 and cache.tree.pins is None
+    _put(cache, SYSTEM)
+    _put(cache, A)
+    assert cache.pin(SYSTEM, ttl=1) == 8 and cache.tree.pins is not None
+    with pytest.raises(PinBudgetError):
+        cache.pin(A, ttl=1)
+    cache.check_invariants()

@@ -82,12 +82,12 @@ def common_bytes(a: bytes, b: bytes, pos: int, page_bytes: int) -> int:
 
 class RadixTree:
     def __init__(self, page_size: int, policy: EvictionPolicy, host_tier: bool = False,
-                 listener: ResidencyListener | None = None, pins: bool = False) -> None:
+                 listener: ResidencyListener | None = None) -> None:
         self.page_size = page_size
         self.page_bytes = 4 * page_size
         self.policy = policy
-        self.index = EvictableIndex(pinned_last(policy.key) if pins else policy.key)
-        self.pins = Pins(self.index) if pins else None  # pins with a deadline (radix/pins.py)
+        self.index = EvictableIndex(policy.key)
+        self.pins: Pins | None = None  # pins with a deadline (radix/pins.py), from enable_pins() on
         self.host_index = EvictableIndex(host_first(policy)) if host_tier else None
         self.roots: dict[bytes, TreeNode] = {}  # namespace key -> root, while it has children or locks
         self._idle_roots: weakref.WeakValueDictionary[bytes, TreeNode] = weakref.WeakValueDictionary()
@@ -218,6 +218,14 @@ class RadixTree:
         if path[k - 1].end > start.end + dev:
             return self.split(path[k - 1], start.end + dev - path[k - 1].depth)
         return path[k - 1]
+
+    def enable_pins(self) -> Pins:
+        """Start keeping pins (before the first one): from now on the device index orders pinned
+        leaves after every unpinned one. O(evictable leaves), once."""
+        if self.pins is None:
+            self.pins = Pins(self.index)
+            self.index.rekey(pinned_last(self.policy.key))
+        return self.pins
 
     def pinned_length(self, key: bytes, start: TreeNode) -> int:
         """Read-only: how many leading tokens of `key` below `start` are pinned (pins are ancestor-closed)."""
