@@ -23,7 +23,8 @@ the request level is what a generation loop calls (open, reserve, commit, close,
 from __future__ import annotations
 
 import threading
-from typing import Any
+import time
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -37,6 +38,7 @@ from radixkv.insert_slots import InsertSlots
 from radixkv.invariants import check_cache
 from radixkv.keys import ExtraKeys, as_extra_keys, request_key
 from radixkv.metrics import CacheStats, collect_metrics
+from radixkv.pinning import PinControl
 from radixkv.pools import CACHED, PRIVATE, RESERVED, PageLedger, TokenToKVPool, page_slots
 from radixkv.radix import SEQUENCE, USER, MatchInfo, RadixTree, TreeNode, evict_device
 from radixkv.radix.block_events import EventRecorder
@@ -50,7 +52,8 @@ _get_ident = threading.get_ident
 class RadixCache:
     """A prefix-sharing KV cache over a radix tree (DESIGN.md has the whole contract)."""
 
-    def __init__(self, config: CacheConfig) -> None:
+    def __init__(self, config: CacheConfig, clock: Callable[[], float] = time.monotonic) -> None:
+        """`clock` (seconds) times pins only; tests pass a fake one."""
         if not isinstance(config, CacheConfig):
             raise ConfigError(f"RadixCache takes a CacheConfig, got {type(config).__name__}")
         self.config = config
@@ -60,6 +63,7 @@ class RadixCache:
         self.ledger = PageLedger(config.num_pages, ps)
         self.events = EventRecorder(config.event_block_size, ps) if config.kv_events else None
         self.tree = RadixTree(ps, make_policy(config.eviction), config.host_slots > 0, self.events)
+        self.pins = PinControl(self.tree, config.pin_budget, clock)
         self.seqs = SequenceTable(config.max_requests, config.max_context_len, ps, config.device)
         self.req_pool = self.seqs.pool
         self.host = HostTier(config, self.tree, self.kv_pool) if config.host_slots else None
@@ -111,19 +115,26 @@ class RadixCache:
         self.ledger.release(pages)
 
     def insert(self, tokens: TokensLike, slots: TokensLike, namespace: Any = None, priority: int = 0,
-               extra_keys: ExtraKeys | dict | None = None) -> int:
+               extra_keys: ExtraKeys | dict | None = None, pin_ttl: float | None = None) -> int:
         """Cache `tokens` with their `slots`; returns how many leading tokens were already cached.
         The rules for `slots` are in insert_slots.py; anything else raises InvalidSlotsError with
-        nothing changed. Afterwards the caller owns none of `slots`."""
+        nothing changed. Afterwards the caller owns none of `slots`. With `pin_ttl` (seconds) the
+        inserted whole pages are pinned that long (PinBudgetError, nothing changed, past the budget)."""
         self._own()
         ns, toks = self._key(as_tokens(tokens), namespace, extra_keys)
         given = slot_array(slots)  # range-checked in InsertSlots, where the tree's own slots need none
         prio, root = as_priority(priority), self.tree.root(ns)
+        until = None if pin_ttl is None else self.pins.deadline(pin_ttl, "insert(pin_ttl=...)")
         if len(given) != len(toks):
             raise InvalidSlotsError(f"insert: {len(toks)} tokens but {len(given)} slots")
         n = len(toks) // self.page_size * self.page_size
+        key = toks[:n].tobytes()
+        if until is not None:
+            self.pins.charge(n - self.tree.pinned_length(key, root), "insert(pin_ttl=...)")
         check = InsertSlots(self.ledger, given, n)
-        result = self.tree.insert(toks[:n].tobytes(), check.pages, root, prio, check.accept)
+        result = self.tree.insert(key, check.pages, root, prio, check.accept)
+        if until is not None:
+            self.pins.pin(result.node, until, "insert(pin_ttl=...)")
         self.ledger.move(check.new, CACHED)
         self.ledger.release(check.freed())
         if self.host is not None:
@@ -141,25 +152,55 @@ class RadixCache:
     # ------------------------------------------------------------------ request level
 
     def open(self, tokens: TokensLike, namespace: Any = None, max_reuse: int | None = None,
-             priority: int = 0, extra_keys: ExtraKeys | dict | None = None) -> Sequence:
+             priority: int = 0, extra_keys: ExtraKeys | dict | None = None, pin_ttl: float | None = None) -> Sequence:
         """Start a request: match at most `max_reuse` tokens (default all), promote any host-tier
         part, lock the match, take a req_to_token row and write the prefix slots into it. Afterwards
         cached_len == committed_len == kv_len (page-aligned). OutOfRowsError when every row is in
         use; ContextLengthError when `tokens` is longer than max_context_len. With multimodal
-        `extra_keys`, `seq.tokens` holds the placeholder ids the cache derived (radixkv.keys)."""
+        `extra_keys`, `seq.tokens` holds the placeholder ids the cache derived (radixkv.keys). With
+        `pin_ttl` (seconds) the reused prefix is pinned until now + pin_ttl (PinBudgetError, no
+        Sequence, past the budget) and so is every page the Sequence commits later, while the budget allows."""
         self._own()
         extra = as_extra_keys(extra_keys)
         ns, toks = self._key(as_tokens(tokens), namespace, extra)
         prio = as_priority(priority)
         reuse = len(toks) if max_reuse is None else min(as_count(max_reuse, "max_reuse"), len(toks))
+        until = None if pin_ttl is None else self.pins.deadline(pin_ttl, "open(pin_ttl=...)")
         self.seqs.check_length(len(toks), "open")
         self.seqs.check_row_free()
         root = self.tree.root(ns)
         m = self._match(toks[:reuse], root, reuse)
         if m.host_length and self.host is not None:
             m = self._promote(toks[:reuse], m)
+        if until is not None:
+            self.pins.pin(m.node, until, "open(pin_ttl=...)")
         self.tree.lock(m.node, SEQUENCE)
-        return self.seqs.open(toks, namespace, prio, m.node, page_slots(m.pages, self.page_size), extra)
+        seq = self.seqs.open(toks, namespace, prio, m.node, page_slots(m.pages, self.page_size), extra)
+        if until is not None:
+            self.pins.rows[seq.row] = until
+        return seq
+
+    def pin(self, tokens: TokensLike, namespace: Any = None, *, ttl: float,
+            extra_keys: ExtraKeys | dict | None = None) -> int:
+        """Keep the cached prefix of `tokens` (whole pages) for `ttl` seconds of the cache's clock:
+        until then its pages are evicted only when nothing unpinned is evictable (a pin never
+        blocks an allocation). Pinning again extends the deadline. Returns the pinned length in
+        tokens (0 when nothing is cached). Not a use: recency and hit counts are left alone.
+        PinBudgetError, nothing pinned, when the newly pinned tokens would exceed
+        CacheConfig.pin_budget_tokens."""
+        self._own()
+        ns, toks = self._key(as_tokens(tokens), namespace, extra_keys)
+        until = self.pins.deadline(ttl, "pin(ttl=...)")
+        root = self.tree.root(ns)
+        node = self.tree.locate(toks[:len(toks) // self.page_size * self.page_size].tobytes(), root)
+        self.pins.pin(node, until, "pin(ttl=...)")
+        return node.end
+
+    def pinned_tokens(self) -> int:
+        """Tokens pinned now (expired pins dropped first)."""
+        self._own()
+        self.pins.expire()
+        return self.pins.pinned()
 
     def reserve(self, seq: Sequence, n: int) -> torch.Tensor:
         """Slots for positions [kv_len, kv_len + n), filling the tail of the Sequence's last private
@@ -200,6 +241,8 @@ class RadixCache:
             self.seqs.repoint(rec, start, page_slots(result.tree_pages, ps))
         self.tree.move_lock(node, result.node, SEQUENCE)
         self.seqs.move_lock(rec, result.node)
+        if self.pins.rows:
+            self.pins.extend(rec.row, result.node)
         if self.host is not None:
             self.host.back_up(result.gained)
 
@@ -209,6 +252,7 @@ class RadixCache:
         self._own()
         rec = self.seqs.get(seq)
         node = rec.node
+        self.pins.rows.pop(rec.row, None)
         private = self.seqs.close(rec)
         self.ledger.release(private[::self.page_size] // self.page_size)
         self.tree.unlock(node, SEQUENCE)
@@ -240,6 +284,8 @@ class RadixCache:
         """Recompute every counter, page state and index from scratch; AssertionError on a mismatch."""
         self._own()
         check_cache(self.ledger, self.tree, self.seqs, self.host)
+        if self.tree.pins is not None:
+            self.tree.pins.check(self.tree.nodes(), self.config.pin_budget)
 
     def metrics(self) -> dict[str, float]:
         """Counters and gauges with vLLM-style names (`radixkv_` prefix); mutates nothing."""
@@ -283,6 +329,8 @@ class RadixCache:
         return self.ledger.take(k, state, self.tree.evictable_size // self.page_size, self._evict_pages)
 
     def _evict_pages(self, n: int) -> np.ndarray:
+        if self.tree.pins is not None:
+            self.pins.expire()
         pages, host_pages = evict_device(self.tree, n, None if self.host is None else self.host.keep)
         if len(host_pages):
             self.host.free(host_pages)

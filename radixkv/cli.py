@@ -17,7 +17,7 @@ import sys
 from radixkv import __version__
 from radixkv.bench.main import DEFAULT_FRACS, DEFAULT_POLICIES
 from radixkv.bench.sglang_peer import Peer, PeerError
-from radixkv.bench.workloads import WORKLOADS
+from radixkv.bench.workloads import DEFAULT_WORKLOADS, WORKLOADS
 from radixkv.calc import DTYPE_BYTES, PRESETS
 from radixkv.cli_args import csv_of, fraction, model_name, nonneg_int, one_of, positive_float, positive_int
 from radixkv.demo import min_capacity
@@ -58,10 +58,12 @@ def cmd_bench(a: argparse.Namespace) -> int:
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=con) as prog:
         try:
-            rep = run_bench(a.workloads, a.fracs, a.policies, page_size=a.page_size, seed=a.seed, scale=a.scale,
+            workloads = a.workloads if a.workloads is not None else ([] if a.trace else list(DEFAULT_WORKLOADS))
+            rep = run_bench(workloads, a.fracs, a.policies, page_size=a.page_size, seed=a.seed, scale=a.scale,
                             model=a.model, dtype=_auto(a.kv_cache_dtype, a.model),
                             peer=peer if a.sglang else None, strict=a.sglang, progress=prog,
-                            events_cost=a.events_cost, speed_repeats=a.speed_repeats)
+                            events_cost=a.events_cost, speed_repeats=a.speed_repeats,
+                            traces=_read_traces(a.trace or []))
         except PeerError as e:
             a.parser.exit(1, f"{a.parser.prog}: error: SGLang peer failed: {e}\n")
     for t in summary_tables(rep):
@@ -85,6 +87,12 @@ def cmd_bench(a: argparse.Namespace) -> int:
     con.print(f"{rep.seconds:.1f} s (1-min load average {load} on {os.cpu_count()} cpus); "
               f"wrote {os.path.join(a.out, 'bench.json')} {' '.join(paths)}")
     return 0
+
+
+def _read_traces(paths: list[str]) -> dict:
+    from radixkv.bench.traces import read_trace
+
+    return {os.path.splitext(os.path.basename(p))[0]: read_trace(p) for p in paths}
 
 
 def cmd_calc(a: argparse.Namespace) -> int:
@@ -130,8 +138,12 @@ def _subparser(sub: argparse._SubParsersAction, name: str, help: str, fn) -> arg
 
 def _bench_parser(sub: argparse._SubParsersAction) -> None:
     b = _subparser(sub, "bench", "prefix-sharing benchmark: hit rate vs OPT, throughput, memory, plots", cmd_bench)
-    b.add_argument("--workloads", type=csv_of(one_of(WORKLOADS)), default=",".join(WORKLOADS),
-                   help="comma-separated workloads")
+    b.add_argument("--workloads", type=csv_of(one_of(WORKLOADS)), default=None,
+                   help=f"comma-separated workloads, of {','.join(WORKLOADS)}; None: {','.join(DEFAULT_WORKLOADS)}, "
+                        "or none when --trace is given")
+    b.add_argument("--trace", action="append", metavar="FILE",
+                   help="replay a JSON-lines trace ({\"tokens\": [...], \"prompt_len\": n} or {\"hash_ids\": "
+                        "[...], \"input_length\": n, \"block_size\": 512} per line); repeatable")
     b.add_argument("--fracs", type=csv_of(fraction), default=",".join(map(str, DEFAULT_FRACS)),
                    help="cache capacities, each a fraction in (0, 1] of the trace's unique tokens")
     b.add_argument("--policies", type=csv_of(one_of(POLICIES)), default=",".join(DEFAULT_POLICIES),

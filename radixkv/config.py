@@ -23,9 +23,12 @@ class CacheConfig:
     max_context_len: int = 4096  # columns of req_to_token: the longest Sequence
     dtype: torch.dtype = torch.float16
     device: str | torch.device = "cpu"
-    # A name in radixkv.eviction.POLICIES. "adaptive" learns between LRU and LFU from the traffic;
-    # it is at or above SGLang's best fixed policy in 23 of 24 bench cells (bench/RESULTS.md).
+    # A name in radixkv.eviction.POLICIES. "adaptive" follows whichever of LRU and LFU a shadow cache
+    # shows winning on the live traffic (eviction/adaptive.py; margins in bench/RESULTS.md).
     eviction: str = "adaptive"
+    # Most tokens pinned at once (cache.pin, pin_ttl=). None: half the pool (pins must leave room to
+    # serve requests); 0 turns pinning off. Pins cost nothing until the first one.
+    pin_budget_tokens: int | None = None
     host_slots: int = 0  # token slots of the host-memory tier; 0 turns it off
     host_write_policy: str = "write_through"  # or "write_back": copy to host at device eviction
     kv_events: bool = False  # record BlockStored/BlockRemoved for take_events(); off costs nothing
@@ -37,10 +40,13 @@ class CacheConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(f"CacheConfig.{name} must be a positive int, got {value!r}")
-        for name in ("host_slots", "event_block_size"):
+        for name in ("host_slots", "event_block_size") + (("pin_budget_tokens",) if self.pin_budget_tokens is not None else ()):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < (name == "event_block_size"):
                 raise ConfigError(f"CacheConfig.{name} must be a non-negative int, got {value!r}")
+        if self.pin_budget > self.num_slots:
+            raise ConfigError(f"CacheConfig.pin_budget_tokens ({self.pin_budget_tokens}) cannot exceed "
+                              f"num_slots ({self.num_slots})")
         if self.host_slots % self.page_size:
             raise ConfigError(f"CacheConfig.host_slots ({self.host_slots}) must be a multiple of page_size")
         if self.host_write_policy not in ("write_through", "write_back"):
@@ -58,6 +64,11 @@ class CacheConfig:
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"CacheConfig.{name} must be a bool, got {getattr(self, name)!r}")
         _check_device(self.device)
+
+    @property
+    def pin_budget(self) -> int:
+        """pin_budget_tokens, with None resolved to half the pool."""
+        return self.num_slots // 2 if self.pin_budget_tokens is None else self.pin_budget_tokens
 
     @property
     def num_pages(self) -> int:

@@ -52,3 +52,7 @@ class InvalidArgumentError(RadixKVError, ValueError):
 
 class ThreadOwnershipError(RadixKVError, RuntimeError):
     """A RadixCache was called from a thread other than the one that owns it (one thread drives a cache)."""
+
+
+class PinBudgetError(RadixKVError):
+    """A pin would take more than CacheConfig.pin_budget_tokens pinned tokens (or pinning is off)."""

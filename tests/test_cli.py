@@ -109,7 +109,7 @@ def test_help_shows_defaults_and_version(capsys) -> None:
             main(argv)
         assert info.value.code == 0
     out = " ".join(capsys.readouterr().out.split())
-    assert "--tensor-parallel-size" in out and "(default: 0.9)" in out and "(default: gsp,chat" in out
+    assert "--tensor-parallel-size" in out and "(default: 0.9)" in out and "(default: lru,lfu" in out
     assert f"radixkv {__version__}" in out
 
 

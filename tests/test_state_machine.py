@@ -4,7 +4,7 @@ After every step: `check_invariants()` (recomputes everything), the KV identity 
 Sequence's committed positions and every locked prefix, and the model's own accounting (private
 slots, locks). Calls that must fail are made on purpose and must leave `sizes()` unchanged.
 Page sizes 1 and 4; a pool of 12 pages, a 3-token vocabulary (lots of sharing and splits) and two
-namespaces; with and without a host tier (write-through and write-back). KV events are on: replaying
+namespaces; pins with a TTL on a fake clock that rules advance (budget 5 pages); with and without a host tier (write-through and write-back). KV events are on: replaying
 them into an empty set must give exactly the blocks cached now, recomputed from scratch.
 """
 
@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from radixkv import (CacheConfig, InvalidArgumentError, InvalidSlotsError, LockError, OutOfRowsError,
-                     OutOfSlotsError, RadixCache, SequenceError)
+                     OutOfSlotsError, PinBudgetError, RadixCache, SequenceError)
 from radixkv.pools import page_slots
 from state_machine_model import Model, assert_stamped, cached_blocks, replay, stamp
 
@@ -50,11 +50,13 @@ class CacheMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         ps = self.page_size
+        self.now = 0.0  # the cache's clock (pins); rules advance it
         self.cache = RadixCache(CacheConfig(num_layers=1, num_kv_heads=1, head_dim=1, num_slots=12 * ps,
                                             page_size=ps, max_requests=3, max_context_len=24,
                                             dtype=torch.float32, eviction=self.policy,
                                             host_slots=self.host_pages * ps, host_write_policy=self.write_policy,
-                                            kv_events=True, event_block_size=self.event_block_size))
+                                            kv_events=True, event_block_size=self.event_block_size,
+                                            pin_budget_tokens=5 * ps), clock=lambda: self.now)
         self.model = Model(ps)
         self.blocks: set[tuple[int, str]] = set()
 
@@ -170,14 +172,57 @@ class CacheMachine(RuleBasedStateMachine):
         freed = self.cache.evict(n)
         assert freed == min(-(-n // ps) * ps, before), "eviction must trim, not over-free"
 
+    # ------------------------------------------------------------------ pins
+
+    @rule(tokens=TOKENS, ns=NAMESPACES, ttl=st.sampled_from([1, 2.5, 10]))
+    def pin(self, tokens: list[int], ns: object, ttl: float) -> None:
+        before, pinned = self.cache.sizes(), self.cache.pinned_tokens()
+        try:
+            got = self.cache.pin(tokens, ns, ttl=ttl)
+        except PinBudgetError:
+            assert self.cache.sizes() == before and self.cache.pinned_tokens() == pinned
+            return
+        assert got % self.page_size == 0 and got == self.cache.match_prefix(tokens, ns).length
+        assert pinned <= self.cache.pinned_tokens() <= self.cache.config.pin_budget_tokens
+
+    @rule(dt=st.sampled_from([0.5, 1, 3]))
+    def advance_clock(self, dt: float) -> None:
+        self.now += dt
+
+    @rule(tokens=TOKENS, ns=NAMESPACES, bad=st.sampled_from([0, -1.0, float("inf"), True, "1"]))
+    def pin_bad_ttl(self, tokens: list[int], ns: object, bad: object) -> None:
+        self._unchanged(lambda: self.cache.pin(tokens, ns, ttl=bad), InvalidArgumentError)
+        self._unchanged(lambda: self.cache.insert(tokens, [0] * len(tokens), ns, pin_ttl=bad), InvalidArgumentError)
+
+    @rule(tokens=TOKENS, ns=NAMESPACES)
+    def insert_pinned(self, tokens: list[int], ns: object) -> None:
+        r = self.cache.match_prefix(tokens, ns)
+        self.cache.lock(r.node)
+        try:
+            new = self.cache.alloc(len(tokens) - r.length)
+        except OutOfSlotsError:
+            self.cache.unlock(r.node)
+            return
+        stamp(self.cache, ns, tokens, new, start=r.length)
+        try:
+            self.cache.insert(tokens, torch.cat([r.slots, new]), ns, pin_ttl=2)
+        except PinBudgetError:
+            self.cache.free(new)
+        self.cache.unlock(r.node)
+
     # ------------------------------------------------------------------ request level
 
-    @rule(tokens=TOKENS, ns=NAMESPACES, keep_last=st.booleans())
-    def open(self, tokens: list[int], ns: object, keep_last: bool) -> None:
+    @rule(tokens=TOKENS, ns=NAMESPACES, keep_last=st.booleans(), pin_ttl=st.sampled_from([None, None, 4]))
+    def open(self, tokens: list[int], ns: object, keep_last: bool, pin_ttl: float | None) -> None:
         if not self.cache.req_pool.num_free_rows:
             self._unchanged(lambda: self.cache.open(tokens, ns), OutOfRowsError)
             return
-        seq = self.cache.open(tokens, ns, max_reuse=max(len(tokens) - 1, 0) if keep_last else None)
+        reuse, before, open_seqs = max(len(tokens) - 1, 0) if keep_last else None, self.cache.sizes(), len(self.model.seqs)
+        try:
+            seq = self.cache.open(tokens, ns, max_reuse=reuse, pin_ttl=pin_ttl)
+        except PinBudgetError:  # the reused prefix does not fit the pin budget: no Sequence, nothing held
+            assert self.cache.sizes() == before and len(self.cache.sequences()) == open_seqs
+            return
         assert seq.cached_len == seq.committed_len == seq.kv_len and seq.kv_len % self.page_size == 0
         assert list(seq.tokens) == tokens
         self.model.seqs.append((seq, ns, list(tokens)))

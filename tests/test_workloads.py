@@ -63,3 +63,16 @@ def test_jsonl_round_trip(tmp_path) -> None:
     back = read_jsonl(p)
     assert [r.prompt_len for r in back] == [r.prompt_len for r in reqs]
     assert all(np.array_equal(a.tokens, b.tokens) for a, b in zip(back, reqs))
+
+
+def test_long_workloads_are_shaped_like_production_traffic() -> None:
+    lc = make_workload("longchat")
+    lens = np.array([len(r.tokens) for r in lc])
+    assert lens.max() <= 20000 and np.mean(lens >= 10000) > 0.6  # 10-20k-token contexts
+    firsts = {r.tokens[:2048 + 6000].tobytes() for r in lc}  # one first message per session
+    turns = [sum(r.tokens[:2048 + 6000].tobytes() == f for r in lc) for f in firsts]
+    assert len(firsts) == 96 and sum(t == 1 for t in turns) > 20  # many sessions never return
+    ld = make_workload("longdoc")
+    docs = [r.tokens[512:512 + 8000].tobytes() for r in ld]
+    counts = sorted((docs.count(d) for d in set(docs)), reverse=True)
+    assert counts[0] > 20 and len(counts) > 24 + 50  # a popular head, and many one-off documents

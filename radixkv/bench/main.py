@@ -20,10 +20,10 @@ import numpy as np
 from radixkv.bench import sglang_peer, speed
 from radixkv.bench.opt import build_segments, opt_hit_rate
 from radixkv.bench.runner import OPS, RunResult, replay
-from radixkv.bench.workloads import WORKLOADS, make_workload, write_jsonl
+from radixkv.bench.workloads import WORKLOADS, Request, make_workload, write_jsonl
 from radixkv.calc import bytes_per_token, get_model
 
-DEFAULT_POLICIES = ("lru", "lfu", "fifo", "slru", "adaptive")
+DEFAULT_POLICIES = ("lru", "lfu", "fifo", "slru", "lrfu", "adaptive")
 HEADLINE = "adaptive"  # the policy compared with SGLang's best in the summary (our recommendation)
 DEFAULT_FRACS = (0.05, 0.1, 0.25, 0.5)
 SGLANG_POLICIES = ("lru", "lfu")
@@ -79,21 +79,28 @@ class BenchReport:
 def run_bench(workloads: list[str], fracs: list[float], policies: list[str], *, page_size: int = 1,
               seed: int = 0, scale: float = 1.0, model: str = "llama-3-8b", dtype: str = "bf16",
               peer: sglang_peer.Peer | None = None, strict: bool = False, progress=None,
-              events_cost: int = 0, speed_repeats: int = 3) -> BenchReport:
-    """Run the grid; `progress` is a rich Progress (or None). Deterministic except timings.
+              events_cost: int = 0, speed_repeats: int = 3,
+              traces: dict[str, list[Request]] | None = None) -> BenchReport:
+    """Run the grid over the named built-in workloads and the given `traces` (name -> requests, e.g.
+    read_trace(FILE)); `progress` is a rich Progress (or None). Deterministic except timings.
 
     `dtype` is the KV dtype of the memory column. With `peer`, SGLang's RadixCache replays every
     trace too (hit rates with LRU and LFU, then `speed_repeats` rounds of requests/s beside radixkv:
     radixkv.bench.speed); if it fails, `strict` raises sglang_peer.PeerError, else the report
     carries a note and the rest runs without it."""
     t0, load0 = time.perf_counter(), os.getloadavg()[0]
-    rep = BenchReport({w: WORKLOADS[w].summary for w in workloads}, tuple(policies), page_size, model, dtype)
+    sources = {w: (WORKLOADS[w].summary, None) for w in workloads}
+    for name, reqs in (traces or {}).items():
+        sources[name] = (f"trace {name}: {len(reqs)} requests, "
+                         f"{int(np.mean([len(r.tokens) for r in reqs])):,} tokens each on average", reqs)
+    workloads = list(sources)
+    rep = BenchReport({w: summary for w, (summary, _) in sources.items()}, tuple(policies), page_size, model, dtype)
     bpt = bytes_per_token(get_model(model), dtype)
     task = None
     if progress is not None:
         task = progress.add_task("bench", total=len(workloads) * len(fracs) * len(policies))
     for name in workloads:
-        reqs = make_workload(name, seed=seed, scale=scale)
+        reqs = sources[name][1] or make_workload(name, seed=seed, scale=scale)
         seg = build_segments(reqs, page_size)
         unique = seg.total_pages * page_size
         rep.memory[name] = (float(sum(len(r.tokens) for r in reqs) * bpt), float(unique * bpt))

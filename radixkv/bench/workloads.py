@@ -12,6 +12,7 @@ Every generator takes `seed` and keyword parameters (defaults below) and is dete
 
 from __future__ import annotations
 
+import heapq
 import json
 from dataclasses import dataclass
 from typing import Callable, Iterable, NamedTuple
@@ -152,6 +153,68 @@ def rag(seed: int = 0, num_requests: int = 1024, num_docs: int = 256, doc_len: i
     return reqs
 
 
+def _between(rng: np.random.Generator, lo_hi: tuple[int, int]) -> int:
+    return int(rng.integers(lo_hi[0], lo_hi[1] + 1))
+
+
+def longchat(seed: int = 0, num_sessions: int = 96, num_system_prompts: int = 4, system_prompt_len: int = 2048,
+             first_len: tuple[int, int] = (6000, 12000), user_len: tuple[int, int] = (200, 1200),
+             answer_len: tuple[int, int] = (300, 900), max_context: int = 20000, p_return: float = 0.6,
+             mean_gap: float = 24.0) -> list[Request]:
+    """long multi-turn conversations: sessions start as a Poisson process (rate 1); each opens with a
+    system prompt and a long first message (a pasted document or code, 6-12k tokens); after each turn
+    the user comes back with probability p_return (so 40% of sessions never return) after an
+    exponential think time of mean `mean_gap` (other sessions interleave), until 20k tokens."""
+    rng = np.random.default_rng(seed)
+    systems = [_ids(rng, system_prompt_len) for _ in range(num_system_prompts)]
+    t, events = 0.0, []
+    for s in range(num_sessions):
+        t += rng.exponential(1.0)
+        first = np.concatenate([systems[int(rng.integers(num_system_prompts))], _ids(rng, _between(rng, first_len))])
+        events.append((t, s, first))
+    heapq.heapify(events)
+    reqs = []
+    while events:
+        t, s, prompt = heapq.heappop(events)
+        full = np.concatenate([prompt, _ids(rng, _between(rng, answer_len))])
+        reqs.append(Request(full, len(prompt)))
+        nxt = np.concatenate([full, _ids(rng, _between(rng, user_len))])
+        if rng.random() < p_return and len(nxt) + answer_len[1] <= max_context:
+            heapq.heappush(events, (t + rng.exponential(mean_gap), s, nxt))
+    return reqs
+
+
+def longdoc(seed: int = 0, num_requests: int = 480, num_popular: int = 24, zipf_s: float = 1.0,
+            p_popular: float = 0.5, doc_len: tuple[int, int] = (8000, 16000), system_prompt_len: int = 512,
+            question_len: tuple[int, int] = (50, 300), output_len: tuple[int, int] = (100, 400),
+            followups: tuple[int, int] = (0, 3), mean_gap: float = 4.0) -> list[Request]:
+    """long-document mix: questions arrive as a Poisson process (rate 1), each a shared system prompt,
+    one document (8-16k tokens) and a question. With probability p_popular the document is one of a
+    fixed popular set (Zipf(s)); otherwise it is a one-off upload that gets 0-3 follow-up questions
+    soon after (exponential gaps of mean `mean_gap`) and is never read again."""
+    rng = np.random.default_rng(seed)
+    system = _ids(rng, system_prompt_len)
+    popular = [_ids(rng, _between(rng, doc_len)) for _ in range(num_popular)]
+    weights = 1.0 / np.arange(1, num_popular + 1) ** zipf_s
+    weights /= weights.sum()
+    t, events = 0.0, []
+    for i in range(num_requests):
+        t += rng.exponential(1.0)
+        if rng.random() < p_popular:
+            events.append((t, i, popular[int(rng.choice(num_popular, p=weights))]))
+            continue
+        doc, at = _ids(rng, _between(rng, doc_len)), t
+        for j in range(1 + _between(rng, followups)):
+            events.append((at, i + j / 8, doc))
+            at += rng.exponential(mean_gap)
+    events.sort(key=lambda e: (e[0], e[1]))
+    reqs = []
+    for _, _, doc in events[:num_requests]:
+        prompt = np.concatenate([system, doc, _ids(rng, _between(rng, question_len))])
+        reqs.append(Request(np.concatenate([prompt, _ids(rng, _between(rng, output_len))]), len(prompt)))
+    return reqs
+
+
 WORKLOADS: dict[str, Workload] = {
     w.name: w for w in (
         Workload("gsp", "generated-shared-prefix: 64 groups x 16 prompts, system 2048, question 128, output 256", gsp),
@@ -160,8 +223,13 @@ WORKLOADS: dict[str, Workload] = {
         Workload("fewshot", "few-shot: 1024 requests, one 3072-token exemplar block, question 24-48, output 16-32", fewshot),
         Workload("agent", "agent loop: 48 agents x 12 steps, tools 1536 + task 128, action 16-64, tool output 96-384", agent),
         Workload("rag", "RAG: 1024 requests, system 256 + 3 of 256 docs (512 each, Zipf 1.1) + question 64, output 96", rag),
+        Workload("longchat", "long multi-turn: 96 Poisson sessions, system 2048 + first message 6-12k, "
+                             "60% return per turn after ~24 arrivals, contexts to 20k", longchat),
+        Workload("longdoc", "long documents: 480 Poisson questions, system 512 + a doc of 8-16k: half one of 24 "
+                            "popular (Zipf 1.0), half one-off with 0-3 follow-ups", longdoc),
     )
 }
+DEFAULT_WORKLOADS = ("gsp", "chat", "tot", "fewshot", "agent", "rag")  # `radixkv bench`; the long ones are opt-in
 
 
 def make_workload(name: str, seed: int = 0, scale: float = 1.0) -> list[Request]:

@@ -10,10 +10,12 @@ from typing import Callable
 
 from radixkv.eviction.adaptive import Adaptive
 from radixkv.eviction.index import EvictableIndex
+from radixkv.eviction.lrfu import LRFU
 from radixkv.eviction.policies import FIFO, LFU, LRU, SLRU, EvictionPolicy, Priority, host_first
 
 POLICIES: dict[str, Callable[[], EvictionPolicy]] = {
     "lru": LRU, "lfu": LFU, "fifo": FIFO, "priority": Priority, "slru": SLRU, "adaptive": Adaptive,
+    "lrfu": LRFU,
 }
 
 

@@ -1,110 +1,180 @@
-"""`adaptive`: a continuation-aware LRFU that learns between LRU and LFU from the traffic.
+"""`adaptive` (the default): follow whichever of LRU and LFU has been winning, measured by shadow.
 
-No fixed policy wins every prefix workload. In shared-prefix traffic (gsp, RAG, tree-of-thought,
-few-shot) how often a node was reused predicts its next reuse, so LFU wins; in session traffic
-(multi-turn chat, agent loops) a session's oldest, most-hit nodes die with the session while its
-newest leaf is about to be extended, so LRU wins (measured in bench/RESULTS.md).
+No fixed policy wins every prefix workload: LFU wins shared-prefix traffic (system prompts, RAG
+documents, trees of thought), LRU wins sessions (chat, agents, long documents read once), and on
+a real long-context trace LFU lost to LRU by 8 points. A policy that guesses from features of the
+traffic can guess wrong on a trace it has not seen; this one measures instead.
 
-`adaptive` ranks an evictable leaf by LRFU's combined recency-frequency value (Lee et al., 2001),
-CRF = sum over its references of 2^(-(now - t_ref) / H). Keys must not change while a leaf waits
-in the index; LRFU's order is time-invariant, so the key is `t_last / H + log2(CRF at t_last)`,
-with the node's `hit_count` references assumed evenly spaced between `created` and `last_access`.
-The half-life H (in ticks of the tree's logical clock) slides from H_MAX (hit counts dominate:
-LFU-like) to H_MIN (recency only: LRU) as one learned number, the chain rate r, rises from R_LO
-to R_HI. Over recent insertions of fresh leaves, r is the decayed fraction of
-  * chain events: the new leaf extends a leaf that the same request matched whole for the first
-    time (seen live), or it re-creates a never-hit leaf that eviction took and extends it (seen
-    through a ghost: a fingerprint of the victim kept in a bounded LRU dict; a victim that ended
-    where eviction or a split cut an edge, rather than where a sequence ended, proves nothing);
-among chain events and
-  * branch events: the new leaf is its parent's second child (each node counts once, so a system
-    prompt shared by a thousand requests is one event, not a thousand), or it starts where an
-    evicted never-hit leaf started and diverges from it (the sibling that eviction hid).
-Sessions continue their last sequence (r near 1); shared prefixes fan out (r near 0); a tree of
-thought continues each path once per branch (r near 1/2: still frequency-led). Counting ghosts
-keeps r honest when eviction removes the leaves that would have been continued.
+The real cache evicts in the order of one expert (LRU or LFU). A ShadowCache (eviction/shadow.py)
+replays the same traffic on metadata only under the other expert, with a capacity that follows the
+real cache's occupancy (so in-flight reservations shrink both alike); it reproduces, request for
+request, what a real cache under that expert would match. Per lookup the policy takes the paired
+lead (tokens the other expert matched minus those the followed one matched) and keeps decayed sums
+of the leads, their squares and the asked tokens (decay horizon: WINDOW cache-sizes of newly cached
+tokens). It switches when the lead exceeds MARGIN of the asked tokens, MIN_LEAD of the cache's size,
+and Z standard deviations. The tree then re-keys its index (`epoch`). The expert just left gets a
+shadow copied from the real cache (its steady state); the expert now followed keeps its shadow as
+its reference until the real cache has turned over once (WARMUP), so the comparison never pits a
+steady expert against one in transient.
+
+Before the first eviction both experts hold exactly what the real cache holds, so no shadow runs;
+the keys of that traffic are kept (up to HISTORY bytes) and, at the first eviction, replayed through
+both experts in caches of PRIOR_SIZE x the real size, where they already differ: the first expert
+followed is the one that matched more there (LRU when they tie).
+
+It cannot stay behind the better expert for long: a clear lead is acted on, and a switch that was a
+mistake is undone the same way. What it pays is the lag before it has evidence: the consequences of
+evicting differently show only when the evicted prefix is asked for again. bench/RESULTS.md has the
+margins, on the bench workloads and on random held-out traces, and what did not help.
+
+Learning happens only in the hooks; `key` is the current expert's own key function, so stored keys
+are always exact (`stable_keys`).
 """
 
 from __future__ import annotations
 
-import math
-from collections import OrderedDict
 from typing import TYPE_CHECKING
 
-from radixkv.eviction.policies import EvictionPolicy
+from radixkv.eviction.policies import LFU, LRU, EvictionPolicy
+from radixkv.eviction.shadow import ShadowCache
 
 if TYPE_CHECKING:
     from radixkv.radix.node import TreeNode
+    from radixkv.radix.tree import RadixTree
 
 
 class Adaptive(EvictionPolicy):
-    """Continuation-aware LRFU (module docstring). It learns in its hooks; `key()` only reads the
-    learned half-life, so a leaf's key is fixed when it enters the index (or is touched), as in
-    GreedyDual."""
+    """Follow the leader of LRU and LFU (module docstring)."""
 
     name = "adaptive"
     learns = True
-    H_MIN = 8.0  # ticks (2 per request): the frequency term vanishes, pure LRU order
-    H_MAX = 4096.0  # ~2,000 requests: log2(hit count) dominates recency, LFU-like
-    R_LO, R_HI = 0.6, 0.85  # chain rate at which H starts to fall from H_MAX / reaches H_MIN
-    DECAY = 0.999  # per counted event: r remembers the last ~1,000 events
-    GHOSTS = 8192  # evicted never-hit leaves remembered
-    _FP = 8 * 4  # leading key bytes (8 tokens) in a ghost's fingerprint
+    stable_keys = True
+    PRIOR = True  # choose the first expert by replaying the traffic before the first eviction in small caches
+    PRIOR_SIZE = 0.25  # ... of this share of the real cache's size
+    HISTORY = 1 << 24  # bytes of keys kept for that replay (16 MiB, freed at the first eviction); past it, START
+    START = 0  # the expert followed until the evidence says otherwise: LRU (SGLang's default)
+    WINDOW = 8.0  # decay horizon: tokens newly cached, as a multiple of the cache's size
+    WARMUP = 1.0  # after a switch, turnovers before the real cache stands for its expert
+    MARGIN = 0.002  # switch when the other expert matched this share of the asked tokens more (0.2 points)
+    MIN_LEAD = 0.05  # ... by at least this share of the cache's size in tokens (a switch costs a transient)
+    Z = 0.5  # ... and its lead is Z standard deviations of the paired per-lookup leads from zero
 
     def __init__(self) -> None:
-        self._chains = 0.0  # decayed count of chain events (prior: r = 0, weight 1)
-        self._events = 1.0  # decayed count of chain + branch events
-        self._first_hit: tuple[int, int] | None = None  # (id, end) of the leaf just matched whole once
-        # (depth, first key bytes) -> (length, hash of key, ended at a cut) of evicted never-hit leaves
-        self._ghosts: OrderedDict[tuple[int, bytes], tuple[int, int, bool]] = OrderedDict()
-        self._cut_ends: OrderedDict[int, None] = OrderedDict()  # ids of nodes whose end is a split point
+        self.experts: tuple[EvictionPolicy, ...] = (LRU(), LFU())
+        self.mode = self.START  # the expert the real cache follows
+        self.key = self.experts[self.START].key  # type: ignore[method-assign] - the current expert's key
+        self.switches = 0
+        self._tree: RadixTree | None = None
+        self._shadows: dict[int, ShadowCache] = {}  # expert -> its shadow (none before the first eviction)
+        # Decayed paired statistics of lead = (other expert's hit - current expert's hit) per lookup,
+        # each expert's hit read from the real cache or its shadow, whichever is in steady state:
+        self._lead = 0.0  # sum of leads
+        self._var = 0.0  # sum of squared leads
+        self._asked = 0.0  # tokens asked
+        self._capacity = 1  # the most tokens the real cache has held
+        self._settle = 0  # tokens the real cache must still cache after a switch before it counts
+        self._history: list[tuple[bytes, bytes, bool]] | None = [] if self.PRIOR else None
+        self._history_bytes = 0  # (ns, key, is insert) of the traffic before the first eviction, and its size
 
     @property
-    def rate(self) -> float:
-        """The chain rate r in [0, 1]."""
-        return self._chains / self._events
-
-    @property
-    def half_life(self) -> float:
-        t = min(1.0, max(0.0, (self.R_HI - self.rate) / (self.R_HI - self.R_LO)))
-        return self.H_MIN * (self.H_MAX / self.H_MIN) ** t
-
-    def on_hit(self, node: TreeNode) -> None:
-        if node.hit_count == 1 and not any(c.pages is not None for c in node.children.values()):
-            self._first_hit = (node.id, node.end)
-
-    def on_insert(self, leaf: TreeNode) -> None:
-        parent = leaf.parent
-        assert parent is not None
-        chain = self._first_hit == (parent.id, parent.end)
-        branch = len(parent.children) == 2
-        ghost = self._ghosts.pop((leaf.depth, leaf.key[:self._FP]), None)
-        if ghost is not None:  # an evicted leaf started here: the new one extends it or diverges
-            extends = len(leaf.key) > ghost[0] and hash(leaf.key[:ghost[0]]) == ghost[1]
-            chain, branch = extends and not ghost[2], not extends  # extending a cut proves nothing
-        self._first_hit = None
-        if chain or branch:
-            self._chains = self._chains * self.DECAY + chain
-            self._events = self._events * self.DECAY + 1.0
-
-    def key(self, node: TreeNode) -> tuple:
-        lam = 1.0 / self.half_life
-        crf = 1.0
-        if node.hit_count:
-            gap = max(1.0, (node.last_access - node.created) / node.hit_count)
-            decay = 2.0 ** (-lam * gap)
-            crf = (1.0 - decay ** (node.hit_count + 1)) / (1.0 - decay)
-        return (lam * node.last_access + math.log2(crf), node.id)
+    def leader(self) -> str:
+        return self.experts[self.mode].name
 
     def on_evict(self, victim: TreeNode) -> None:
-        parent = victim.parent
-        if parent is not None and parent.parent is not None and parent.id > victim.id:
-            self._cut_ends[parent.id] = None  # parent came from a split of this edge: a cut, not a sequence end
-            if len(self._cut_ends) > self.GHOSTS:
-                self._cut_ends.popitem(last=False)
-        cut = victim.id in self._cut_ends
-        self._cut_ends.pop(victim.id, None)
-        if victim.hit_count == 0:
-            self._ghosts[(victim.depth, victim.key[:self._FP])] = (len(victim.key), hash(victim.key), cut)
-            if len(self._ghosts) > self.GHOSTS:
-                self._ghosts.popitem(last=False)
+        if not self._shadows:  # until now every expert held what the real cache holds
+            self._tree = tree = victim.tree
+            if self._history:
+                self._choose_start(tree.evictable_size + tree.protected_size)
+            self._history = None
+            self._copy_real(1 - self.mode)
+
+    def _record(self, ns: bytes, key: bytes, insert: bool) -> None:
+        if self._history is not None:
+            self._history.append((ns, key, insert))
+            self._history_bytes += len(key)
+            if self._history_bytes > self.HISTORY:
+                self._history = None
+
+    def _choose_start(self, capacity: int) -> None:
+        """Replay the traffic seen before the first eviction through both experts in caches of
+        PRIOR_SIZE x the real size (where they already differ) and follow the one that matched more."""
+        assert self._tree is not None and self._history is not None
+        minis = [ShadowCache(e, self._tree.page_size) for e in self.experts]
+        hits, asked, small = [0, 0], 0, int(self.PRIOR_SIZE * capacity)
+        for ns, key, insert in self._history:
+            if insert:
+                for mini in minis:
+                    mini.insert(ns, key, small)
+                continue
+            asked += len(key) // 4
+            for e, mini in enumerate(minis):
+                hits[e] += mini.match(ns, key)
+        if hits[1 - self.mode] - hits[self.mode] > self.MARGIN * asked:
+            self._follow(1 - self.mode)
+
+    def on_lookup(self, start: TreeNode, key: bytes, length: int) -> None:
+        if not self._shadows:
+            if self._history is not None:
+                self._record(start.ns, _absolute(start, key), False)
+            return
+        full, hits = _absolute(start, key), [length, length]
+        for e, shadow in self._shadows.items():
+            hits[e] = max(0, shadow.match(start.ns, full) - start.end)
+        lead = hits[1 - self.mode] - hits[self.mode]
+        self._lead += lead
+        self._var += lead * lead
+        self._asked += len(key) // 4
+        lead = self._lead
+        if (lead > self.MARGIN * self._asked and lead > self.MIN_LEAD * self._capacity
+                and lead * lead > self.Z * self.Z * self._var):
+            self._switch()
+
+    def on_cache(self, start: TreeNode, key: bytes, cached: int) -> None:
+        if cached > self._capacity:
+            self._capacity = cached
+        if not self._shadows:
+            if self._history is not None:
+                self._record(start.ns, _absolute(start, key), True)
+            return
+        full, added = _absolute(start, key), 0
+        for shadow in self._shadows.values():
+            added = max(added, shadow.insert(start.ns, full, cached))
+        decay = max(0.0, 1.0 - added / (self.WINDOW * self._capacity))
+        self._lead *= decay
+        self._var *= decay * decay
+        self._asked *= decay
+        if self.mode in self._shadows:
+            self._settle -= added
+            if self._settle <= 0:  # the real cache now holds what its expert would: it counts
+                del self._shadows[self.mode]
+
+    def _switch(self) -> None:
+        """Follow the other expert. Its shadow stays as its reference until the real cache has
+        turned over; the expert left gets a shadow copied from the real cache (its steady state)."""
+        old = self.mode
+        self._follow(1 - old)
+        self._lead = -self._lead  # the same evidence, seen from the other side
+        self._copy_real(old)
+        self._settle = int(self.WARMUP * self._capacity)
+
+    def _follow(self, expert: int) -> None:
+        self.mode = expert
+        self.key = self.experts[expert].key  # type: ignore[method-assign]
+        self.epoch += 1
+        self.switches += 1
+
+    def _copy_real(self, expert: int) -> None:
+        assert self._tree is not None
+        shadow = self._shadows[expert] = ShadowCache(self.experts[expert], self._tree.page_size)
+        shadow.load(self._tree.nodes())
+
+
+def _absolute(start: TreeNode, key: bytes) -> bytes:
+    """`key` below `start` as a key from its namespace's root."""
+    if start.parent is None:
+        return key
+    parts, node = [key], start
+    while node.parent is not None:
+        parts.append(node.key)
+        node = node.parent
+    return b"".join(reversed(parts))

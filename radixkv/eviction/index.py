@@ -74,6 +74,12 @@ class EvictableIndex:
         del self._keys[node.id], self._nodes[node.id]
         return node
 
+    def rekey(self, key: Callable[[TreeNode], tuple]) -> None:
+        """Order by a new key function: every member re-keyed, the heap rebuilt (O(n))."""
+        self.key = key
+        self._keys = {i: key(node) for i, node in self._nodes.items()}
+        self._compact()
+
     def _compact(self) -> None:  # keys are unique (they end with the node id): the heap stays exact
         self._heap = list(self._keys.values())
         heapq.heapify(self._heap)

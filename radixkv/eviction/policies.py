@@ -1,10 +1,15 @@
 """Eviction policies as key functions: the evictable leaf with the smallest key goes first.
 
 A policy has a pure `key(node) -> tuple` (computed when a leaf enters the evictable index or is
-touched while in it; keys end with `node.id`, so they are unique and deterministic) and three
-hooks the tree calls, `on_insert(leaf)`, `on_hit(node)` and `on_evict(victim)`, where a learning
-policy learns; `key()` never learns. Fixed policies have no state (`learns = False`, and the tree
-skips their hooks). Recency is an integer logical clock (`node.last_access`), never wall time.
+touched while in it; keys end with `node.id`, so they are unique and deterministic) and hooks the
+tree calls, `on_insert(leaf)`, `on_hit(node)`, `on_evict(victim)`, `on_lookup(start, key, length)`
+and `on_cache(start, key, cached)`, where a learning policy learns; `key()` never learns. Fixed
+policies have no state (`learns = False`, and the tree skips their hooks). Recency is an integer
+logical clock (`node.last_access`), never wall time.
+
+A learning policy that changes its order wholesale (adaptive.py switches between experts) bumps
+`epoch`; the tree then re-keys its indexes with the policy's current `key`. `stable_keys = True`
+says that a stored key always equals `key(node)` (check_invariants verifies it).
 """
 
 from __future__ import annotations
@@ -18,6 +23,8 @@ if TYPE_CHECKING:
 class EvictionPolicy:
     name = "base"
     learns = False  # True: the tree calls the hooks below; keys may depend on what was learned
+    stable_keys = True  # every stored key equals key(node) (False: keys drift with learned state)
+    epoch = 0  # bumped by a learning policy whose order changed wholesale: the tree re-keys
 
     def key(self, node: TreeNode) -> tuple:
         raise NotImplementedError
@@ -30,6 +37,12 @@ class EvictionPolicy:
 
     def on_evict(self, victim: TreeNode) -> None:
         """`victim` is about to lose its device copy (once per victim, before its pages are freed)."""
+
+    def on_lookup(self, start: TreeNode, key: bytes, length: int) -> None:
+        """A match of `key` (whole pages, int32 bytes) below `start` found `length` tokens cached."""
+
+    def on_cache(self, start: TreeNode, key: bytes, cached: int) -> None:
+        """`key` (whole pages) below `start` is cached now; the device holds `cached` tokens in all."""
 
 
 class LRU(EvictionPolicy):

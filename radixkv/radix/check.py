@@ -46,7 +46,7 @@ def _check_index(index: EvictableIndex, members: set[int], what: str, key=None) 
     if {n.id for n in index.nodes()} != members:
         raise AssertionError(f"radix tree: {what} index != recomputed {what} leaves")
     index.check()
-    if key is not None:  # a fixed policy: every stored key is what the policy says now
+    if key is not None:  # stable keys: every stored key is what the policy says now
         for n in index.nodes():
             if index.current_key(n) != key(n):
                 _fail(f"stale key in the {what} index", n)
@@ -89,8 +89,8 @@ def check_tree(tree: RadixTree) -> tuple[np.ndarray, np.ndarray]:
     if got != (evictable, protected, host):
         raise AssertionError(f"radix tree: counters (evictable, protected, host) {got} "
                              f"!= recomputed {(evictable, protected, host)}")
-    fixed = not tree.policy.learns
-    _check_index(tree.index, leaves, "device", tree.policy.key if fixed else None)
+    fixed = tree.policy.stable_keys
+    _check_index(tree.index, leaves, "device", tree.index.key if fixed else None)
     if tree.host_index is not None:
         _check_index(tree.host_index, host_leaves, "host", tree.host_index.key if fixed else None)
     elif host_chunks:

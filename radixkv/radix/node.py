@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 class TreeNode:
     __slots__ = ("id", "tree", "ns", "parent", "children", "key", "size", "pages", "host_pages", "depth",
                  "lock_ref", "user_locks", "seq_locks", "last_access", "created", "hit_count", "priority",
-                 "block_hashes", "evicted", "__weakref__")
+                 "block_hashes", "evicted", "pin_until", "__weakref__")
 
     def __init__(self, tree: RadixTree, node_id: int, ns: bytes, parent: TreeNode | None, key: bytes,
                  pages: np.ndarray | None, tick: int) -> None:
@@ -48,6 +48,7 @@ class TreeNode:
         self.priority = 0  # max priority of the requests that inserted it
         self.block_hashes: list[int] | None = None  # KV-event hashes of blocks ending in this edge (lazy)
         self.evicted = False  # removed from the tree: neither tier holds it any more
+        self.pin_until = 0.0  # pinned (kept past unpinned leaves) until this clock time; 0: not pinned
 
     def __len__(self) -> int:
         return self.size

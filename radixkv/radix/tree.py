@@ -38,6 +38,7 @@ from radixkv.errors import LockError
 from radixkv.eviction import EvictableIndex, EvictionPolicy, host_first
 from radixkv.radix.node import TreeNode
 from radixkv.radix.types import DEVICE, HOST, USER, InsertResult, MatchInfo, ResidencyListener
+from radixkv.radix.pins import Pins, pinned_last
 
 _EMPTY = np.empty(0, dtype=np.int64)
 
@@ -59,6 +60,7 @@ class RadixTree:
         self.page_bytes = 4 * page_size
         self.policy = policy
         self.index = EvictableIndex(policy.key)
+        self.pins: Pins | None = None  # pins with a deadline (radix/pins.py), from enable_pins() on
         self.host_index = EvictableIndex(host_first(policy)) if host_tier else None
         self.roots: dict[bytes, TreeNode] = {}  # namespace key -> root, while it has children or locks
         self._idle_roots: weakref.WeakValueDictionary[bytes, TreeNode] = weakref.WeakValueDictionary()
@@ -67,6 +69,7 @@ class RadixTree:
         self.protected_size = 0
         self.host_size = 0
         self._learns = policy.learns
+        self._epoch = policy.epoch  # the policy's order the indexes are keyed by
         self._tick = 0
         self._next_id = 0
 
@@ -104,6 +107,8 @@ class RadixTree:
         upper = self.new_node(node.ns, parent, node.key[:kb], None if node.pages is None else node.pages[:kp].copy())
         upper.lock_ref, upper.last_access, upper.created = node.lock_ref, node.last_access, node.created
         upper.hit_count, upper.priority = node.hit_count, node.priority
+        if self.pins is not None:
+            self.pins.split(upper, node)
         if node.host_pages is not None:
             upper.host_pages, node.host_pages = node.host_pages[:kp].copy(), node.host_pages[kp:].copy()
         node.key = node.key[kb:]
@@ -151,6 +156,8 @@ class RadixTree:
         match ends and refreshes the recency and hits of every node it matched whole."""
         path, matched = self._walk(key, start)
         if not path:
+            if self._learns:
+                self._learn_lookup(start, key, 0)
             return MatchInfo(start, 0, _EMPTY, 0)
         length = matched // 4
         k, dev = self._device_prefix(path, length, start)
@@ -159,11 +166,13 @@ class RadixTree:
         if k < len(path):
             path = path[:k] + [n for n in path[k:] if n.end <= start.end + length]
         self._touch(path, hit=True)
+        if self._learns:
+            if k:
+                self.policy.on_hit(path[k - 1])
+            self._learn_lookup(start, key, dev)
         if k == 0:
             return MatchInfo(start, 0, _EMPTY, length)
         node = path[k - 1]
-        if self._learns:
-            self.policy.on_hit(node)
         return MatchInfo(node, dev, np.concatenate([n.pages for n in path[:k]]), length - dev)
 
     def host_pages_below(self, key: bytes, start: TreeNode) -> np.ndarray:
@@ -172,6 +181,35 @@ class RadixTree:
         path, matched = self._walk(key, start)
         host = [n.host_pages for n in path if n.pages is None]
         return np.concatenate(host)[:matched // self.page_bytes] if host else _EMPTY
+
+    def locate(self, key: bytes, start: TreeNode) -> TreeNode:
+        """The node ending the longest device-cached prefix of `key` below `start` (whole pages),
+        splitting the edge where it ends. Unlike `match`, refreshes no recency or hit count."""
+        path, matched = self._walk(key, start)
+        k, dev = self._device_prefix(path, matched // 4, start)
+        if not k:
+            return start
+        if path[k - 1].end > start.end + dev:
+            return self.split(path[k - 1], start.end + dev - path[k - 1].depth)
+        return path[k - 1]
+
+    def enable_pins(self) -> Pins:
+        """Start keeping pins (before the first one): from now on the device index orders pinned
+        leaves after every unpinned one. O(evictable leaves), once."""
+        if self.pins is None:
+            self.pins = Pins(self.index)
+            self.index.rekey(pinned_last(self.policy.key))
+        return self.pins
+
+    def pinned_length(self, key: bytes, start: TreeNode) -> int:
+        """Read-only: how many leading tokens of `key` below `start` are pinned (pins are ancestor-closed)."""
+        path, matched = self._walk(key, start)
+        n = 0
+        for node in path:
+            if not node.pin_until or node.pages is None:
+                break
+            n = min(node.end - start.end, matched // 4)
+        return n
 
     def _touch(self, path: list[TreeNode], hit: bool) -> None:
         self._tick += 1
@@ -227,9 +265,26 @@ class RadixTree:
         if path:
             self._touch(path, hit=False)
         self.gain_device(gained)
-        if leaf is not None and self._learns:
-            self.policy.on_insert(leaf)
+        if self._learns:
+            if leaf is not None:
+                self.policy.on_insert(leaf)
+            self.policy.on_cache(start, key, self.evictable_size + self.protected_size)
+            self._follow_policy()
         return InsertResult(node, dev, tree_pages, gained)
+
+    # ------------------------------------------------------------------ learning policies
+
+    def _learn_lookup(self, start: TreeNode, key: bytes, length: int) -> None:
+        self.policy.on_lookup(start, key, length)
+        self._follow_policy()
+
+    def _follow_policy(self) -> None:
+        """A learning policy that changed its order wholesale (a new `epoch`): re-key the indexes."""
+        if self.policy.epoch != self._epoch:
+            self._epoch = self.policy.epoch
+            self.index.rekey(self.policy.key if self.pins is None else pinned_last(self.policy.key))
+            if self.host_index is not None:
+                self.host_index.rekey(host_first(self.policy))
 
     # ------------------------------------------------------------------ locks
 
@@ -344,6 +399,8 @@ class RadixTree:
         if self.listener is not None:
             self.listener.removed(node, DEVICE)
         self.evictable_size -= node.size
+        if self.pins is not None:
+            self.pins.dropped(node)
         node.pages = None
 
     def set_host(self, node: TreeNode, host_pages: np.ndarray) -> None:
@@ -387,6 +444,7 @@ class RadixTree:
         """`victim` (a popped device leaf) is about to lose its device copy: the policy learns."""
         if self._learns:
             self.policy.on_evict(victim)
+            self._follow_policy()
 
     # ------------------------------------------------------------------ iteration
 
