@@ -22,7 +22,8 @@ from rich.console import Console
 from rich.table import Table
 
 from radixkv import CacheConfig, RadixCache
-from radixkv.bench.workloads import Request, make_workload, unique_prefix_tokens
+from radixkv.bench.opt import unique_prefix_tokens
+from radixkv.bench.workloads import Request, make_workload
 from radixkv.cli_args import HelpFormatter, fraction, positive_int
 
 

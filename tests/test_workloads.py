@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from radixkv.bench.workloads import (WORKLOADS, agent, chat, gsp, make_workload, rag, read_jsonl, tot,
-                                     unique_prefix_tokens, write_jsonl)
+from radixkv.bench.opt import unique_prefix_tokens
+from radixkv.bench.workloads import WORKLOADS, agent, chat, gsp, make_workload, rag, read_jsonl, tot, write_jsonl
 
 
 @pytest.mark.parametrize("name", sorted(WORKLOADS))

@@ -133,6 +133,11 @@ def build_segments(reqs: Sequence[Request], page_size: int) -> Segments:
     return Segments(page_size, b.parent, b.length, b.end, paths, pnodes, prompt)
 
 
+def unique_prefix_tokens(reqs: Sequence[Request]) -> int:
+    """Distinct token prefixes over all full sequences = tokens a radix tree needs to hold them all."""
+    return build_segments(reqs, page_size=1).total_pages
+
+
 class OptResult(NamedTuple):
     hit_tokens: int  # matched prompt tokens over the trace
     prompt_tokens: int  # all prompt tokens

@@ -240,13 +240,6 @@ def make_workload(name: str, seed: int = 0, scale: float = 1.0) -> list[Request]
     return reqs[: max(1, int(np.ceil(scale * len(reqs))))]
 
 
-def unique_prefix_tokens(reqs: Iterable[Request]) -> int:
-    """Distinct token prefixes over all full sequences = tokens a radix tree needs to hold them all."""
-    from radixkv.bench.opt import build_segments  # same trie, no per-token Python loop
-
-    return build_segments(list(reqs), page_size=1).total_pages
-
-
 def write_jsonl(reqs: Iterable[Request], path: str) -> None:
     """Write make_trace.py's format: one {"tokens": [...], "prompt_len": n} per line."""
     with open(path, "w") as f:

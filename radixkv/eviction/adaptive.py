@@ -39,8 +39,7 @@ from radixkv.eviction.policies import LFU, LRU, EvictionPolicy
 from radixkv.eviction.shadow import ShadowCache
 
 if TYPE_CHECKING:
-    from radixkv.radix.node import TreeNode
-    from radixkv.radix.tree import RadixTree
+    from radixkv.radix.node import TreeNode, TreeView
 
 
 class Adaptive(EvictionPolicy):
@@ -64,7 +63,7 @@ class Adaptive(EvictionPolicy):
         self.mode = self.START  # the expert the real cache follows
         self.key = self.experts[self.START].key  # type: ignore[method-assign] - the current expert's key
         self.switches = 0
-        self._tree: RadixTree | None = None
+        self._tree: TreeView | None = None
         self._shadows: dict[int, ShadowCache] = {}  # expert -> its shadow (none before the first eviction)
         # Decayed paired statistics of lead = (other expert's hit - current expert's hit) per lookup,
         # each expert's hit read from the real cache or its shadow, whichever is in steady state:

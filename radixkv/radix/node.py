@@ -14,12 +14,20 @@ node takes the upper half. Nodes are written only by the radix tree (radix/tree.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from radixkv.radix.tree import RadixTree
+
+class TreeView(Protocol):
+    """What a node's owning tree shows the code that holds only the node (a learning eviction policy
+    sizing its shadows): radix/tree.py's RadixTree, typed here so that no eviction module imports it."""
+
+    page_size: int
+    evictable_size: int  # tokens
+    protected_size: int  # tokens
+
+    def nodes(self) -> list[TreeNode]: ...
 
 
 class TreeNode:
@@ -27,7 +35,7 @@ class TreeNode:
                  "lock_ref", "user_locks", "seq_locks", "last_access", "created", "hit_count", "priority",
                  "block_hashes", "evicted", "pin_until", "__weakref__")
 
-    def __init__(self, tree: RadixTree, node_id: int, ns: bytes, parent: TreeNode | None, key: bytes,
+    def __init__(self, tree: TreeView, node_id: int, ns: bytes, parent: TreeNode | None, key: bytes,
                  pages: np.ndarray | None, tick: int) -> None:
         self.id = node_id
         self.tree = tree  # the owning tree: a node of another cache is rejected, never used
