@@ -76,3 +76,23 @@ def test_long_workloads_are_shaped_like_production_traffic() -> None:
     docs = [r.tokens[512:512 + 8000].tobytes() for r in ld]
     counts = sorted((docs.count(d) for d in set(docs)), reverse=True)
     assert counts[0] > 20 and len(counts) > 24 + 50  # a popular head, and many one-off documents
+
+
+def test_tools_sessions_are_long_and_grow_by_tool_outputs() -> None:
+    reqs = make_workload("tools")
+    lens = np.array([len(r.tokens) for r in reqs])
+    assert lens.min() >= 2048 and lens.max() <= 5000 and np.median(lens) > 2500  # 2-5k-token requests
+    assert len({r.tokens[:2048].tobytes() for r in reqs}) == 4  # four tool preambles
+    sessions: dict[bytes, list[np.ndarray]] = {}  # preamble + task -> the earlier requests' tokens
+    tool_outputs = []
+    for r in reqs:
+        earlier = sessions.setdefault(r.tokens[:2048 + 64].tobytes(), [])
+        prompt = r.tokens[:r.prompt_len]
+        prev = [len(e) for e in earlier if len(e) <= len(prompt) and np.array_equal(prompt[:len(e)], e)]
+        if prev:
+            tool_outputs.append(r.prompt_len - max(prev))
+        earlier.append(r.tokens)
+    assert len(sessions) == 160 and len(tool_outputs) > 1.5 * len(sessions)  # several steps per session
+    assert min(tool_outputs) >= 500 and max(tool_outputs) <= 2000  # each step appends one tool output
+    prompts = [r.tokens[:r.prompt_len].tobytes() for r in reqs]
+    assert len(prompts) - len(set(prompts)) > 0.05 * len(reqs)  # re-sampled steps: a prompt asked again

@@ -215,6 +215,37 @@ def longdoc(seed: int = 0, num_requests: int = 480, num_popular: int = 24, zipf_
     return reqs
 
 
+def tools(seed: int = 0, num_sessions: int = 160, num_toolsets: int = 4, preamble_len: int = 2048,
+          task_len: tuple[int, int] = (64, 256), action_len: tuple[int, int] = (32, 160),
+          tool_output_len: tuple[int, int] = (500, 2000), max_context: int = 5000, p_retry: float = 0.1,
+          mean_gap: float = 6.0) -> list[Request]:
+    """long tool-using agent sessions: sessions start as a Poisson process (rate 1), each a tool-set
+    preamble (one of 4, 2048 tokens) and a task; every step is a request whose output is an action,
+    then a tool output of 0.5-2k tokens is appended and the session comes back after an exponential
+    tool latency (mean `mean_gap` arrivals; others interleave), until its request would pass 5k
+    tokens. With probability p_retry a step is re-sampled from the same prompt (a branch)."""
+    rng = np.random.default_rng(seed)
+    toolsets = [_ids(rng, preamble_len) for _ in range(num_toolsets)]
+    t, events = 0.0, []
+    for s in range(num_sessions):
+        t += rng.exponential(1.0)
+        task = _ids(rng, _between(rng, task_len))
+        events.append((t, s, np.concatenate([toolsets[int(rng.integers(num_toolsets))], task])))
+    heapq.heapify(events)
+    reqs = []
+    while events:
+        t, s, prompt = heapq.heappop(events)
+        full = np.concatenate([prompt, _ids(rng, _between(rng, action_len))])
+        reqs.append(Request(full, len(prompt)))
+        if rng.random() < p_retry:  # the action is thrown away and asked again
+            heapq.heappush(events, (t + rng.exponential(1.0), s, prompt))
+            continue
+        nxt = np.concatenate([full, _ids(rng, _between(rng, tool_output_len))])
+        if len(nxt) + action_len[1] <= max_context:
+            heapq.heappush(events, (t + rng.exponential(mean_gap), s, nxt))
+    return reqs
+
+
 WORKLOADS: dict[str, Workload] = {
     w.name: w for w in (
         Workload("gsp", "generated-shared-prefix: 64 groups x 16 prompts, system 2048, question 128, output 256", gsp),
@@ -223,13 +254,15 @@ WORKLOADS: dict[str, Workload] = {
         Workload("fewshot", "few-shot: 1024 requests, one 3072-token exemplar block, question 24-48, output 16-32", fewshot),
         Workload("agent", "agent loop: 48 agents x 12 steps, tools 1536 + task 128, action 16-64, tool output 96-384", agent),
         Workload("rag", "RAG: 1024 requests, system 256 + 3 of 256 docs (512 each, Zipf 1.1) + question 64, output 96", rag),
+        Workload("tools", "long agent sessions: 160 Poisson sessions, 4 tool preambles of 2048 + task, action 32-160, "
+                          "tool outputs 0.5-2k, interleaved, requests to 5k, 10% retried", tools),
         Workload("longchat", "long multi-turn: 96 Poisson sessions, system 2048 + first message 6-12k, "
                              "60% return per turn after ~24 arrivals, contexts to 20k", longchat),
         Workload("longdoc", "long documents: 480 Poisson questions, system 512 + a doc of 8-16k: half one of 24 "
                             "popular (Zipf 1.0), half one-off with 0-3 follow-ups", longdoc),
     )
 }
-DEFAULT_WORKLOADS = ("gsp", "chat", "tot", "fewshot", "agent", "rag")  # `radixkv bench`; the long ones are opt-in
+DEFAULT_WORKLOADS = ("gsp", "chat", "tot", "fewshot", "agent", "rag", "tools")  # `radixkv bench`; the long ones are opt-in
 
 
 def make_workload(name: str, seed: int = 0, scale: float = 1.0) -> list[Request]:
