@@ -79,7 +79,7 @@ def cascade_bytes(plan: kernels.CascadePlan, kv_heads: int, heads: int, dim: int
     """The cascade_decode model of the module docstring."""
     total = 8 * plan.num_entries * heads * dim
     for lvl in plan.levels:
-        blocks = launch_config(lvl.max_rows, heads // kv_heads, dim)["BLOCK_R"]
+        blocks = launch_config(lvl.max_rows, heads // kv_heads, dim, {2: torch.float16, 4: torch.float32}[e])["BLOCK_R"]
         rows = (lvl.qo_indptr[1:] - lvl.qo_indptr[:-1]).long()
         slots = (lvl.kv_indptr[1:] - lvl.kv_indptr[:-1]).long()
         total += int((-(-rows // blocks) * slots).sum()) * (2 * kv_heads * dim * e + 8)

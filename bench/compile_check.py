@@ -1,6 +1,6 @@
 """Compile every radixkv kernel for sm_80 and sm_90 without a GPU; report registers, spills, shared.
 
-    .venv/bin/python bench/compile_check.py            # the full grid (382 compiles, ~4 CPU-minutes)
+    .venv/bin/python bench/compile_check.py            # the full grid (650 compiles, ~7 CPU-minutes)
     .venv/bin/python bench/compile_check.py --quick    # one small and one large shape per kernel
 
 Each case calls the op's own launch function (`_decode_launch`, `_extend_launch`, ...) on small CPU
@@ -34,6 +34,7 @@ os.environ.pop("TRITON_INTERPRET", None)  # before any @triton.jit is defined
 os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")  # Triton 3.9's default, without its warning
 os.environ["TRITON_ALWAYS_COMPILE"] = "1"  # ptxas runs (and logs) even where a cache holds the kernel
 
+import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import triton  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
@@ -41,6 +42,8 @@ from triton.runtime import driver  # noqa: E402
 from triton.runtime.jit import KernelInterface  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+from radixkv.cascade import _GPU_KV_CHUNK, _build  # noqa: E402
+from radixkv.kernels.cascade import _cascade_launch  # noqa: E402
 from radixkv.kernels.decode import _decode_launch, decode_config  # noqa: E402
 from radixkv.kernels.extend import _extend_launch, extend_config  # noqa: E402
 from radixkv.kernels.gather import _gather_kv_launch  # noqa: E402
@@ -57,7 +60,7 @@ SLOTS, ROWS, CONTEXT = 64, 4, 64  # tiny buffers: compiling reads shapes and str
 class Case(NamedTuple):
     op: str  # a key of OPS
     head_dim: int
-    heads: int  # GQA group (attention), kv heads (store/gather), splits (decode reduce)
+    heads: int  # GQA group (attention), kv heads (store/gather), splits (decode reduce), entries (merge)
     dtype: str  # a key of DTYPES
     cap: int  # compute capability, 80 or 90
 
@@ -65,7 +68,7 @@ class Case(NamedTuple):
     def label(self) -> str:
         if self.op in ("write_req_to_token", "build_kv_indices"):
             return "rows-int32"
-        axis = {"decode_reduce": "splits", "store_kv": "h", "gather_kv": "h"}.get(self.op, "g")
+        axis = {"decode_reduce": "splits", "merge": "e", "store_kv": "h", "gather_kv": "h"}.get(self.op, "g")
         return f"d{self.head_dim}-{axis}{self.heads}-{self.dtype}"
 
 
@@ -78,11 +81,13 @@ class Result(NamedTuple):
     spill: int  # bytes of spill stores (ptxas -v)
     shared: int
     error: str = ""
+    block_rows: int = 0  # cascade: the rows of a group one program takes (launch_config's BLOCK_R)
 
     def line(self) -> str:
+        label = self.case.label + (f"-r{self.block_rows}" if self.block_rows else "")
         if self.error:
-            return f"{self.kernel} {self.case.label} sm_{self.case.cap} ERROR {self.error}"
-        return (f"{self.kernel} {self.case.label}/w{self.warps}s{self.stages} sm_{self.case.cap} "
+            return f"{self.kernel} {label} sm_{self.case.cap} ERROR {self.error}"
+        return (f"{self.kernel} {label}/w{self.warps}s{self.stages} sm_{self.case.cap} "
                 f"regs={self.regs} spill={self.spill} shared={self.shared}")
 
 
@@ -105,6 +110,23 @@ def _extend(c: Case, target: tuple[int, int]) -> None:
     ones = torch.ones(ROWS, dtype=torch.int32)
     config = extend_config(c.head_dim, c.heads, dt, target)
     _extend_launch(q, kv, kv, buf, buf, table, rows, ones, ones, 0.1, 1, config, target)
+
+
+def _cascade(c: Case, target: tuple[int, int]) -> None:
+    """A plan built by radixkv/cascade.py's own builder, with its GPU chunking. cascade: a binary
+    tree of 128 rows (level l: groups of 64 >> l rows, 2 groups of 64 down to 128 tails), so every
+    row block `launch_config` picks is compiled. merge: 4 rows sharing a run of (entries - 1) chunks
+    of `_GPU_KV_CHUNK` slots, then each row's tail: `c.heads` entries per row."""
+    if c.op == "cascade":
+        sizes = [[(list(range(g * 64 >> l, (g + 1) * 64 >> l)), 16) for g in range(2 << l)] for l in range(7)]
+    else:
+        sizes = [[(list(range(4)), (c.heads - 1) * _GPU_KV_CHUNK)], [([r], 16) for r in range(4)]]
+    levels = [[(rows, np.zeros(n, np.int64)) for rows, n in groups] for groups in sizes]
+    plan = _build(levels, len(sizes[-1]), torch.device("cpu"), _GPU_KV_CHUNK)
+    dt = DTYPES[c.dtype]
+    q = torch.zeros(plan.num_rows, KV_HEADS * (c.heads if c.op == "cascade" else 4), c.head_dim, dtype=dt)
+    buf = torch.zeros(SLOTS, KV_HEADS, c.head_dim, dtype=dt)
+    _cascade_launch(q, buf, buf, plan, 0.1)
 
 
 def _copy(c: Case, target: tuple[int, int]) -> None:
@@ -131,6 +153,8 @@ OPS: dict[str, tuple[str, Callable[[Case, tuple[int, int]], None]]] = {
     "decode_split": ("_decode_split_kernel", lambda c, t: _decode(c, t, 4)),
     "decode_reduce": ("_decode_reduce_kernel", lambda c, t: _decode(c, t, c.heads)),
     "extend": ("_extend_kernel", _extend),
+    "cascade": ("_cascade_kernel", _cascade),
+    "merge": ("_merge_states_kernel", _cascade),
     "store_kv": ("_store_kv_kernel", _copy),
     "gather_kv": ("_gather_kv_kernel", _copy),
     "write_req_to_token": ("_write_req_to_token_kernel", _indices),
@@ -157,10 +181,11 @@ class _Target:
 _SEEN: dict[str, tuple[int, int]] = {}  # compiled kernel hash -> (regs, spill), per worker process
 
 
-def _compile(case: Case) -> Result:
-    """Run the case's launch with every `kernel[grid](...)` turned into `kernel.warmup(...)`."""
+def _compile(case: Case) -> list[Result]:
+    """Run the case's launch with every `kernel[grid](...)` turned into `kernel.warmup(...)`; one
+    result per distinct compiled kernel (a cascade plan's levels may launch several configurations)."""
     want, run = OPS[case.op]
-    captured: list[Result] = []
+    captured: dict[str, Result] = {}  # compiled kernel hash -> its result
 
     def getitem(kernel: triton.JITFunction, grid: tuple) -> Callable[..., None]:
         def warmup(*args: object, **kwargs: object) -> None:
@@ -171,7 +196,8 @@ def _compile(case: Case) -> Result:
                 compiled = kernel.warmup(*args, grid=grid, **kwargs)
             regs, spill = _ptxas_usage(compiled.hash, log.getvalue())
             meta = compiled.metadata
-            captured.append(Result(case, want, meta.num_warps, meta.num_stages, regs, spill, meta.shared))
+            captured.setdefault(compiled.hash, Result(case, want, meta.num_warps, meta.num_stages, regs, spill,
+                                                      meta.shared, block_rows=int(kwargs.get("BLOCK_R", 0))))
         return warmup
 
     previous = KernelInterface.__getitem__
@@ -182,12 +208,12 @@ def _compile(case: Case) -> Result:
         run(case, (case.cap // 10, case.cap % 10))
     except Exception as e:  # a compile error is a result to report, not a crash of the check
         first = next((ln for ln in str(e).splitlines() if ln.strip()), type(e).__name__)
-        return Result(case, want, 0, 0, 0, 0, 0, error=f"{type(e).__name__}: {first[:200]}")
+        return [Result(case, want, 0, 0, 0, 0, 0, error=f"{type(e).__name__}: {first[:200]}")]
     finally:
         KernelInterface.__getitem__ = previous
     if not captured:
-        return Result(case, want, 0, 0, 0, 0, 0, error="the launch did not reach the kernel")
-    return captured[0]
+        return [Result(case, want, 0, 0, 0, 0, 0, error="the launch did not reach the kernel")]
+    return list(captured.values())
 
 
 def _ptxas_usage(kernel_hash: str, log: str) -> tuple[int, int]:
@@ -202,8 +228,9 @@ def _ptxas_usage(kernel_hash: str, log: str) -> tuple[int, int]:
 
 def cases(quick: bool, caps: list[int], head_dims: list[int], groups: list[int],
           dtypes: list[str], ops: list[str]) -> list[Case]:
-    """The grid: attention kernels over head_dim x group x dtype, copies over head_dim x kv heads
-    x dtype, the reduce over head_dim x splits x dtype, the index kernels once, each per target.
+    """The grid: attention kernels over head_dim x group x dtype (cascade: every row-block size of
+    its plan), copies over head_dim x kv heads x dtype, the reduce over head_dim x splits x dtype,
+    the merge over head_dim x entries per row x dtype, the index kernels once, each per target.
     --quick: one common shape (d128, GQA 4 / 8 kv heads, fp16) on sm_80 and one large (d256,
     GQA 8, bf16) on sm_90 per kernel."""
     if quick:
@@ -212,11 +239,13 @@ def cases(quick: bool, caps: list[int], head_dims: list[int], groups: list[int],
         for cap in caps:
             for dim, group, dt in shapes.get(cap, shapes[80]):
                 out += [Case("decode_split", dim, group, dt, cap), Case("extend", dim, group, dt, cap),
-                        Case("decode_reduce", dim, 16, dt, cap), Case("store_kv", dim, 8, dt, cap),
+                        Case("decode_reduce", dim, 16, dt, cap), Case("cascade", dim, group, dt, cap),
+                        Case("merge", dim, 16, dt, cap), Case("store_kv", dim, 8, dt, cap),
                         Case("gather_kv", dim, 8, dt, cap)]
             out += [Case("write_req_to_token", 0, 0, "-", cap), Case("build_kv_indices", 0, 0, "-", cap)]
         return [c for c in out if c.op in ops]
-    axis = {"decode_reduce": [1, 2, 4, 8, 16], "store_kv": groups, "gather_kv": groups}
+    axis = {"decode_reduce": [1, 2, 4, 8, 16], "merge": [2, 4, 8, 16, 32, 128], "store_kv": groups,
+            "gather_kv": groups}
     out = []
     for op in ops:
         for cap in caps:
@@ -251,14 +280,15 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown ops or dtypes: {unknown}")
     todo = cases(args.quick, args.caps, args.head_dims, args.groups, args.dtypes, args.ops)
-    failed = 0
+    failed = compiled = 0
     with tempfile.TemporaryDirectory(prefix="radixkv-compile-check-") as cache_dir, \
             ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
         os.environ["TRITON_CACHE_DIR"] = cache_dir  # read by the workers, which start on first use
-        for result in pool.map(_compile, todo):
+        for result in (r for results in pool.map(_compile, todo) for r in results):
             print(result.line(), flush=True)
+            compiled += 1
             failed += bool(result.error) or (result.spill > 0 and not args.allow_spills)
-    print(f"# {len(todo)} kernels compiled for sm_{',sm_'.join(map(str, args.caps))} with Triton "
+    print(f"# {compiled} kernels compiled for sm_{',sm_'.join(map(str, args.caps))} with Triton "
           f"{triton.__version__}; {failed} failed" + ("" if args.allow_spills else " (errors or spills)"))
     return 1 if failed else 0
 

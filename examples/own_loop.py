@@ -6,7 +6,8 @@ import torch
 from torch import nn
 
 from radixkv import CacheConfig, RadixCache
-from radixkv.kernels import cascade_decode_launch, decode_attention, extend_attention, store_kv
+from radixkv.kernels import (ExtendLens, cascade_decode_launch, decode_attention_unchecked,
+                             extend_attention_unchecked, store_kv_unchecked)  # no checks, no host syncs
 
 V, D, H, HKV, L, HD = 128, 64, 4, 2, 2, 16  # vocab, hidden, heads, kv heads, layers, head dim
 
@@ -32,15 +33,15 @@ def generate(model: Toy, cache: RadixCache, prompts: list[list[int]], max_new: i
     for _ in range(max_new):
         for s, t in zip(seqs, todo):
             cache.reserve(s, len(t))  # slots for positions [kv_len, kv_len + len(t))
-        b = cache.batch(seqs, cascade)  # one forward over [committed_len, kv_len) of each, + shared prefixes
-        pos = torch.cat([torch.arange(s.committed_len, s.kv_len) for s in seqs])
-        r2t, kv, decode = cache.req_pool.req_to_token, cache.kv_pool, all(len(t) == 1 for t in todo)
-        def attend(i: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        b, decode = cache.batch(seqs, cascade), all(len(t) == 1 for t in todo)  # inputs checked once per step
+        pos, longest = torch.cat([torch.arange(s.committed_len, s.kv_len) for s in seqs]), max(s.kv_len for s in seqs)
+        r2t, kv, lens = cache.req_pool.req_to_token, cache.kv_pool, ExtendLens.read(b.rows, b.prefix_lens, b.extend_lens)
+        def attend(i: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:  # per layer: no syncs
             kb, vb = kv.k_buffer[i], kv.v_buffer[i]
-            store_kv(kb, vb, b.out_slots, k, v)  # new K/V into their slots
+            store_kv_unchecked(kb, vb, b.out_slots, k, v)  # new K/V into their slots
             return (cascade_decode_launch(q, kb, vb, b.cascade, HD**-0.5) if decode and b.cascade else
-                    decode_attention(q, kb, vb, r2t, b.rows, b.seq_lens, HD**-0.5) if decode else
-                    extend_attention(q, k, v, kb, vb, r2t, b.rows, b.prefix_lens, b.extend_lens, HD**-0.5))
+                    decode_attention_unchecked(q, kb, vb, r2t, b.rows, b.seq_lens, HD**-0.5, longest) if decode else
+                    extend_attention_unchecked(q, k, v, kb, vb, r2t, b.rows, b.prefix_lens, b.extend_lens, HD**-0.5, lens))
         logits = model(torch.tensor(sum(todo, [])), pos, attend)[b.extend_lens.long().cumsum(0) - 1]
         for s, t in zip(seqs, todo):
             cache.commit(s, t)  # KV written: full pages become shareable now
@@ -64,10 +65,9 @@ def no_cache(model: Toy, prompt: list[int], max_new: int) -> list[int]:
 @torch.inference_mode()
 def main() -> None:
     torch.manual_seed(0)
-    model = Toy()
+    model, system = Toy(), torch.randint(0, V, (24,)).tolist()  # system: a prompt every request starts with
     cache = RadixCache(CacheConfig(num_layers=L, num_kv_heads=HKV, head_dim=HD, num_slots=1024, page_size=4,
                                    max_requests=8, max_context_len=256, dtype=torch.float32))
-    system = torch.randint(0, V, (24,)).tolist()
     for turn in range(2):  # the second turn reuses the system prompt the first one committed
         prompts = [system + torch.randint(0, V, (3 + i,)).tolist() for i in range(3)]
         outs, reused = generate(model, cache, prompts, max_new=8)

@@ -3,7 +3,7 @@ with the launch configuration its launcher picks, and spills no register.
 
 The check runs in a subprocess with TRITON_INTERPRET unset: under the interpreter `@triton.jit`
 yields interpreted functions, which cannot be compiled. The suite runs `--quick` (one common and
-one large shape per kernel, ~15 compiles); the script's default is the full grid.
+one large shape per kernel, ~21 compiles); the script's default is the full grid.
 """
 
 from __future__ import annotations
@@ -20,8 +20,19 @@ pytest.importorskip("triton")
 
 SCRIPT = Path(__file__).resolve().parent.parent / "bench" / "compile_check.py"
 LINE = re.compile(r"^(\w+) (\S+) sm_(\d+) regs=(\d+) spill=(\d+) shared=(\d+)$")
-KERNELS = {"_decode_split_kernel", "_decode_reduce_kernel", "_extend_kernel", "_store_kv_kernel",
-           "_gather_kv_kernel", "_write_req_to_token_kernel", "_build_kv_indices_kernel"}
+KERNELS = {"_decode_split_kernel", "_decode_reduce_kernel", "_extend_kernel", "_cascade_kernel",
+           "_merge_states_kernel", "_store_kv_kernel", "_gather_kv_kernel", "_write_req_to_token_kernel",
+           "_build_kv_indices_kernel"}
+JIT = re.compile(r"^@triton\.jit\b.*\n(?:@.*\n)*def (\w+)\(", re.M)
+
+
+def test_the_check_knows_every_kernel_of_the_package() -> None:
+    """A new `@triton.jit` kernel in radixkv/ (a jit function launched on a grid, `name[grid](...)`;
+    device helpers such as extend's `_attend_block` compile inside their kernel) fails here until
+    the compile check compiles it."""
+    sources = "\n".join(path.read_text() for path in (SCRIPT.parent.parent / "radixkv").rglob("*.py"))
+    found = {name for name in JIT.findall(sources) if re.search(rf"\b{name}\[", sources)}
+    assert found == KERNELS, f"in radixkv/ but not checked: {found - KERNELS}; checked but gone: {KERNELS - found}"
 
 
 def _run(*args: str, code: str | None = None) -> subprocess.CompletedProcess:

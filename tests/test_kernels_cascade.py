@@ -17,6 +17,7 @@ from radixkv import CacheConfig, RadixCache
 from radixkv.kernels import (CascadeLevel, CascadePlan, KernelInputError, cascade_attention,
                              cascade_attention_ref, cascade_decode, cascade_decode_launch, cascade_decode_ref,
                              decode_attention_ref, merge_states, merge_states_ref, with_padding)
+from radixkv.kernels.merge import merge_launch_config
 
 KV_HEADS, DIM, SCALE = 2, 24, 0.3  # dim 24 is padded to 32 inside the kernel
 # (dtype, atol, rtol): both sides compute in fp32 and round once to the output dtype; the cascade
@@ -142,6 +143,24 @@ def test_merge_of_a_row_without_keys_is_zero() -> None:
         out = fn(o, lse, ptr, ids, 2, torch.float32)
         assert_close("row 0 alone", out[0], o[0], 1e-6, 1e-6)
         assert (out[1] == 0).all()
+
+
+@pytest.mark.parametrize("dim", [256, 250])
+def test_merge_of_rows_longer_than_one_block(dim: int) -> None:
+    """head_dim 256: 8 entries a block (merge_launch_config), so rows of 9 and 21 entries loop; the
+    21-entry row's first block has no keys (-inf), then its running sums start from the second block."""
+    assert merge_launch_config(21, dim)["BLOCK_E"] == 8
+    counts = [0, 3, 8, 9, 21]
+    o, lse = randn(sum(counts), 3, dim), 4 * randn(sum(counts), 3)
+    lse[20:28] = float("-inf")
+    lse[33, 1] = float("-inf")
+    others = torch.cat([torch.arange(20), torch.arange(28, sum(counts))])[torch.randperm(sum(counts) - 8)]
+    ids = torch.cat([others[:20], torch.arange(20, 28), others[20:]]).int()  # row 4 starts with 20..27
+    ptr = _i32([0] + torch.tensor(counts).cumsum(0).tolist())
+    args = (o, lse, ptr, ids, 21, torch.float32)
+    out, ref = merge_states(*args), merge_states_ref(*args)
+    assert (out[0] == 0).all()
+    assert_close(f"merge, head_dim {dim}", out, ref, 2e-5, 2e-5)
 
 
 def test_checked_launcher_rejects_bad_plans() -> None:

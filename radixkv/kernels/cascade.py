@@ -28,10 +28,8 @@ import torch
 from radixkv.kernels._common import tl, triton, use_triton
 from radixkv.kernels.cascade_plan import (CascadeLevel, CascadePlan, check_cascade, check_level, check_qkv,
                                           pad_level)
-from radixkv.kernels.merge import merge_padded_ref, merge_states_launch, merge_states_ref
+from radixkv.kernels.merge import _merge_launch, merge_padded_ref, merge_states_ref
 
-_MAX_BLOCK_M = 64  # query vectors (rows x heads of a kv head) per program
-_TILE = 8192  # fp32 elements of the [BLOCK_M, BLOCK_D] q (and accumulator) tile: 32 x 256 at most
 
 
 @triton.jit
@@ -96,20 +94,28 @@ def _cascade_kernel(
     tl.store(o_ptr + state[:, None] * head_dim + offs_d[None, :], out, mask=mask_m[:, None] & mask_d[None, :])
 
 
-# (BLOCK_D, BLOCK_M) -> (num_warps, BLOCK_N): the smallest spill-free choice found by compiling every
-# combination for sm_80 (bf16; ptxas -v); a larger BLOCK_N or fewer warps spilled or sat at 255 registers.
+# (BLOCK_D, BLOCK_M) -> (num_warps, BLOCK_N), found by compiling every combination for sm_80 and
+# sm_90 (ptxas -v, bench/compile_check.py): the smallest spill-free choice. fp16/bf16 operands (tensor
+# cores; 74-178 registers): a larger BLOCK_N or fewer warps spilled or sat at 255 registers. fp32
+# operands ("ieee" products, no tensor cores): 64 rows at head_dim 64 or 32 rows at 128 spilled 4
+# bytes on sm_80 whatever the warps; at 256, 8 warps spilled 8-12 bytes (ptxas kept 64 registers)
+# and 4 warps with BLOCK_N 32 spilled hundreds. The largest BLOCK_M listed for a BLOCK_D is the
+# most one program takes.
 _CONFIGS = {(64, 16): (4, 32), (64, 32): (4, 16), (64, 64): (8, 32), (128, 16): (4, 16), (128, 32): (8, 32),
             (128, 64): (8, 32), (256, 16): (8, 16), (256, 32): (8, 16)}
+_CONFIGS_FP32 = {(64, 16): (8, 32), (64, 32): (8, 32), (128, 16): (8, 32), (256, 16): (4, 16)}
 
 
-def launch_config(max_rows: int, group: int, head_dim: int) -> dict[str, int]:
+def launch_config(max_rows: int, group: int, head_dim: int, dtype: torch.dtype) -> dict[str, int]:
     """Block sizes, num_warps and num_stages `_cascade_kernel` runs with for a level whose groups
-    have at most `max_rows` rows: what a compile check (issue 13 part 5) should compile."""
+    have at most `max_rows` rows, on q and buffers of `dtype` (bench/compile_check.py compiles
+    them for sm_80/sm_90 and requires 0 spilled bytes). Same choice on every target."""
+    table = _CONFIGS if dtype in (torch.float16, torch.bfloat16) else _CONFIGS_FP32
     block_h = triton.next_power_of_2(group)
     block_d = max(16, triton.next_power_of_2(head_dim))
-    max_m = min(_MAX_BLOCK_M, _TILE // block_d)  # fp32 q and accumulator tiles of at most _TILE elements
+    max_m = max(m for d, m in table if d == max(64, block_d))  # q and accumulator: BLOCK_M x BLOCK_D fp32
     block_r = max(16 // block_h, min(triton.next_power_of_2(max(1, max_rows)), max(1, max_m // block_h)))
-    num_warps, block_n = _CONFIGS.get((max(64, block_d), block_r * block_h), (8, 16))
+    num_warps, block_n = table.get((max(64, block_d), block_r * block_h), (8, 16))
     return dict(BLOCK_R=block_r, BLOCK_H=block_h, BLOCK_N=block_n, BLOCK_D=block_d,
                 num_warps=num_warps, num_stages=2)
 
@@ -120,7 +126,7 @@ def _attend_launch(q: torch.Tensor, k_buf: torch.Tensor, v_buf: torch.Tensor, lv
     groups, (heads, dim), kv_heads = lvl.qo_indptr.numel() - 1, q.shape[1:], k_buf.shape[1]
     if groups == 0 or lvl.qo_indices.numel() == 0:
         return
-    cfg = launch_config(lvl.max_rows, heads // kv_heads, dim)
+    cfg = launch_config(lvl.max_rows, heads // kv_heads, dim, q.dtype)
     grid = (groups, kv_heads, triton.cdiv(max(1, lvl.max_rows), cfg["BLOCK_R"]))
     _cascade_kernel[grid](
         q, q.stride(0), q.stride(1), k_buf, v_buf, k_buf.stride(0), k_buf.stride(1),
@@ -159,12 +165,18 @@ def cascade_decode_launch(q: torch.Tensor, k_buf: torch.Tensor, v_buf: torch.Ten
     `cache.batch(..., cascade=True)` built (valid by construction)."""
     if not use_triton(q):
         return cascade_decode_ref(q, k_buf, v_buf, plan, sm_scale)
+    return _cascade_launch(q, k_buf, v_buf, plan, sm_scale)
+
+
+def _cascade_launch(q: torch.Tensor, k_buf: torch.Tensor, v_buf: torch.Tensor, plan: CascadePlan,
+                    sm_scale: float) -> torch.Tensor:
+    """Every level's `_cascade_kernel`, then `_merge_states_kernel` (what bench/compile_check.py compiles)."""
     o, lse = _states(plan.num_entries, q)
     start = 0
     for lvl in plan.levels:
         _attend_launch(q, k_buf, v_buf, lvl, sm_scale, o, lse, start)
         start += lvl.qo_indices.numel()
-    return merge_states_launch(o, lse, plan.merge_indptr, plan.merge_indices, plan.max_entries, q.dtype)
+    return _merge_launch(o, lse, plan.merge_indptr, plan.merge_indices, plan.max_entries, q.dtype)
 
 
 def cascade_decode(q: torch.Tensor, k_buf: torch.Tensor, v_buf: torch.Tensor, plan: CascadePlan,

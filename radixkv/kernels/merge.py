@@ -7,7 +7,9 @@ part, `lse_e = log(sum(exp(scores of the part)))`. Over the union of disjoint pa
     out[r, h] = sum_e w_e * o_e[h],  w_e = exp(lse_e[h] - max_e lse_e[h]) / sum_e exp(...),
     e over merge_indices[merge_indptr[r]:merge_indptr[r + 1]]
 
-A part with no keys has lse = -inf and weight 0. Grid `[rows, num_heads]`; bytes moved per row and
+A part with no keys has lse = -inf and weight 0. The kernel reads a row's entries BLOCK_E at a time,
+rescaling its running sums by the running maximum (flash attention's online softmax, over parts).
+Grid `[rows, num_heads]`; bytes moved per row and
 head: entries * (d + 1) * 4 (fp32 partials) + d * e (out), small next to the KV the partials came from.
 """
 
@@ -35,26 +37,38 @@ def _merge_states_kernel(
     hi = tl.load(merge_indptr_ptr + r + 1).to(tl.int64)
     offs_e = tl.arange(0, BLOCK_E)
     offs_d = tl.arange(0, BLOCK_D)
-    mask_e = lo + offs_e < hi
     mask_d = offs_d < head_dim
-    ent = tl.load(merge_indices_ptr + lo + offs_e, mask=mask_e, other=0).to(tl.int64)
-    lse = tl.load(lse_ptr + ent * num_heads + h, mask=mask_e, other=float("-inf"))
-    top = tl.max(lse, axis=0)
-    top = tl.where(top == float("-inf"), 0.0, top)  # a row with no keys at all: weights 0, out 0
-    w = tl.where(lse == float("-inf"), 0.0, tl.exp(lse - top))
-    o = tl.load(o_ptr + (ent * num_heads + h)[:, None] * head_dim + offs_d[None, :],
-                mask=mask_e[:, None] & mask_d[None, :], other=0.0)
-    total = tl.sum(w, axis=0)
-    out = tl.sum(w[:, None] * o, axis=0) / tl.where(total > 0.0, total, 1.0)
+    top = tl.full([], float("-inf"), tl.float32)  # the largest lse so far
+    total = tl.zeros([], tl.float32)  # sum of exp(lse - top) so far
+    acc = tl.zeros([BLOCK_D], tl.float32)  # sum of exp(lse - top) * o so far
+    for e0 in range(lo, hi, BLOCK_E):  # BLOCK_E entries at a time: the o tile stays in registers
+        mask_e = e0 + offs_e < hi
+        ent = tl.load(merge_indices_ptr + e0 + offs_e, mask=mask_e, other=0).to(tl.int64)
+        lse = tl.load(lse_ptr + ent * num_heads + h, mask=mask_e, other=float("-inf"))
+        new_top = tl.maximum(top, tl.max(lse, axis=0))
+        shift = tl.where(new_top == float("-inf"), 0.0, new_top)  # no keys yet: weights 0
+        w = tl.where(lse == float("-inf"), 0.0, tl.exp(lse - shift))
+        alpha = tl.exp(top - shift)  # rescales what came before (0 while top is -inf)
+        o = tl.load(o_ptr + (ent * num_heads + h)[:, None] * head_dim + offs_d[None, :],
+                    mask=mask_e[:, None] & mask_d[None, :], other=0.0)
+        acc = acc * alpha + tl.sum(w[:, None] * o, axis=0)
+        total = total * alpha + tl.sum(w, axis=0)
+        top = new_top
+    out = acc / tl.where(total > 0.0, total, 1.0)  # a row with no keys at all: 0
     tl.store(out_ptr + r * out_stride_r + h * out_stride_h + offs_d,
              out.to(out_ptr.dtype.element_ty), mask=mask_d)
 
 
+_MERGE_TILE = 2048  # fp32 elements of the [BLOCK_E, BLOCK_D] o tile: at most 16 per thread at 4 warps
+
+
 def merge_launch_config(max_entries: int, head_dim: int) -> dict[str, int]:
-    """Block sizes and num_warps `_merge_states_kernel` runs with (what a compile check should compile)."""
+    """Block sizes and num_warps `_merge_states_kernel` runs with (bench/compile_check.py compiles
+    them): rows of more than BLOCK_E entries loop, so the tile is bounded whatever `max_entries` is
+    (a GPU plan cuts every shared run into 256-slot chunks: a 32k-token row merges 128+ entries)."""
     block_d = triton.next_power_of_2(head_dim)
-    return dict(BLOCK_E=triton.next_power_of_2(max(1, max_entries)), BLOCK_D=block_d,
-                num_warps=1 if block_d <= 64 else 2, num_stages=1)
+    block_e = min(triton.next_power_of_2(max(1, max_entries)), max(1, _MERGE_TILE // block_d))
+    return dict(BLOCK_E=block_e, BLOCK_D=block_d, num_warps=min(4, max(1, block_e * block_d // 512)), num_stages=1)
 
 
 def merge_states_launch(o: torch.Tensor, lse: torch.Tensor, merge_indptr: torch.Tensor,
@@ -62,6 +76,11 @@ def merge_states_launch(o: torch.Tensor, lse: torch.Tensor, merge_indptr: torch.
     """`merge_states` without checks or host syncs (the per-layer path of a validated plan)."""
     if not use_triton(o):
         return merge_states_ref(o, lse, merge_indptr, merge_indices, max_entries, dtype)
+    return _merge_launch(o, lse, merge_indptr, merge_indices, max_entries, dtype)
+
+
+def _merge_launch(o: torch.Tensor, lse: torch.Tensor, merge_indptr: torch.Tensor, merge_indices: torch.Tensor,
+                  max_entries: int, dtype: torch.dtype) -> torch.Tensor:
     rows = merge_indptr.numel() - 1
     heads, dim = o.shape[1:]
     out = torch.empty((rows, heads, dim), dtype=dtype, device=o.device)
