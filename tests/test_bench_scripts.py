@@ -10,7 +10,7 @@ from scripts import ROOT, load_script
 from radixkv.bench.opt import opt_hit_rate
 from radixkv.bench.workloads import make_workload
 
-SCRIPTS = ["e2e", "fleet", "host_tier", "opt", "workloads"]
+SCRIPTS = ["calls_per_request", "e2e", "fleet", "host_tier", "opt", "workloads"]
 
 
 @pytest.mark.parametrize("name", SCRIPTS)
@@ -31,3 +31,13 @@ def test_workloads_then_opt_agree_with_the_library(tmp_path, capsys: pytest.Capt
     load_script(ROOT / "bench" / "opt.py").main([str(trace), "--capacity", "20000"])
     want = opt_hit_rate(make_workload("gsp", scale=0.02), 20000)
     assert f"OPT token hit rate {want.hit_rate:.4f} ({want.hit_tokens}/{want.prompt_tokens}" in capsys.readouterr().out
+
+
+def test_calls_per_request_counts_the_lifecycle(capsys: pytest.CaptureFixture[str]) -> None:
+    module = load_script(ROOT / "bench" / "calls_per_request.py")
+    n, py, c = module.count("gsp", 0.25, 16, 20, "lru")
+    assert n == 20 and py["cache.py:match_prefix"] == 20 and py["cache.py:insert"] == 20
+    assert sum(c.values()) > 0
+    module.main(["--cells", "chat:0.5:1", "--requests", "10", "--top", "3"])
+    out = capsys.readouterr().out.splitlines()
+    assert out[1].startswith("chat:0.5:1") and len(out) == 5
