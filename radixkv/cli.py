@@ -168,7 +168,7 @@ def _bench_parser(sub: argparse._SubParsersAction) -> None:
                    help="with --sglang: rounds of requests/s side by side (radixkv, SGLang RadixCache, SGLang Rust "
                         "core), best of N each; 0 skips them")
     b.add_argument("--events-cost", type=nonneg_int, default=0, metavar="N",
-                   help="also time the headline policy with KV events off and on, N interleaved runs each (best of N)")
+                   help="also time the first of --policies with KV events off and on, N interleaved runs each (best of N)")
 
 
 def _calc_parser(sub: argparse._SubParsersAction) -> None:

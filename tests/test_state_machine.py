@@ -19,8 +19,8 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from radixkv import (CacheConfig, InvalidArgumentError, InvalidSlotsError, LockError, OutOfRowsError,
-                     OutOfSlotsError, PinBudgetError, RadixCache, SequenceError)
+from radixkv import (CacheConfig, InvalidArgumentError, InvalidSlotsError, LockError, MatchResult,
+                     OutOfRowsError, OutOfSlotsError, PinBudgetError, RadixCache, SequenceError)
 from radixkv.pools import page_slots
 from state_machine_model import Model, assert_stamped, cached_blocks, replay, stamp
 
@@ -140,16 +140,23 @@ class CacheMachine(RuleBasedStateMachine):
 
     @rule(tokens=TOKENS, ns=NAMESPACES, priority=st.integers(0, 2))
     def insert(self, tokens: list[int], ns: object, priority: int) -> None:
+        r, new = self._match_lock_alloc(tokens, ns)
+        if new is None:
+            return
+        assert self.cache.insert(tokens, torch.cat([r.slots, new]), ns, priority=priority) == r.length
+        self.cache.unlock(r.node)
+
+    def _match_lock_alloc(self, tokens: list[int], ns: object) -> tuple[MatchResult, torch.Tensor | None]:
+        """The tree-level prelude of an insert: match, lock, alloc (stamped); None (unlocked) when full."""
         r = self.cache.match_prefix(tokens, ns)
         self.cache.lock(r.node)
         try:
             new = self.cache.alloc(len(tokens) - r.length)
         except OutOfSlotsError:
             self.cache.unlock(r.node)
-            return
+            return r, None
         stamp(self.cache, ns, tokens, new, start=r.length)
-        assert self.cache.insert(tokens, torch.cat([r.slots, new]), ns, priority=priority) == r.length
-        self.cache.unlock(r.node)
+        return r, new
 
     @rule(tokens=TOKENS, ns=NAMESPACES)
     def insert_free_slots(self, tokens: list[int], ns: object) -> None:
@@ -196,14 +203,9 @@ class CacheMachine(RuleBasedStateMachine):
 
     @rule(tokens=TOKENS, ns=NAMESPACES)
     def insert_pinned(self, tokens: list[int], ns: object) -> None:
-        r = self.cache.match_prefix(tokens, ns)
-        self.cache.lock(r.node)
-        try:
-            new = self.cache.alloc(len(tokens) - r.length)
-        except OutOfSlotsError:
-            self.cache.unlock(r.node)
+        r, new = self._match_lock_alloc(tokens, ns)
+        if new is None:
             return
-        stamp(self.cache, ns, tokens, new, start=r.length)
         try:
             self.cache.insert(tokens, torch.cat([r.slots, new]), ns, pin_ttl=2)
         except PinBudgetError:

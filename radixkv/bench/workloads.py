@@ -157,6 +157,26 @@ def _between(rng: np.random.Generator, lo_hi: tuple[int, int]) -> int:
     return int(rng.integers(lo_hi[0], lo_hi[1] + 1))
 
 
+def _sessions(rng: np.random.Generator, num_sessions: int, first: Callable[[int], np.ndarray],
+              step: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray | None, float]]) -> list[Request]:
+    """Sessions that start as a Poisson process (rate 1) with prompt `first(s)`, interleaved in
+    time: each request's `step(prompt)` gives its whole sequence, the session's next prompt (None:
+    the session ends) and the gap before it, in arrivals."""
+    t, events = 0.0, []
+    for s in range(num_sessions):
+        t += rng.exponential(1.0)
+        events.append((t, s, first(s)))
+    heapq.heapify(events)
+    reqs = []
+    while events:
+        t, s, prompt = heapq.heappop(events)
+        full, nxt, gap = step(prompt)
+        reqs.append(Request(full, len(prompt)))
+        if nxt is not None:
+            heapq.heappush(events, (t + gap, s, nxt))
+    return reqs
+
+
 def longchat(seed: int = 0, num_sessions: int = 96, num_system_prompts: int = 4, system_prompt_len: int = 2048,
              first_len: tuple[int, int] = (6000, 12000), user_len: tuple[int, int] = (200, 1200),
              answer_len: tuple[int, int] = (300, 900), max_context: int = 20000, p_return: float = 0.6,
@@ -167,21 +187,18 @@ def longchat(seed: int = 0, num_sessions: int = 96, num_system_prompts: int = 4,
     exponential think time of mean `mean_gap` (other sessions interleave), until 20k tokens."""
     rng = np.random.default_rng(seed)
     systems = [_ids(rng, system_prompt_len) for _ in range(num_system_prompts)]
-    t, events = 0.0, []
-    for s in range(num_sessions):
-        t += rng.exponential(1.0)
-        first = np.concatenate([systems[int(rng.integers(num_system_prompts))], _ids(rng, _between(rng, first_len))])
-        events.append((t, s, first))
-    heapq.heapify(events)
-    reqs = []
-    while events:
-        t, s, prompt = heapq.heappop(events)
+
+    def first(_: int) -> np.ndarray:
+        return np.concatenate([systems[int(rng.integers(num_system_prompts))], _ids(rng, _between(rng, first_len))])
+
+    def turn(prompt: np.ndarray) -> tuple[np.ndarray, np.ndarray | None, float]:
         full = np.concatenate([prompt, _ids(rng, _between(rng, answer_len))])
-        reqs.append(Request(full, len(prompt)))
         nxt = np.concatenate([full, _ids(rng, _between(rng, user_len))])
         if rng.random() < p_return and len(nxt) + answer_len[1] <= max_context:
-            heapq.heappush(events, (t + rng.exponential(mean_gap), s, nxt))
-    return reqs
+            return full, nxt, rng.exponential(mean_gap)
+        return full, None, 0.0
+
+    return _sessions(rng, num_sessions, first, turn)
 
 
 def longdoc(seed: int = 0, num_requests: int = 480, num_popular: int = 24, zipf_s: float = 1.0,
@@ -226,24 +243,21 @@ def tools(seed: int = 0, num_sessions: int = 160, num_toolsets: int = 4, preambl
     tokens. With probability p_retry a step is re-sampled from the same prompt (a branch)."""
     rng = np.random.default_rng(seed)
     toolsets = [_ids(rng, preamble_len) for _ in range(num_toolsets)]
-    t, events = 0.0, []
-    for s in range(num_sessions):
-        t += rng.exponential(1.0)
+
+    def first(_: int) -> np.ndarray:
         task = _ids(rng, _between(rng, task_len))
-        events.append((t, s, np.concatenate([toolsets[int(rng.integers(num_toolsets))], task])))
-    heapq.heapify(events)
-    reqs = []
-    while events:
-        t, s, prompt = heapq.heappop(events)
+        return np.concatenate([toolsets[int(rng.integers(num_toolsets))], task])
+
+    def step(prompt: np.ndarray) -> tuple[np.ndarray, np.ndarray | None, float]:
         full = np.concatenate([prompt, _ids(rng, _between(rng, action_len))])
-        reqs.append(Request(full, len(prompt)))
         if rng.random() < p_retry:  # the action is thrown away and asked again
-            heapq.heappush(events, (t + rng.exponential(1.0), s, prompt))
-            continue
+            return full, prompt, rng.exponential(1.0)
         nxt = np.concatenate([full, _ids(rng, _between(rng, tool_output_len))])
         if len(nxt) + action_len[1] <= max_context:
-            heapq.heappush(events, (t + rng.exponential(mean_gap), s, nxt))
-    return reqs
+            return full, nxt, rng.exponential(mean_gap)
+        return full, None, 0.0
+
+    return _sessions(rng, num_sessions, first, step)
 
 
 WORKLOADS: dict[str, Workload] = {
