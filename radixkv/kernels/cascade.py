@@ -28,8 +28,7 @@ import torch
 from radixkv.kernels._common import tl, triton, use_triton
 from radixkv.kernels.cascade_plan import (CascadeLevel, CascadePlan, check_cascade, check_level, check_qkv,
                                           pad_level)
-from radixkv.kernels.merge import _merge_launch, merge_padded_ref, merge_states_ref
-
+from radixkv.kernels.merge import merge_padded_ref, merge_states_kernel_launch, merge_states_ref
 
 
 @triton.jit
@@ -176,7 +175,7 @@ def _cascade_launch(q: torch.Tensor, k_buf: torch.Tensor, v_buf: torch.Tensor, p
     for lvl in plan.levels:
         _attend_launch(q, k_buf, v_buf, lvl, sm_scale, o, lse, start)
         start += lvl.qo_indices.numel()
-    return _merge_launch(o, lse, plan.merge_indptr, plan.merge_indices, plan.max_entries, q.dtype)
+    return merge_states_kernel_launch(o, lse, plan.merge_indptr, plan.merge_indices, plan.max_entries, q.dtype)
 
 
 def cascade_decode(q: torch.Tensor, k_buf: torch.Tensor, v_buf: torch.Tensor, plan: CascadePlan,

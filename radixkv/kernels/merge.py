@@ -76,11 +76,13 @@ def merge_states_launch(o: torch.Tensor, lse: torch.Tensor, merge_indptr: torch.
     """`merge_states` without checks or host syncs (the per-layer path of a validated plan)."""
     if not use_triton(o):
         return merge_states_ref(o, lse, merge_indptr, merge_indices, max_entries, dtype)
-    return _merge_launch(o, lse, merge_indptr, merge_indices, max_entries, dtype)
+    return merge_states_kernel_launch(o, lse, merge_indptr, merge_indices, max_entries, dtype)
 
 
-def _merge_launch(o: torch.Tensor, lse: torch.Tensor, merge_indptr: torch.Tensor, merge_indices: torch.Tensor,
-                  max_entries: int, dtype: torch.dtype) -> torch.Tensor:
+def merge_states_kernel_launch(o: torch.Tensor, lse: torch.Tensor, merge_indptr: torch.Tensor,
+                               merge_indices: torch.Tensor, max_entries: int, dtype: torch.dtype) -> torch.Tensor:
+    """The Triton kernel itself, whatever the device (the cascade launcher's Triton path and the
+    compile check, which compiles it for a GPU from CPU tensors)."""
     rows = merge_indptr.numel() - 1
     heads, dim = o.shape[1:]
     out = torch.empty((rows, heads, dim), dtype=dtype, device=o.device)
