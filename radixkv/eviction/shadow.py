@@ -21,6 +21,7 @@ import heapq
 from typing import TYPE_CHECKING, Callable, Iterable
 
 from radixkv.eviction.policies import EvictionPolicy
+from radixkv.keys import common_bytes
 
 if TYPE_CHECKING:
     from radixkv.radix.node import TreeNode
@@ -86,18 +87,6 @@ class LeafHeap:
                 return node
 
 
-def _same_pages(a: bytes, b: bytes, pos: int, page_bytes: int) -> int:
-    """Bytes of `a` equal to `b[pos:]` from the start, whole pages (binary search of memcmps)."""
-    lo, hi = 0, min(len(a), len(b) - pos) // page_bytes  # lo pages are known equal
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if b.startswith(a[:mid * page_bytes], pos):
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo * page_bytes
-
-
 class ShadowCache:
     """A metadata-only prefix cache under `policy` (a fixed policy: its key reads node fields only)."""
 
@@ -138,7 +127,7 @@ class ShadowCache:
                 pos += len(child.key)
                 node = child
             else:
-                pos += _same_pages(child.key, key, pos, pb)
+                pos += common_bytes(child.key, key, pos, pb)
                 break
         return path, pos, last
 

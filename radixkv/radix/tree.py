@@ -36,21 +36,12 @@ import numpy as np
 
 from radixkv.errors import LockError
 from radixkv.eviction import EvictableIndex, EvictionPolicy, host_first
+from radixkv.keys import common_bytes
 from radixkv.radix.node import TreeNode
 from radixkv.radix.types import DEVICE, HOST, USER, InsertResult, MatchInfo, ResidencyListener
 from radixkv.radix.pins import Pins, pinned_last
 
 _EMPTY = np.empty(0, dtype=np.int64)
-
-
-def common_bytes(a: bytes, b: bytes, pos: int, page_bytes: int) -> int:
-    """Bytes of `a` equal to `b[pos:]` from the start, rounded down to whole pages."""
-    n = min(len(a), len(b) - pos) // 4
-    x = np.frombuffer(a, dtype=np.int32, count=n)
-    y = np.frombuffer(b, dtype=np.int32, count=n, offset=pos)
-    diff = np.flatnonzero(x != y)
-    same = int(diff[0]) if len(diff) else n
-    return same * 4 // page_bytes * page_bytes
 
 
 class RadixTree:
