@@ -20,18 +20,24 @@ import sys
 from collections import Counter
 from types import FrameType
 
-from radixkv.bench.opt import unique_prefix_tokens
-from radixkv.bench.runner import replay
-from radixkv.bench.workloads import make_workload
+from radixkv.bench.opt import build_segments
+from radixkv.bench.runner import capacity, replay
+from radixkv.bench.workloads import Request, make_workload
 from radixkv.cli_args import HelpFormatter
 
 CELLS = "gsp:0.1:1,gsp:1.0:1,gsp:0.25:16,chat:0.25:1,agent:0.25:1,tools:0.25:1,tools:0.1:16"
 
 
+def _cell(workload: str, frac: float, page_size: int, requests: int) -> tuple[list[Request], int]:
+    """The first `requests` of the workload and the cache size `radixkv bench` gives that share."""
+    reqs = make_workload(workload)[:requests]
+    unique = build_segments(reqs, page_size).total_pages * page_size
+    return reqs, capacity(frac, unique, max(len(r.tokens) for r in reqs), page_size)
+
+
 def count(workload: str, frac: float, page_size: int, requests: int, policy: str) -> tuple[int, Counter, Counter]:
     """(requests replayed, Python calls by function, C calls by function) of one replay."""
-    reqs = make_workload(workload)[:requests]
-    cap = max(int(frac * unique_prefix_tokens(reqs)), max(len(r.tokens) for r in reqs) + page_size)
+    reqs, cap = _cell(workload, frac, page_size, requests)
     py: Counter = Counter()
     c: Counter = Counter()
 
@@ -43,7 +49,7 @@ def count(workload: str, frac: float, page_size: int, requests: int, policy: str
 
     sys.setprofile(profile)
     try:
-        replay(reqs, cap // page_size * page_size, policy, page_size)
+        replay(reqs, cap, policy, page_size)
     finally:
         sys.setprofile(None)
     return len(reqs), py, c
@@ -51,10 +57,9 @@ def count(workload: str, frac: float, page_size: int, requests: int, policy: str
 
 def profile(workload: str, frac: float, page_size: int, requests: int, policy: str, top: int) -> None:
     """Own time per call of the `top` costliest functions of one replay, in µs per request."""
-    reqs = make_workload(workload)[:requests]
-    cap = max(int(frac * unique_prefix_tokens(reqs)), max(len(r.tokens) for r in reqs) + page_size)
+    reqs, cap = _cell(workload, frac, page_size, requests)
     prof = cProfile.Profile()
-    prof.runcall(replay, reqs, cap // page_size * page_size, policy, page_size)
+    prof.runcall(replay, reqs, cap, policy, page_size)
     stats = pstats.Stats(prof).stats  # (file, line, name) -> (primitive calls, calls, own s, cumulative s, callers)
     total = sum(v[2] for v in stats.values())
     print(f"{workload}:{frac}:{page_size}, {len(reqs)} requests: {total / len(reqs) * 1e6:.0f} µs/request under cProfile")

@@ -19,7 +19,7 @@ import numpy as np
 
 from radixkv.bench import sglang_peer, speed
 from radixkv.bench.opt import build_segments, opt_hit_rate
-from radixkv.bench.runner import OPS, RunResult, replay
+from radixkv.bench.runner import OPS, RunResult, capacity, replay
 from radixkv.bench.workloads import WORKLOADS, Request, make_workload, write_jsonl
 from radixkv.calc import bytes_per_token, get_model
 
@@ -105,7 +105,7 @@ def run_bench(workloads: list[str], fracs: list[float], policies: list[str], *, 
         unique = seg.total_pages * page_size
         rep.memory[name] = (float(sum(len(r.tokens) for r in reqs) * bpt), float(unique * bpt))
         max_len = max(len(r.tokens) for r in reqs)
-        caps = [max(int(f * unique), -(-max_len // page_size) * page_size) // page_size * page_size for f in fracs]
+        caps = [capacity(f, unique, max_len, page_size) for f in fracs]
         cells = []
         for f, cap in zip(fracs, caps):
             o = opt_hit_rate(reqs, cap, page_size, seg)

@@ -58,6 +58,12 @@ class RunResult:
         return float(np.quantile(self.latency_ns[op], q)) / 1e3
 
 
+def capacity(frac: float, unique_tokens: int, longest: int, page_size: int) -> int:
+    """Token slots of a cache holding `frac` of a trace's `unique_tokens`, whole pages, never fewer
+    than the `longest` sequence needs (so no request is rejected): how `radixkv bench` sizes a cell."""
+    return max(int(frac * unique_tokens), -(-longest // page_size) * page_size) // page_size * page_size
+
+
 def sim_config(capacity: int, page_size: int, policy: str, max_len: int, events: bool = False) -> CacheConfig:
     """A cache whose KV is one fp16 number per token: bookkeeping at full scale, memory negligible."""
     slots = max(page_size, capacity // page_size * page_size)
