@@ -6,11 +6,13 @@ workloads (more turnovers of the cache, so the lag before a switch weighs less),
 
 from __future__ import annotations
 
+import argparse
 import time
 
 from radixkv.bench.opt import build_segments
-from radixkv.bench.runner import replay
+from radixkv.bench.runner import capacity, replay
 from radixkv.bench.workloads import agent, chat, gsp, longchat, longdoc, rag, tot
+from radixkv.cli_args import HelpFormatter, positive_int
 
 LONG = {
     "gsp x4": lambda: gsp(num_groups=256),
@@ -23,15 +25,17 @@ LONG = {
 }
 
 
-def main() -> None:
-    t0, page = time.perf_counter(), 16
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
+    ap.add_argument("--page-size", type=positive_int, default=16, help="tokens per page")
+    t0, page = time.perf_counter(), ap.parse_args(argv).page_size
     for name, make in LONG.items():
         reqs = make()
         unique = build_segments(reqs, page).total_pages * page
         longest = max(len(r.tokens) for r in reqs)
         row = []
         for f in (0.05, 0.1, 0.25, 0.5):
-            cap = max(int(f * unique), -(-longest // page) * page) // page * page
+            cap = capacity(f, unique, longest, page)
             hit = {p: replay(reqs, cap, p, page).hit_rate for p in ("lru", "lfu", "adaptive")}
             row.append(f"{hit['lru']:.3f} / {hit['lfu']:.3f} / {hit['adaptive']:.3f} "
                        f"({100 * (hit['adaptive'] - max(hit['lru'], hit['lfu'])):+.2f})")

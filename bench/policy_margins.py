@@ -22,8 +22,9 @@ import time
 import numpy as np
 
 from radixkv.bench.opt import build_segments
-from radixkv.bench.runner import replay
+from radixkv.bench.runner import capacity, replay
 from radixkv.bench.workloads import Request, agent, chat, fewshot, gsp, longchat, longdoc, rag, tot
+from radixkv.cli_args import HelpFormatter
 
 FRACS = (0.05, 0.1, 0.25, 0.5)
 
@@ -73,18 +74,18 @@ def margins(seed: int, policy: str) -> list[tuple[str, int, float, dict[str, flo
     longest = max(len(r.tokens) for r in reqs)
     out = []
     for f in FRACS:
-        cap = max(int(f * unique), -(-longest // page) * page) // page * page
+        cap = capacity(f, unique, longest, page)
         hit = {p: replay(reqs, cap, p, page).hit_rate for p in ("lru", "lfu", policy)}
         out.append((name, page, f, hit, 100 * (hit[policy] - max(hit["lru"], hit["lfu"]))))
     return out
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--traces", type=int, default=40)
-    ap.add_argument("--first-seed", type=int, default=1000)
-    ap.add_argument("--policy", default="adaptive")
-    a = ap.parse_args()
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
+    ap.add_argument("--traces", type=int, default=40, help="random traces, each at 5/10/25/50%%")
+    ap.add_argument("--first-seed", type=int, default=1000, help="seed of the first trace")
+    ap.add_argument("--policy", default="adaptive", help="the policy whose margin is measured")
+    a = ap.parse_args(argv)
     t0, cells = time.perf_counter(), []
     for seed in range(a.first_seed, a.first_seed + a.traces):
         rows = margins(seed, a.policy)

@@ -10,7 +10,7 @@ from scripts import ROOT, load_script
 from radixkv.bench.opt import opt_hit_rate
 from radixkv.bench.workloads import make_workload
 
-SCRIPTS = ["calls_per_request", "e2e", "fleet", "host_tier", "opt", "workloads"]
+SCRIPTS = ["calls_per_request", "e2e", "fleet", "host_tier", "opt", "policy_long", "policy_margins", "workloads"]
 
 
 @pytest.mark.parametrize("name", SCRIPTS)
