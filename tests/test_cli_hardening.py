@@ -90,3 +90,15 @@ def test_quantization_sizes_the_weights_and_not_the_kv(capsys) -> None:
     out = " ".join(capsys.readouterr().out.split())
     assert f"{want.bytes_per_token:,.0f}" in out and f"{want.weight_bytes / 2**30:,.1f}" in out
     assert main(["calc", "llama-3-8b", "--max-model-len", "8192"]) == 0  # the maximum itself is fine
+
+
+def test_prometheus_text_without_its_extra_names_the_install(monkeypatch) -> None:
+    from radixkv import CacheConfig, ConfigError, RadixCache
+    from radixkv.metrics import prometheus_text
+
+    cache = RadixCache(CacheConfig(num_layers=1, num_kv_heads=1, head_dim=1, num_slots=16))
+    assert "radixkv_prefix_cache_queries_total" in prometheus_text(cache)  # with the extra installed
+    monkeypatch.setitem(sys.modules, "prometheus_client", None)  # as if not installed: import fails
+    with pytest.raises(ConfigError) as info:
+        prometheus_text(cache)
+    assert str(info.value) == "prometheus_text needs prometheus-client: pip install 'radixkv[metrics]'"
