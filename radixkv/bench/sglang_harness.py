@@ -39,8 +39,32 @@ from array import array
 OPS = ("match_prefix", "lock", "alloc", "evict", "insert", "free", "unlock")
 
 
+class _Anything:
+    """Any attribute, call or base class: what SGLang's model-config imports read from torchvision."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        pass
+
+    def __call__(self, *args: object, **kwargs: object) -> _Anything:
+        return _Anything()
+
+    def __getattr__(self, name: str) -> _Anything:
+        return _Anything()
+
+    def __mro_entries__(self, bases: tuple) -> tuple:
+        return (object,)
+
+
+class _StubModule(types.ModuleType):
+    def __getattr__(self, name: str) -> _Anything:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return _Anything()
+
+
 class _StubLoader(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """torchvision: imported by SGLang's multimodal model configs only; empty modules stand in when absent."""
+    """torchvision: imported by SGLang's multimodal model configs only, never used by its radix
+    caches; stand-in modules serve it when it is not installed (a CPU build matching torch is rare)."""
 
     def find_spec(self, fullname, path, target=None):  # noqa: ANN001, ANN201
         if fullname.split(".")[0] == "torchvision":
@@ -48,8 +72,9 @@ class _StubLoader(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         return None
 
     def create_module(self, spec):  # noqa: ANN001, ANN201
-        module = types.ModuleType(spec.name)
+        module = _StubModule(spec.name)
         module.__path__ = []
+        module.__version__ = "0.0.0+stub"
         return module
 
     def exec_module(self, module) -> None:  # noqa: ANN001
