@@ -38,9 +38,9 @@ from radixkv.insert_slots import InsertSlots
 from radixkv.invariants import check_cache
 from radixkv.keys import ExtraKeys, as_extra_keys, request_key
 from radixkv.metrics import CacheStats, collect_metrics
-from radixkv.pinning import PinControl
 from radixkv.pools import CACHED, PRIVATE, RESERVED, PageLedger, TokenToKVPool, page_slots
 from radixkv.radix import SEQUENCE, USER, MatchInfo, RadixTree, TreeNode, evict_device
+from radixkv.radix.pins import Pins
 from radixkv.radix.block_events import EventRecorder
 from radixkv.results import BatchInputs, MatchResult, SizeInfo
 from radixkv.sequences import Sequence, SequenceTable
@@ -63,7 +63,7 @@ class RadixCache:
         self.ledger = PageLedger(config.num_pages, ps)
         self.events = EventRecorder(config.event_block_size, ps) if config.kv_events else None
         self.tree = RadixTree(ps, make_policy(config.eviction), config.host_slots > 0, self.events)
-        self.pins = PinControl(self.tree, config.pin_budget, clock)
+        self.pins = Pins(self.tree, config.pin_budget, clock)
         self.seqs = SequenceTable(config.max_requests, config.max_context_len, ps, config.device)
         self.req_pool = self.seqs.pool
         self.host = HostTier(config, self.tree, self.kv_pool) if config.host_slots else None
@@ -130,7 +130,7 @@ class RadixCache:
         n = len(toks) // self.page_size * self.page_size
         key = toks[:n].tobytes()
         if until is not None:
-            self.pins.charge(n - self.tree.pinned_length(key, root), "insert(pin_ttl=...)")
+            self.pins.charge(n - self.pins.pinned_length(key, root), "insert(pin_ttl=...)")
         check = InsertSlots(self.ledger, given, n)
         result = self.tree.insert(key, check.pages, root, prio, check.accept)
         if until is not None:
@@ -169,15 +169,18 @@ class RadixCache:
         self.seqs.check_length(len(toks), "open")
         self.seqs.check_row_free()
         root = self.tree.root(ns)
+        if until is not None:  # plan the pin before the match and promotion change anything
+            key = toks[:reuse // self.page_size * self.page_size].tobytes()
+            self.pins.charge(sum(self.tree.peek(key, root)) - self.pins.pinned_length(key, root), "open(pin_ttl=...)")
         m = self._match(toks[:reuse], root, reuse)
         if m.host_length and self.host is not None:
             m = self._promote(toks[:reuse], m)
         if until is not None:
-            self.pins.pin(m.node, until, "open(pin_ttl=...)")
+            self.pins.pin(m.node, until, "open(pin_ttl=...)")  # within the charge above: cannot fail
         self.tree.lock(m.node, SEQUENCE)
         seq = self.seqs.open(toks, namespace, prio, m.node, page_slots(m.pages, self.page_size), extra)
         if until is not None:
-            self.pins.rows[seq.row] = until
+            self.pins.open_row(seq.row, until)
         return seq
 
     def pin(self, tokens: TokensLike, namespace: Any = None, *, ttl: float,
@@ -200,7 +203,7 @@ class RadixCache:
         """Tokens pinned now (expired pins dropped first)."""
         self._own()
         self.pins.expire()
-        return self.pins.pinned()
+        return self.pins.pinned_size
 
     def reserve(self, seq: Sequence, n: int) -> torch.Tensor:
         """Slots for positions [kv_len, kv_len + n), filling the tail of the Sequence's last private
@@ -241,8 +244,7 @@ class RadixCache:
             self.seqs.repoint(rec, start, page_slots(result.tree_pages, ps))
         self.tree.move_lock(node, result.node, SEQUENCE)
         self.seqs.move_lock(rec, result.node)
-        if self.pins.rows:
-            self.pins.extend(rec.row, result.node)
+        self.pins.extend(rec.row, result.node)
         if self.host is not None:
             self.host.back_up(result.gained)
 
@@ -252,7 +254,7 @@ class RadixCache:
         self._own()
         rec = self.seqs.get(seq)
         node = rec.node
-        self.pins.rows.pop(rec.row, None)
+        self.pins.close_row(rec.row)
         private = self.seqs.close(rec)
         self.ledger.release(private[::self.page_size] // self.page_size)
         self.tree.unlock(node, SEQUENCE)
@@ -284,8 +286,7 @@ class RadixCache:
         """Recompute every counter, page state and index from scratch; AssertionError on a mismatch."""
         self._own()
         check_cache(self.ledger, self.tree, self.seqs, self.host)
-        if self.tree.pins is not None:
-            self.tree.pins.check(self.tree.nodes(), self.config.pin_budget)
+        self.pins.check(self.tree.nodes())
 
     def metrics(self) -> dict[str, float]:
         """Counters and gauges with vLLM-style names (`radixkv_` prefix); mutates nothing."""
@@ -329,9 +330,8 @@ class RadixCache:
         return self.ledger.take(k, state, self.tree.evictable_size // self.page_size, self._evict_pages)
 
     def _evict_pages(self, n: int) -> np.ndarray:
-        if self.tree.pins is not None:
-            self.pins.expire()
-        pages, host_pages = evict_device(self.tree, n, None if self.host is None else self.host.keep)
+        self.pins.expire()
+        pages, host_pages, _ = evict_device(self.tree, n, None if self.host is None else self.host.keep)
         if len(host_pages):
             self.host.free(host_pages)
         self.stats.evicted_tokens += len(pages) * self.page_size

@@ -14,7 +14,7 @@ from radixkv.bench.workloads import Request, agent, chat, gsp, tot
 from radixkv.eviction import make_policy
 from radixkv.eviction.adaptive import Adaptive
 from radixkv.eviction.lrfu import LRFU
-from radixkv.eviction.shadow import ShadowCache
+from radixkv.radix.shadow import ShadowTree
 
 SESSIONS = {"chat": chat(num_convs=48, turns=6, system_prompt_len=256, user_len=32, answer_len=64),
             "agent": agent(num_agents=24, steps=8, tools_prompt_len=256, action_len=32, tool_output_len=96)}
@@ -39,11 +39,11 @@ def _serve(cache: RadixCache, r: Request) -> int:
 @pytest.mark.parametrize("policy", ["lru", "lfu", "slru", "fifo"])
 @pytest.mark.parametrize("page_size", [1, 4])
 def test_shadow_matches_the_real_cache_request_for_request(policy: str, page_size: int) -> None:
-    """A ShadowCache under policy P, fed the same lookups and inserts with the real cache's
+    """A ShadowTree under policy P, fed the same lookups and inserts with the real cache's
     occupancy as its capacity, matches exactly what a real RadixCache under P matches."""
     for reqs in (SESSIONS["chat"], SHARED["tot"]):
         cache = RadixCache(sim_config(_capacity(reqs, 0.1, page_size), page_size, policy, 4096))
-        shadow = ShadowCache(make_policy(policy), page_size)
+        shadow = ShadowTree(make_policy(policy), page_size)
         for r in reqs:
             want = shadow.match(b"", r.tokens[:r.prompt_len // page_size * page_size].tobytes())
             assert _serve(cache, r) == want

@@ -5,8 +5,8 @@ documents, trees of thought), LRU wins sessions (chat, agents, long documents re
 a real long-context trace LFU lost to LRU by 8 points. A policy that guesses from features of the
 traffic can guess wrong on a trace it has not seen; this one measures instead.
 
-The real cache evicts in the order of one expert (LRU or LFU). A ShadowCache (eviction/shadow.py)
-replays the same traffic on metadata only under the other expert, with a capacity that follows the
+The real cache evicts in the order of one expert (LRU or LFU). A shadow (radix/shadow.py: the
+tree's own core with sizes and times only, handed out by the tree through eviction/view.py) replays the same traffic on metadata only under the other expert, with a capacity that follows the
 real cache's occupancy (so in-flight reservations shrink both alike); it reproduces, request for
 request, what a real cache under that expert would match. Per lookup the policy takes the paired
 lead (tokens the other expert matched minus those the followed one matched) and keeps decayed sums
@@ -36,10 +36,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from radixkv.eviction.policies import LFU, LRU, EvictionPolicy
-from radixkv.eviction.shadow import ShadowCache
 
 if TYPE_CHECKING:
-    from radixkv.radix.node import TreeNode, TreeView
+    from radixkv.eviction.view import NodeView, ShadowView, TreeView
 
 
 class Adaptive(EvictionPolicy):
@@ -64,7 +63,7 @@ class Adaptive(EvictionPolicy):
         self.key = self.experts[self.START].key  # type: ignore[method-assign] - the current expert's key
         self.switches = 0
         self._tree: TreeView | None = None
-        self._shadows: dict[int, ShadowCache] = {}  # expert -> its shadow (none before the first eviction)
+        self._shadows: dict[int, ShadowView] = {}  # expert -> its shadow (none before the first eviction)
         # Decayed paired statistics of lead = (other expert's hit - current expert's hit) per lookup,
         # each expert's hit read from the real cache or its shadow, whichever is in steady state:
         self._lead = 0.0  # sum of leads
@@ -79,7 +78,7 @@ class Adaptive(EvictionPolicy):
     def leader(self) -> str:
         return self.experts[self.mode].name
 
-    def on_evict(self, victim: TreeNode) -> None:
+    def on_evict(self, victim: NodeView) -> None:
         if not self._shadows:  # until now every expert held what the real cache holds
             self._tree = tree = victim.tree
             if self._history:
@@ -98,7 +97,7 @@ class Adaptive(EvictionPolicy):
         """Replay the traffic seen before the first eviction through both experts in caches of
         PRIOR_SIZE x the real size (where they already differ) and follow the one that matched more."""
         assert self._tree is not None and self._history is not None
-        minis = [ShadowCache(e, self._tree.page_size) for e in self.experts]
+        minis = [self._tree.shadow(e) for e in self.experts]
         hits, asked, small = [0, 0], 0, int(self.PRIOR_SIZE * capacity)
         for ns, key, insert in self._history:
             if insert:
@@ -111,7 +110,7 @@ class Adaptive(EvictionPolicy):
         if hits[1 - self.mode] - hits[self.mode] > self.MARGIN * asked:
             self._follow(1 - self.mode)
 
-    def on_lookup(self, start: TreeNode, key: bytes, length: int) -> None:
+    def on_lookup(self, start: NodeView, key: bytes, length: int) -> None:
         if not self._shadows:
             if self._history is not None:
                 self._record(start.ns, _absolute(start, key), False)
@@ -128,7 +127,7 @@ class Adaptive(EvictionPolicy):
                 and lead * lead > self.Z * self.Z * self._var):
             self._switch()
 
-    def on_cache(self, start: TreeNode, key: bytes, cached: int) -> None:
+    def on_cache(self, start: NodeView, key: bytes, cached: int) -> None:
         if cached > self._capacity:
             self._capacity = cached
         if not self._shadows:
@@ -164,11 +163,10 @@ class Adaptive(EvictionPolicy):
 
     def _copy_real(self, expert: int) -> None:
         assert self._tree is not None
-        shadow = self._shadows[expert] = ShadowCache(self.experts[expert], self._tree.page_size)
-        shadow.load(self._tree.nodes())
+        self._shadows[expert] = self._tree.shadow_copy(self.experts[expert])
 
 
-def _absolute(start: TreeNode, key: bytes) -> bytes:
+def _absolute(start: NodeView, key: bytes) -> bytes:
     """`key` below `start` as a key from its namespace's root."""
     if start.parent is None:
         return key

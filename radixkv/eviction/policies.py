@@ -14,10 +14,10 @@ says that a stored key always equals `key(node)` (check_invariants verifies it).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 if TYPE_CHECKING:
-    from radixkv.radix.node import TreeNode
+    from radixkv.eviction.view import NodeView
 
 
 class EvictionPolicy:
@@ -26,29 +26,29 @@ class EvictionPolicy:
     stable_keys = True  # every stored key equals key(node) (False: keys drift with learned state)
     epoch = 0  # bumped by a learning policy whose order changed wholesale: the tree re-keys
 
-    def key(self, node: TreeNode) -> tuple:
+    def key(self, node: NodeView) -> tuple:
         raise NotImplementedError
 
-    def on_insert(self, leaf: TreeNode) -> None:
+    def on_insert(self, leaf: NodeView) -> None:
         """A new leaf was just created by an insert (its parent is `leaf.parent`)."""
 
-    def on_hit(self, node: TreeNode) -> None:
+    def on_hit(self, node: NodeView) -> None:
         """A match ended exactly at `node` (after any split), which it matched whole."""
 
-    def on_evict(self, victim: TreeNode) -> None:
+    def on_evict(self, victim: NodeView) -> None:
         """`victim` is about to lose its device copy (once per victim, before its pages are freed)."""
 
-    def on_lookup(self, start: TreeNode, key: bytes, length: int) -> None:
+    def on_lookup(self, start: NodeView, key: bytes, length: int) -> None:
         """A match of `key` (whole pages, int32 bytes) below `start` found `length` tokens cached."""
 
-    def on_cache(self, start: TreeNode, key: bytes, cached: int) -> None:
+    def on_cache(self, start: NodeView, key: bytes, cached: int) -> None:
         """`key` (whole pages) below `start` is cached now; the device holds `cached` tokens in all."""
 
 
 class LRU(EvictionPolicy):
     name = "lru"
 
-    def key(self, node: TreeNode) -> tuple:
+    def key(self, node: NodeView) -> tuple:
         return (node.last_access, node.id)
 
 
@@ -57,14 +57,14 @@ class LFU(EvictionPolicy):
 
     name = "lfu"
 
-    def key(self, node: TreeNode) -> tuple:
+    def key(self, node: NodeView) -> tuple:
         return (node.hit_count, node.last_access, node.id)
 
 
 class FIFO(EvictionPolicy):
     name = "fifo"
 
-    def key(self, node: TreeNode) -> tuple:
+    def key(self, node: NodeView) -> tuple:
         return (node.created, node.id)
 
 
@@ -73,7 +73,7 @@ class Priority(EvictionPolicy):
 
     name = "priority"
 
-    def key(self, node: TreeNode) -> tuple:
+    def key(self, node: NodeView) -> tuple:
         return (node.priority, node.last_access, node.id)
 
 
@@ -86,16 +86,16 @@ class SLRU(EvictionPolicy):
     def __init__(self, protected_threshold: int = 2) -> None:
         self.protected_threshold = protected_threshold
 
-    def key(self, node: TreeNode) -> tuple:
+    def key(self, node: NodeView) -> tuple:
         return (node.hit_count >= self.protected_threshold, node.last_access, node.id)
 
 
-def host_first(policy: EvictionPolicy):  # noqa: ANN201 - a key function
+def host_first(policy: EvictionPolicy, on_device: Callable[[NodeView], bool]):  # noqa: ANN201 - a key function
     """The host tier's order: host-only leaves (no device copy) before host copies of device nodes,
     each group in the order of `policy`."""
     inner = policy.key
 
-    def key(node: TreeNode) -> tuple:
-        return (node.pages is not None,) + inner(node)
+    def key(node: NodeView) -> tuple:
+        return (on_device(node),) + inner(node)
 
     return key

@@ -1,6 +1,6 @@
 """RadixTree: which token prefixes are cached, where their KV lives, and who protects them.
 
-A pure index. It owns the nodes, their lock counts, the size counters and the evictable indexes,
+The tree core (radix/core.py) plus pages: a pure index. It owns the nodes, their lock counts, the size counters and the evictable indexes,
 and nothing else: `match` returns what is cached, `insert` returns what it kept and what was
 already there, eviction (evict.py) returns the pages it let go. It never touches the page ledger,
 the pools or KV; the caller moves pages (RadixCache). Each namespace has its own root, kept only while it has
@@ -22,9 +22,10 @@ Where KV lives is kept in two evictable indexes (the order is the policy's key):
     index       nodes on the device, unlocked, with no child on the device     (device leaves)
     host_index  nodes with a host copy and no child with one                   (host leaves)
 
-Every residency change goes through gain_device / drop_device / set_host / lose_host / unlink,
-which keep the counters, the indexes and the event listener in step; the eviction walks that
-choose victims are in evict.py.
+Every residency change goes through gain_device / drop_device / set_host / lose_host / unlink
+(and set_component / drop_component for secondary layer groups, radix/node.py), which keep the
+counters, the indexes, pins and the event listener in step; the eviction walks that choose victims
+are in evict.py. Pins (radix/pins.py) hold their own state; the tree tells them of splits and drops.
 """
 
 from __future__ import annotations
@@ -34,25 +35,28 @@ from typing import Callable
 
 import numpy as np
 
-from radixkv.errors import LockError
+from radixkv.errors import InvalidSlotsError, LockError
 from radixkv.eviction import EvictableIndex, EvictionPolicy, host_first
-from radixkv.keys import common_bytes
+from radixkv.radix.core import TreeCore
 from radixkv.radix.node import TreeNode
-from radixkv.radix.types import DEVICE, HOST, USER, InsertResult, MatchInfo, ResidencyListener
-from radixkv.radix.pins import Pins, pinned_last
+from radixkv.radix.shadow import ShadowTree
+from radixkv.radix.types import DEVICE, HOST, USER, InsertResult, MatchInfo, PinKeeper, ResidencyListener
 
 _EMPTY = np.empty(0, dtype=np.int64)
 
 
-class RadixTree:
+class RadixTree(TreeCore):
+    node_type = TreeNode
+
     def __init__(self, page_size: int, policy: EvictionPolicy, host_tier: bool = False,
-                 listener: ResidencyListener | None = None) -> None:
-        self.page_size = page_size
-        self.page_bytes = 4 * page_size
+                 listener: ResidencyListener | None = None, secondary_groups: int = 0) -> None:
+        super().__init__(page_size)
         self.policy = policy
         self.index = EvictableIndex(policy.key)
-        self.pins: Pins | None = None  # pins with a deadline (radix/pins.py), from enable_pins() on
-        self.host_index = EvictableIndex(host_first(policy)) if host_tier else None
+        self.pins: PinKeeper | None = None  # pins with a deadline (radix/pins.py), from pins_on() on
+        self.host_index = EvictableIndex(host_first(policy, self.on_device)) if host_tier else None
+        # secondary layer groups (radix/node.py): per group, the nodes holding a component, policy order
+        self.group_index = tuple(EvictableIndex(policy.key) for _ in range(secondary_groups))
         self.roots: dict[bytes, TreeNode] = {}  # namespace key -> root, while it has children or locks
         self._idle_roots: weakref.WeakValueDictionary[bytes, TreeNode] = weakref.WeakValueDictionary()
         self.listener = listener
@@ -61,8 +65,6 @@ class RadixTree:
         self.host_size = 0
         self._learns = policy.learns
         self._epoch = policy.epoch  # the policy's order the indexes are keyed by
-        self._tick = 0
-        self._next_id = 0
 
     # ------------------------------------------------------------------ structure
 
@@ -86,52 +88,31 @@ class RadixTree:
             self._idle_roots[root.ns] = root
 
     def new_node(self, ns: bytes, parent: TreeNode | None, key: bytes, pages: np.ndarray | None) -> TreeNode:
-        node = TreeNode(self, self._next_id, ns, parent, key, pages, self._tick)
-        self._next_id += 1
+        node = self.make_node(ns, parent, key)
+        node.pages = pages
+        if self.group_index:
+            node.secondary = [None] * len(self.group_index)
         return node
 
     def split(self, node: TreeNode, k: int) -> TreeNode:
         """Cut `node`'s edge after k tokens (whole pages). The new upper node takes the first k;
         `node` keeps the lower half, so it still means the same prefix. Counters are unchanged."""
-        kb, kp = 4 * k, k // self.page_size
-        parent = node.parent
-        upper = self.new_node(node.ns, parent, node.key[:kb], None if node.pages is None else node.pages[:kp].copy())
-        upper.lock_ref, upper.last_access, upper.created = node.lock_ref, node.last_access, node.created
-        upper.hit_count, upper.priority = node.hit_count, node.priority
-        if self.pins is not None:
-            self.pins.split(upper, node)
+        kp = k // self.page_size
+        upper = self.split_edge(node, k)
+        upper.lock_ref = node.lock_ref
+        if node.pages is not None:
+            upper.pages, node.pages = node.pages[:kp].copy(), node.pages[kp:].copy()
         if node.host_pages is not None:
             upper.host_pages, node.host_pages = node.host_pages[:kp].copy(), node.host_pages[kp:].copy()
-        node.key = node.key[kb:]
-        node.size -= k
-        if node.pages is not None:
-            node.pages = node.pages[kp:].copy()
-        node.depth += k
-        node.parent = upper
+        if self.group_index:
+            self._split_components(upper, node, kp)
+        if self.pins is not None:
+            self.pins.split(upper, node)
         if node.block_hashes is not None:  # KV-event hashes (only with a listener): cut, not recomputed
             self.listener.split(upper, node)
-        upper.children[node.key[:self.page_bytes]] = node
-        parent.children[upper.key[:self.page_bytes]] = upper
         return upper
 
     # ------------------------------------------------------------------ lookup
-
-    def _walk(self, key: bytes, node: TreeNode) -> tuple[list[TreeNode], int]:
-        """Read-only: the nodes a match of `key` (whole pages) below `node` passes through, on any
-        tier, and the matched bytes (whole pages; the last node may be matched only in part)."""
-        pb, pos, end, path = self.page_bytes, 0, len(key), []
-        while pos < end:
-            child = node.children.get(key[pos:pos + pb])
-            if child is None:
-                break
-            path.append(child)
-            if key.startswith(child.key, pos):
-                pos += len(child.key)
-                node = child
-            else:
-                pos += common_bytes(child.key, key, pos, pb)
-                break
-        return path, pos
 
     def _device_prefix(self, path: list[TreeNode], length: int, start: TreeNode) -> tuple[int, int]:
         """How many nodes of a walked path, and how many of its `length` tokens, are on the device
@@ -145,7 +126,7 @@ class RadixTree:
     def match(self, key: bytes, start: TreeNode) -> MatchInfo:
         """Longest device-cached prefix of `key` below `start`. Splits the edge where the device
         match ends and refreshes the recency and hits of every node it matched whole."""
-        path, matched = self._walk(key, start)
+        path, matched = self.walk(key, start)
         if not path:
             if self._learns:
                 self._learn_lookup(start, key, 0)
@@ -166,17 +147,24 @@ class RadixTree:
         node = path[k - 1]
         return MatchInfo(node, dev, np.concatenate([n.pages for n in path[:k]]), length - dev)
 
+    def peek(self, key: bytes, start: TreeNode) -> tuple[int, int]:
+        """Read-only: (device-cached tokens, further host-only tokens) of `key` (whole pages) below
+        `start`: what `match` would report, with nothing split or refreshed."""
+        path, matched = self.walk(key, start)
+        k, dev = self._device_prefix(path, matched // 4, start)
+        return dev, matched // 4 - dev
+
     def host_pages_below(self, key: bytes, start: TreeNode) -> np.ndarray:
         """Read-only: host pages of the host-only continuation of `key` below `start` (whole pages),
         where `start` ends a device match of the tokens before `key`."""
-        path, matched = self._walk(key, start)
+        path, matched = self.walk(key, start)
         host = [n.host_pages for n in path if n.pages is None]
         return np.concatenate(host)[:matched // self.page_bytes] if host else _EMPTY
 
     def locate(self, key: bytes, start: TreeNode) -> TreeNode:
         """The node ending the longest device-cached prefix of `key` below `start` (whole pages),
         splitting the edge where it ends. Unlike `match`, refreshes no recency or hit count."""
-        path, matched = self._walk(key, start)
+        path, matched = self.walk(key, start)
         k, dev = self._device_prefix(path, matched // 4, start)
         if not k:
             return start
@@ -184,27 +172,20 @@ class RadixTree:
             return self.split(path[k - 1], start.end + dev - path[k - 1].depth)
         return path[k - 1]
 
-    def enable_pins(self) -> Pins:
-        """Start keeping pins (before the first one): from now on the device index orders pinned
+    def pins_on(self, pins: PinKeeper) -> None:
+        """Start keeping `pins` (before the first one): from now on the device index orders pinned
         leaves after every unpinned one. O(evictable leaves), once."""
         if self.pins is None:
-            self.pins = Pins(self.index)
-            self.index.rekey(pinned_last(self.policy.key))
-        return self.pins
+            self.pins = pins
+            self.index.rekey(pins.pinned_last(self.policy.key))
 
-    def pinned_length(self, key: bytes, start: TreeNode) -> int:
-        """Read-only: how many leading tokens of `key` below `start` are pinned (pins are ancestor-closed)."""
-        path, matched = self._walk(key, start)
-        n = 0
-        for node in path:
-            if not node.pin_until or node.pages is None:
-                break
-            n = min(node.end - start.end, matched // 4)
-        return n
+    def reorder(self, node: TreeNode) -> None:
+        """`node`'s pin changed: re-key it in the device index (a no-op for non-members)."""
+        self.index.refresh(node)
 
     def _touch(self, path: list[TreeNode], hit: bool) -> None:
-        self._tick += 1
-        tick, index, members = self._tick, self.index, self.index.members
+        self.tick += 1
+        tick, index, members = self.tick, self.index, self.index.members
         for node in path:
             node.last_access = tick
             node.hit_count += hit
@@ -213,6 +194,10 @@ class RadixTree:
         if self.host_index is not None:
             for node in path:
                 self.host_index.refresh(node)
+        if self.group_index:
+            for group in self.group_index:
+                for node in path:
+                    group.refresh(node)
 
     # ------------------------------------------------------------------ insert
 
@@ -224,7 +209,7 @@ class RadixTree:
         may raise to refuse (the tree is then unchanged). Host-only nodes on the way take their part
         of `pages`; the new suffix becomes a leaf. The caller's pages for [0, cached_len) are not
         used (they are the tree's own, or duplicates the caller frees); pages are copied."""
-        path, matched = self._walk(key, start)
+        path, matched = self.walk(key, start)
         length = matched // 4
         k, dev = self._device_prefix(path, length, start)
         if k == 1:  # the usual case (a single edge matched): a view, read only below
@@ -243,8 +228,10 @@ class RadixTree:
             gained.append(host_only)
         leaf = None
         if matched < len(key):
-            leaf = self.new_node(start.ns, node, key[matched:], pages[length // ps:].copy())
-            node.children[key[matched:matched + self.page_bytes]] = leaf
+            leaf = self.add_leaf(node, key[matched:])
+            leaf.pages = pages[length // ps:].copy()
+            if self.group_index:
+                leaf.secondary = [None] * len(self.group_index)
             if node.parent is None:
                 self._hold_root(node)
             path.append(leaf)
@@ -265,6 +252,20 @@ class RadixTree:
 
     # ------------------------------------------------------------------ learning policies
 
+    @staticmethod
+    def on_device(node: TreeNode) -> bool:
+        return node.pages is not None
+
+    def shadow(self, policy: EvictionPolicy) -> ShadowTree:
+        """An empty metadata-only replay of this tree's core under `policy` (radix/shadow.py)."""
+        return ShadowTree(policy, self.page_size)
+
+    def shadow_copy(self, policy: EvictionPolicy) -> ShadowTree:
+        """A shadow under `policy` that starts from what this tree holds on the device now."""
+        shadow = ShadowTree(policy, self.page_size)
+        shadow.load(self.nodes())
+        return shadow
+
     def _learn_lookup(self, start: TreeNode, key: bytes, length: int) -> None:
         self.policy.on_lookup(start, key, length)
         self._follow_policy()
@@ -273,9 +274,11 @@ class RadixTree:
         """A learning policy that changed its order wholesale (a new `epoch`): re-key the indexes."""
         if self.policy.epoch != self._epoch:
             self._epoch = self.policy.epoch
-            self.index.rekey(self.policy.key if self.pins is None else pinned_last(self.policy.key))
+            self.index.rekey(self.policy.key if self.pins is None else self.pins.pinned_last(self.policy.key))
             if self.host_index is not None:
-                self.host_index.rekey(host_first(self.policy))
+                self.host_index.rekey(host_first(self.policy, self.on_device))
+            for group in self.group_index:
+                group.rekey(self.policy.key)
 
     # ------------------------------------------------------------------ locks
 
@@ -386,13 +389,43 @@ class RadixTree:
             if self.listener is not None:
                 self.listener.stored(node, DEVICE)
 
-    def drop_device(self, node: TreeNode) -> None:
+    def drop_device(self, node: TreeNode) -> list[np.ndarray | None]:
+        """`node` (unlocked, no device child) loses its device KV, secondary components included;
+        returns those components' pages per secondary group (None: it had none)."""
         if self.listener is not None:
             self.listener.removed(node, DEVICE)
         self.evictable_size -= node.size
         if self.pins is not None:
             self.pins.dropped(node)
         node.pages = None
+        return [self.drop_component(node, g) for g in range(1, len(self.group_index) + 1)]
+
+    # ------------------------------------------------------------------ secondary layer groups
+
+    def set_component(self, node: TreeNode, group: int, pages: np.ndarray) -> None:
+        """Give device node `node` group `group`'s (>= 1) pages (int64, the caller's; kept as given)."""
+        if not 1 <= group <= len(self.group_index) or node.pages is None or node.secondary[group - 1] is not None:
+            raise InvalidSlotsError(f"set_component: {node} cannot take a component of group {group} "
+                                    f"(groups 1..{len(self.group_index)}, device nodes with a tombstone there)")
+        node.secondary[group - 1] = pages
+        self.group_index[group - 1].add(node)
+
+    def drop_component(self, node: TreeNode, group: int) -> np.ndarray | None:
+        """Tombstone `node`'s group `group` component; returns its pages (None if it had none)."""
+        pages = node.secondary[group - 1]
+        if pages is not None:
+            node.secondary[group - 1] = None
+            self.group_index[group - 1].discard(node)
+        return pages
+
+    def _split_components(self, upper: TreeNode, lower: TreeNode, kp: int) -> None:
+        """Per-page components are cut at page kp; a one-slot state snapshot stays with the lower
+        node (it is the state after the edge's last token), the upper gets a tombstone."""
+        upper.secondary = [None] * len(self.group_index)
+        for g, pages in enumerate(lower.secondary):
+            if pages is not None and len(pages) == lower.size // self.page_size + kp:
+                upper.secondary[g], lower.secondary[g] = pages[:kp].copy(), pages[kp:].copy()
+                self.group_index[g].add(upper)
 
     def set_host(self, node: TreeNode, host_pages: np.ndarray) -> None:
         """`node` now has a host copy in `host_pages` (int64, one per page; the KV is copied)."""
@@ -417,7 +450,7 @@ class RadixTree:
         if self.host_index is not None:
             self.host_index.discard(node)
         parent = node.parent
-        del parent.children[node.key[:self.page_bytes]]
+        self.detach(node)
         node.evicted = True
         self._reindex(parent)
         if parent.parent is None:
