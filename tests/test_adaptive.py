@@ -103,12 +103,13 @@ def test_lrfu_learns_sessions_from_shared_prefixes() -> None:
 
 
 def test_slru_protects_twice_hit_nodes() -> None:
-    """SLRU evicts a once-hit prefix before an older twice-hit one; LRU does the opposite."""
+    """SLRU evicts a once-used prefix before an older one used three times (an insert, then two
+    requests' match + insert, each counted once); LRU does the opposite."""
     a, b, c = (torch.arange(i * 100, i * 100 + 8, dtype=torch.int32) for i in range(1, 4))
     survivors = {}
     for policy in ("slru", "lru"):
         cache = RadixCache(sim_config(16, 1, policy, 16))
-        for toks in (a, a, a, b, b):  # a: hit twice (older); b: hit once (newer)
+        for toks in (a, a, a, b):  # a: used three times (older); b: once (newer)
             m = cache.match_prefix(toks)
             cache.insert(toks, torch.cat([m.slots, cache.alloc(len(toks) - m.length)]))
         m = cache.match_prefix(c)
@@ -116,3 +117,59 @@ def test_slru_protects_twice_hit_nodes() -> None:
         survivors[policy] = [cache.match_prefix(t).length == 8 for t in (a, b)]
         cache.check_invariants()
     assert survivors == {"slru": [True, False], "lru": [False, True]}
+
+
+def _survivor(policy: str, older: int, newer: int) -> list[bool]:
+    """Insert prefix A `older` times, then B `newer` times (direct inserts: alloc + insert, no
+    match), then a third that needs one of them evicted; which of A, B is still cached."""
+    a, b, c = (torch.arange(i * 100, i * 100 + 8, dtype=torch.int32) for i in range(1, 4))
+    cache = RadixCache(sim_config(16, 1, policy, 16))
+    for toks, times in ((a, older), (b, newer)):
+        for _ in range(times):
+            cache.insert(toks, cache.alloc(8))  # a duplicate's slots are freed, the tree keeps its own
+    cache.insert(c, cache.alloc(8))  # needs 8 slots: one of a, b goes
+    cache.check_invariants()
+    return [cache.match_prefix(t).length == 8 for t in (a, b)]
+
+
+@pytest.mark.parametrize("policy", ["lfu", "slru"])
+def test_a_direct_insert_is_a_use(policy: str) -> None:
+    """SGLang's SLRU accuracy case: a prefix inserted three times outlives a newer one inserted
+    once under LFU and SLRU (before, inserts counted nothing and the older one went first, as LRU)."""
+    assert _survivor(policy, 3, 1) == [True, False]
+    assert _survivor("lru", 3, 1) == [False, True]  # the reference: recency alone
+
+
+def test_a_match_then_its_own_insert_counts_once() -> None:
+    """hit_count after each step against a count by hand: insert 1; match + insert 1 more; a bare
+    match 1 more; a commit of an opened Sequence adds nothing beyond its open's match."""
+    cache = RadixCache(sim_config(64, 1, "lfu", 64))
+    toks = torch.arange(1, 9, dtype=torch.int32)
+    cache.insert(toks, cache.alloc(8))
+    node = cache.match_prefix(toks).node
+    uses = [node.hit_count - 1]  # the match just counted one
+    m = cache.match_prefix(toks)
+    cache.insert(toks, m.slots)
+    uses.append(node.hit_count - 1)
+    seq = cache.open(toks.tolist())
+    uses.append(node.hit_count - 1)
+    cache.reserve(seq, 1)
+    cache.commit(seq, [9])
+    cache.close(seq)
+    uses.append(node.hit_count - 1)
+    assert uses == [1, 2, 3, 3]
+
+
+@pytest.mark.parametrize("policy,order", [("mru", "newest access first"), ("filo", "newest creation first")])
+def test_mru_and_filo_evict_in_sglang_order(policy: str, order: str) -> None:
+    """Three prefixes created a, b, c and then touched c, a, b (so recency order is c < a < b);
+    one eviction of 8 tokens: MRU takes the most recently touched (b), FILO the newest created (c)."""
+    a, b, c = (torch.arange(i * 100, i * 100 + 8, dtype=torch.int32) for i in range(1, 4))
+    cache = RadixCache(sim_config(24, 1, policy, 24))
+    for toks in (a, b, c):
+        cache.insert(toks, cache.alloc(8))
+    for toks in (c, a, b):
+        cache.match_prefix(toks)
+    assert cache.evict(8) == 8
+    want = {"mru": [True, False, True], "filo": [True, True, False]}[policy]
+    assert [cache.match_prefix(t).length == 8 for t in (a, b, c)] == want, order

@@ -18,9 +18,10 @@ its reference until the real cache has turned over once (WARMUP), so the compari
 steady expert against one in transient.
 
 Before the first eviction both experts hold exactly what the real cache holds, so no shadow runs;
-the keys of that traffic are kept (up to HISTORY bytes) and, at the first eviction, replayed through
-both experts in caches of PRIOR_SIZE x the real size, where they already differ: the first expert
-followed is the one that matched more there (LRU when they tie).
+the keys of that traffic are kept and, at the first eviction, replayed through both experts in
+caches of PRIOR_SIZE x the real size, where they already differ: the first expert followed is the
+one that matched more there (LRU when they tie). That history is charged its real bytes from the
+first lookup (entry overhead, key and namespace); past HISTORY bytes it is dropped and START is followed.
 
 It cannot stay behind the better expert for long: a clear lead is acted on, and a switch that was a
 mistake is undone the same way. What it pays is the lag before it has evidence: the consequences of
@@ -49,7 +50,10 @@ class Adaptive(EvictionPolicy):
     stable_keys = True
     PRIOR = True  # choose the first expert by replaying the traffic before the first eviction in small caches
     PRIOR_SIZE = 0.25  # ... of this share of the real cache's size
-    HISTORY = 1 << 24  # bytes of keys kept for that replay (16 MiB, freed at the first eviction); past it, START
+    HISTORY = 1 << 24  # bytes that replay's history may take (16 MiB, freed at the first eviction); past it, START
+    ENTRY_BYTES = 160  # per history entry besides its key's and namespace's bytes: a 3-tuple (64), its list
+    # slot (8, 9 amortized) and two bytes objects' headers (33 each), rounded up for the allocator's
+    # granularity (tests/test_adaptive.py measures it with tracemalloc)
     START = 0  # the expert followed until the evidence says otherwise: LRU (SGLang's default)
     WINDOW = 8.0  # decay horizon: tokens newly cached, as a multiple of the cache's size
     WARMUP = 1.0  # after a switch, turnovers before the real cache stands for its expert
@@ -71,8 +75,10 @@ class Adaptive(EvictionPolicy):
         self._asked = 0.0  # tokens asked
         self._capacity = 1  # the most tokens the real cache has held
         self._settle = 0  # tokens the real cache must still cache after a switch before it counts
-        self._history: list[tuple[bytes, bytes, bool]] | None = [] if self.PRIOR else None
-        self._history_bytes = 0  # (ns, key, is insert) of the traffic before the first eviction, and its size
+        # (ns, key, None for a lookup or an insert's `use`) of the traffic before the first eviction,
+        # and the bytes it takes, counted from the first entry:
+        self._history: list[tuple[bytes, bytes, bool | None]] | None = [] if self.PRIOR else None
+        self._history_bytes = 0
 
     @property
     def leader(self) -> str:
@@ -86,12 +92,12 @@ class Adaptive(EvictionPolicy):
             self._history = None
             self._copy_real(1 - self.mode)
 
-    def _record(self, ns: bytes, key: bytes, insert: bool) -> None:
-        if self._history is not None:
-            self._history.append((ns, key, insert))
-            self._history_bytes += len(key)
-            if self._history_bytes > self.HISTORY:
-                self._history = None
+    def _record(self, ns: bytes, key: bytes, use: bool | None) -> None:
+        self._history_bytes += self.ENTRY_BYTES + len(key) + len(ns)
+        if self._history_bytes > self.HISTORY:
+            self._history = None
+        else:
+            self._history.append((ns, key, use))
 
     def _choose_start(self, capacity: int) -> None:
         """Replay the traffic seen before the first eviction through both experts in caches of
@@ -99,10 +105,10 @@ class Adaptive(EvictionPolicy):
         assert self._tree is not None and self._history is not None
         minis = [self._tree.shadow(e) for e in self.experts]
         hits, asked, small = [0, 0], 0, int(self.PRIOR_SIZE * capacity)
-        for ns, key, insert in self._history:
-            if insert:
+        for ns, key, use in self._history:
+            if use is not None:
                 for mini in minis:
-                    mini.insert(ns, key, small)
+                    mini.insert(ns, key, small, use)
                 continue
             asked += len(key) // 4
             for e, mini in enumerate(minis):
@@ -113,7 +119,7 @@ class Adaptive(EvictionPolicy):
     def on_lookup(self, start: NodeView, key: bytes, length: int) -> None:
         if not self._shadows:
             if self._history is not None:
-                self._record(start.ns, _absolute(start, key), False)
+                self._record(start.ns, _absolute(start, key), None)
             return
         full, hits = _absolute(start, key), [length, length]
         for e, shadow in self._shadows.items():
@@ -127,16 +133,16 @@ class Adaptive(EvictionPolicy):
                 and lead * lead > self.Z * self.Z * self._var):
             self._switch()
 
-    def on_cache(self, start: NodeView, key: bytes, cached: int) -> None:
+    def on_cache(self, start: NodeView, key: bytes, cached: int, use: bool) -> None:
         if cached > self._capacity:
             self._capacity = cached
         if not self._shadows:
             if self._history is not None:
-                self._record(start.ns, _absolute(start, key), True)
+                self._record(start.ns, _absolute(start, key), use)
             return
         full, added = _absolute(start, key), 0
         for shadow in self._shadows.values():
-            added = max(added, shadow.insert(start.ns, full, cached))
+            added = max(added, shadow.insert(start.ns, full, cached, use))
         decay = max(0.0, 1.0 - added / (self.WINDOW * self._capacity))
         self._lead *= decay
         self._var *= decay * decay

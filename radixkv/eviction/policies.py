@@ -3,7 +3,7 @@
 A policy has a pure `key(node) -> tuple` (computed when a leaf enters the evictable index or is
 touched while in it; keys end with `node.id`, so they are unique and deterministic) and hooks the
 tree calls, `on_insert(leaf)`, `on_hit(node)`, `on_evict(victim)`, `on_lookup(start, key, length)`
-and `on_cache(start, key, cached)`, where a learning policy learns; `key()` never learns. Fixed
+and `on_cache(start, key, cached, use)`, where a learning policy learns; `key()` never learns. Fixed
 policies have no state (`learns = False`, and the tree skips their hooks). Recency is an integer
 logical clock (`node.last_access`), never wall time.
 
@@ -25,6 +25,7 @@ class EvictionPolicy:
     learns = False  # True: the tree calls the hooks below; keys may depend on what was learned
     stable_keys = True  # every stored key equals key(node) (False: keys drift with learned state)
     epoch = 0  # bumped by a learning policy whose order changed wholesale: the tree re-keys
+    insert_is_use = True  # a direct insert counts a use (hit_count) on its path, as SGLang does
 
     def key(self, node: NodeView) -> tuple:
         raise NotImplementedError
@@ -41,8 +42,9 @@ class EvictionPolicy:
     def on_lookup(self, start: NodeView, key: bytes, length: int) -> None:
         """A match of `key` (whole pages, int32 bytes) below `start` found `length` tokens cached."""
 
-    def on_cache(self, start: NodeView, key: bytes, cached: int) -> None:
-        """`key` (whole pages) below `start` is cached now; the device holds `cached` tokens in all."""
+    def on_cache(self, start: NodeView, key: bytes, cached: int, use: bool) -> None:
+        """`key` (whole pages) below `start` is cached now; the device holds `cached` tokens in all;
+        `use`: the insert counted as a use (a direct insert, RadixTree.insert)."""
 
 
 class LRU(EvictionPolicy):
@@ -53,7 +55,8 @@ class LRU(EvictionPolicy):
 
 
 class LFU(EvictionPolicy):
-    """Fewest hits first; ties go to the least recently used (SGLang's LFUStrategy)."""
+    """Fewest uses first; ties go to the least recently used (SGLang's LFUStrategy). A use is a
+    match through the node or a direct insert along it (RadixTree.insert), as in SGLang."""
 
     name = "lfu"
 
@@ -61,11 +64,29 @@ class LFU(EvictionPolicy):
         return (node.hit_count, node.last_access, node.id)
 
 
+class MRU(EvictionPolicy):
+    """Most recently used first (SGLang's MRUStrategy): for scans that never come back."""
+
+    name = "mru"
+
+    def key(self, node: NodeView) -> tuple:
+        return (-node.last_access, node.id)
+
+
 class FIFO(EvictionPolicy):
     name = "fifo"
 
     def key(self, node: NodeView) -> tuple:
         return (node.created, node.id)
+
+
+class FILO(EvictionPolicy):
+    """Newest first (SGLang's FILOStrategy): what was cached first stays longest."""
+
+    name = "filo"
+
+    def key(self, node: NodeView) -> tuple:
+        return (-node.created, node.id)
 
 
 class Priority(EvictionPolicy):

@@ -41,7 +41,7 @@ class ShadowView(Protocol):
 
     def match(self, ns: bytes, key: bytes) -> int: ...  # tokens held of key (from the ns root); refreshes
 
-    def insert(self, ns: bytes, key: bytes, capacity: int) -> int: ...  # evict down to capacity, add; tokens added
+    def insert(self, ns: bytes, key: bytes, capacity: int, use: bool) -> int: ...  # evict down to capacity, add
 
 
 class TreeView(Protocol):

@@ -18,6 +18,7 @@ from typing import Callable, NamedTuple
 
 import numpy as np
 
+from radixkv.radix.components import drop_component
 from radixkv.radix.node import TreeNode
 from radixkv.radix.tree import RadixTree
 
@@ -70,7 +71,7 @@ def evict_secondary(tree: RadixTree, group: int, num_pages: int) -> np.ndarray:
         if node.lock_ref:  # a lock protects every component of its path: skip, keep its place
             locked.append(node)
             continue
-        pages = tree.drop_component(node, group)
+        pages = drop_component(tree.group_index, node, group)
         chunks.append(pages)
         freed += len(pages)
     for node in locked:

@@ -26,8 +26,9 @@ the tree says, per node, which pages of each group hold the node's tokens:
 Invariants (check_tree): len(secondary) == the tree's secondary group count; a secondary component
 exists only on a node with device KV; its pages are int64 and no page of a group is held by two
 nodes; locks protect every component of a locked path.
-Calls (radix/tree.py, radix/evict.py): `tree.set_component(node, g, pages)` gives a device node
-group g's pages; `tree.drop_component(node, g)` tombstones it and returns the pages;
+Calls (radix/components.py, radix/evict.py), `groups` being `tree.group_index`:
+`set_component(groups, node, g, pages)` gives a device node group g's pages;
+`drop_component(groups, node, g)` tombstones it and returns the pages;
 `evict_secondary(tree, g, n)` drops group g's components of unlocked nodes, policy order, before
 any full KV goes; device eviction returns the secondary pages of the nodes it drops (per group) so
 the caller gives each group's pages back to that group's ledger. Today every model has one group

@@ -88,6 +88,7 @@ class ShadowTree(TreeCore):
         self._held: ShadowNode | None = None  # the path end an insert protects while it evicts
         self._version = 0  # bumped by every insert: a remembered walk is valid only within one version
         self._matched: tuple | None = None  # (ns, key, path, matched bytes, version) of the last match
+        self._matched_tick = -1  # the tick of the last match when nothing has ticked since, else -1
 
     def _root(self, ns: bytes) -> ShadowNode:
         root = self.roots[ns] = self.make_node(ns, None, b"")
@@ -110,6 +111,7 @@ class ShadowTree(TreeCore):
     def match(self, ns: bytes, key: bytes) -> int:
         """Tokens of `key` (whole pages) the shadow holds below namespace `ns`; refreshes them."""
         root = self.roots.get(ns)
+        self._matched_tick = -1
         if root is None:
             self.tick += 1
             return 0
@@ -119,6 +121,7 @@ class ShadowTree(TreeCore):
             return 0
         self._cut(path, pos)
         self._touch(path, hit=True)
+        self._matched_tick = self.tick
         self._matched = (ns, key, path, pos, self._version)
         return pos // 4
 
@@ -134,9 +137,10 @@ class ShadowTree(TreeCore):
         more, end = self.walk(key[pos:], path[-1])
         return path + more, pos + end
 
-    def insert(self, ns: bytes, key: bytes, capacity: int) -> int:
+    def insert(self, ns: bytes, key: bytes, capacity: int, use: bool = True) -> int:
         """Cache `key` (whole pages) below `ns`, first evicting down to `capacity` tokens in all
-        (never the path of `key` itself). Returns the tokens added."""
+        (never the path of `key` itself); `use` counts it as RadixTree.insert(use=True) does.
+        Returns the tokens added."""
         root = self.roots.get(ns)
         if root is None:
             root = self._root(ns)
@@ -156,17 +160,23 @@ class ShadowTree(TreeCore):
                 self.index.add(node)
             if ns not in self.roots:  # eviction drops emptied roots, this one included
                 self.roots[ns] = root
+        leaf = None
         if pos < len(key):
             leaf = self.add_leaf(node, key[pos:])
             self.used += leaf.size
             path.append(leaf)
-            self._touch(path, hit=False)
             self.index.discard(node)
-            self.index.add(leaf)
-            return leaf.size
+        if use:
+            seen = self.tick if self._matched_tick == self.tick else -1  # nodes the last match counted
+            for n in path:
+                if n.last_access != seen or n is leaf:
+                    n.hit_count += 1
         if path:
             self._touch(path, hit=False)
-        return 0
+        if leaf is None:
+            return 0
+        self.index.add(leaf)
+        return leaf.size
 
     def evict(self, num_tokens: int) -> int:
         """Drop at least `num_tokens` tokens if held, smallest key first, trimming a leaf's tail

@@ -35,8 +35,9 @@ from typing import Callable
 
 import numpy as np
 
-from radixkv.errors import InvalidSlotsError, LockError
+from radixkv.errors import LockError
 from radixkv.eviction import EvictableIndex, EvictionPolicy, host_first
+from radixkv.radix.components import drop_component, split_components
 from radixkv.radix.core import TreeCore
 from radixkv.radix.node import TreeNode
 from radixkv.radix.shadow import ShadowTree
@@ -64,7 +65,9 @@ class RadixTree(TreeCore):
         self.protected_size = 0
         self.host_size = 0
         self._learns = policy.learns
+        self._insert_is_use = policy.insert_is_use
         self._epoch = policy.epoch  # the policy's order the indexes are keyed by
+        self._matched_tick = -1  # the tick of the last match when nothing has ticked since, else -1
 
     # ------------------------------------------------------------------ structure
 
@@ -77,7 +80,7 @@ class RadixTree(TreeCore):
                 root = self._idle_roots[ns] = self.new_node(ns, None, b"", _EMPTY)
         return root
 
-    def _hold_root(self, root: TreeNode) -> None:
+    def hold_root(self, root: TreeNode) -> None:
         if root.ns not in self.roots:
             self.roots[root.ns] = root
             self._idle_roots.pop(root.ns, None)
@@ -105,7 +108,7 @@ class RadixTree(TreeCore):
         if node.host_pages is not None:
             upper.host_pages, node.host_pages = node.host_pages[:kp].copy(), node.host_pages[kp:].copy()
         if self.group_index:
-            self._split_components(upper, node, kp)
+            split_components(self.group_index, upper, node, kp, self.page_size)
         if self.pins is not None:
             self.pins.split(upper, node)
         if node.block_hashes is not None:  # KV-event hashes (only with a listener): cut, not recomputed
@@ -128,6 +131,7 @@ class RadixTree(TreeCore):
         match ends and refreshes the recency and hits of every node it matched whole."""
         path, matched = self.walk(key, start)
         if not path:
+            self._matched_tick = -1
             if self._learns:
                 self._learn_lookup(start, key, 0)
             return MatchInfo(start, 0, _EMPTY, 0)
@@ -138,6 +142,7 @@ class RadixTree(TreeCore):
         if k < len(path):
             path = path[:k] + [n for n in path[k:] if n.end <= start.end + length]
         self._touch(path, hit=True)
+        self._matched_tick = self.tick
         if self._learns:
             if k:
                 self.policy.on_hit(path[k - 1])
@@ -202,8 +207,13 @@ class RadixTree(TreeCore):
     # ------------------------------------------------------------------ insert
 
     def insert(self, key: bytes, pages: np.ndarray, start: TreeNode, priority: int = 0,
-               accept: Callable[[int, np.ndarray], None] | None = None) -> InsertResult:
+               accept: Callable[[int, np.ndarray], None] | None = None, use: bool = False) -> InsertResult:
         """Cache `key` (whole pages) below `start` with device `pages` (int64, one per page of key).
+
+        `use`: the insert is a use of every node on its path (SGLang counts a hit on each node an
+        insert passes, the new leaf included): a direct `RadixCache.insert`. Nodes the match just
+        before it counted (nothing ticked in between: a request's match, then its own insert) are
+        not counted twice. A Sequence's commit is not a use: its open() matched already.
 
         `accept(cached_len, tree_pages)` sees what is already cached before anything changes and
         may raise to refuse (the tree is then unchanged). Host-only nodes on the way take their part
@@ -233,22 +243,30 @@ class RadixTree(TreeCore):
             if self.group_index:
                 leaf.secondary = [None] * len(self.group_index)
             if node.parent is None:
-                self._hold_root(node)
+                self.hold_root(node)
             path.append(leaf)
             gained.append(leaf)
             node = leaf
         if priority > 0:
             for n in path:
                 n.priority = max(n.priority, priority)
+        if use and self._insert_is_use:
+            self._use(path, leaf)
         if path:
             self._touch(path, hit=False)
         self.gain_device(gained)
         if self._learns:
             if leaf is not None:
                 self.policy.on_insert(leaf)
-            self.policy.on_cache(start, key, self.evictable_size + self.protected_size)
+            self.policy.on_cache(start, key, self.evictable_size + self.protected_size, use)
             self._follow_policy()
         return InsertResult(node, dev, tree_pages, gained)
+
+    def _use(self, path: list[TreeNode], leaf: TreeNode | None) -> None:
+        seen = self.tick if self._matched_tick == self.tick else -1  # nodes the last match counted
+        for node in path:
+            if node.last_access != seen or node is leaf:
+                node.hit_count += 1
 
     # ------------------------------------------------------------------ learning policies
 
@@ -280,76 +298,6 @@ class RadixTree(TreeCore):
             for group in self.group_index:
                 group.rekey(self.policy.key)
 
-    # ------------------------------------------------------------------ locks
-
-    def lock(self, node: TreeNode, holder: int) -> None:
-        """Protect `node` and its ancestors; `holder` is USER or SEQUENCE. LockError (nothing
-        changed) for a node of another cache or one no longer on the device."""
-        self.check_node(node)
-        if node.evicted or node.pages is None:
-            raise LockError(f"cannot lock {node}: it is no longer on the device; match_prefix again")
-        if holder == USER:
-            node.user_locks += 1
-        else:
-            node.seq_locks += 1
-        if not node.lock_ref:
-            self.index.discard(node)  # only the bottom node can be a leaf: ancestors have it as a child
-        moved, x = 0, node
-        while x is not None:
-            if not x.lock_ref:
-                moved += x.size
-            x.lock_ref += 1
-            root, x = x, x.parent
-        self.evictable_size -= moved
-        self.protected_size += moved
-        self._hold_root(root)
-
-    def unlock(self, node: TreeNode, holder: int) -> None:
-        """Undo one lock of `node` by `holder`. LockError (nothing changed) when that holder has none."""
-        self.check_node(node)
-        if (node.user_locks if holder == USER else node.seq_locks) == 0:
-            who = "lock(node)" if holder == USER else "an open Sequence"
-            raise LockError(f"unlock of {node} without a matching {who}: a node is released only by "
-                            "whoever locked it (a Sequence's lock only by close())")
-        if holder == USER:
-            node.user_locks -= 1
-        else:
-            node.seq_locks -= 1
-        moved, x = 0, node
-        while x is not None:
-            x.lock_ref -= 1
-            if not x.lock_ref:
-                moved += x.size
-            root, x = x, x.parent
-        self.protected_size -= moved
-        self.evictable_size += moved
-        if not node.lock_ref:
-            self._reindex(node)
-        self.release_root_if_idle(root)
-
-    def move_lock(self, old: TreeNode, new: TreeNode, holder: int) -> None:
-        """Move one lock of `holder` from `old` down to its descendant `new` (a Sequence whose
-        committed prefix grew). Ancestors of `old` keep their counts, so this costs the nodes
-        between the two, not the depth: a decode step at page_size 1 stays O(1)."""
-        if new is old:
-            return
-        if holder == USER:
-            old.user_locks -= 1
-            new.user_locks += 1
-        else:
-            old.seq_locks -= 1
-            new.seq_locks += 1
-        if not new.lock_ref:
-            self.index.discard(new)
-        moved, x = 0, new
-        while x is not old:
-            if not x.lock_ref:
-                moved += x.size
-            x.lock_ref += 1
-            x = x.parent
-        self.evictable_size -= moved
-        self.protected_size += moved
-
     def check_node(self, node: object) -> None:
         if not isinstance(node, TreeNode):
             raise LockError(f"expected a TreeNode from match_prefix, got {type(node).__name__}")
@@ -358,7 +306,7 @@ class RadixTree(TreeCore):
 
     # ------------------------------------------------------------------ residency
 
-    def _reindex(self, node: TreeNode) -> None:
+    def reindex(self, node: TreeNode) -> None:
         """Recompute `node`'s membership of both evictable indexes."""
         if node.parent is None:
             return
@@ -372,8 +320,8 @@ class RadixTree(TreeCore):
     def device_changed(self, node: TreeNode) -> None:
         """`node` gained or lost its device copy: its and its parent's index membership may
         change, and so does its host-index key (host-only nodes go first)."""
-        self._reindex(node)
-        self._reindex(node.parent)
+        self.reindex(node)
+        self.reindex(node.parent)
         if self.host_index is not None:
             self.host_index.refresh(node)
 
@@ -398,41 +346,14 @@ class RadixTree(TreeCore):
         if self.pins is not None:
             self.pins.dropped(node)
         node.pages = None
-        return [self.drop_component(node, g) for g in range(1, len(self.group_index) + 1)]
-
-    # ------------------------------------------------------------------ secondary layer groups
-
-    def set_component(self, node: TreeNode, group: int, pages: np.ndarray) -> None:
-        """Give device node `node` group `group`'s (>= 1) pages (int64, the caller's; kept as given)."""
-        if not 1 <= group <= len(self.group_index) or node.pages is None or node.secondary[group - 1] is not None:
-            raise InvalidSlotsError(f"set_component: {node} cannot take a component of group {group} "
-                                    f"(groups 1..{len(self.group_index)}, device nodes with a tombstone there)")
-        node.secondary[group - 1] = pages
-        self.group_index[group - 1].add(node)
-
-    def drop_component(self, node: TreeNode, group: int) -> np.ndarray | None:
-        """Tombstone `node`'s group `group` component; returns its pages (None if it had none)."""
-        pages = node.secondary[group - 1]
-        if pages is not None:
-            node.secondary[group - 1] = None
-            self.group_index[group - 1].discard(node)
-        return pages
-
-    def _split_components(self, upper: TreeNode, lower: TreeNode, kp: int) -> None:
-        """Per-page components are cut at page kp; a one-slot state snapshot stays with the lower
-        node (it is the state after the edge's last token), the upper gets a tombstone."""
-        upper.secondary = [None] * len(self.group_index)
-        for g, pages in enumerate(lower.secondary):
-            if pages is not None and len(pages) == lower.size // self.page_size + kp:
-                upper.secondary[g], lower.secondary[g] = pages[:kp].copy(), pages[kp:].copy()
-                self.group_index[g].add(upper)
+        return [drop_component(self.group_index, node, g) for g in range(1, len(self.group_index) + 1)]
 
     def set_host(self, node: TreeNode, host_pages: np.ndarray) -> None:
         """`node` now has a host copy in `host_pages` (int64, one per page; the KV is copied)."""
         node.host_pages = host_pages
         self.host_size += node.size
-        self._reindex(node)
-        self._reindex(node.parent)
+        self.reindex(node)
+        self.reindex(node.parent)
         if self.listener is not None:
             self.listener.stored(node, HOST)
 
@@ -441,8 +362,8 @@ class RadixTree(TreeCore):
             self.listener.removed(node, HOST)
         self.host_size -= node.size
         node.host_pages = None
-        self._reindex(node)
-        self._reindex(node.parent)
+        self.reindex(node)
+        self.reindex(node.parent)
 
     def unlink(self, node: TreeNode) -> None:
         """Remove a node that no tier holds any more (it has no children)."""
@@ -452,7 +373,7 @@ class RadixTree(TreeCore):
         parent = node.parent
         self.detach(node)
         node.evicted = True
-        self._reindex(parent)
+        self.reindex(parent)
         if parent.parent is None:
             self.release_root_if_idle(parent)
 
