@@ -21,7 +21,7 @@ Before the first eviction both experts hold exactly what the real cache holds, s
 the keys of that traffic are kept and, at the first eviction, replayed through both experts in
 caches of PRIOR_SIZE x the real size, where they already differ: the first expert followed is the
 one that matched more there (LRU when they tie). That history is charged its real bytes from the
-first lookup (entry overhead, key and namespace); past HISTORY bytes it is dropped and START is followed.
+first lookup (entry and key objects); past HISTORY bytes it is dropped and START is followed.
 
 It cannot stay behind the better expert for long: a clear lead is acted on, and a switch that was a
 mistake is undone the same way. What it pays is the lag before it has evidence: the consequences of
@@ -51,9 +51,9 @@ class Adaptive(EvictionPolicy):
     PRIOR = True  # choose the first expert by replaying the traffic before the first eviction in small caches
     PRIOR_SIZE = 0.25  # ... of this share of the real cache's size
     HISTORY = 1 << 24  # bytes that replay's history may take (16 MiB, freed at the first eviction); past it, START
-    ENTRY_BYTES = 160  # per history entry besides its key's and namespace's bytes: a 3-tuple (64), its list
-    # slot (8, 9 amortized) and two bytes objects' headers (33 each), rounded up for the allocator's
-    # granularity (tests/test_adaptive.py measures it with tracemalloc)
+    ENTRY_BYTES = 112  # per history entry besides len(key): its 3-tuple (64), list slot (8, 9 amortized) and
+    # the key's bytes header (33), rounded up; the namespace is the root's own object, shared
+    # (tests/test_adaptive.py measures it with tracemalloc: ~99-106 + len(key))
     START = 0  # the expert followed until the evidence says otherwise: LRU (SGLang's default)
     WINDOW = 8.0  # decay horizon: tokens newly cached, as a multiple of the cache's size
     WARMUP = 1.0  # after a switch, turnovers before the real cache stands for its expert
@@ -93,7 +93,7 @@ class Adaptive(EvictionPolicy):
             self._copy_real(1 - self.mode)
 
     def _record(self, ns: bytes, key: bytes, use: bool | None) -> None:
-        self._history_bytes += self.ENTRY_BYTES + len(key) + len(ns)
+        self._history_bytes += self.ENTRY_BYTES + len(key)
         if self._history_bytes > self.HISTORY:
             self._history = None
         else:

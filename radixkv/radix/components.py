@@ -20,7 +20,8 @@ if TYPE_CHECKING:
 
 def set_component(groups: tuple[EvictableIndex, ...], node: TreeNode, group: int, pages: np.ndarray) -> None:
     """Give device node `node` group `group`'s (>= 1) pages (int64, the caller's; kept as given)."""
-    if not 1 <= group <= len(groups) or node.pages is None or node.secondary[group - 1] is not None:
+    if (not 1 <= group <= len(groups) or node.parent is None or node.pages is None
+            or node.secondary[group - 1] is not None):
         raise InvalidSlotsError(f"set_component: {node} cannot take a component of group {group} "
                                 f"(groups 1..{len(groups)}, device nodes with a tombstone there)")
     if not isinstance(pages, np.ndarray) or pages.dtype != np.int64 or pages.ndim != 1 or not len(pages):
