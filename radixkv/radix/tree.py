@@ -1,31 +1,23 @@
-"""RadixTree: which token prefixes are cached, where their KV lives, and who protects them.
+"""RadixTree: the index. The tree core (radix/core.py) plus where each prefix's KV lives.
 
-The tree core (radix/core.py) plus pages: a pure index. It owns the nodes, their lock counts, the size counters and the evictable indexes,
-and nothing else: `match` returns what is cached, `insert` returns what it kept and what was
-already there, eviction (evict.py) returns the pages it let go. It never touches the page ledger,
-the pools or KV; the caller moves pages (RadixCache). Each namespace has its own root, kept only while it has
-children or locks (a read-only match of a new namespace leaves nothing behind).
-
-Keys are page-granular bytes: every edge holds a whole number of pages, a child is found by its
-first page's bytes, and a match always ends on a page boundary. The work per match or insert is
+A pure index: it owns the nodes, the size counters and the evictable indexes, and nothing else.
+`match` returns what is cached, `insert` returns what it kept and what was already there, eviction
+(evict.py) returns the pages it let go; it never touches the page ledger, the pools or KV (the
+caller, RadixCache, moves pages). Each namespace has its own root, kept only while it has children
+or locks (a read-only match of a new namespace leaves nothing behind). Work per match or insert is
 proportional to the pages compared (one memcmp per edge), never to the size of the tree.
 
-    root ── [a b c d] ── [e f] ...          lock(node) adds 1 to lock_ref of node and every
-                     └── [x y z w]           ancestor; a node with lock_ref > 0 is protected.
-
 Counters (SGLang's meaning, over device-resident tokens): `evictable_size` is every cached token no
-lock protects, `protected_size` every cached token on a locked path; `host_size` counts tokens with
-a host-tier copy. Locks know their holder: `user_locks` (lock/unlock) and `seq_locks` (Sequences).
+lock protects (locks.py), `protected_size` every cached token on a locked path; `host_size` counts
+tokens with a host-tier copy. Where KV lives is kept in evictable indexes, ordered by the policy's key:
 
-Where KV lives is kept in two evictable indexes (the order is the policy's key):
+    index        nodes on the device, unlocked, with no child on the device     (device leaves)
+    host_index   nodes with a host copy and no child with one                   (host leaves)
+    group_index  per secondary layer group, the nodes holding a component       (components.py)
 
-    index       nodes on the device, unlocked, with no child on the device     (device leaves)
-    host_index  nodes with a host copy and no child with one                   (host leaves)
-
-Every residency change goes through gain_device / drop_device / set_host / lose_host / unlink
-(and set_component / drop_component for secondary layer groups, radix/node.py), which keep the
-counters, the indexes, pins and the event listener in step; the eviction walks that choose victims
-are in evict.py. Pins (radix/pins.py) hold their own state; the tree tells them of splits and drops.
+Every residency change goes through gain_device / drop_device / set_host / lose_host / unlink, which
+keep the counters, the indexes, pins (pins.py: their own state; told of splits and drops) and the
+event listener in step.
 """
 
 from __future__ import annotations
