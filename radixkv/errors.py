@@ -56,3 +56,7 @@ class ThreadOwnershipError(RadixKVError, RuntimeError):
 
 class PinBudgetError(RadixKVError):
     """A pin would take more than CacheConfig.pin_budget_tokens pinned tokens (or pinning is off)."""
+
+
+class UnsupportedModelError(RadixKVError, ValueError):
+    """A model has a layer kind the Engine cannot serve exactly (named in the message)."""

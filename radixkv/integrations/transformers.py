@@ -60,6 +60,7 @@ from radixkv.errors import InvalidArgumentError
 from radixkv.integrations import generation_options
 from radixkv.integrations.attention import ATTN_IMPLEMENTATION, ForwardBatch
 from radixkv.integrations.prompts import prompt_ids, to_batch
+from radixkv.integrations.recurrent import RecurrentRunner
 from radixkv.integrations.sampling import SamplingParams, make_generator, sample
 from radixkv.integrations.scheduler import Plan, Request, Scheduler
 from radixkv.integrations.stats import GenerateStats
@@ -129,6 +130,8 @@ class Engine:
         self.namespace = namespace
         self.cache = RadixCache(cache_config or cache_config_for(model, **cache_options))
         self._check_layout()
+        # Models with recurrent layers (Mamba, linear attention): per-request state, state snapshots.
+        self.recurrent = RecurrentRunner.for_model(self.model, self.cache, namespace)
         self.last_stats = GenerateStats()
         # Called after every scheduler step, on generate()'s thread (the cache's): e.g. publish KV
         # events with no loop of your own, `engine.step_hooks.append(ZmqPublisher(engine.cache, ...).publish)`.
@@ -180,6 +183,8 @@ class Engine:
     def _run(self, prompts: list[list[int]], opts: generation_options.GenerateOptions) -> list[list[int]]:
         params = opts.sampling
         sched = Scheduler(self.cache, self.max_batch_tokens, self.namespace)
+        if self.recurrent is not None:
+            sched.reuse_limit = self.recurrent.reuse_limit
         requests = [Request(i, p, len(p), opts.new_tokens(len(p), f"prompt {i}"), make_generator(params, i))
                     for i, p in enumerate(prompts)]
         for req in requests:
@@ -217,7 +222,8 @@ class Engine:
         tokens = prompt_ids(prompt, vocab_size=self.model.config.vocab_size, tokenizer=self.tokenizer)
         req = Request(0, tokens, len(tokens), 0)
         self._validate(Scheduler(self.cache, 1), req.tokens, 0)
-        req.seq = self.cache.open(req.tokens, namespace=self.namespace, max_reuse=len(tokens) - 1)
+        limit = len(tokens) - 1 if self.recurrent is None else self.recurrent.reuse_limit(tokens)
+        req.seq = self.cache.open(req.tokens, namespace=self.namespace, max_reuse=limit)
         try:
             reused = req.seq.committed_len
             n = len(tokens) - reused
@@ -281,6 +287,8 @@ class Engine:
         Returns:
             (`[len(keep), vocab]` logits, the ForwardBatch with the attention timings).
         """
+        if self.recurrent is not None:
+            return self.recurrent.forward(plan, inputs, keep)
         device = self.model.device
         ids = list(itertools.chain.from_iterable(
             r.tokens[r.seq.committed_len:r.seq.committed_len + n] for r, n in zip(plan.requests, plan.chunks)))
