@@ -26,8 +26,8 @@ chunk is split there, as SGLang's MambaRadixCache and vLLM do):
 - during decode, every page boundary, keeping only the latest one per request (the next turn of a
   conversation resumes there).
 
-A snapshot is published after its chunk is committed (its node exists then): at the next forward or
-`reuse_limit` call.
+A snapshot is published after its chunk is committed (its node exists then): `flush`, an Engine
+step hook, and again before `reuse_limit` and each forward.
 """
 
 from __future__ import annotations
@@ -125,13 +125,9 @@ class RecurrentRunner:
         """`max_reuse` for `cache.open(tokens)`: the longest position (at most `len(tokens) - 1`) where
         the tree holds the KV and the store a snapshot. May split the tree's edge at the match."""
         self.flush()
-        store = self.store
-        if store is None or len(store) == 0:
+        if self.store is None:
             return 0
-        node = self.cache.match_prefix(tokens[:len(tokens) - 1], namespace=self.namespace).node
-        while node.parent is not None and not store.has(node):
-            node = node.parent
-        return node.end
+        return self.store.resume_point(self.cache, tokens[:len(tokens) - 1], self.namespace)
 
     def flush(self) -> None:
         """Publish the snapshots taken so far whose chunk is committed by now."""

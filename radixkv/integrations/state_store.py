@@ -22,11 +22,12 @@ component of the node, absent (a tombstone) when dropped, its validity the node'
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from radixkv.errors import InvalidArgumentError
 
 if TYPE_CHECKING:
+    from radixkv import RadixCache
     from radixkv.integrations.recurrent_state import RecurrentState
     from radixkv.radix.node import TreeNode
 
@@ -77,6 +78,16 @@ class StateStore:
         """Whether `node` holds a valid snapshot at its end; mutates nothing."""
         entry = self._entries.get(node.id)
         return entry is not None and entry.node is node and _valid(entry)
+
+    def resume_point(self, cache: RadixCache, tokens: list[int], namespace: Any = None) -> int:
+        """The longest prefix of `tokens` whose KV `cache` holds and that has a snapshot here (0: none).
+        Walks up from the match's node: O(depth). The match may split an edge and refreshes recency."""
+        if not self._entries:
+            return 0
+        node = cache.match_prefix(tokens, namespace=namespace).node
+        while node.parent is not None and not self.has(node):
+            node = node.parent
+        return node.end
 
     def put(self, node: TreeNode, end: int, state: RecurrentState) -> bool:
         """Store `state` (taken after `end` tokens; the store owns it now) under `node`, replacing any

@@ -136,6 +136,8 @@ class Engine:
         # Called after every scheduler step, on generate()'s thread (the cache's): e.g. publish KV
         # events with no loop of your own, `engine.step_hooks.append(ZmqPublisher(engine.cache, ...).publish)`.
         self.step_hooks: list[Callable[[], object]] = []
+        if self.recurrent is not None:
+            self.step_hooks.append(self.recurrent.flush)  # publish the step's state snapshots
 
     def _check_layout(self) -> None:
         for name, want in model_layout(self.model).items():

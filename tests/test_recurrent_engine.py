@@ -1,0 +1,133 @@
+"""Engine vs transformers for models with recurrent layers (Jamba: Mamba; Falcon-H1: Mamba2 beside
+attention in every layer; Qwen3-Next: gated delta net): greedy output equals `model.generate` token for
+token, with chunked prefill, decode batched across requests, preemption, eviction, and prefix reuse
+through state snapshots. Before radixkv carried each request's state, every one of these failed at the
+second new token (the recurrent layers restarted from zero state each step and ran over packed requests
+as one sequence).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+from hf_helpers import (VOCAB, assert_cache_idle, assert_same_tokens, no_interpreter, one_thread,  # noqa: E402, F401
+                        reference, shared_prefix_prompts)
+
+from radixkv.errors import UnsupportedModelError  # noqa: E402
+from radixkv.integrations.layer_groups import SERVED_RECURRENT, LayerGroup, layer_groups  # noqa: E402
+from radixkv.integrations.state_store import StateStore  # noqa: E402
+from radixkv.integrations.transformers import Engine  # noqa: E402
+
+_COMMON = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2,
+               max_position_embeddings=512, initializer_range=0.2, bos_token_id=None, eos_token_id=None,
+               pad_token_id=None)
+FAMILIES = ["jamba", "falcon_h1", "qwen3_next"]
+
+
+def build_recurrent(kind: str) -> torch.nn.Module:
+    """A tiny seeded random hybrid model: 2-4 layers, hidden 64, 4 experts where the family has MoE."""
+    torch.manual_seed(7)
+    if kind == "jamba":  # layers: mamba, attention(+MoE), mamba, attention(+MoE)
+        config = transformers.JambaConfig(**_COMMON, num_hidden_layers=4, attn_layer_period=2, attn_layer_offset=1,
+                                          expert_layer_period=2, expert_layer_offset=1, num_experts=4,
+                                          num_experts_per_tok=2, mamba_d_state=8, mamba_dt_rank=8, mamba_expand=2)
+    elif kind == "falcon_h1":  # every layer: Mamba2 mixer and attention side by side
+        config = transformers.FalconH1Config(**_COMMON, num_hidden_layers=2, mamba_d_ssm=64, mamba_n_heads=4,
+                                             mamba_d_head=16, mamba_d_state=8, mamba_n_groups=1, mamba_chunk_size=8)
+    else:  # layers: 3 gated delta net, 1 attention; MoE everywhere
+        config = transformers.Qwen3NextConfig(**_COMMON, moe_intermediate_size=32, num_hidden_layers=4, head_dim=16,
+                                              linear_num_value_heads=4, linear_num_key_heads=2, linear_key_head_dim=16,
+                                              linear_value_head_dim=16, num_experts=4, num_experts_per_tok=2)
+    return transformers.AutoModelForCausalLM.from_config(config).eval()
+
+
+@pytest.fixture(scope="module", params=FAMILIES)
+def model(request: pytest.FixtureRequest) -> torch.nn.Module:
+    return build_recurrent(request.param)
+
+
+@pytest.mark.parametrize("page_size", [1, 16])
+def test_exact_then_reuses_shared_prefix(model: torch.nn.Module, page_size: int, no_interpreter: None) -> None:
+    """Round 1: 6 prompts sharing two 40-token system prompts, chunked (24-token budget), 10 new tokens
+    each. Round 2: new prompts on those system prompts and next turns of round 1's conversations."""
+    first = shared_prefix_prompts(seed=page_size, groups=2, per_group=3)
+    engine = Engine(model, num_slots=4096, page_size=page_size, dtype=torch.float32, max_context_len=256,
+                    max_batch_tokens=24)
+    answers = engine.generate(first, max_new_tokens=10)
+    assert_same_tokens(answers, reference(model, first, 10))
+    stats = engine.last_stats
+    assert stats.prefill_computed + stats.prefill_reused == stats.prompt_tokens
+    second = [p[:40] + [5, 6, 7] for p in first[::3]] + [p + a + [9, 9] for p, a in zip(first, answers)]
+    got = engine.generate(second, max_new_tokens=10)
+    assert_same_tokens(got, reference(model, second, 10))
+    # Each next turn resumes at least at the last page boundary of its first turn's prompt.
+    assert engine.last_stats.prefill_reused >= sum(len(p) // page_size * page_size - page_size for p in first)
+    assert engine.recurrent.store.hits > 0
+    engine.recurrent.store.check()
+    assert_cache_idle(engine)
+
+
+@pytest.mark.parametrize("page_size, num_slots", [(1, 128), (16, 160)])
+def test_small_pool_preempts_and_evicts(model: torch.nn.Module, page_size: int, num_slots: int,
+                                        no_interpreter: None) -> None:
+    """Too few slots for every request at once: requests are preempted (their state dropped; they
+    resume from a snapshot or from zero) and cached KV is evicted (its snapshots go with it)."""
+    prompts = shared_prefix_prompts(seed=20 + page_size, groups=3, per_group=2, own=(8, 30))
+    engine = Engine(model, num_slots=num_slots, page_size=page_size, dtype=torch.float32, max_context_len=128,
+                    max_requests=8, max_batch_tokens=48)
+    got = engine.generate(prompts, max_new_tokens=24)
+    assert_same_tokens(got, reference(model, prompts, 24))
+    stats = engine.last_stats
+    assert stats.preemptions > 0, "the pool was meant to be too small for every request at once"
+    assert stats.prefill_computed + stats.output_tokens > num_slots
+    engine.recurrent.store.check()
+    assert_cache_idle(engine)
+
+
+def test_tiny_state_budget_stays_exact(no_interpreter: None) -> None:
+    """A store that holds one snapshot: it evicts all the time and reuse shrinks, output stays exact."""
+    model = build_recurrent("qwen3_next")
+    probe = Engine(model, num_slots=1024, page_size=4, dtype=torch.float32, max_context_len=256)
+    probe.generate([[1, 2, 3, 4, 5]], max_new_tokens=1)
+    one_state = probe.recurrent.store.nbytes // len(probe.recurrent.store)
+    engine = Engine(model, num_slots=1024, page_size=4, dtype=torch.float32, max_context_len=256)
+    engine.recurrent.store = StateStore(one_state)
+    prompts = shared_prefix_prompts(seed=5, groups=2, per_group=3)
+    for _ in range(2):
+        got = engine.generate(prompts, max_new_tokens=6)
+        assert_same_tokens(got, reference(model, prompts, 6))
+        engine.recurrent.store.check()
+        assert len(engine.recurrent.store) <= 1
+    assert engine.recurrent.store.dropped > 0
+
+
+def test_score_resumes_from_a_snapshot(no_interpreter: None) -> None:
+    """`score` opens through the same reuse limit: its logits equal a plain forward's."""
+    model = build_recurrent("falcon_h1")
+    engine = Engine(model, num_slots=1024, page_size=4, dtype=torch.float32, max_context_len=256)
+    prompt = list(range(10, 40))
+    engine.generate([prompt], max_new_tokens=3)
+    reused, logits = engine.score(prompt + [1, 2, 3])
+    assert reused > 0
+    with torch.no_grad():
+        full = model(torch.tensor([prompt + [1, 2, 3]])).logits[0, reused:]
+    torch.testing.assert_close(logits, full, atol=1e-4, rtol=1e-4)
+
+
+def test_layer_groups_of_hybrid_models() -> None:
+    jamba, falcon, qwen = (build_recurrent(k).config for k in FAMILIES)
+    assert layer_groups(jamba) == (LayerGroup("recurrent", (0, 2), mixer="linear_attention"),
+                                   LayerGroup("full", (1, 3)))
+    assert layer_groups(falcon) == (LayerGroup("full", (0, 1)), LayerGroup("recurrent", (0, 1), mixer="hybrid"))
+    assert layer_groups(qwen) == (LayerGroup("recurrent", (0, 1, 2), mixer="linear_attention"),
+                                  LayerGroup("full", (3,)))
+    assert {"linear_attention", "hybrid"} <= SERVED_RECURRENT
+
+
+def test_unknown_layer_kind_is_refused() -> None:
+    model = build_recurrent("qwen3_next")
+    model.config.layer_types = ["linear_attention", "made_up_attention", "linear_attention", "full_attention"]
+    with pytest.raises(UnsupportedModelError, match="made_up_attention"):
+        Engine(model, num_slots=256, dtype=torch.float32, max_context_len=128)
