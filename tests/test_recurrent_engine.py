@@ -12,40 +12,18 @@ import pytest
 import torch
 
 transformers = pytest.importorskip("transformers")
-from hf_helpers import (VOCAB, assert_cache_idle, assert_same_tokens, no_interpreter, one_thread,  # noqa: E402, F401
+from hf_helpers import (assert_cache_idle, assert_same_tokens, no_interpreter, one_thread,  # noqa: E402, F401
                         reference, shared_prefix_prompts)
 
 from radixkv.errors import UnsupportedModelError  # noqa: E402
 from radixkv.integrations.layer_groups import SERVED_RECURRENT, LayerGroup, layer_groups  # noqa: E402
 from radixkv.integrations.state_store import StateStore  # noqa: E402
 from radixkv.integrations.transformers import Engine  # noqa: E402
-
-_COMMON = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2,
-               max_position_embeddings=512, initializer_range=0.2, bos_token_id=None, eos_token_id=None,
-               pad_token_id=None)
-FAMILIES = ["jamba", "falcon_h1", "qwen3_next"]
-
-
-def build_recurrent(kind: str) -> torch.nn.Module:
-    """A tiny seeded random hybrid model: 2-4 layers, hidden 64, 4 experts where the family has MoE."""
-    torch.manual_seed(7)
-    if kind == "jamba":  # layers: mamba, attention(+MoE), mamba, attention(+MoE)
-        config = transformers.JambaConfig(**_COMMON, num_hidden_layers=4, attn_layer_period=2, attn_layer_offset=1,
-                                          expert_layer_period=2, expert_layer_offset=1, num_experts=4,
-                                          num_experts_per_tok=2, mamba_d_state=8, mamba_dt_rank=8, mamba_expand=2)
-    elif kind == "falcon_h1":  # every layer: Mamba2 mixer and attention side by side
-        config = transformers.FalconH1Config(**_COMMON, num_hidden_layers=2, mamba_d_ssm=64, mamba_n_heads=4,
-                                             mamba_d_head=16, mamba_d_state=8, mamba_n_groups=1, mamba_chunk_size=8)
-    else:  # layers: 3 gated delta net, 1 attention; MoE everywhere
-        config = transformers.Qwen3NextConfig(**_COMMON, moe_intermediate_size=32, num_hidden_layers=4, head_dim=16,
-                                              linear_num_value_heads=4, linear_num_key_heads=2, linear_key_head_dim=16,
-                                              linear_value_head_dim=16, num_experts=4, num_experts_per_tok=2)
-    return transformers.AutoModelForCausalLM.from_config(config).eval()
-
+from radixkv.testing.hybrid_models import FAMILIES, build_hybrid  # noqa: E402
 
 @pytest.fixture(scope="module", params=FAMILIES)
 def model(request: pytest.FixtureRequest) -> torch.nn.Module:
-    return build_recurrent(request.param)
+    return build_hybrid(request.param)
 
 
 @pytest.mark.parametrize("page_size", [1, 16])
@@ -88,7 +66,7 @@ def test_small_pool_preempts_and_evicts(model: torch.nn.Module, page_size: int, 
 
 def test_tiny_state_budget_stays_exact(no_interpreter: None) -> None:
     """A store that holds one snapshot: it evicts all the time and reuse shrinks, output stays exact."""
-    model = build_recurrent("qwen3_next")
+    model = build_hybrid("qwen3_next")
     probe = Engine(model, num_slots=1024, page_size=4, dtype=torch.float32, max_context_len=256)
     probe.generate([[1, 2, 3, 4, 5]], max_new_tokens=1)
     one_state = probe.recurrent.store.nbytes // len(probe.recurrent.store)
@@ -105,7 +83,7 @@ def test_tiny_state_budget_stays_exact(no_interpreter: None) -> None:
 
 def test_score_resumes_from_a_snapshot(no_interpreter: None) -> None:
     """`score` opens through the same reuse limit: its logits equal a plain forward's."""
-    model = build_recurrent("falcon_h1")
+    model = build_hybrid("falcon_h1")
     engine = Engine(model, num_slots=1024, page_size=4, dtype=torch.float32, max_context_len=256)
     prompt = list(range(10, 40))
     engine.generate([prompt], max_new_tokens=3)
@@ -117,7 +95,7 @@ def test_score_resumes_from_a_snapshot(no_interpreter: None) -> None:
 
 
 def test_layer_groups_of_hybrid_models() -> None:
-    jamba, falcon, qwen = (build_recurrent(k).config for k in FAMILIES)
+    jamba, falcon, qwen = (build_hybrid(k).config for k in FAMILIES)
     assert layer_groups(jamba) == (LayerGroup("recurrent", (0, 2), mixer="linear_attention"),
                                    LayerGroup("full", (1, 3)))
     assert layer_groups(falcon) == (LayerGroup("full", (0, 1)), LayerGroup("recurrent", (0, 1), mixer="hybrid"))
@@ -127,7 +105,7 @@ def test_layer_groups_of_hybrid_models() -> None:
 
 
 def test_unknown_layer_kind_is_refused() -> None:
-    model = build_recurrent("qwen3_next")
+    model = build_hybrid("qwen3_next")
     model.config.layer_types = ["linear_attention", "made_up_attention", "linear_attention", "full_attention"]
     with pytest.raises(UnsupportedModelError, match="made_up_attention"):
         Engine(model, num_slots=256, dtype=torch.float32, max_context_len=128)

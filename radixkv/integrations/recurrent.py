@@ -180,10 +180,16 @@ class RecurrentRunner:
             if snapshot is None:
                 raise RuntimeError(f"a request resumed at {start} without a state snapshot there (radixkv bug)")
             state = snapshot.clone()
-        n = len(req.tokens)
-        branch = self.cache.match_prefix(req.tokens[:n - 1], namespace=self.namespace).length
-        points = {p for p in (branch, (n - 1) // self.page * self.page, n // self.page * self.page) if p > start}
-        self._work[seq] = _Work(state, frozenset(points), max(points, default=start))
+        points = self.snapshot_points(req.tokens, start)
+        self._work[seq] = _Work(state, points, max(points, default=start))
+
+    def snapshot_points(self, tokens: list[int], start: int) -> frozenset[int]:
+        """Where a request admitted with `tokens`, resuming at `start`, snapshots its prefill: the
+        branch point (its KV match) and the prompt's last page boundaries. Past the largest of
+        them, every page boundary (the decode chain, latest kept)."""
+        n, page = len(tokens), self.page
+        branch = self.cache.match_prefix(tokens[:n - 1], namespace=self.namespace).length
+        return frozenset(p for p in (branch, (n - 1) // page * page, n // page * page) if p > start)
 
     def _units(self, plan: Plan) -> list[Unit]:
         """The step's forwards: every one-token continuation together, then each request's spans."""
