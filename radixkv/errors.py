@@ -56,3 +56,8 @@ class ThreadOwnershipError(RadixKVError, RuntimeError):
 
 class PinBudgetError(RadixKVError):
     """A pin would take more than CacheConfig.pin_budget_tokens pinned tokens (or pinning is off)."""
+
+
+class UnsupportedModelError(RadixKVError):
+    """A model with a layer kind the Engine would not serve exactly (a recurrent mixer, an unknown
+    attention variant); the message names the kind and its layers."""
