@@ -5,7 +5,8 @@ from radixkv.cache import RadixCache
 from radixkv.config import CacheConfig
 from radixkv.errors import (ConfigError, ContextLengthError, InvalidArgumentError, InvalidSlotsError,
                             InvalidTokensError, KernelInputError, LockError, OutOfRowsError, OutOfSlotsError,
-                            PinBudgetError, RadixKVError, SequenceError, ThreadOwnershipError)
+                            PinBudgetError, RadixKVError, SequenceError, ThreadOwnershipError,
+                            UnsupportedModelError)
 from radixkv.results import BatchInputs, MatchResult, SizeInfo
 from radixkv.sequences import Sequence
 
@@ -15,5 +16,5 @@ __all__ = [
     "RadixCache", "CacheConfig", "Sequence", "MatchResult", "SizeInfo", "BatchInputs",
     "RadixKVError", "ConfigError", "OutOfSlotsError", "OutOfRowsError", "InvalidTokensError",
     "InvalidSlotsError", "InvalidArgumentError", "ContextLengthError", "LockError", "SequenceError",
-    "KernelInputError", "ThreadOwnershipError", "PinBudgetError",
+    "KernelInputError", "ThreadOwnershipError", "PinBudgetError", "UnsupportedModelError",
 ]

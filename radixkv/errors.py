@@ -58,5 +58,6 @@ class PinBudgetError(RadixKVError):
     """A pin would take more than CacheConfig.pin_budget_tokens pinned tokens (or pinning is off)."""
 
 
-class UnsupportedModelError(RadixKVError, ValueError):
-    """A model has a layer kind the Engine cannot serve exactly (named in the message)."""
+class UnsupportedModelError(RadixKVError):
+    """A model with a layer kind the Engine would not serve exactly (a recurrent mixer, an unknown
+    attention variant); the message names the kind and its layers."""

@@ -15,7 +15,6 @@ transformers = pytest.importorskip("transformers")
 from hf_helpers import (assert_cache_idle, assert_same_tokens, no_interpreter, one_thread,  # noqa: E402, F401
                         reference, shared_prefix_prompts)
 
-from radixkv.errors import UnsupportedModelError  # noqa: E402
 from radixkv.integrations.layer_groups import SERVED_RECURRENT, LayerGroup, layer_groups  # noqa: E402
 from radixkv.integrations.state_store import StateStore  # noqa: E402
 from radixkv.integrations.transformers import Engine  # noqa: E402
@@ -102,10 +101,3 @@ def test_layer_groups_of_hybrid_models() -> None:
     assert layer_groups(qwen) == (LayerGroup("recurrent", (0, 1, 2), mixer="linear_attention"),
                                   LayerGroup("full", (3,)))
     assert {"linear_attention", "hybrid"} <= SERVED_RECURRENT
-
-
-def test_unknown_layer_kind_is_refused() -> None:
-    model = build_hybrid("qwen3_next")
-    model.config.layer_types = ["linear_attention", "made_up_attention", "linear_attention", "full_attention"]
-    with pytest.raises(UnsupportedModelError, match="made_up_attention"):
-        Engine(model, num_slots=256, dtype=torch.float32, max_context_len=128)

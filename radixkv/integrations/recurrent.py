@@ -38,9 +38,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from radixkv.errors import UnsupportedModelError
 from radixkv.integrations.attention import ForwardBatch
-from radixkv.integrations.layer_groups import SERVED_RECURRENT, layer_groups
+from radixkv.integrations.layer_groups import check_served, layer_groups
 from radixkv.integrations.recurrent_batch import Span, Unit, one_token_spans, split_span, unit_inputs
 from radixkv.integrations.recurrent_state import RecurrentState, StateCache
 from radixkv.integrations.state_store import StateStore
@@ -95,17 +94,13 @@ class RecurrentRunner:
                  budget_bytes: int | None = None) -> None:
         config = model.config.get_text_config(decoder=True)
         groups = [g for g in layer_groups(config) if g.kind == "recurrent"]
-        for g in groups:
-            if g.mixer not in SERVED_RECURRENT:
-                raise UnsupportedModelError(f"{config.model_type} has recurrent layers of kind {g.mixer!r} (layers "
-                                            f"{list(g.layers)}), which radixkv does not serve exactly")
+        check_served(groups, type(model).__name__)
         states = getattr(config, "number_of_conv_states", 1)
         self.recurrent_layers = {i: states for g in groups for i in g.layers}
         self.model, self.cache, self.namespace = model, cache, namespace
         self.num_layers = config.num_hidden_layers
         self.resumes_chunks = config.model_type in RESUMES_CHUNKS
         self.page = cache.config.page_size
-        self._budget = budget_bytes
         self.store: StateStore | None = None if budget_bytes is None else StateStore(budget_bytes)
         self._work: dict[Sequence, _Work] = {}
         self._pending: list[_Pending] = []
@@ -115,7 +110,7 @@ class RecurrentRunner:
     def for_model(model: PreTrainedModel, cache: RadixCache, namespace: Any,
                   budget_bytes: int | None = None) -> RecurrentRunner | None:
         """A runner when `model` has a recurrent layer group, else None; UnsupportedModelError when
-        it has one the Engine does not serve exactly."""
+        it has one the Engine does not serve exactly (layer_groups.check_served)."""
         config = model.config.get_text_config(decoder=True)
         if not any(g.kind == "recurrent" for g in layer_groups(config)):
             return None

@@ -38,9 +38,12 @@ token), and it comes with padded batches, a 4D mask and positions inferred from 
 - `set_attn_implementation("radixkv")` holds only during `generate()`; the previous implementation
   is restored afterwards, so the same model object still runs `model.generate` unchanged.
 
-Sliding-window attention is not implemented: a request longer than `config.sliding_window` is
-rejected. The attention function is in `attention.py`, the scheduler (continuous batching,
-chunked prefill, preemption) in `scheduler.py`, sampling in `sampling.py`.
+Layer kinds (layer_groups.py): a model whose layers the Engine would not serve exactly (sparse
+attention, short convolutions, ...) is refused at construction with UnsupportedModelError. Recurrent
+layers (Mamba, gated delta net: Jamba, Falcon-H1, Qwen3-Next) carry each request's state and reuse
+prefixes through state snapshots (recurrent.py); their forwards are cut per request there. The attention
+function is in `attention.py`, the scheduler (continuous batching, chunked prefill, preemption) in
+`scheduler.py`, sampling in `sampling.py`.
 """
 
 from __future__ import annotations
@@ -59,6 +62,7 @@ from radixkv import CacheConfig, ConfigError, RadixCache
 from radixkv.errors import InvalidArgumentError
 from radixkv.integrations import generation_options
 from radixkv.integrations.attention import ATTN_IMPLEMENTATION, ForwardBatch
+from radixkv.integrations.layer_groups import check_served, layer_groups
 from radixkv.integrations.prompts import prompt_ids, to_batch
 from radixkv.integrations.recurrent import RecurrentRunner
 from radixkv.integrations.sampling import SamplingParams, make_generator, sample
@@ -122,6 +126,8 @@ class Engine:
         self.cascade = cascade
         if not model._can_set_attn_implementation():
             raise InvalidArgumentError(f"{type(model).__name__} does not dispatch attention through AttentionInterface")
+        self.layer_groups = layer_groups(model.config)  # raises UnsupportedModelError for an unknown layer kind
+        check_served(self.layer_groups, type(model).__name__)
         if isinstance(max_batch_tokens, bool) or not isinstance(max_batch_tokens, int) or max_batch_tokens < 1:
             raise InvalidArgumentError(f"max_batch_tokens must be an int >= 1, got {max_batch_tokens!r}")
         self.model = model.eval()
@@ -307,12 +313,8 @@ class Engine:
         return out.logits[0], batch
 
     def _validate(self, sched: Scheduler, tokens: list[int], max_new_tokens: int) -> None:
-        """Reject up front what could fail mid-generation: too long for the pool, context or window."""
+        """Reject up front what could fail mid-generation: too long for the pool or the context."""
         sched.validate(len(tokens), max_new_tokens)
-        window = getattr(self.model.config, "sliding_window", None)
-        if window is not None and len(tokens) + max_new_tokens > window:
-            raise InvalidArgumentError(f"a request of {len(tokens) + max_new_tokens} tokens exceeds sliding_window "
-                             f"{window}; radixkv attention is full attention only")
 
     @contextlib.contextmanager
     def _attention_backend(self) -> Iterator[None]:
