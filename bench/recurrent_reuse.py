@@ -7,14 +7,16 @@ depends on where states are kept:
   boundaries, the latest page boundary of decode;
 - `align-B`: vLLM's "align" mode: a state at every multiple of a block of B tokens, nowhere else;
 - `none`: no state kept (a state store of 0 bytes), so nothing is reused;
-- `kv bound`: what the tree's KV alone would give (the match at admission): the rate a pure
-  attention model would see, an upper bound for the others.
+- `kv bound`: what the tree's KV alone would give (each request's KV match at admission): the rate
+  a pure attention model would see with the same arrivals, an upper bound for the others.
 
 Workload: `--convs` conversations over `--systems` shared system prompts; each turn appends a user
 message (uniform in [16, 48] tokens) to the conversation so far (prompt + answer) and generates
 `--answer` tokens greedily; all conversations' turn t run in one `generate` call. Same model, same
 prompts (greedy output does not depend on the policy: checked), same state budget for every policy.
-Prints one line per policy: hit rate over all prompt tokens and over turns >= 2.
+Prints one line per policy: hit rate over all prompt tokens and over turns >= 2. `--state-bytes`
+prints instead the per-request state of full-size configs (transformers' defaults: Jamba-v0.1,
+Qwen3-Next-80B-A3B, Falcon-H1), measured on one mixer built at full size and run in bf16.
 """
 
 from __future__ import annotations
@@ -23,17 +25,32 @@ import argparse
 
 import torch
 
+from radixkv.integrations.layer_groups import layer_groups
 from radixkv.integrations.recurrent import RecurrentRunner
+from radixkv.integrations.recurrent_state import RecurrentState, StateCache
 from radixkv.integrations.transformers import Engine
 from radixkv.testing.hybrid_models import FAMILIES, build_hybrid
 
 
-class AlignedRunner(RecurrentRunner):
+class MeasuredRunner(RecurrentRunner):
+    """radixkv's policy, also summing the KV match of every admitted request (the `kv bound`)."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)
+        self.kv_matched = 0
+
+    def snapshot_points(self, tokens: list[int], start: int) -> frozenset[int]:
+        self.kv_matched += self.cache.match_prefix(tokens[:len(tokens) - 1]).length
+        return super().snapshot_points(tokens, start)
+
+
+class AlignedRunner(MeasuredRunner):
     """vLLM's align mode: snapshots only at multiples of `block` tokens (prefill and decode alike)."""
 
     block = 256
 
     def snapshot_points(self, tokens: list[int], start: int) -> frozenset[int]:
+        super().snapshot_points(tokens, start)
         limit = self.cache.config.max_context_len
         return frozenset(range((start // self.block + 1) * self.block, limit + 1, self.block))
 
@@ -48,32 +65,52 @@ def conversations(args: argparse.Namespace) -> tuple[list[list[int]], list[list[
     return firsts, msgs
 
 
-def run(model: torch.nn.Module, policy: str, args: argparse.Namespace, budget: int) -> tuple[list[int], ...]:
+def run(model: torch.nn.Module, policy: str, args: argparse.Namespace, budget: int) -> tuple[list, ...]:
+    """Every turn of every conversation under `policy`: per turn (reused, kv-matched, prompt) tokens, and
+    every answer."""
     engine = Engine(model, num_slots=8192, page_size=args.page_size, dtype=torch.float32, max_context_len=1024,
                     max_requests=args.convs, max_batch_tokens=256)
     if policy.startswith("align"):
         AlignedRunner.block = int(policy.split("-")[1])
         engine.recurrent = AlignedRunner(model, engine.cache, None, budget)
-        engine.step_hooks[:] = [engine.recurrent.flush]
-    elif policy == "none":
-        engine.recurrent = RecurrentRunner(model, engine.cache, None, 0)
-        engine.step_hooks[:] = [engine.recurrent.flush]
     else:
-        engine.recurrent = RecurrentRunner(model, engine.cache, None, budget)
-        engine.step_hooks[:] = [engine.recurrent.flush]
+        engine.recurrent = MeasuredRunner(model, engine.cache, None, 0 if policy == "none" else budget)
+    engine.step_hooks[:] = [engine.recurrent.flush]
     firsts, msgs = conversations(args)
     history = [list(s) for s in firsts]
     reused, kv, total, outputs = [], [], [], []
     for t in range(args.turns):
         prompts = [h + m[t] for h, m in zip(history, msgs)]
-        kv.append(sum(engine.cache.match_prefix(p[:-1]).length for p in prompts))
+        before = engine.recurrent.kv_matched
         answers = engine.generate(prompts, max_new_tokens=args.answer)
         reused.append(engine.last_stats.prefill_reused)
+        kv.append(engine.recurrent.kv_matched - before)
         total.append(engine.last_stats.prompt_tokens)
         outputs.extend(answers)
         history = [p + a for p, a in zip(prompts, answers)]
-    state_bytes = engine.recurrent.store.nbytes // max(1, len(engine.recurrent.store))
-    return reused, kv, total, outputs, [state_bytes]
+    return reused, kv, total, outputs
+
+
+def full_size_state_bytes() -> None:
+    """Per-request recurrent state of full-size configs: one mixer at full size, one bf16 forward."""
+    import transformers
+    from transformers.models.falcon_h1 import modeling_falcon_h1 as falcon
+    from transformers.models.jamba.modeling_jamba import JambaMambaMixer
+    from transformers.models.qwen3_next.modeling_qwen3_next import Qwen3NextGatedDeltaNet
+    for name, config, mixer in [("Jamba-v0.1", transformers.JambaConfig(), JambaMambaMixer),
+                                ("Qwen3-Next-80B-A3B", transformers.Qwen3NextConfig(), Qwen3NextGatedDeltaNet),
+                                ("Falcon-H1 (FalconH1Config())", transformers.FalconH1Config(), falcon.FalconH1Mixer)]:
+        module = mixer(config, layer_idx=0)
+        if mixer is falcon.FalconH1Mixer:  # set by FalconH1Model, not by the mixer itself
+            module.register_buffer("mup_vector", falcon.compute_mup_vector(config), persistent=False)
+        module = module.to(torch.bfloat16)
+        cache = StateCache({0: 1}, 1, [RecurrentState()])
+        with torch.no_grad():
+            module(torch.randn(1, 5, config.hidden_size, dtype=torch.bfloat16), cache=cache)
+        per_layer = RecurrentState.take(cache, 0, 1).nbytes
+        layers = sum(len(g.layers) for g in layer_groups(config) if g.kind == "recurrent")
+        print(f"{name}: {per_layer:,} B per recurrent layer x {layers} of {config.num_hidden_layers} layers = "
+              f"{per_layer * layers / 2**20:.2f} MiB per request")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -89,8 +126,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--policies", default="snapshots,align-64,align-256,none")
     parser.add_argument("--snapshots-per-request", type=int, default=4, help="state budget, in states per conversation")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--state-bytes", action="store_true", help="print full-size configs' state bytes instead")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
+    if args.state_bytes:
+        full_size_state_bytes()
+        return
     model = build_hybrid(args.model)
     probe = Engine(model, num_slots=256, page_size=1, dtype=torch.float32, max_context_len=64)
     probe.generate([[1, 2, 3]], max_new_tokens=1)
@@ -100,7 +141,7 @@ def main(argv: list[str] | None = None) -> None:
           f"budget {budget:,} bytes for every policy")
     baseline = None
     for policy in args.policies.split(","):
-        reused, kv, total, outputs, _ = run(model, policy, args, budget)
+        reused, kv, total, outputs = run(model, policy, args, budget)
         assert baseline is None or outputs == baseline, f"{policy} changed the greedy output"
         baseline = outputs
         later = sum(total[1:])

@@ -53,7 +53,7 @@ class StateStore:
             raise InvalidArgumentError(f"the state store's budget must be an int >= 0 bytes, got {budget_bytes!r}")
         self.budget_bytes = budget_bytes
         self.nbytes = 0
-        self._entries: dict[int, _Entry] = {}  # node id -> entry
+        self._entries: dict[TreeNode, _Entry] = {}  # by node identity
         self._tick = 0
         self.puts = self.hits = self.dropped = 0
 
@@ -63,11 +63,11 @@ class StateStore:
     def get(self, node: TreeNode, end: int) -> RecurrentState | None:
         """The snapshot after `end` tokens stored under `node`, or None (absent or no longer valid).
         Copy it before extending it. Drops an invalid one."""
-        entry = self._entries.get(node.id)
-        if entry is None or entry.node is not node or entry.end != end:
+        entry = self._entries.get(node)
+        if entry is None or entry.end != end:
             return None
         if not _valid(entry):
-            self._drop(node.id)
+            self._drop(node)
             return None
         self._tick += 1
         entry.last_use = self._tick
@@ -76,8 +76,8 @@ class StateStore:
 
     def has(self, node: TreeNode) -> bool:
         """Whether `node` holds a valid snapshot at its end; mutates nothing."""
-        entry = self._entries.get(node.id)
-        return entry is not None and entry.node is node and _valid(entry)
+        entry = self._entries.get(node)
+        return entry is not None and _valid(entry)
 
     def resume_point(self, cache: RadixCache, tokens: list[int], namespace: Any = None) -> int:
         """The longest prefix of `tokens` whose KV `cache` holds and that has a snapshot here (0: none).
@@ -101,16 +101,15 @@ class StateStore:
             return False
         self._make_room(size)
         self._tick += 1
-        self._entries[node.id] = _Entry(node, end, state, size, self._tick)
+        self._entries[node] = _Entry(node, end, state, size, self._tick)
         self.nbytes += size
         self.puts += 1
         return True
 
     def discard(self, node: TreeNode) -> None:
         """Drop the snapshot under `node`, if any."""
-        entry = self._entries.get(node.id)
-        if entry is not None and entry.node is node:
-            self._drop(node.id)
+        if node in self._entries:
+            self._drop(node)
 
     def check(self) -> None:
         """Recount the bytes held; AssertionError on a mismatch or when over budget."""
@@ -128,7 +127,7 @@ class StateStore:
                 return
             self._drop(key)
 
-    def _drop(self, key: int) -> None:
+    def _drop(self, key: TreeNode) -> None:
         entry = self._entries.pop(key)
         self.nbytes -= entry.nbytes
         self.dropped += 1
