@@ -8,6 +8,8 @@ as one sequence).
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 
@@ -101,3 +103,16 @@ def test_layer_groups_of_hybrid_models() -> None:
     assert layer_groups(qwen) == (LayerGroup("recurrent", (0, 1, 2), mixer="linear_attention"),
                                   LayerGroup("full", (3,)))
     assert {"linear_attention", "hybrid"} <= SERVED_RECURRENT
+
+
+def test_interpreted_triton_kernels() -> None:
+    """The Triton kernels under TRITON_INTERPRET=1 (set by conftest): decode of several requests in one
+    `[B, 1]` forward through decode_attention, chunks through extend_attention, a reused prefix."""
+    assert os.environ.get("TRITON_INTERPRET") == "1"
+    model = build_hybrid("jamba")
+    prompts = [[5, 6, 7, 8, 9], [5, 6, 7, 8, 10, 11], [1, 2, 3, 4, 5, 6, 7, 8, 9]]
+    engine = Engine(model, num_slots=64, page_size=4, dtype=torch.float32, max_context_len=32, max_batch_tokens=6)
+    assert_same_tokens(engine.generate(prompts, max_new_tokens=3), reference(model, prompts, 3))
+    again = [p + [12] for p in prompts]
+    assert_same_tokens(engine.generate(again, max_new_tokens=2), reference(model, again, 2))
+    assert engine.last_stats.prefill_reused > 0

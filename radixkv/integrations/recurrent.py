@@ -125,7 +125,9 @@ class RecurrentRunner:
         return self.store.resume_point(self.cache, tokens[:len(tokens) - 1], self.namespace)
 
     def flush(self) -> None:
-        """Publish the snapshots taken so far whose chunk is committed by now."""
+        """Publish the snapshots taken so far whose chunk is committed by now; forget the working
+        state of closed requests (finished or preempted)."""
+        self._work = {s: w for s, w in self._work.items() if not s.closed}
         pending, self._pending = self._pending, []
         for p in pending:
             store = self._store(p.state.nbytes)
@@ -142,10 +144,9 @@ class RecurrentRunner:
     def forward(self, plan: Plan, inputs: BatchInputs, keep: list[int]) -> tuple[torch.Tensor, ForwardBatch]:
         """The Engine's `_forward` for this model: `[len(keep), vocab]` logits at the packed positions
         `keep`, and a ForwardBatch carrying the step's attention timings."""
-        self._work = {s: w for s, w in self._work.items() if not s.closed}
+        self.flush()  # (admission flushed already, so this drops no snapshot a new request resumes from)
         for req in plan.requests:
             self._load(req)
-        self.flush()
         total = ForwardBatch(self.cache, inputs, 0)
         step = _Step(plan, inputs, inputs.kv_indptr[:-1].tolist(), {q: i for i, q in enumerate(keep)})
         for unit in self._units(plan):
