@@ -76,7 +76,7 @@ class _Step:
     plan: Plan
     inputs: BatchInputs
     kv_starts: list[int]
-    keep: dict[int, int]  # packed position -> row of the returned logits
+    keep: frozenset[int]  # packed positions whose logits to return
     logits: dict[int, torch.Tensor] = field(default_factory=dict)
 
 
@@ -148,7 +148,7 @@ class RecurrentRunner:
         for req in plan.requests:
             self._load(req)
         total = ForwardBatch(self.cache, inputs, 0)
-        step = _Step(plan, inputs, inputs.kv_indptr[:-1].tolist(), {q: i for i, q in enumerate(keep)})
+        step = _Step(plan, inputs, inputs.kv_indptr[:-1].tolist(), frozenset(keep))
         for unit in self._units(plan):
             fb = self._run(step, unit)
             total.attention_s += fb.attention_s
