@@ -3,8 +3,8 @@
 A hybrid model can resume a cached prefix only where it has the recurrent state too, so the hit rate
 depends on where states are kept:
 
-- `snapshots`: radixkv's policy (integrations/recurrent.py): branch point, the prompt's last page
-  boundaries, the latest page boundary of decode;
+- `snapshots`: radixkv's policy (integrations/recurrent.py): branch points, and per request a
+  chain from the prompt's last page boundary through decode of which the latest is kept;
 - `align-B`: vLLM's "align" mode: a state at every multiple of a block of B tokens, nowhere else;
 - `none`: no state kept (a state store of 0 bytes), so nothing is reused;
 - `kv bound`: what the tree's KV alone would give (each request's KV match at admission): the rate
@@ -53,6 +53,9 @@ class AlignedRunner(MeasuredRunner):
         super().snapshot_points(tokens, start)
         limit = self.cache.config.max_context_len
         return frozenset(range((start // self.block + 1) * self.block, limit + 1, self.block))
+
+    def chain_start(self, tokens: list[int]) -> int:
+        return self.cache.config.max_context_len + 1  # no chain: block multiples only
 
 
 def conversations(args: argparse.Namespace) -> tuple[list[list[int]], list[list[list[int]]]]:

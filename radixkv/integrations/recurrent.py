@@ -19,12 +19,12 @@ the KV (the match) and the store holds a state snapshot (`reuse_limit`, given to
 `max_reuse`). Snapshots are taken where a prefill chunk reaches a chosen page-aligned position (the
 chunk is split there, as SGLang's MambaRadixCache and vLLM do):
 
-- the branch point: the end of the KV match at admission, where a later request that shares the
-  same prefix will diverge (Marconi's and SGLang's choice);
-- the prompt's last page boundaries (`L` and `L - 1` rounded down to pages), where the same prompt,
-  or one that extends it, resumes;
-- during decode, every page boundary, keeping only the latest one per request (the next turn of a
-  conversation resumes there).
+- the branch point: the end of the KV match at admission, where later requests that share the
+  same prefix diverge (Marconi's and SGLang's choice); kept;
+- a chain per request: the prompt's last page boundaries (`L - 1` and `L` rounded down to pages),
+  then every page boundary of decode, each replacing the request's previous one, so that one
+  snapshot per request survives, at the end of its answer: where the next turn of a conversation
+  (or the same request after preemption) resumes.
 
 A snapshot is published after its chunk is committed (its node exists then): `flush`, an Engine
 step hook, and again before `reuse_limit` and each forward.
@@ -60,8 +60,9 @@ DEFAULT_SNAPSHOTS = 4  # default store budget: this many states per request row
 class _Work:
     """An open request's working state and where it should snapshot."""
     state: RecurrentState
-    points: frozenset[int]  # prefill snapshot positions (branch point, prompt boundaries)
-    last_point: int  # the largest of them: decode boundaries beyond it are chain snapshots
+    points: frozenset[int]  # kept snapshot positions (the branch point)
+    chain_from: int  # every page boundary from here on is a chain snapshot (latest kept)
+    splits: frozenset[int]  # where prefill chunks are cut so that a snapshot can be taken
 
 
 @dataclass
@@ -176,16 +177,26 @@ class RecurrentRunner:
             if snapshot is None:
                 raise RuntimeError(f"a request resumed at {start} without a state snapshot there (radixkv bug)")
             state = snapshot.clone()
-        points = self.snapshot_points(req.tokens, start)
-        self._work[seq] = _Work(state, points, max(points, default=start))
+        points, chain_from = self.snapshot_points(req.tokens, start), self.chain_start(req.tokens)
+        n, page = len(req.tokens), self.page
+        prompt_ends = {p for p in ((n - 1) // page * page, n // page * page) if p >= chain_from}
+        splits = frozenset(p for p in points | prompt_ends if p > start)
+        self._work[seq] = _Work(state, points, chain_from, splits)
 
     def snapshot_points(self, tokens: list[int], start: int) -> frozenset[int]:
-        """Where a request admitted with `tokens`, resuming at `start`, snapshots its prefill: the
-        branch point (its KV match) and the prompt's last page boundaries. Past the largest of
-        them, every page boundary (the decode chain, latest kept)."""
-        n, page = len(tokens), self.page
-        branch = self.cache.match_prefix(tokens[:n - 1], namespace=self.namespace).length
-        return frozenset(p for p in (branch, (n - 1) // page * page, n // page * page) if p > start)
+        """Where a request admitted with `tokens`, resuming at `start`, takes snapshots that stay
+        (until the store's budget or the KV's eviction drops them): its branch point, the end of
+        its KV match where another cached sequence goes on differently (the match's node has a
+        child), where later requests sharing that prefix resume. A match that ends where the cached
+        sequence ends (the previous turn of the same conversation) is no branch: the chain covers it."""
+        match = self.cache.match_prefix(tokens[:len(tokens) - 1], namespace=self.namespace)
+        return frozenset({match.length} if match.length > start and match.node.children else ())
+
+    def chain_start(self, tokens: list[int]) -> int:
+        """From the prompt's last page boundary before its last token on, a request snapshots every
+        page boundary it reaches, each replacing its previous one: the latest serves a resend of
+        the prompt, a preempted request's return, or the next turn of the conversation."""
+        return (len(tokens) - 1) // self.page * self.page
 
     def _units(self, plan: Plan) -> list[Unit]:
         """The step's forwards: every one-token continuation together, then each request's spans."""
@@ -199,7 +210,7 @@ class RecurrentRunner:
                 decode.append(span)
                 continue
             started = work.state.started
-            for part in split_span(span, list(work.points)):
+            for part in split_span(span, list(work.splits)):
                 if part.b - part.a > 1 and started and not self.resumes_chunks:
                     alone.extend(Unit((s,)) for s in one_token_spans(part))
                 else:
@@ -232,5 +243,5 @@ class RecurrentRunner:
     def _maybe_snapshot(self, req: Request, work: _Work, end: int) -> None:
         if end in work.points:
             self._pending.append(_Pending(req.tokens[:end], work.state.clone(), None))
-        elif end > work.last_point and end % self.page == 0:
+        elif end >= work.chain_from and end % self.page == 0 and end > 0:
             self._pending.append(_Pending(req.tokens[:end], work.state.clone(), req))
