@@ -147,3 +147,21 @@ class StoreMachine(RuleBasedStateMachine):
 
 TestStoreMachine = StoreMachine.TestCase
 TestStoreMachine.settings = settings(max_examples=60, stateful_step_count=40, deadline=None)
+
+
+def test_spare_snapshots_go_first_until_used() -> None:
+    cache = make_cache()
+    store = StateStore(2 * state_of([1, 2]).nbytes)
+    a, b, c, d = [1, 2, 3, 4], [5, 6, 7, 8], [9, 10, 11, 12], [13, 14, 15, 16]
+    for t in (a, b, c, d):
+        put_kv(cache, t)
+    node = {tuple(t): cache.match_prefix(t[:2]).node for t in (a, b, c, d)}
+    assert store.put(node[tuple(b)], 2, state_of(b[:2]))
+    assert store.put(node[tuple(a)], 2, state_of(a[:2]), spare=True)
+    assert store.put(node[tuple(c)], 2, state_of(c[:2]))  # drops spare a, though b is older
+    assert [store.has(node[tuple(t)]) for t in (a, b, c)] == [False, True, True]
+    assert store.put(node[tuple(a)], 2, state_of(a[:2]), spare=True)  # drops b (oldest, no spare left)
+    assert store.get(node[tuple(a)], 2) is not None  # used: a regular snapshot now
+    assert store.put(node[tuple(d)], 2, state_of(d[:2]))  # drops c (least recently used), not a
+    assert [store.has(node[tuple(t)]) for t in (a, b, c, d)] == [True, False, False, True]
+    store.check()

@@ -61,6 +61,7 @@ class _Work:
     """An open request's working state and where it should snapshot."""
     state: RecurrentState
     points: frozenset[int]  # kept snapshot positions (the branch point)
+    spare: frozenset[int]  # snapshot positions the store drops first (the prompt's last page boundary)
     chain_from: int  # every page boundary from here on is a chain snapshot (latest kept)
     splits: frozenset[int]  # where prefill chunks are cut so that a snapshot can be taken
 
@@ -70,6 +71,7 @@ class _Pending:
     tokens: list[int]  # the prefix the state was taken after
     state: RecurrentState
     owner: Request | None  # set for decode-chain snapshots: replaces the owner's previous one
+    spare: bool = False  # the store drops it before the others
 
 
 @dataclass
@@ -140,7 +142,7 @@ class RecurrentRunner:
                 if previous is not None and previous is not match.node:
                     store.discard(previous)
                 self._chain[p.owner] = match.node
-            store.put(match.node, match.length, p.state)
+            store.put(match.node, match.length, p.state, spare=p.spare)
 
     def forward(self, plan: Plan, inputs: BatchInputs, keep: list[int]) -> tuple[torch.Tensor, ForwardBatch]:
         """The Engine's `_forward` for this model: `[len(keep), vocab]` logits at the packed positions
@@ -179,9 +181,10 @@ class RecurrentRunner:
             state = snapshot.clone()
         points, chain_from = self.snapshot_points(req.tokens, start), self.chain_start(req.tokens)
         n, page = len(req.tokens), self.page
+        spare = frozenset(p for p in ((n - 1) // page * page,) if p >= chain_from and p > start)
         prompt_ends = {p for p in ((n - 1) // page * page, n // page * page) if p >= chain_from}
         splits = frozenset(p for p in points | prompt_ends if p > start)
-        self._work[seq] = _Work(state, points, chain_from, splits)
+        self._work[seq] = _Work(state, points, spare - points, chain_from, splits)
 
     def snapshot_points(self, tokens: list[int], start: int) -> frozenset[int]:
         """Where a request admitted with `tokens`, resuming at `start`, takes snapshots that stay
@@ -195,7 +198,8 @@ class RecurrentRunner:
     def chain_start(self, tokens: list[int]) -> int:
         """From the prompt's last page boundary before its last token on, a request snapshots every
         page boundary it reaches, each replacing its previous one: the latest serves a resend of
-        the prompt, a preempted request's return, or the next turn of the conversation."""
+        a preempted request's return or the next turn of the conversation. (The first, which a
+        resend of the same prompt resumes from, is also kept as a spare: dropped first.)"""
         return (len(tokens) - 1) // self.page * self.page
 
     def _units(self, plan: Plan) -> list[Unit]:
@@ -241,7 +245,7 @@ class RecurrentRunner:
         return fb
 
     def _maybe_snapshot(self, req: Request, work: _Work, end: int) -> None:
-        if end in work.points:
-            self._pending.append(_Pending(req.tokens[:end], work.state.clone(), None))
+        if end in work.points or end in work.spare:
+            self._pending.append(_Pending(req.tokens[:end], work.state.clone(), None, end in work.spare))
         elif end >= work.chain_from and end % self.page == 0 and end > 0:
             self._pending.append(_Pending(req.tokens[:end], work.state.clone(), req))

@@ -12,8 +12,8 @@ MambaRadixCache keeps a state per node:
   eviction of the KV (or a trimmed tail page) invalidates it, and it is dropped when next seen;
 - the store owns its snapshots; `get` hands out the stored object and the caller copies it before
   extending it (copy-on-write: `RecurrentState.clone`), so a snapshot is never written after `put`;
-- it is bounded by `budget_bytes`: putting past the budget drops invalid snapshots first, then the
-  least recently used ones (a logical clock; `get` and `put` touch).
+- it is bounded by `budget_bytes`: putting past the budget drops invalid snapshots first, then spare
+  ones never used, then the least recently used (a logical clock; `get` and `put` touch).
 
 This maps onto a per-node component of the one-tree core: the snapshot is the recurrent group's
 component of the node, absent (a tombstone) when dropped, its validity the node's own liveness.
@@ -39,6 +39,7 @@ class _Entry:
     state: RecurrentState
     nbytes: int
     last_use: int
+    spare: bool  # dropped before the others; a hit makes it a regular snapshot
 
 
 class StateStore:
@@ -71,6 +72,7 @@ class StateStore:
             return None
         self._tick += 1
         entry.last_use = self._tick
+        entry.spare = False
         self.hits += 1
         return entry.state
 
@@ -89,10 +91,10 @@ class StateStore:
             node = node.parent
         return node.end
 
-    def put(self, node: TreeNode, end: int, state: RecurrentState) -> bool:
+    def put(self, node: TreeNode, end: int, state: RecurrentState, spare: bool = False) -> bool:
         """Store `state` (taken after `end` tokens; the store owns it now) under `node`, replacing any
-        snapshot there. Returns False, storing nothing, if `node` does not end at `end` or the state is
-        larger than the whole budget."""
+        snapshot there; a `spare` one is dropped before the others until it is used. Returns False,
+        storing nothing, if `node` does not end at `end` or the state is larger than the whole budget."""
         if node.evicted or node.end != end:
             return False
         size = state.nbytes
@@ -101,7 +103,7 @@ class StateStore:
             return False
         self._make_room(size)
         self._tick += 1
-        self._entries[node] = _Entry(node, end, state, size, self._tick)
+        self._entries[node] = _Entry(node, end, state, size, self._tick, spare)
         self.nbytes += size
         self.puts += 1
         return True
@@ -122,7 +124,7 @@ class StateStore:
             return
         for key in [k for k, e in self._entries.items() if not _valid(e)]:
             self._drop(key)
-        for key in sorted(self._entries, key=lambda k: self._entries[k].last_use):
+        for key in sorted(self._entries, key=lambda k: (not self._entries[k].spare, self._entries[k].last_use)):
             if self.nbytes + size <= self.budget_bytes:
                 return
             self._drop(key)
