@@ -49,7 +49,7 @@ if TYPE_CHECKING:
 
     from radixkv import BatchInputs, RadixCache, Sequence
     from radixkv.integrations.scheduler import Plan, Request
-    from radixkv.radix.node import TreeNode
+    from radixkv.results import LockHandle
 
 # model_type -> its recurrent mixers continue a cached state over several tokens in one forward
 RESUMES_CHUNKS = frozenset({"falcon_h1", "qwen3_next"})
@@ -107,7 +107,7 @@ class RecurrentRunner:
         self.store: StateStore | None = None if budget_bytes is None else StateStore(budget_bytes)
         self._work: dict[Sequence, _Work] = {}
         self._pending: list[_Pending] = []
-        self._chain: weakref.WeakKeyDictionary[Request, TreeNode] = weakref.WeakKeyDictionary()
+        self._chain: weakref.WeakKeyDictionary[Request, LockHandle] = weakref.WeakKeyDictionary()
 
     @staticmethod
     def for_model(model: PreTrainedModel, cache: RadixCache, namespace: Any,
@@ -193,7 +193,8 @@ class RecurrentRunner:
         child), where later requests sharing that prefix resume. A match that ends where the cached
         sequence ends (the previous turn of the same conversation) is no branch: the chain covers it."""
         match = self.cache.match_prefix(tokens[:len(tokens) - 1], namespace=self.namespace)
-        return frozenset({match.length} if match.length > start and match.node.children else ())
+        goes_on = getattr(match.node, "children", None)  # the tree's node: read, never written
+        return frozenset({match.length} if match.length > start and goes_on else ())
 
     def chain_start(self, tokens: list[int]) -> int:
         """From the prompt's last page boundary before its last token on, a request snapshots every

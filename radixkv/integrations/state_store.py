@@ -29,12 +29,12 @@ from radixkv.errors import InvalidArgumentError
 if TYPE_CHECKING:
     from radixkv import RadixCache
     from radixkv.integrations.recurrent_state import RecurrentState
-    from radixkv.radix.node import TreeNode
+    from radixkv.results import LockHandle
 
 
 @dataclass
 class _Entry:
-    node: TreeNode
+    node: LockHandle
     end: int  # tokens from the root: the position the state was taken at
     state: RecurrentState
     nbytes: int
@@ -54,14 +54,14 @@ class StateStore:
             raise InvalidArgumentError(f"the state store's budget must be an int >= 0 bytes, got {budget_bytes!r}")
         self.budget_bytes = budget_bytes
         self.nbytes = 0
-        self._entries: dict[TreeNode, _Entry] = {}  # by node identity
+        self._entries: dict[LockHandle, _Entry] = {}  # by node identity
         self._tick = 0
         self.puts = self.hits = self.dropped = 0
 
     def __len__(self) -> int:
         return len(self._entries)
 
-    def get(self, node: TreeNode, end: int) -> RecurrentState | None:
+    def get(self, node: LockHandle, end: int) -> RecurrentState | None:
         """The snapshot after `end` tokens stored under `node`, or None (absent or no longer valid).
         Copy it before extending it. Drops an invalid one."""
         entry = self._entries.get(node)
@@ -76,7 +76,7 @@ class StateStore:
         self.hits += 1
         return entry.state
 
-    def has(self, node: TreeNode) -> bool:
+    def has(self, node: LockHandle) -> bool:
         """Whether `node` holds a valid snapshot at its end; mutates nothing."""
         entry = self._entries.get(node)
         return entry is not None and _valid(entry)
@@ -91,11 +91,11 @@ class StateStore:
             node = node.parent
         return node.end
 
-    def put(self, node: TreeNode, end: int, state: RecurrentState, spare: bool = False) -> bool:
+    def put(self, node: LockHandle, end: int, state: RecurrentState, spare: bool = False) -> bool:
         """Store `state` (taken after `end` tokens; the store owns it now) under `node`, replacing any
         snapshot there; a `spare` one is dropped before the others until it is used. Returns False,
         storing nothing, if `node` does not end at `end` or the state is larger than the whole budget."""
-        if node.evicted or node.end != end:
+        if not _alive(node) or node.end != end:
             return False
         size = state.nbytes
         self.discard(node)
@@ -108,7 +108,7 @@ class StateStore:
         self.puts += 1
         return True
 
-    def discard(self, node: TreeNode) -> None:
+    def discard(self, node: LockHandle) -> None:
         """Drop the snapshot under `node`, if any."""
         if node in self._entries:
             self._drop(node)
@@ -129,11 +129,16 @@ class StateStore:
                 return
             self._drop(key)
 
-    def _drop(self, key: TreeNode) -> None:
+    def _drop(self, key: LockHandle) -> None:
         entry = self._entries.pop(key)
         self.nbytes -= entry.nbytes
         self.dropped += 1
 
 
 def _valid(entry: _Entry) -> bool:
-    return not entry.node.evicted and entry.node.end == entry.end
+    return _alive(entry.node) and entry.node.end == entry.end
+
+
+def _alive(node: LockHandle) -> bool:
+    """Whether the tree still holds `node` (its `evicted` flag: read, as nodes allow, never written)."""
+    return not getattr(node, "evicted", False)
