@@ -105,7 +105,7 @@ class ShadowTree(TreeCore):
     def _cut(self, path: list[ShadowNode], pos: int) -> None:
         """Split the path's last node where a walk that matched `pos` bytes from the root ended."""
         last = path[-1]
-        if last.end * 4 > pos:
+        if (last.depth + last.size) * 4 > pos:  # ends past the match (`end`, without a property call)
             path[-1] = self.split_edge(last, pos // 4 - last.depth)
 
     def match(self, ns: bytes, key: bytes) -> int:
