@@ -242,11 +242,12 @@ class RadixTree(TreeCore):
         if priority > 0:
             for n in path:
                 n.priority = max(n.priority, priority)
-        if use and self._insert_is_use:
-            seen = self.tick if self._matched_tick == self.tick else -1  # nodes the last match counted
-            for n in path:
-                if n.last_access != seen or n is leaf:
-                    n.hit_count += 1
+        if use and self._insert_is_use:  # from the end: the nodes the last match counted are a prefix
+            seen = self.tick if self._matched_tick == self.tick else -1
+            for n in reversed(path):
+                if n.last_access == seen and n is not leaf:
+                    break
+                n.hit_count += 1
         if path:
             self._touch(path, hit=False)
         self.gain_device(gained)
