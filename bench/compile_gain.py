@@ -32,11 +32,16 @@ COMMANDS = {"cython": [sys.executable, "-m", "Cython.Build.Cythonize", "-i", "-3
             "mypyc": [sys.executable, "-m", "mypyc"]}
 
 
-def compile_copy(compiler: str, root: str) -> float:
-    """Copy radixkv/ under `root`, compile CORE there in place; the build's wall seconds."""
+def copy_package(root: str) -> None:
+    """This checkout's radixkv/ under `root`, sources only."""
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     shutil.copytree(os.path.join(here, "radixkv"), os.path.join(root, "radixkv"),
                     ignore=shutil.ignore_patterns("__pycache__", "*.so", "*.c"))
+
+
+def compile_copy(compiler: str, root: str) -> float:
+    """Copy radixkv/ under `root`, compile CORE there in place; the build's wall seconds."""
+    copy_package(root)
     t0 = time.perf_counter()
     subprocess.run(COMMANDS[compiler] + [f"radixkv/{m}" for m in CORE], cwd=root, check=True,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -73,9 +78,7 @@ def run_round(root: str, args: argparse.Namespace) -> dict:
 
 def compare(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory() as pure, tempfile.TemporaryDirectory() as built:
-        here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-        shutil.copytree(os.path.join(here, "radixkv"), os.path.join(pure, "radixkv"),
-                        ignore=shutil.ignore_patterns("__pycache__", "*.so", "*.c"))
+        copy_package(pure)
         print(f"{args.compiler}: built {len(CORE)} modules in {compile_copy(args.compiler, built):.0f} s wall")
         runs: dict[str, list[dict]] = {"pure": [], "compiled": []}
         for _ in range(args.rounds):
