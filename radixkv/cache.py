@@ -33,6 +33,7 @@ from radixkv.config import CacheConfig
 from radixkv.errors import ConfigError, InvalidSlotsError, OutOfSlotsError, ThreadOwnershipError
 from radixkv.eviction import make_policy
 from radixkv.events import KVEvent
+from radixkv.events.recorder import EventRecorder
 from radixkv.host_tier import HostTier
 from radixkv.insert_slots import InsertSlots
 from radixkv.invariants import check_cache
@@ -41,7 +42,6 @@ from radixkv.metrics import CacheStats, collect_metrics
 from radixkv.pinning import PinControl
 from radixkv.pools import CACHED, PRIVATE, RESERVED, PageLedger, TokenToKVPool, page_slots
 from radixkv.radix import SEQUENCE, USER, MatchInfo, RadixTree, TreeNode, evict_device
-from radixkv.radix.block_events import EventRecorder
 from radixkv.results import BatchInputs, MatchResult, SizeInfo
 from radixkv.sequences import Sequence, SequenceTable
 from radixkv.tokens import TokensLike, as_count, as_priority, as_slots, as_tokens, slot_array
@@ -61,7 +61,7 @@ class RadixCache:
         self.kv_pool = TokenToKVPool(config.num_slots, config.num_layers, config.num_kv_heads,
                                      config.head_dim, config.dtype, config.device)
         self.ledger = PageLedger(config.num_pages, ps)
-        self.events = EventRecorder(config.event_block_size, ps) if config.kv_events else None
+        self.events = EventRecorder(config.event_block_size, ps, config.event_hash) if config.kv_events else None
         self.tree = RadixTree(ps, make_policy(config.eviction), config.host_slots > 0, self.events)
         self.pins = PinControl(self.tree, config.pin_budget, clock)
         self.seqs = SequenceTable(config.max_requests, config.max_context_len, ps, config.device)
@@ -300,7 +300,8 @@ class RadixCache:
     def block_snapshot(self) -> list[KVEvent]:
         """AllBlocksCleared, then BlockStored for every block cached now (a resync for routers)."""
         self._own()
-        return EventRecorder.snapshot(self.tree, self.config.event_block_size, self.events)
+        recorder = self.events or EventRecorder(self.config.event_block_size, self.page_size, self.config.event_hash)
+        return recorder.snapshot(self.tree)
 
     def adopt_thread(self) -> None:
         """Make the calling thread the cache's driver (hand a cache over only while no other thread uses it)."""
@@ -317,7 +318,7 @@ class RadixCache:
     def _key(self, toks: np.ndarray, namespace: Any, extra_keys: Any) -> tuple[bytes, np.ndarray]:
         ns, keyed = request_key(namespace, extra_keys, toks)
         if keyed is not toks and self.events is not None:
-            self.events.learn(as_extra_keys(extra_keys))  # to name the items in BlockStored.extra_keys
+            self.events.learn(as_extra_keys(extra_keys), toks)  # to name the items in BlockStored.extra_keys
         return ns, keyed
 
     def _match(self, toks: np.ndarray, root: TreeNode, asked: int) -> MatchInfo:

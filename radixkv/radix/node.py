@@ -33,7 +33,7 @@ class TreeView(Protocol):
 class TreeNode:
     __slots__ = ("id", "tree", "ns", "parent", "children", "key", "size", "pages", "host_pages", "depth",
                  "lock_ref", "user_locks", "seq_locks", "last_access", "created", "hit_count", "priority",
-                 "block_hashes", "evicted", "pin_until", "__weakref__")
+                 "evicted", "pin_until", "__weakref__")
 
     def __init__(self, tree: TreeView, node_id: int, ns: bytes, parent: TreeNode | None, key: bytes,
                  pages: np.ndarray | None, tick: int) -> None:
@@ -54,7 +54,6 @@ class TreeNode:
         self.created = tick
         self.hit_count = 0  # matches that went through this node
         self.priority = 0  # max priority of the requests that inserted it
-        self.block_hashes: list[int] | None = None  # KV-event hashes of blocks ending in this edge (lazy)
         self.evicted = False  # removed from the tree: neither tier holds it any more
         self.pin_until = 0.0  # pinned (kept past unpinned leaves) until this clock time; 0: not pinned
 

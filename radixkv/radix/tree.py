@@ -108,7 +108,7 @@ class RadixTree:
             node.pages = node.pages[kp:].copy()
         node.depth += k
         node.parent = upper
-        if node.block_hashes is not None:  # KV-event hashes (only with a listener): cut, not recomputed
+        if self.listener is not None:  # KV events: the listener cuts what it keeps for `node`
             self.listener.split(upper, node)
         upper.children[node.key[:self.page_bytes]] = node
         parent.children[upper.key[:self.page_bytes]] = upper
