@@ -101,7 +101,7 @@ class Router:
             raise ConfigError(f"Router load_slack must be None or an int >= 0, got {load_slack!r:.60}")
         self.load_slack = load_slack
         if not isinstance(scorer, str) or scorer not in SCORERS:
-            raise ConfigError(f"Router scorer: unknown {scorer!r:.60}; choose from {sorted(SCORERS)}")
+            raise ConfigError(f"Router: unknown scorer {scorer!r:.60}; choose from {sorted(SCORERS)}")
         if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
             raise ConfigError(f"Router block_size must be a positive int, got {block_size!r:.60}")
         for name in ("holders", "ingest"):
