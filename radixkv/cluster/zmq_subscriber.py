@@ -35,12 +35,12 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from radixkv.cluster.index import IndexUnavailableError, KVIndex, check_instance_id
+from radixkv.cluster.zmq_replay import END_SEQ
 from radixkv.errors import InvalidArgumentError
 from radixkv.events import AllBlocksCleared, EventFormatError
 from radixkv.metrics import prometheus_family
 
 log = logging.getLogger(__name__)
-END_SEQ = (-1).to_bytes(8, "big", signed=True)
 _FUTURE = (1 << 63) - 1  # a replay from here is always answered with a snapshot
 
 
