@@ -16,9 +16,9 @@ hashes sets PYTHONHASHSEED to one value everywhere (README, "Behind llm-d and Dy
 (mm identifier, item offset - block start) for every multimodal item the block overlaps, then the
 cache salt on block 0 only (when non-empty); None when the list is empty.
 
-Cost: the token ids of all blocks are CBOR-encoded at once with numpy (an unsigned int is 1, 2, 3
-or 5 bytes: `_cbor_uints`), so each block costs one byte-string join and one sha256 call, with no
-per-token Python work. cbor2 (the `events` extra) encodes only the seed and non-empty extra keys.
+Cost: a token id's CBOR bytes (an unsigned int is 1, 2, 3 or 5 bytes) come from a memo filled on
+first use, so a block's array is one C-level `b"".join(map(...))` over its ids, then one hash call:
+no Python frame per token. cbor2 (the `events` extra) encodes only the seed and non-empty extra keys.
 """
 
 from __future__ import annotations
@@ -75,18 +75,16 @@ class VllmHasher:
         n = len(tokens) // block_size
         if n == 0:
             return []
-        body, ends = _cbor_uints(np.asarray(tokens[:n * block_size]))
+        ids = np.asarray(tokens[:n * block_size]).tolist()
         arr = _uint_head(block_size, 0x80)
-        h, dumps, out = self._h, self._cbor.dumps, []
+        h, dumps, enc, out = self._h, self._cbor.dumps, _UINTS.__getitem__, []
         prev = self.root if parent is None else parent
-        lo = 0
         for b in range(n):
-            hi = int(ends[(b + 1) * block_size - 1])
             keys = None if extra is None else extra[b]
             tail = _NONE if keys is None else dumps(keys, canonical=True)
-            prev = h(b"".join((b"\x83", _bytes_head(len(prev)), prev, arr, body[lo:hi], tail)))
+            body = b"".join(map(enc, ids[b * block_size:(b + 1) * block_size]))
+            prev = h(b"".join((b"\x83", _bytes_head(len(prev)), prev, arr, body, tail)))
             out.append(prev)
-            lo = hi
         return out
 
 
@@ -117,7 +115,7 @@ def _bytes_head(n: int) -> bytes:
 
 
 def _uint_head(n: int, major: int) -> bytes:
-    """CBOR head of major type `major` (0x40 bytes, 0x80 array) with argument n, shortest form."""
+    """CBOR head of major type `major` (0x00 uint, 0x40 bytes, 0x80 array) with argument n, shortest form."""
     if n < 24:
         return bytes([major | n])
     for extra, size in ((24, 1), (25, 2), (26, 4), (27, 8)):
@@ -126,20 +124,15 @@ def _uint_head(n: int, major: int) -> bytes:
     raise ConfigError(f"a CBOR length of {n} does not fit 64 bits")
 
 
-def _cbor_uints(tokens: np.ndarray) -> tuple[bytes, np.ndarray]:
-    """Canonical CBOR of each token id (unsigned, < 2**32) back to back, and the end offset of each.
-    A uint is 1 byte (< 24), 0x18 + 1, 0x19 + 2 or 0x1a + 4 bytes big-endian: build each as the low
-    5 bytes of one big-endian uint64 (head byte, then the value), then keep each one's first `size`."""
-    v = np.asarray(tokens).astype(np.uint64)
-    cls = np.searchsorted(_UINT_LIMITS, v, side="right")
-    size = _UINT_SIZE[cls]
-    word = _UINT_HEAD[cls] | (v << _UINT_SHIFT[cls])
-    full = word.astype(">u8").view(np.uint8).reshape(-1, 8)[:, 3:]
-    return full[_COLS < size[:, None]].tobytes(), np.cumsum(size)
+class _UintCbor(dict):
+    """token id -> its canonical CBOR bytes, filled on first use (a vocabulary's worth at most)."""
+
+    def __missing__(self, v: int) -> bytes:
+        enc = _uint_head(v, 0x00)
+        if len(self) < _MAX_CACHED:
+            self[v] = enc
+        return enc
 
 
-_UINT_LIMITS = np.array([24, 256, 65536], dtype=np.uint64)  # size classes of a CBOR uint below 2**32
-_UINT_SIZE = np.array([1, 2, 3, 5])
-_UINT_HEAD = np.array([0, 0x18, 0x19, 0x1A], dtype=np.uint64) << np.uint64(32)
-_UINT_SHIFT = np.array([32, 24, 16, 0], dtype=np.uint64)
-_COLS = np.arange(5)
+_MAX_CACHED = 1 << 20  # ids remembered (~60 MB at most; real vocabularies are 32k-260k ids)
+_UINTS = _UintCbor()  # a pure function's memo, the same for every hasher
