@@ -23,6 +23,7 @@ InMemoryIndex is the default: a dict in the router's process, no server, not thr
 
 from __future__ import annotations
 
+import string
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -44,6 +45,7 @@ class IndexStats:
     rejected: int = 0  # malformed payloads seen (their whole batch was dropped)
     rejected_batches: int = 0
     server_errors: int = 0  # calls the server refused (RedisIndex: OOM, READONLY, ...)
+    malformed_members: int = 0  # RedisIndex: stored members that are not "medium:instance" (skipped)
 
 
 class KVIndex(Protocol):
@@ -73,9 +75,17 @@ def longest_prefix(holders: Sequence[frozenset[str]]) -> dict[str, int]:
     return out
 
 
+INSTANCE_ID_CHARS = frozenset(string.ascii_letters + string.digits + "._-/")
+MAX_INSTANCE_ID = 253  # a DNS name's length: pod names and host:port-free service names fit
+
+
 def check_instance_id(instance_id: object) -> str:
-    if not isinstance(instance_id, str) or not instance_id or any(c in instance_id for c in ":@\n"):
-        raise InvalidArgumentError(f"instance_id must be a non-empty str without ':', '@' or newlines, got {instance_id!r:.60}")
+    """An instance id: 1 to 253 characters from letters, digits and `.`, `_`, `-`, `/` (a pod or host
+    name). Separators of the indexes' and topics' encodings (`:` `,` `@` newlines) never occur."""
+    if (not isinstance(instance_id, str) or not 0 < len(instance_id) <= MAX_INSTANCE_ID
+            or not INSTANCE_ID_CHARS.issuperset(instance_id)):
+        raise InvalidArgumentError(f"instance_id must be 1-{MAX_INSTANCE_ID} characters from letters, digits and "
+                                   f"'._-/', got {instance_id!r:.60}")
     return instance_id
 
 
