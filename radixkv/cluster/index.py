@@ -32,7 +32,7 @@ from radixkv.errors import InvalidArgumentError, RadixKVError
 from radixkv.events import HASH_LIMIT, AllBlocksCleared, BlockStored, EventFormatError, KVEvent, parse_event
 
 __all__ = ["HASH_LIMIT", "IndexStats", "IndexUnavailableError", "KVIndex", "InMemoryIndex", "longest_prefix",
-           "check_instance_id", "parse_batch"]
+           "check_instance_id", "check_hashes", "parse_batch"]
 
 
 class IndexUnavailableError(RadixKVError):
@@ -87,6 +87,14 @@ def check_instance_id(instance_id: object) -> str:
         raise InvalidArgumentError(f"instance_id must be 1-{MAX_INSTANCE_ID} characters from letters, digits and "
                                    f"'._-/', got {instance_id!r:.60}")
     return instance_id
+
+
+def check_hashes(block_hashes: object) -> Sequence[int]:
+    """Block hashes as a lookup takes them: a list or tuple of ints in [0, 2**64)."""
+    if not isinstance(block_hashes, (list, tuple)) or not all(
+            type(h) is int and 0 <= h < HASH_LIMIT for h in block_hashes):
+        raise InvalidArgumentError(f"block_hashes must be a list of ints in [0, 2**64), got {block_hashes!r:.60}")
+    return block_hashes
 
 
 def parse_batch(instance_id: str, events: object, stats: IndexStats) -> list[KVEvent]:
@@ -159,6 +167,7 @@ class InMemoryIndex:
 
     def holders(self, block_hashes: Sequence[int]) -> list[frozenset[str]]:
         """Instances holding each block (any medium), in order. Does not mutate."""
+        check_hashes(block_hashes)
         empty: dict[str, set[str]] = {}
         return [frozenset(self._blocks.get(h, empty)) for h in block_hashes]
 
@@ -168,6 +177,7 @@ class InMemoryIndex:
 
     def drop_instance(self, instance_id: str) -> None:
         """Forget everything about an instance (it left the fleet); a no-op for an unknown one."""
+        check_instance_id(instance_id)
         owned = self._owned.pop(instance_id, None)
         if owned is not None:
             self._clear(instance_id, owned)
@@ -177,6 +187,7 @@ class InMemoryIndex:
 
     def blocks_of(self, instance_id: str) -> set[tuple[int, str]]:
         """(block hash, medium) of everything the index says `instance_id` holds (a copy)."""
+        check_instance_id(instance_id)
         return set(self._owned.get(instance_id, ()))
 
     def num_blocks(self) -> int:

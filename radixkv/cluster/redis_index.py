@@ -38,8 +38,8 @@ from redis.backoff import NoBackoff
 from redis.commands.core import Script
 from redis.retry import Retry
 
-from radixkv.cluster.index import (INSTANCE_ID_CHARS, IndexStats, IndexUnavailableError, check_instance_id,
-                                   longest_prefix, parse_batch)
+from radixkv.cluster.index import (INSTANCE_ID_CHARS, IndexStats, IndexUnavailableError, check_hashes,
+                                   check_instance_id, longest_prefix, parse_batch)
 from radixkv.errors import ConfigError
 from radixkv.events import MEDIA, AllBlocksCleared, BlockStored, KVEvent
 
@@ -202,7 +202,7 @@ class RedisIndex:
 
     def holders(self, block_hashes: Sequence[int]) -> list[frozenset[str]]:
         """Instances holding each block (any medium), in order; one round trip. Does not mutate."""
-        if not block_hashes:
+        if not check_hashes(block_hashes):
             return []
         reply = self._call(self._holders, [self._block_key(h) for h in block_hashes], [])
         text = reply if isinstance(reply, str) else bytes(reply).decode("utf-8", "replace")

@@ -129,6 +129,7 @@ class Router:
 
     def remove_instance(self, instance_id: str) -> None:
         """Stop routing to an instance (its index entries stay until it is dropped there)."""
+        check_instance_id(instance_id)
         self._load.pop(instance_id, None)
 
     def route(self, tokens: TokensLike, namespace: Hashable = None, extra_keys: ExtraKeys | dict | None = None
@@ -172,6 +173,8 @@ class Router:
 
     def prometheus(self, model_name: str = "") -> str:
         """The loop metrics in Prometheus text (HELP, TYPE, labels model_name and instance)."""
+        if not isinstance(model_name, str):
+            raise InvalidArgumentError(f"model_name must be a str, got {model_name!r:.60}")
         return self.loop.prometheus(model_name)
 
     def _scores(self, hashes: list[int], prefix: dict[str, int]) -> dict[str, int]:

@@ -183,6 +183,8 @@ class ZmqSubscriber:
         batches applied. Never raises for faults; InvalidArgumentError for a negative timeout."""
         if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or not 0 <= timeout_s <= 3600:
             raise InvalidArgumentError(f"poll timeout_s must be a number of seconds in [0, 3600], got {timeout_s!r:.60}")
+        if type(max_messages) is not int or max_messages < 1:
+            raise InvalidArgumentError(f"poll max_messages must be a positive int, got {max_messages!r:.60}")
         applied = self.stats.batches
         deadline = time.monotonic() + timeout_s
         ready = dict(self._poller.poll(int(timeout_s * 1000)))
@@ -212,6 +214,8 @@ class ZmqSubscriber:
 
     def prometheus(self, model_name: str = "") -> str:
         """The counters of `stats` in Prometheus text, as `radixkv_kv_events_<name>_total`."""
+        if not isinstance(model_name, str):
+            raise InvalidArgumentError(f"model_name must be a str, got {model_name!r:.60}")
         return "".join(prometheus_family(f"radixkv_kv_events_{f.name}_total", "counter", _HELP[f.name],
                                          [({"model_name": model_name}, getattr(self.stats, f.name))])
                        for f in fields(SubscriberStats))
