@@ -58,12 +58,12 @@ class EventRecorder:
     # ------------------------------------------------------------------ ResidencyListener
 
     def stored(self, node: TreeNode, medium: str) -> None:
-        digests, size = self.digests(node), self.block_size
-        if not digests:
+        size = self.block_size
+        if node.end // size <= node.depth // size:  # no block ends in this edge
             return
-        hashes = self.hasher.ints(digests)
         first = node.depth // size * size
-        tokens = _path_tokens(node, first)
+        tokens = _path_tokens(node, first)  # gathered once, for the digests and the event
+        hashes = self.hasher.ints(self.digests(node, tokens))
         parent = self._parent_int(node, first)
         if not self._counted:
             self._emit(node, hashes, parent, tokens[:len(hashes) * size], first // size, medium)
@@ -167,8 +167,9 @@ class EventRecorder:
 
     # ------------------------------------------------------------------ digests
 
-    def digests(self, node: TreeNode) -> list[Digest]:
-        """Digests of the blocks whose last token lies in `node`'s edge (computed once, then kept)."""
+    def digests(self, node: TreeNode, tokens: np.ndarray | None = None) -> list[Digest]:
+        """Digests of the blocks whose last token lies in `node`'s edge (computed once, then kept).
+        `tokens`: the path's tokens from the first such block's start, when the caller has them."""
         got = self._digests.get(node)
         if got is None:
             size = self.block_size
@@ -176,7 +177,7 @@ class EventRecorder:
             if first >= last:
                 got = []
             else:
-                tree_toks = _path_tokens(node, first * size)[:(last - first) * size]
+                tree_toks = (_path_tokens(node, first * size) if tokens is None else tokens)[:(last - first) * size]
                 parent = self._digest_ending_at(node.parent, first * size)
                 extra = None
                 if self.hasher.vllm:
