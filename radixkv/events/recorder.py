@@ -37,7 +37,8 @@ class EventRecorder:
         self.hasher = BlockHasher(scheme)  # fails here, at construction, if a package is missing
         self.block_size = block_size
         self.events: list[KVEvent] = []
-        self._digests: dict[TreeNode, list[Digest]] = {}  # node -> digests of the blocks ending in its edge
+        # node -> (digests, their event ints) of the blocks ending in its edge (one list for xxh3)
+        self._digests: dict[TreeNode, tuple[list[Digest], list[int]]] = {}
         self._lora: dict[bytes, tuple[int | None, str | None, str | None]] = {}  # root key -> its keys
         self._mm: dict[int, tuple[str, int, int]] = {}  # placeholder id -> (item identifier, index in item, raw id)
         # Siblings diverge at page boundaries, their first pages differing somewhere inside. When
@@ -63,7 +64,7 @@ class EventRecorder:
             return
         first = node.depth // size * size
         tokens = _path_tokens(node, first)  # gathered once, for the digests and the event
-        hashes = self.hasher.ints(self.digests(node, tokens))
+        hashes = self.digests(node, tokens)[1]
         parent = self._parent_int(node, first)
         if not self._counted:
             self._emit(node, hashes, parent, tokens[:len(hashes) * size], first // size, medium)
@@ -81,7 +82,7 @@ class EventRecorder:
             parent = h
 
     def removed(self, node: TreeNode, medium: str) -> None:
-        gone = self.hasher.ints(self.digests(node))
+        gone = self.digests(node)[1]
         if self._counted:
             gone = [h for h in gone if self._hold(h, medium, -1) == 0]
         if gone:
@@ -95,8 +96,8 @@ class EventRecorder:
         in upper's edge, then those ending in lower's, so its digests are cut the same way."""
         old = self._digests.pop(lower, None)
         if old is not None:
-            j = upper.end // self.block_size - upper.depth // self.block_size
-            self._digests[upper], self._digests[lower] = old[:j], old[j:]
+            (d, h), j = old, upper.end // self.block_size - upper.depth // self.block_size
+            self._digests[upper], self._digests[lower] = (d[:j], h[:j]), (d[j:], h[j:])
 
     def learn(self, extra: ExtraKeys, tokens: np.ndarray) -> None:
         """Remember the placeholder ids of `extra`'s multimodal items (and the raw ids they replace in
@@ -167,15 +168,16 @@ class EventRecorder:
 
     # ------------------------------------------------------------------ digests
 
-    def digests(self, node: TreeNode, tokens: np.ndarray | None = None) -> list[Digest]:
-        """Digests of the blocks whose last token lies in `node`'s edge (computed once, then kept).
+    def digests(self, node: TreeNode, tokens: np.ndarray | None = None) -> tuple[list[Digest], list[int]]:
+        """Digests of the blocks whose last token lies in `node`'s edge, and the ints events carry for
+        them (computed once, then kept).
         `tokens`: the path's tokens from the first such block's start, when the caller has them."""
         got = self._digests.get(node)
         if got is None:
             size = self.block_size
             first, last = node.depth // size, node.end // size  # blocks [first, last)
             if first >= last:
-                got = []
+                got = ([], [])
             else:
                 tree_toks = (_path_tokens(node, first * size) if tokens is None else tokens)[:(last - first) * size]
                 parent = self._digest_ending_at(node.parent, first * size)
@@ -184,7 +186,8 @@ class EventRecorder:
                     _, lora_name, salt = self._whole(node.ns)
                     extra = self._extra_keys(tree_toks, first, lora_name, salt)
                     tree_toks = self._event_tokens(tree_toks)
-                got = self.hasher.digests(tree_toks, node.ns, size, parent, extra)
+                digests = self.hasher.digests(tree_toks, node.ns, size, parent, extra)
+                got = (digests, self.hasher.ints(digests))
             self._digests[node] = got
         return got
 
@@ -194,7 +197,7 @@ class EventRecorder:
             return None
         while not node.depth < pos <= node.end:
             node = node.parent  # type: ignore[assignment]
-        return self.digests(node)[pos // self.block_size - 1 - node.depth // self.block_size]
+        return self.digests(node)[0][pos // self.block_size - 1 - node.depth // self.block_size]
 
     def _parent_int(self, node: TreeNode, pos: int) -> int | None:
         parent = self._digest_ending_at(node.parent, pos)

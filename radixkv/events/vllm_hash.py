@@ -79,12 +79,15 @@ class VllmHasher:
         arr = _uint_head(block_size, 0x80)
         h, dumps, enc, out = self._h, self._cbor.dumps, _UINTS.__getitem__, []
         prev = self.root if parent is None else parent
+        head = b"\x83" + _bytes_head(len(prev))  # (parent digest, ...): a 3-array, then the digest's head
         for b in range(n):
             keys = None if extra is None else extra[b]
             tail = _NONE if keys is None else dumps(keys, canonical=True)
             body = b"".join(map(enc, ids[b * block_size:(b + 1) * block_size]))
-            prev = h(b"".join((b"\x83", _bytes_head(len(prev)), prev, arr, body, tail)))
+            prev = h(b"".join((head, prev, arr, body, tail)))
             out.append(prev)
+            if b == 0:
+                head = b"\x83" + _bytes_head(len(prev))
         return out
 
 
