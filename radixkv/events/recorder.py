@@ -26,7 +26,8 @@ from radixkv.events.records import DEVICE, HOST, AllBlocksCleared, BlockRemoved,
 from radixkv.keys import MM_BASE, ExtraKeys, placeholder_ids, whole_request_keys
 
 if TYPE_CHECKING:
-    from radixkv.radix.node import TreeNode, TreeView
+    from radixkv.radix.node import TreeNode
+    from radixkv.radix.tree import RadixTree
 
 
 _MAX_MM_IDS = 1 << 20  # placeholder ids remembered for naming multimodal items in events
@@ -203,7 +204,7 @@ class EventRecorder:
         parent = self._digest_ending_at(node.parent, pos)
         return None if parent is None else self.hasher.ints([parent])[0]
 
-    def snapshot(self, tree: TreeView) -> list[KVEvent]:
+    def snapshot(self, tree: RadixTree) -> list[KVEvent]:
         """AllBlocksCleared, then BlockStored for everything cached now, parents first (for resync).
         Shares this recorder's digests and multimodal names; records nothing here."""
         fresh = EventRecorder.__new__(EventRecorder)

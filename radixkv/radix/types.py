@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Callable, NamedTuple, Protocol
 
 import numpy as np
-
 
 if TYPE_CHECKING:
     from radixkv.radix.node import TreeNode
 
-__all__ = ["DEVICE", "HOST", "USER", "SEQUENCE", "MatchInfo", "InsertResult", "ResidencyListener"]
+__all__ = ["DEVICE", "HOST", "USER", "SEQUENCE", "MatchInfo", "InsertResult", "ResidencyListener", "PinKeeper"]
 
 USER, SEQUENCE = 0, 1  # lock holders: lock()/unlock() callers, open Sequences
 DEVICE, HOST = "GPU", "CPU"  # media a listener hears of: vLLM's KV-event names (radixkv.events keeps the same)
@@ -38,3 +37,13 @@ class ResidencyListener(Protocol):
     def removed(self, node: TreeNode, medium: str) -> None: ...
 
     def split(self, upper: TreeNode, lower: TreeNode) -> None: ...
+
+
+class PinKeeper(Protocol):
+    """What the tree tells the pin owner (radix/pins.py's Pins) and asks of it."""
+
+    def split(self, upper: TreeNode, lower: TreeNode) -> None: ...
+
+    def dropped(self, node: TreeNode) -> None: ...
+
+    def pinned_last(self, key: Callable[[TreeNode], tuple]) -> Callable[[TreeNode], tuple]: ...
