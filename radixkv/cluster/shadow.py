@@ -46,13 +46,10 @@ class Shadow:
                 return held[0] + 1
         return 0  # a parent the stream never named: the depth is unknown, order does not matter then
 
-    def snapshot(self) -> list[KVEvent]:
-        """AllBlocksCleared, then one BlockStored per held block, parents before children."""
-        return Shadow.snapshot_of(self.blocks)
-
     @staticmethod
     def snapshot_of(blocks: dict[tuple[int, str], tuple]) -> list[KVEvent]:
-        """`snapshot` of a copy of `blocks` (a replay thread copies the dict, then builds this unlocked)."""
+        """AllBlocksCleared, then one BlockStored per held block of `blocks` (a copy of a Shadow's
+        `blocks`, taken under the publisher's lock), parents before children."""
         out: list[KVEvent] = [AllBlocksCleared()]
         for (h, medium), (_, parent, toks, size, lora_id, lora_name, extra) in sorted(
                 blocks.items(), key=lambda kv: kv[1][0]):
