@@ -40,50 +40,18 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any
 
 from radixkv.cluster.index import IndexUnavailableError, KVIndex, check_instance_id
+from radixkv.cluster.subscriber_stats import SubscriberStats, stats_prometheus
 from radixkv.cluster.zmq_replay import END_SEQ
 from radixkv.errors import ConfigError, InvalidArgumentError
 from radixkv.events import AllBlocksCleared, EventFormatError
-from radixkv.metrics import prometheus_family
 
 log = logging.getLogger(__name__)
 _FUTURE = (1 << 63) - 1  # a replay from here is always answered with a snapshot; no batch is numbered this high
 _SLACK_S = 0.03  # poll() reads what is ready for at most this long past its timeout
-
-
-@dataclass
-class SubscriberStats:
-    batches: int = 0  # batches applied to the index
-    duplicates: int = 0  # batches skipped, already applied
-    gaps: int = 0  # times a sequence gap was seen
-    missed: int = 0  # batches those gaps skipped over
-    replays: int = 0  # replay requests sent
-    replay_failures: int = 0  # replays with no end marker within replay_timeout_s
-    snapshots: int = 0  # snapshot batches applied (resyncs)
-    restarts: int = 0  # publisher restarts seen (a new publisher id)
-    malformed: int = 0  # messages or payloads rejected
-    index_errors: int = 0  # batches the index could not take
-    oversized: int = 0  # frames over max_message_bytes, dropped unread
-    foreign: int = 0  # messages for an instance this connection may not speak for
-
-
-_HELP = {
-    "batches": "KV event batches applied to the index.",
-    "duplicates": "Batches skipped because they were already applied.",
-    "gaps": "Sequence gaps seen (batches dropped on the way).",
-    "missed": "Batches skipped over by those gaps (recovered by replay).",
-    "replays": "Replay requests sent to publishers.",
-    "replay_failures": "Replays that got no end marker in time.",
-    "snapshots": "Snapshot batches applied (full resyncs of an instance).",
-    "restarts": "Publisher restarts seen (a new publisher id).",
-    "malformed": "Messages or payloads rejected as malformed (never applied).",
-    "index_errors": "Batches the index could not take (the stream resyncs later).",
-    "oversized": "Frames larger than max_message_bytes, dropped unread.",
-    "foreign": "Messages for an instance their connection may not speak for (dropped).",
-}
 
 
 @dataclass
@@ -216,9 +184,7 @@ class ZmqSubscriber:
         """The counters of `stats` in Prometheus text, as `radixkv_kv_events_<name>_total`."""
         if not isinstance(model_name, str):
             raise InvalidArgumentError(f"model_name must be a str, got {model_name!r:.60}")
-        return "".join(prometheus_family(f"radixkv_kv_events_{f.name}_total", "counter", _HELP[f.name],
-                                         [({"model_name": model_name}, getattr(self.stats, f.name))])
-                       for f in fields(SubscriberStats))
+        return stats_prometheus(self.stats, model_name)
 
     def streams(self) -> dict[str, int | None]:
         """{instance: next sequence number wanted (None: not synced)}."""
