@@ -139,15 +139,19 @@ def test_poll_holds_its_timeout_against_a_silent_replay_socket() -> None:
     sub.connect(forged.endpoint, forged.replay_endpoint)
     topic = kv_topic("pod-g", "m").encode()
     joined(sub, forged, topic)
-    worst = {0.0: 0.0, 0.1: 0.0}
+    over: dict[float, list[float]] = {0.0: [], 0.1: []}  # seconds past the timeout
     for i in range(10):
         forged.send(topic, 10 + i, encode_batch([BlockStored([20 + i], None, [2] * 4, 4)], 1.0))  # gaps
         time.sleep(0.01)
-        for timeout in worst:
+        for timeout, seen in over.items():
             t0 = time.monotonic()
             sub.poll(timeout)
-            worst[timeout] = max(worst[timeout], time.monotonic() - t0 - timeout)
-    assert sub.stats.gaps >= 1 and worst[0.0] < 0.05 and worst[0.1] < 0.05, worst
+            seen.append(time.monotonic() - t0 - timeout)
+    # within 50 ms (the median, so one descheduling of this 2-core VM cannot fail it), and never near
+    # the 5 s a blocking replay would take
+    for seen in over.values():
+        assert sorted(seen)[len(seen) // 2] < 0.05 and max(seen) < 0.5, over
+    assert sub.stats.gaps >= 1
     sub.close()
     forged.close()
 
