@@ -10,13 +10,13 @@ the cache's page_size). `CacheConfig.event_hash` picks how blocks are named:
 
 where `ns` is the canonical key of the request's namespace and extra keys (radixkv.keys: the
 namespace, a LoRA adapter and a cache salt folded into one self-delimiting byte string; multimodal
-items are already in the tokens, whose placeholder ids the cache replaced by ids derived from
-each item's content hash). The parent enters as XXH3's 64-bit seed, so each block costs one call
-on its own 4 * block_size bytes and no concatenation. h_b names the whole prefix up to the end of
-block b and depends only on values: the same in every process and on every machine. XXH3 is not
-collision resistant against someone who knows the seed, but a collision here can only misroute a
-request: an instance matches real tokens in its radix tree, so no request is ever served another
-prefix's KV. The seed is public and fixed (a fleet must share it).
+items are already in the tokens, whose placeholder ids are replaced by stateless ids derived from
+each item's content hash: radixkv.multimodal.hash_ids). The parent enters as XXH3's 64-bit seed, so
+each block costs one call on its own 4 * block_size bytes and no concatenation. h_b names the whole
+prefix up to the end of block b and depends only on values: the same in every process and on every
+machine. XXH3 is not collision resistant against someone who knows the seed, but a collision here
+can only misroute a request: an instance matches real tokens in its radix tree, so no request is
+ever served another prefix's KV. The seed is public and fixed (a fleet must share it).
 
 **"sha256_cbor"**, **"xxhash_cbor"**: vLLM's own hashes (radixkv.events.vllm_hash), so a router
 that hashes prompts the way vLLM does (llm-d's kv-cache-manager, Dynamo) finds radixkv's blocks.
@@ -35,7 +35,7 @@ import numpy as np
 
 from radixkv.errors import ConfigError, InvalidArgumentError
 from radixkv.events.vllm_hash import CBOR_SCHEMES, VllmHasher, block_extra_keys, to_int
-from radixkv.keys import ExtraKeys, as_extra_keys, request_key
+from radixkv.keys import ExtraKeys, as_extra_keys, hash_key
 
 SEED = 0x7261646978_6B7631  # b"radixkv1" read as an int: fixed, so every process agrees
 EVENT_HASHES = ("xxh3",) + CBOR_SCHEMES
@@ -86,9 +86,9 @@ class BlockHasher:
         from radixkv.tokens import as_tokens
 
         raw = as_tokens(tokens)
-        ns, keyed = request_key(namespace, extra_keys, raw)
+        ns, hashed = hash_key(namespace, extra_keys, raw)  # validates everything
         if not self.vllm:
-            return self.digests(keyed, ns, block_size, parent)
+            return self.digests(hashed, ns, block_size, parent)
         extra = as_extra_keys(extra_keys) or ExtraKeys()
         if parent is not None and (extra.mm or extra.cache_salt):
             raise InvalidArgumentError("with a parent hash, vLLM's schemes take no multimodal items or cache "

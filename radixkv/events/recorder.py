@@ -23,25 +23,28 @@ import numpy as np
 
 from radixkv.events.hashing import BlockHasher, Digest
 from radixkv.events.records import DEVICE, HOST, AllBlocksCleared, BlockRemoved, BlockStored, KVEvent
-from radixkv.keys import MM_BASE, ExtraKeys, placeholder_ids, whole_request_keys
+from radixkv.keys import ExtraKeys, hash_root, whole_request_keys
+from radixkv.multimodal import MultiModalKeys
 
 if TYPE_CHECKING:
     from radixkv.radix.node import TreeNode
     from radixkv.radix.tree import RadixTree
 
 
-_MAX_MM_IDS = 1 << 20  # placeholder ids remembered for naming multimodal items in events
+_MAX_RAW = 1 << 16  # items whose raw placeholder ids are remembered (vLLM's schemes hash them)
 
 
 class EventRecorder:
-    def __init__(self, block_size: int, page_size: int = 1, scheme: str = "xxh3") -> None:
+    def __init__(self, block_size: int, page_size: int = 1, scheme: str = "xxh3",
+                 mm_keys: MultiModalKeys | None = None) -> None:
         self.hasher = BlockHasher(scheme)  # fails here, at construction, if a package is missing
         self.block_size = block_size
         self.events: list[KVEvent] = []
         # node -> (digests, their event ints) of the blocks ending in its edge (one list for xxh3)
         self._digests: dict[TreeNode, tuple[list[Digest], list[int]]] = {}
         self._lora: dict[bytes, tuple[int | None, str | None, str | None]] = {}  # root key -> its keys
-        self._mm: dict[int, tuple[str, int, int]] = {}  # placeholder id -> (item identifier, index in item, raw id)
+        self.mm_keys = mm_keys if mm_keys is not None else MultiModalKeys()  # the cache's: names item ids
+        self._raw: dict[tuple[str, int], list[int]] = {}  # (identifier, length) -> the raw ids a request gave
         # Siblings diverge at page boundaries, their first pages differing somewhere inside. When
         # block_size is a multiple of page_size, that page lies inside one block, which therefore
         # differs too: every block has one holder. Otherwise (page 16, block 6; or page 32, block
@@ -101,14 +104,12 @@ class EventRecorder:
             self._digests[upper], self._digests[lower] = (d[:j], h[:j]), (d[j:], h[j:])
 
     def learn(self, extra: ExtraKeys, tokens: np.ndarray) -> None:
-        """Remember the placeholder ids of `extra`'s multimodal items (and the raw ids they replace in
-        `tokens`, the request as given), to name the items in events and hash as vLLM does."""
-        if len(self._mm) > _MAX_MM_IDS:
-            self._mm.clear()  # forgetting only drops names from extra_keys; xxh3 hashes never change
+        """Remember the raw placeholder ids `tokens` (the request as given) holds at `extra`'s
+        multimodal items: vLLM's schemes hash them (the tree keys item positions by its own ids)."""
+        if len(self._raw) > _MAX_RAW:
+            self._raw.clear()  # forgetting only misnames blocks of vLLM's schemes: a missed route
         for item in extra.mm:
-            raw = tokens[item.offset:item.offset + item.length].tolist()
-            for i, tok in enumerate(placeholder_ids(item).tolist()):
-                self._mm[tok] = (item.identifier, i, raw[i])
+            self._raw[(item.identifier, item.length)] = tokens[item.offset:item.offset + item.length].tolist()
 
     def _hold(self, h: int, medium: str, delta: int) -> int:
         key = (h, medium)
@@ -139,32 +140,36 @@ class EventRecorder:
         """vLLM's per-block extra_keys (its generate_block_hash_extra_keys): the LoRA name,
         (item identifier, item offset - block start) per multimodal item the block overlaps, and
         the cache salt on the sequence's first block; None when no block has any."""
-        has_mm = bool(self._mm) and int(toks.max(initial=0)) >= MM_BASE
+        has_mm = int(toks.min(initial=0)) < 0  # item ids are negative (radixkv.multimodal)
         if lora_name is None and not salt and not has_mm:
             return None
         size, out = self.block_size, []
         for b in range(len(toks) // size):
             keys: list = [] if lora_name is None else [lora_name]
             block = toks[b * size:(b + 1) * size]
-            for p in (np.flatnonzero(block >= MM_BASE).tolist() if has_mm else ()):
-                hit = self._mm.get(int(block[p]))
-                if hit is not None and (hit[0], p - hit[1]) not in keys:
-                    keys.append((hit[0], p - hit[1]))
+            for p in (np.flatnonzero(block < 0).tolist() if has_mm else ()):
+                hit = self.mm_keys.item_at(int(block[p]))  # (identifier, length, index in the item)
+                if hit is not None and (hit[0], p - hit[2]) not in keys:
+                    keys.append((hit[0], p - hit[2]))
             if salt and first_block + b == 0:
                 keys.append(salt)
             out.append(tuple(keys) or None)
         return out
 
     def _event_tokens(self, toks: np.ndarray) -> np.ndarray:
-        """The ids events carry and vLLM's schemes hash: xxh3 keeps the tree's (placeholders keyed by
-        content); vLLM's schemes put back the raw ids a request gave (its extra keys name the item)."""
-        if not self.hasher.vllm or not self._mm or int(toks.max(initial=0)) < MM_BASE:
+        """The ids events carry and the hash sees, from the tree's (item positions keyed by negative
+        ids): xxh3 puts each item's stateless hash ids there (the same on every instance); vLLM's
+        schemes put back the raw ids the request gave (its extra keys name the item)."""
+        if not len(toks) or int(toks.min()) >= 0:
             return toks
+        if not self.hasher.vllm:
+            return self.mm_keys.hash_form(toks)
         out = toks.copy()
-        for p in np.flatnonzero(toks >= MM_BASE).tolist():
-            hit = self._mm.get(int(toks[p]))
-            if hit is not None:
-                out[p] = hit[2]
+        for p in np.flatnonzero(toks < 0).tolist():
+            hit = self.mm_keys.item_at(int(toks[p]))
+            raw = None if hit is None else self._raw.get(hit[:2])
+            if raw is not None:
+                out[p] = raw[hit[2]]  # type: ignore[index]
         return out
 
     # ------------------------------------------------------------------ digests
@@ -186,8 +191,7 @@ class EventRecorder:
                 if self.hasher.vllm:
                     _, lora_name, salt = self._whole(node.ns)
                     extra = self._extra_keys(tree_toks, first, lora_name, salt)
-                    tree_toks = self._event_tokens(tree_toks)
-                digests = self.hasher.digests(tree_toks, node.ns, size, parent, extra)
+                digests = self.hasher.digests(self._event_tokens(tree_toks), hash_root(node.ns), size, parent, extra)
                 got = (digests, self.hasher.ints(digests))
             self._digests[node] = got
         return got
