@@ -251,18 +251,20 @@ def test_a_replay_flood_never_holds_live_publishing_and_close_joins() -> None:
 
     t = threading.Thread(target=flood, daemon=True)
     t.start()
-    worst = 0.0
+    took = []
     for _ in range(100):
         serve(cache, rng.integers(0, 30000, 48))
         t0 = time.monotonic()
         pub.publish()
-        worst = max(worst, time.monotonic() - t0)
+        took.append(time.monotonic() - t0)
     stop.set()
     t.join(2)
     pub.close()
     assert not pub._replay.alive()  # joined, socket closed by its own thread: the counters are final
     assert pub.replays >= 10 and pub.snapshots_served == pub.replays  # each answer one snapshot, not 300 batches
-    assert worst < 0.25, worst
+    # inline on main, every publish() served the whole flood first (seconds each); here the median
+    # publish is a send. Not the max: one descheduling of this shared 2-core VM can take a second.
+    assert sorted(took)[len(took) // 2] < 0.05, sorted(took)[len(took) // 2]
     with pytest.raises(PublisherError, match="closed"):
         pub.publish()
     for c in clients:
