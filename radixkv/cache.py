@@ -33,6 +33,7 @@ from radixkv.config import CacheConfig
 from radixkv.errors import ConfigError, InvalidSlotsError, OutOfSlotsError, ThreadOwnershipError
 from radixkv.eviction import make_policy
 from radixkv.events import KVEvent
+from radixkv.events.recorder import EventRecorder
 from radixkv.host_tier import HostTier
 from radixkv.insert_slots import InsertSlots
 from radixkv.invariants import check_cache
@@ -43,7 +44,6 @@ from radixkv.pools import CACHED, PRIVATE, RESERVED, PageLedger, TokenToKVPool, 
 from radixkv.radix import SEQUENCE, USER, MatchInfo, RadixTree, TreeNode, evict_device
 from radixkv.radix import locks
 from radixkv.radix.pins import Pins
-from radixkv.radix.block_events import EventRecorder
 from radixkv.results import BatchInputs, MatchResult, SizeInfo
 from radixkv.sequences import Sequence, SequenceTable
 from radixkv.tokens import TokensLike, as_count, as_priority, as_slots, as_tokens, slot_array
@@ -64,7 +64,8 @@ class RadixCache:
                                      config.head_dim, config.dtype, config.device)
         self.ledger = PageLedger(config.num_pages, ps)
         self.mm_keys = MultiModalKeys()  # multimodal items' tree ids, by whole content hash
-        self.events = EventRecorder(config.event_block_size, ps, self.mm_keys) if config.kv_events else None
+        self.events = (EventRecorder(config.event_block_size, ps, config.event_hash, self.mm_keys)
+                       if config.kv_events else None)
         self.tree = RadixTree(ps, make_policy(config.eviction), config.host_slots > 0, self.events)
         self.pins = Pins(self.tree, config.pin_budget, clock)
         self.seqs = SequenceTable(config.max_requests, config.max_context_len, ps, config.device)
@@ -306,7 +307,9 @@ class RadixCache:
     def block_snapshot(self) -> list[KVEvent]:
         """AllBlocksCleared, then BlockStored for every block cached now (a resync for routers)."""
         self._own()
-        return EventRecorder.snapshot(self.tree, self.config.event_block_size, self.events)
+        recorder = self.events or EventRecorder(self.config.event_block_size, self.page_size, self.config.event_hash,
+                                                self.mm_keys)
+        return recorder.snapshot(self.tree)
 
     def adopt_thread(self) -> None:
         """Make the calling thread the cache's driver. The thread that built the cache hands it over
@@ -337,7 +340,10 @@ class RadixCache:
                 "method from the scheduler thread (or hand the cache over: release_thread(), then adopt_thread())")
 
     def _key(self, toks: np.ndarray, namespace: Any, extra_keys: Any) -> tuple[bytes, np.ndarray]:
-        return request_key(namespace, extra_keys, toks, self.mm_keys)
+        ns, keyed = request_key(namespace, extra_keys, toks, self.mm_keys)
+        if keyed is not toks and self.events is not None:
+            self.events.learn(as_extra_keys(extra_keys), toks)  # the raw ids vLLM's block hashes see
+        return ns, keyed
 
     def _match(self, toks: np.ndarray, root: TreeNode, asked: int) -> MatchInfo:
         m = self.tree.match(toks[:len(toks) // self.page_size * self.page_size].tobytes(), root)

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import torch
 
 from radixkv.errors import ConfigError
+from radixkv.events.hashing import EVENT_HASHES
 from radixkv.eviction import POLICIES
 
 _FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
@@ -33,6 +34,9 @@ class CacheConfig:
     host_write_policy: str = "write_through"  # or "write_back": copy to host at device eviction
     kv_events: bool = False  # record BlockStored/BlockRemoved for take_events(); off costs nothing
     event_block_size: int = 16  # tokens per KV-event block (vLLM's default block size), any page_size
+    # How KV events name blocks (radixkv.events.hashing): "xxh3" (radixkv's chain, the cheapest), or
+    # vLLM's own "sha256_cbor" / "xxhash_cbor", so routers that hash prompts like vLLM find our blocks.
+    event_hash: str = "xxh3"
 
     def __post_init__(self) -> None:
         for name in ("num_layers", "num_kv_heads", "head_dim", "num_slots", "page_size",
@@ -63,6 +67,8 @@ class CacheConfig:
         for name in ("kv_events",):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"CacheConfig.{name} must be a bool, got {getattr(self, name)!r}")
+        if self.event_hash not in EVENT_HASHES:
+            raise ConfigError(f"CacheConfig.event_hash must be one of {EVENT_HASHES}, got {self.event_hash!r:.60}")
         _check_device(self.device)
 
     @property

@@ -8,7 +8,10 @@ extra), with counters as counters and the rest as gauges.
     radixkv_prefix_cache_hits_total           of those, tokens found on the device
     radixkv_prefix_cache_host_hits_total      further tokens found only on the host tier
     radixkv_prefix_cache_hit_rate             hits / queries over the cache's life
-    radixkv_kv_cache_usage_perc               device slots not free, as a fraction
+    radixkv_kv_cache_usage_perc               device slots in use by requests, as a fraction (vLLM's
+                                              meaning: locked cached tokens + private slots; a cached
+                                              prefix no request holds is reclaimable, so it is not "used")
+    radixkv_cached_tokens                     device tokens the tree caches (locked or not)
     radixkv_evictable_tokens / _protected_tokens / _free_slots
     radixkv_evicted_tokens_total              device tokens evicted
     radixkv_num_requests_running              open Sequences
@@ -48,7 +51,8 @@ def collect_metrics(s: SizeInfo, st: CacheStats, running: int, host: HostTier | 
         "radixkv_prefix_cache_hits_total": st.hit_tokens,
         "radixkv_prefix_cache_host_hits_total": st.host_hit_tokens,
         "radixkv_prefix_cache_hit_rate": st.hit_tokens / st.query_tokens if st.query_tokens else 0.0,
-        "radixkv_kv_cache_usage_perc": (s.total - s.free) / s.total,
+        "radixkv_kv_cache_usage_perc": (s.protected + s.private) / s.total,
+        "radixkv_cached_tokens": s.cached,
         "radixkv_evictable_tokens": s.evictable,
         "radixkv_protected_tokens": s.protected,
         "radixkv_free_slots": s.free,

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from redis_fixtures import RedisServer, shared_redis  # noqa: F401  (fixtures)
 
-from radixkv import InvalidTokensError
+from radixkv import InvalidTokensError, RadixKVError
 from radixkv.cluster import SCORERS, InMemoryIndex, KVIndex, Router
 from radixkv.cluster.redis_index import RedisIndex
 from radixkv.events import BlockRemoved, BlockStored, block_hashes
@@ -128,18 +128,19 @@ def test_load_slack_lets_load_override_affinity(index: KVIndex, slack: int | Non
 
 
 def test_bad_arguments_are_rejected() -> None:
-    with pytest.raises(ValueError, match="unknown scorer"):
+    """Typed errors (issue 19 item 14): a RadixKVError, never a bare ValueError."""
+    with pytest.raises(RadixKVError, match="unknown scorer"):
         Router(InMemoryIndex(), scorer="random")
-    with pytest.raises(ValueError, match="block_size"):
+    with pytest.raises(RadixKVError, match="block_size"):
         Router(InMemoryIndex(), block_size=0)
-    with pytest.raises(ValueError, match="load_slack"):
+    with pytest.raises(RadixKVError, match="load_slack"):
         Router(InMemoryIndex(), load_slack=-1)
     router = Router(InMemoryIndex())
-    with pytest.raises(ValueError, match="no instances registered"):
+    with pytest.raises(RadixKVError, match="no instances registered"):
         router.route([1] * 32)
-    with pytest.raises(ValueError, match="open_requests"):
+    with pytest.raises(RadixKVError, match="open_requests"):
         router.report_load("pod-a", -1)
-    with pytest.raises(ValueError, match="instance_id"):
+    with pytest.raises(RadixKVError, match="instance_id"):
         router.report_load("", 0)
     router.report_load("pod-a", 0)
     for bad in ([-1] * 16, [1.5] * 16, [[1] * 16]):

@@ -113,3 +113,19 @@ def test_metrics_count_queries_hits_and_evictions() -> None:
     text = prometheus_text(cache)
     assert "radixkv_evicted_tokens_total 16.0" in text and "# TYPE radixkv_evicted_tokens_total counter" in text
     assert "radixkv_host_cache_usage_perc 0.5" in text
+
+
+def test_usage_counts_what_requests_hold_as_vllm_does_and_cached_tokens_have_their_own_gauge() -> None:
+    """vLLM's kv_cache_usage_perc counts blocks in use by requests: a cached prefix nobody holds is
+    reclaimable, so it is not usage (issue 19 item 18: it used to stay at 1.0 on a warm cache)."""
+    cache = make(page_size=4)  # 64 slots
+    put(cache, list(range(48)))
+    m = cache.metrics()
+    assert m["radixkv_kv_cache_usage_perc"] == 0.0 and m["radixkv_cached_tokens"] == 48
+    seq = cache.open(list(range(32)) + [99] * 4)  # locks 32 cached tokens, then reserves 4 more
+    cache.reserve(seq, 4)
+    s = cache.sizes()
+    assert (s.protected, s.private) == (32, 4)
+    assert cache.metrics()["radixkv_kv_cache_usage_perc"] == (32 + 4) / 64
+    cache.close(seq)
+    assert cache.metrics()["radixkv_kv_cache_usage_perc"] == 0.0

@@ -42,6 +42,7 @@ class Cell:
     speed: dict[str, float] = field(default_factory=dict)  # side by side with SGLang: name -> best requests/s
     events_off_s: float = 0.0  # with --events-cost: best bookkeeping seconds of the headline policy,
     events_on_s: float = 0.0  # events off and on, interleaved runs in this process
+    events_cbor_s: float = 0.0  # events on with vLLM's sha256_cbor block hashes (event_hash="sha256_cbor")
 
 
 @dataclass
@@ -73,6 +74,7 @@ class BenchReport:
                                     for p, r in c.runs.items()},
                        "sglang": {p: s._asdict() for p, s in c.sglang.items()},
                        "events_off_s": c.events_off_s, "events_on_s": c.events_on_s,
+                       "events_sha256_cbor_s": c.events_cbor_s,
                        "speed_requests_per_s": c.speed} for c in self.cells],
         }
 
@@ -122,8 +124,8 @@ def run_bench(workloads: list[str], fracs: list[float], policies: list[str], *, 
                     progress.advance(task)
         if events_cost:
             for cell in cells:
-                cell.events_off_s, cell.events_on_s = _events_cost(reqs, cell.capacity, page_size, events_cost,
-                                                                    rep.policies[0])
+                cell.events_off_s, cell.events_on_s, cell.events_cbor_s = _events_cost(
+                    reqs, cell.capacity, page_size, events_cost, rep.policies[0])
         if peer is not None and rep.sglang_note is None:
             try:
                 _run_peer(rep, peer, reqs, cells, page_size, speed_repeats)
@@ -137,14 +139,16 @@ def run_bench(workloads: list[str], fracs: list[float], policies: list[str], *, 
     return rep
 
 
-def _events_cost(reqs, capacity: int, page_size: int, repeats: int, policy: str) -> tuple[float, float]:
-    """Best bookkeeping seconds of `policy` (the first one asked for) with KV events off and on,
-    `repeats` runs of each, interleaved (off, on, off, on, ...) so that load drifts hit both alike."""
-    off = on = float("inf")
+def _events_cost(reqs, capacity: int, page_size: int, repeats: int, policy: str) -> tuple[float, float, float]:
+    """Best bookkeeping seconds of `policy` (the first one asked for) with KV events off, on (XXH3)
+    and on with vLLM's sha256_cbor hashes, `repeats` runs of each, interleaved (off, on, cbor, off,
+    ...) so that load drifts hit all three alike."""
+    off = on = cbor = float("inf")
     for _ in range(repeats):
         off = min(off, replay(reqs, capacity, policy, page_size).wall_s)
         on = min(on, replay(reqs, capacity, policy, page_size, events=True).wall_s)
-    return off, on
+        cbor = min(cbor, replay(reqs, capacity, policy, page_size, events=True, event_hash="sha256_cbor").wall_s)
+    return off, on, cbor
 
 
 def events_table(rep: BenchReport):
@@ -152,12 +156,13 @@ def events_table(rep: BenchReport):
     from rich.table import Table
 
     t = Table(title=f"KV events cost, {rep.policies[0]}: best of interleaved runs, events drained after every request")
-    for col in ("workload", "cap", "off ms", "on ms", "on / off"):
+    for col in ("workload", "cap", "off ms", "xxh3 ms", "xxh3 / off", "sha256_cbor ms", "sha256_cbor / off"):
         t.add_column(col, justify="right")
     for c in rep.cells:
         if c.events_off_s:
             t.add_row(c.workload, f"{c.frac:.0%}", f"{c.events_off_s * 1e3:.1f}", f"{c.events_on_s * 1e3:.1f}",
-                      f"{c.events_on_s / c.events_off_s:.2f}x")
+                      f"{c.events_on_s / c.events_off_s:.2f}x", f"{c.events_cbor_s * 1e3:.1f}",
+                      f"{c.events_cbor_s / c.events_off_s:.2f}x")
     return t
 
 

@@ -64,24 +64,26 @@ def capacity(frac: float, unique_tokens: int, longest: int, page_size: int) -> i
     return max(int(frac * unique_tokens), -(-longest // page_size) * page_size) // page_size * page_size
 
 
-def sim_config(capacity: int, page_size: int, policy: str, max_len: int, events: bool = False) -> CacheConfig:
+def sim_config(capacity: int, page_size: int, policy: str, max_len: int, events: bool = False,
+               event_hash: str = "xxh3") -> CacheConfig:
     """A cache whose KV is one fp16 number per token: bookkeeping at full scale, memory negligible."""
     slots = max(page_size, capacity // page_size * page_size)
     return CacheConfig(num_layers=1, num_kv_heads=1, head_dim=1, num_slots=slots, page_size=page_size,
                        max_requests=1, max_context_len=max(1, max_len), dtype=torch.float16,
-                       eviction=policy, kv_events=events, event_block_size=16)
+                       eviction=policy, kv_events=events, event_block_size=16, event_hash=event_hash)
 
 
 def replay(reqs: Sequence[Request], capacity: int, policy: str, page_size: int = 1,
-           on_request: Callable[[], None] | None = None, check: bool = False, events: bool = False) -> RunResult:
+           on_request: Callable[[], None] | None = None, check: bool = False, events: bool = False,
+           event_hash: str = "xxh3") -> RunResult:
     """Run `reqs` in order through a fresh RadixCache of `capacity` tokens with eviction `policy`.
 
     Deterministic except for the timings. `on_request` is called after each request (progress
     bars); `check=True` runs check_invariants() after every request (slow; for tests). With
-    `events`, the cache records KV events (16-token blocks) and they are drained after every
-    request, as a publisher does, inside the clock (`wall_s` includes it).
+    `events`, the cache records KV events (16-token blocks, named by `event_hash`) and they are
+    drained after every request, as a publisher does, inside the clock (`wall_s` includes it).
     """
-    cfg = sim_config(capacity, page_size, policy, max(len(r.tokens) for r in reqs), events)
+    cfg = sim_config(capacity, page_size, policy, max(len(r.tokens) for r in reqs), events, event_hash)
     drain_ns = 0
     cache = RadixCache(cfg)
     res = RunResult(policy, cfg.num_slots, page_size)

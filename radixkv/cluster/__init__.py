@@ -18,7 +18,8 @@ from radixkv.cluster.index import IndexStats, IndexUnavailableError, InMemoryInd
 from radixkv.cluster.publisher import Publisher
 from radixkv.cluster.router import SCORERS, RouteDecision, Router, RouterStats
 from radixkv.cluster.zmq_publisher import ZmqPublisher, kv_topic
-from radixkv.cluster.zmq_subscriber import SubscriberStats, ZmqSubscriber
+from radixkv.cluster.subscriber_stats import SubscriberStats
+from radixkv.cluster.zmq_subscriber import ZmqSubscriber
 
 if TYPE_CHECKING:
     from radixkv.cluster.redis_index import RedisIndex

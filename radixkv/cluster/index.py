@@ -23,6 +23,7 @@ InMemoryIndex is the default: a dict in the router's process, no server, not thr
 
 from __future__ import annotations
 
+import string
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -31,7 +32,7 @@ from radixkv.errors import InvalidArgumentError, RadixKVError
 from radixkv.events import HASH_LIMIT, AllBlocksCleared, BlockStored, EventFormatError, KVEvent, parse_event
 
 __all__ = ["HASH_LIMIT", "IndexStats", "IndexUnavailableError", "KVIndex", "InMemoryIndex", "longest_prefix",
-           "check_instance_id", "parse_batch"]
+           "check_instance_id", "check_hashes", "parse_batch"]
 
 
 class IndexUnavailableError(RadixKVError):
@@ -44,6 +45,7 @@ class IndexStats:
     rejected: int = 0  # malformed payloads seen (their whole batch was dropped)
     rejected_batches: int = 0
     server_errors: int = 0  # calls the server refused (RedisIndex: OOM, READONLY, ...)
+    malformed_members: int = 0  # RedisIndex: stored members that are not "medium:instance" (skipped)
 
 
 class KVIndex(Protocol):
@@ -73,10 +75,26 @@ def longest_prefix(holders: Sequence[frozenset[str]]) -> dict[str, int]:
     return out
 
 
+INSTANCE_ID_CHARS = frozenset(string.ascii_letters + string.digits + "._-/")
+MAX_INSTANCE_ID = 253  # a DNS name's length: pod names and host:port-free service names fit
+
+
 def check_instance_id(instance_id: object) -> str:
-    if not isinstance(instance_id, str) or not instance_id or any(c in instance_id for c in ":@\n"):
-        raise InvalidArgumentError(f"instance_id must be a non-empty str without ':', '@' or newlines, got {instance_id!r:.60}")
+    """An instance id: 1 to 253 characters from letters, digits and `.`, `_`, `-`, `/` (a pod or host
+    name). Separators of the indexes' and topics' encodings (`:` `,` `@` newlines) never occur."""
+    if (not isinstance(instance_id, str) or not 0 < len(instance_id) <= MAX_INSTANCE_ID
+            or not INSTANCE_ID_CHARS.issuperset(instance_id)):
+        raise InvalidArgumentError(f"instance_id must be 1-{MAX_INSTANCE_ID} characters from letters, digits and "
+                                   f"'._-/', got {instance_id!r:.60}")
     return instance_id
+
+
+def check_hashes(block_hashes: object) -> Sequence[int]:
+    """Block hashes as a lookup takes them: a list or tuple of ints in [0, 2**64)."""
+    if not isinstance(block_hashes, (list, tuple)) or not all(
+            type(h) is int and 0 <= h < HASH_LIMIT for h in block_hashes):
+        raise InvalidArgumentError(f"block_hashes must be a list of ints in [0, 2**64), got {block_hashes!r:.60}")
+    return block_hashes
 
 
 def parse_batch(instance_id: str, events: object, stats: IndexStats) -> list[KVEvent]:
@@ -149,6 +167,7 @@ class InMemoryIndex:
 
     def holders(self, block_hashes: Sequence[int]) -> list[frozenset[str]]:
         """Instances holding each block (any medium), in order. Does not mutate."""
+        check_hashes(block_hashes)
         empty: dict[str, set[str]] = {}
         return [frozenset(self._blocks.get(h, empty)) for h in block_hashes]
 
@@ -158,6 +177,7 @@ class InMemoryIndex:
 
     def drop_instance(self, instance_id: str) -> None:
         """Forget everything about an instance (it left the fleet); a no-op for an unknown one."""
+        check_instance_id(instance_id)
         owned = self._owned.pop(instance_id, None)
         if owned is not None:
             self._clear(instance_id, owned)
@@ -167,6 +187,7 @@ class InMemoryIndex:
 
     def blocks_of(self, instance_id: str) -> set[tuple[int, str]]:
         """(block hash, medium) of everything the index says `instance_id` holds (a copy)."""
+        check_instance_id(instance_id)
         return set(self._owned.get(instance_id, ()))
 
     def num_blocks(self) -> int:

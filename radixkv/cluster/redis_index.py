@@ -38,11 +38,14 @@ from redis.backoff import NoBackoff
 from redis.commands.core import Script
 from redis.retry import Retry
 
-from radixkv.cluster.index import IndexStats, IndexUnavailableError, check_instance_id, longest_prefix, parse_batch
-from radixkv.events import AllBlocksCleared, BlockStored, KVEvent
+from radixkv.cluster.index import (INSTANCE_ID_CHARS, IndexStats, IndexUnavailableError, check_hashes,
+                                   check_instance_id, longest_prefix, parse_batch)
+from radixkv.errors import ConfigError
+from radixkv.events import MEDIA, AllBlocksCleared, BlockStored, KVEvent
 
 # ARGV = key prefix, instance id, ttl seconds (0: none), then ops, each `kind medium count hash...`
-# with kind S (stored), R (removed) or C (all cleared: count 0). Applies the batch atomically and
+# with kind S (stored), R (removed), C (all cleared: count 0) or D (dropped: cleared, and the marker
+# deleted in the same call, so no reader sees one without the other). Applies the batch atomically and
 # returns whether the instance's marker existed before it.
 _INGEST_LUA = """
 local p, inst, ttl = ARGV[1], ARGV[2], tonumber(ARGV[3])
@@ -51,16 +54,17 @@ local function own_key(key)  -- a value of another type at one of our keys (WRON
   local t = redis.call('TYPE', key).ok
   if t ~= 'set' and t ~= 'none' then redis.call('DEL', key) end
 end
-local known = redis.call('EXISTS', marker)
+local known, dropped = redis.call('EXISTS', marker), false
 own_key(own)
 local i = 4
 while i <= #ARGV do
   local kind, medium, n = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2])
   i = i + 3
-  if kind == 'C' then
+  if kind == 'C' or kind == 'D' then
+    dropped = dropped or kind == 'D'
     for _, m in ipairs(redis.call('SMEMBERS', own)) do
       local md, h = string.match(m, '^([^:]+):(.+)$')
-      redis.call('SREM', p .. 'b:' .. h, md .. ':' .. inst)
+      if md then redis.call('SREM', p .. 'b:' .. h, md .. ':' .. inst) end  -- a malformed member: skipped
     end
     redis.call('DEL', own)
   else
@@ -79,6 +83,10 @@ while i <= #ARGV do
     end
     i = i + n
   end
+end
+if dropped then  -- drop_instance: the marker goes with the blocks, in the same call
+  redis.call('DEL', marker)
+  return known
 end
 redis.call('SET', marker, 1)
 if ttl > 0 then
@@ -107,7 +115,7 @@ if redis.call('TYPE', own).ok ~= 'set' then return 0 end
 local n = 0
 for _, m in ipairs(redis.call('SMEMBERS', own)) do
   local h = string.match(m, '^[^:]+:(.+)$')
-  n = n + redis.call('EXPIRE', p .. 'b:' .. h, ttl)
+  if h then n = n + redis.call('EXPIRE', p .. 'b:' .. h, ttl) end
 end
 redis.call('EXPIRE', own, ttl)
 redis.call('EXPIRE', marker, ttl)
@@ -135,17 +143,26 @@ class RedisIndex:
             client: a ready redis.Redis to use instead of connecting to `url`.
         """
         if ttl_s is not None and (isinstance(ttl_s, bool) or not isinstance(ttl_s, int) or ttl_s < 1):
-            raise ValueError(f"ttl_s must be a positive int of seconds or None, got {ttl_s!r}")
+            raise ConfigError(f"RedisIndex ttl_s must be a positive int of seconds or None, got {ttl_s!r:.60}")
         if isinstance(max_hashes_per_call, bool) or not isinstance(max_hashes_per_call, int) or max_hashes_per_call < 1:
-            raise ValueError(f"max_hashes_per_call must be a positive int, got {max_hashes_per_call!r}")
+            raise ConfigError(f"RedisIndex max_hashes_per_call must be a positive int, got {max_hashes_per_call!r:.60}")
+        if not isinstance(key_prefix, str):
+            raise ConfigError(f"RedisIndex key_prefix must be a str, got {key_prefix!r:.60}")
+        if isinstance(socket_timeout_s, bool) or not isinstance(socket_timeout_s, (int, float)) or not 0 < socket_timeout_s <= 3600:
+            raise ConfigError(f"RedisIndex socket_timeout_s must be in (0, 3600] seconds, got {socket_timeout_s!r:.60}")
+        if client is None and (not isinstance(url, str) or not url.startswith(("redis://", "rediss://", "unix://"))):
+            raise ConfigError(f"RedisIndex url must be a redis://, rediss:// or unix:// URL, got {url!r:.60}")
         self.key_prefix, self.ttl_s, self.max_hashes_per_call = key_prefix, ttl_s, max_hashes_per_call
-        self.client = client or redis.Redis.from_url(
-            url, socket_timeout=socket_timeout_s, socket_connect_timeout=socket_timeout_s,
-            retry=Retry(NoBackoff(), 0))
+        try:
+            self.client = client or redis.Redis.from_url(
+                url, socket_timeout=socket_timeout_s, socket_connect_timeout=socket_timeout_s,
+                retry=Retry(NoBackoff(), 0))
+        except ValueError as e:  # redis-py's URL parser
+            raise ConfigError(f"RedisIndex url {url!r:.60}: {e}") from None
         self._stats = IndexStats()
         self._ingest = self.client.register_script(_INGEST_LUA)
         self._holders = self.client.register_script(_HOLDERS_LUA)
-        self._drop_marker = self.client.register_script("return redis.call('DEL', KEYS[1])")
+
         self._refresh = self.client.register_script(_REFRESH_LUA)
 
     def _block_key(self, h: int) -> str:
@@ -185,21 +202,37 @@ class RedisIndex:
 
     def holders(self, block_hashes: Sequence[int]) -> list[frozenset[str]]:
         """Instances holding each block (any medium), in order; one round trip. Does not mutate."""
-        if not block_hashes:
+        if not check_hashes(block_hashes):
             return []
         reply = self._call(self._holders, [self._block_key(h) for h in block_hashes], [])
-        return [frozenset(m.split(":", 1)[1] for m in line.split(",")) if line else _EMPTY
-                for line in (reply if isinstance(reply, str) else reply.decode()).split("\n")]
+        text = reply if isinstance(reply, str) else bytes(reply).decode("utf-8", "replace")
+        lines = text.split("\n")
+        if len(lines) != len(block_hashes):  # not this script's reply: read as no holders
+            self._stats.malformed_members += 1
+            return [_EMPTY] * len(block_hashes)
+        return [self._members(line) if line else _EMPTY for line in lines]
+
+    def _members(self, line: str) -> frozenset[str]:
+        """Instances of one block's "medium:instance" members; any other member is skipped and counted
+        (written by something else, or by a client that allowed other ids), so no route fails on it."""
+        out = set()
+        for m in line.split(","):
+            medium, sep, inst = m.partition(":")
+            if sep and medium in MEDIA and inst and INSTANCE_ID_CHARS.issuperset(inst):
+                out.add(inst)
+            else:
+                self._stats.malformed_members += 1
+        return frozenset(out)
 
     def lookup(self, block_hashes: Sequence[int]) -> dict[str, int]:
         """{instance: longest consecutive hit in blocks from block 0}; one round trip."""
         return longest_prefix(self.holders(block_hashes))
 
     def drop_instance(self, instance_id: str) -> None:
-        """Forget everything about an instance (it left the fleet); two round trips."""
+        """Forget everything about an instance (it left the fleet); one round trip, atomic: its blocks
+        and its marker go together (never a marker saying "known" over cleared state)."""
         check_instance_id(instance_id)
-        self._call(self._ingest, [], [self.key_prefix, instance_id, 0, "C", "", 0])
-        self._call(self._drop_marker, [f"{self.key_prefix}k:{instance_id}"], [])
+        self._call(self._ingest, [], [self.key_prefix, instance_id, 0, "D", "", 0])
 
     def refresh(self, instance_id: str) -> int:
         """Give every key `instance_id` holds its full TTL again (a no-op without `ttl_s`); one round

@@ -1,7 +1,9 @@
 """Router: send each request to the instance that already caches the longest part of its prompt.
 
 Per request: hash the prompt's full blocks exactly as the engine's KV events do
-(radixkv.events.block_hashes with the same namespace and block size), ask the index which
+(radixkv.events.BlockHasher: the same namespace, block size and `event_hash` scheme, so a Router with
+event_hash="sha256_cbor" routes vLLM engines that run `--prefix-caching-hash-algo sha256_cbor` with
+the same PYTHONHASHSEED), ask the index which
 instances hold each block (one lookup), score every registered instance with one of llm-d's
 kv-cache-manager scorers, and pick the best score; ties go to the instance with the fewest open
 requests, then to the one registered first. When no instance scores above 0, or the index cannot be
@@ -29,8 +31,8 @@ from dataclasses import dataclass
 
 from radixkv.cluster.index import IndexUnavailableError, KVIndex, check_instance_id, longest_prefix
 from radixkv.cluster.loop_metrics import Loop
-from radixkv.errors import InvalidArgumentError
-from radixkv.events import block_hashes
+from radixkv.errors import ConfigError, InvalidArgumentError
+from radixkv.events import BlockHasher
 from radixkv.keys import ExtraKeys
 from radixkv.tokens import TokensLike, as_tokens
 
@@ -83,7 +85,7 @@ class Router:
     """KV-cache-aware routing over a KVIndex. Not thread-safe; one per routing process."""
 
     def __init__(self, index: KVIndex, *, block_size: int = 16, scorer: str = "longest_prefix",
-                 load_slack: int | None = None) -> None:
+                 load_slack: int | None = None, event_hash: str = "xxh3") -> None:
         """Args:
             index: where instances publish their KV events (InMemoryIndex or RedisIndex).
             block_size: tokens per block; must equal the instances' `event_block_size`.
@@ -91,14 +93,21 @@ class Router:
             load_slack: None (default): load only breaks ties. An int: an instance with more than
                 `least open requests + load_slack` open requests gets no credit for its cache, so a
                 prefix shared by most traffic spills to more instances instead of piling onto one.
+            event_hash: how the instances name blocks; must equal their `CacheConfig.event_hash`
+                ("xxh3", or vLLM's "sha256_cbor" / "xxhash_cbor" for engines of either kind).
+        Raises ConfigError for any argument out of range.
         """
         if load_slack is not None and (isinstance(load_slack, bool) or not isinstance(load_slack, int) or load_slack < 0):
-            raise ValueError(f"load_slack must be None or an int >= 0, got {load_slack!r}")
+            raise ConfigError(f"Router load_slack must be None or an int >= 0, got {load_slack!r:.60}")
         self.load_slack = load_slack
-        if scorer not in SCORERS:
-            raise ValueError(f"unknown scorer {scorer!r}; choose from {sorted(SCORERS)}")
+        if not isinstance(scorer, str) or scorer not in SCORERS:
+            raise ConfigError(f"Router: unknown scorer {scorer!r:.60}; choose from {sorted(SCORERS)}")
         if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
-            raise ValueError(f"block_size must be a positive int, got {block_size!r}")
+            raise ConfigError(f"Router block_size must be a positive int, got {block_size!r:.60}")
+        for name in ("holders", "ingest"):
+            if not callable(getattr(index, name, None)):
+                raise ConfigError(f"Router index must be a KVIndex (InMemoryIndex, RedisIndex), got {type(index).__name__}")
+        self.hasher = BlockHasher(event_hash)
         self.index, self.block_size, self.scorer = index, block_size, scorer
         self._score = SCORERS[scorer]
         self._load: dict[str, int] = {}  # instance -> open requests; insertion order breaks last ties
@@ -115,11 +124,12 @@ class Router:
         """Register an instance, or update its number of open requests. Mutates."""
         check_instance_id(instance_id)
         if isinstance(open_requests, bool) or not isinstance(open_requests, int) or open_requests < 0:
-            raise ValueError(f"open_requests must be an int >= 0, got {open_requests!r}")
+            raise InvalidArgumentError(f"open_requests must be an int >= 0, got {open_requests!r:.60}")
         self._load[instance_id] = open_requests
 
     def remove_instance(self, instance_id: str) -> None:
         """Stop routing to an instance (its index entries stay until it is dropped there)."""
+        check_instance_id(instance_id)
         self._load.pop(instance_id, None)
 
     def route(self, tokens: TokensLike, namespace: Hashable = None, extra_keys: ExtraKeys | dict | None = None
@@ -132,7 +142,8 @@ class Router:
             raise InvalidArgumentError("no instances registered; call report_load(instance_id, open_requests) first")
         tokens = as_tokens(tokens)
         prefix: dict[str, int] = {}
-        scores = self._scores(block_hashes(tokens, namespace, self.block_size, extra_keys=extra_keys), prefix)
+        hasher = self.hasher
+        scores = self._scores(hasher.ints(hasher.request(tokens, namespace, self.block_size, extra_keys)), prefix)
         if self.load_slack is not None and scores:
             ceiling = min(self._load.values()) + self.load_slack
             kept = {i: s for i, s in scores.items() if self._load[i] <= ceiling}
@@ -162,6 +173,8 @@ class Router:
 
     def prometheus(self, model_name: str = "") -> str:
         """The loop metrics in Prometheus text (HELP, TYPE, labels model_name and instance)."""
+        if not isinstance(model_name, str):
+            raise InvalidArgumentError(f"model_name must be a str, got {model_name!r:.60}")
         return self.loop.prometheus(model_name)
 
     def _scores(self, hashes: list[int], prefix: dict[str, int]) -> dict[str, int]:

@@ -15,13 +15,13 @@ from radixkv.events import MEDIA, AllBlocksCleared, BlockStored, KVEvent
 class Shadow:
     def __init__(self) -> None:
         # (hash, medium) -> (depth, parent, tokens, block_size, lora_id, lora_name, extra key of the block)
-        self._blocks: dict[tuple[int, str], tuple] = {}
+        self.blocks: dict[tuple[int, str], tuple] = {}
 
     def __len__(self) -> int:
-        return len(self._blocks)
+        return len(self.blocks)
 
     def apply(self, events: list[KVEvent]) -> None:
-        blocks = self._blocks
+        blocks = self.blocks
         for ev in events:
             if isinstance(ev, AllBlocksCleared):
                 blocks.clear()
@@ -41,16 +41,18 @@ class Shadow:
         if parent is None:
             return 0
         for medium in MEDIA:
-            held = self._blocks.get((parent, medium))
+            held = self.blocks.get((parent, medium))
             if held is not None:
                 return held[0] + 1
         return 0  # a parent the stream never named: the depth is unknown, order does not matter then
 
-    def snapshot(self) -> list[KVEvent]:
-        """AllBlocksCleared, then one BlockStored per held block, parents before children."""
+    @staticmethod
+    def snapshot_of(blocks: dict[tuple[int, str], tuple]) -> list[KVEvent]:
+        """AllBlocksCleared, then one BlockStored per held block of `blocks` (a copy of a Shadow's
+        `blocks`, taken under the publisher's lock), parents before children."""
         out: list[KVEvent] = [AllBlocksCleared()]
         for (h, medium), (_, parent, toks, size, lora_id, lora_name, extra) in sorted(
-                self._blocks.items(), key=lambda kv: kv[1][0]):
+                blocks.items(), key=lambda kv: kv[1][0]):
             out.append(BlockStored([h], parent, list(toks), size, lora_id, medium, lora_name,
                                    None if extra is None else [extra]))
         return out

@@ -19,11 +19,20 @@ publisher's id, and converges to what the publisher has sent:
 `connect` asks for a replay from 0 at once, so a subscriber that joins late learns everything the
 instance holds without waiting for traffic, and every `sync_interval_s` each stream asks for a
 replay from `expected` (answered by just the end marker when nothing is missing), so a batch lost
-just before an instance went idle is recovered too. Bound: the index holds what a reachable
-publisher has sent within `sync_interval_s` + one replay round trip (`replay_timeout_s` at most).
-A malformed payload (counted) is never applied; its stream asks for a snapshot. An index that cannot
-be written (IndexUnavailableError) leaves the stream unsynced until a later replay succeeds.
-No exception from the network, the payloads or the index reaches the caller of `poll`.
+just before an instance went idle is recovered too. Replay never blocks: a request is sent and its
+answers are read by later `poll` calls (one request in flight per connection; one unanswered within
+`replay_timeout_s` counts as a failure). Bound: the index holds what a reachable publisher has sent
+within `sync_interval_s` + one replay round trip.
+
+Against a broken or hostile peer: `poll(timeout_s)` returns within timeout_s + 50 ms; a frame larger
+than `max_message_bytes` is dropped unread and counted (`oversized`); a malformed payload (counted)
+is never applied and its stream asks for a snapshot; sequence numbers at or above 2**63 - 1 are
+malformed. A connection speaks for the instance it was connected for (`instance=`), or else for
+the first `max_topics` instances its topics name that no other connection already speaks for;
+other topics are dropped and counted (`foreign`), so one sender can neither clear another
+instance's state nor grow the subscriber's memory without bound. An index that cannot be written
+(IndexUnavailableError) leaves the stream unsynced until a later replay succeeds. No exception from
+the network, the payloads or the index reaches the caller of `poll`; bad options raise ConfigError.
 Not thread-safe: call `poll` from the thread that also reads an InMemoryIndex. Needs `events`.
 """
 
@@ -31,45 +40,18 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any
 
 from radixkv.cluster.index import IndexUnavailableError, KVIndex, check_instance_id
-from radixkv.errors import InvalidArgumentError
+from radixkv.cluster.subscriber_stats import SubscriberStats, stats_prometheus
+from radixkv.cluster.zmq_replay import END_SEQ
+from radixkv.errors import ConfigError, InvalidArgumentError
 from radixkv.events import AllBlocksCleared, EventFormatError
-from radixkv.metrics import prometheus_family
 
 log = logging.getLogger(__name__)
-END_SEQ = (-1).to_bytes(8, "big", signed=True)
-_FUTURE = (1 << 63) - 1  # a replay from here is always answered with a snapshot
-
-
-@dataclass
-class SubscriberStats:
-    batches: int = 0  # batches applied to the index
-    duplicates: int = 0  # batches skipped, already applied
-    gaps: int = 0  # times a sequence gap was seen
-    missed: int = 0  # batches those gaps skipped over
-    replays: int = 0  # replay requests sent
-    replay_failures: int = 0  # replays with no end marker within replay_timeout_s
-    snapshots: int = 0  # snapshot batches applied (resyncs)
-    restarts: int = 0  # publisher restarts seen (a new publisher id)
-    malformed: int = 0  # messages or payloads rejected
-    index_errors: int = 0  # batches the index could not take
-
-
-_HELP = {
-    "batches": "KV event batches applied to the index.",
-    "duplicates": "Batches skipped because they were already applied.",
-    "gaps": "Sequence gaps seen (batches dropped on the way).",
-    "missed": "Batches skipped over by those gaps (recovered by replay).",
-    "replays": "Replay requests sent to publishers.",
-    "replay_failures": "Replays that got no end marker in time.",
-    "snapshots": "Snapshot batches applied (full resyncs of an instance).",
-    "restarts": "Publisher restarts seen (a new publisher id).",
-    "malformed": "Messages or payloads rejected as malformed (never applied).",
-    "index_errors": "Batches the index could not take (the stream resyncs later).",
-}
+_FUTURE = (1 << 63) - 1  # a replay from here is always answered with a snapshot; no batch is numbered this high
+_SLACK_S = 0.03  # poll() reads what is ready for at most this long past its timeout
 
 
 @dataclass
@@ -87,16 +69,28 @@ class _Source:
     dealer: Any
     instance: str | None
     streams: dict[bytes, _Stream] = field(default_factory=dict)
+    replay_deadline: float | None = None  # a replay request is in flight until this time
 
 
 class ZmqSubscriber:
     """Subscribes to ZmqPublishers and applies their batches to `index` losslessly."""
 
     def __init__(self, index: KVIndex, *, replay_timeout_s: float = 1.0, sync_interval_s: float = 1.0,
-                 topic_filter: str = "", rcvhwm: int = 100_000) -> None:
+                 topic_filter: str = "", rcvhwm: int = 100_000, max_message_bytes: int = 8 << 20,
+                 max_topics: int = 8) -> None:
+        """Args: `index` to feed; seconds a replay may take and between sync checks; the SUB
+        `topic_filter` (a prefix) and high-water mark; the largest frame read (larger ones are
+        dropped and counted); instances one connection may speak for. ConfigError naming the field."""
         for name, v in (("replay_timeout_s", replay_timeout_s), ("sync_interval_s", sync_interval_s)):
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v <= 3600:
-                raise InvalidArgumentError(f"{name} must be a number of seconds in (0, 3600], got {v!r}")
+                raise ConfigError(f"ZmqSubscriber {name} must be a number of seconds in (0, 3600], got {v!r:.60}")
+        for name, v in (("rcvhwm", rcvhwm), ("max_message_bytes", max_message_bytes), ("max_topics", max_topics)):
+            if type(v) is not int or not 1 <= v <= 1 << 31:
+                raise ConfigError(f"ZmqSubscriber {name} must be a positive int, got {v!r:.60}")
+        if not isinstance(topic_filter, str):
+            raise ConfigError(f"ZmqSubscriber topic_filter must be a str, got {topic_filter!r:.60}")
+        if not callable(getattr(index, "ingest", None)):
+            raise ConfigError(f"ZmqSubscriber index must be a KVIndex (InMemoryIndex, RedisIndex), got {type(index).__name__}")
         import zmq
 
         from radixkv.events.wire import decode_batch
@@ -104,50 +98,83 @@ class ZmqSubscriber:
         self._zmq, self._decode = zmq, decode_batch
         self.index, self.replay_timeout_s, self.sync_interval_s = index, replay_timeout_s, sync_interval_s
         self.topic_filter, self.rcvhwm = topic_filter.encode(), rcvhwm
+        self.max_message_bytes, self.max_topics = max_message_bytes, max_topics
         self._ctx = zmq.Context.instance()
         self._poller = zmq.Poller()
-        self._sources: dict[Any, _Source] = {}
+        self._sources: dict[Any, _Source] = {}  # SUB or DEALER socket -> its connection
+        self._speaker: dict[str, _Source] = {}  # instance -> the one connection that speaks for it
         self.stats = SubscriberStats()
 
     def connect(self, endpoint: str, replay_endpoint: str | None = None, instance: str | None = None) -> None:
         """Subscribe to one publisher (and its replay socket: without it, lost batches stay lost).
-        `instance` names it when its topic does not (`kv@<instance>@<model>`). Asks for its state now."""
+        `instance` names it when its topic does not (`kv@<instance>@<model>`). Asks for its state now.
+        ConfigError for an endpoint ZMQ refuses; InvalidArgumentError for a bad instance id."""
         if instance is not None:
             check_instance_id(instance)
+            if instance in self._speaker:
+                raise InvalidArgumentError(f"instance {instance!r} is already connected")
         zmq = self._zmq
         sub = self._ctx.socket(zmq.SUB)
-        sub.setsockopt(zmq.LINGER, 0)
-        sub.setsockopt(zmq.SUBSCRIBE, self.topic_filter)
-        sub.setsockopt(zmq.RCVHWM, self.rcvhwm)
-        sub.connect(endpoint)
-        dealer = None
-        if replay_endpoint is not None:
-            dealer = self._ctx.socket(zmq.DEALER)
-            dealer.setsockopt(zmq.LINGER, 0)
-            dealer.connect(replay_endpoint)
-        source = self._sources[sub] = _Source(sub, dealer, instance)
-        self._poller.register(sub, zmq.POLLIN)
+        dealer = self._ctx.socket(zmq.DEALER) if replay_endpoint is not None else None
+        try:
+            for sock, name, addr in ((sub, "endpoint", endpoint), (dealer, "replay_endpoint", replay_endpoint)):
+                if sock is not None:
+                    if not isinstance(addr, str) or "://" not in addr:
+                        raise ConfigError(f"ZmqSubscriber.connect {name} must be a ZMQ address, got {addr!r:.60}")
+                    sock.setsockopt(zmq.LINGER, 0)
+                    sock.setsockopt(zmq.RCVHWM, self.rcvhwm)
+                    sock.connect(addr)
+            sub.setsockopt(zmq.SUBSCRIBE, self.topic_filter)
+        except (zmq.ZMQError, ConfigError) as e:
+            for sock in (sub, dealer):
+                if sock is not None:
+                    sock.close(linger=0)
+            raise e if isinstance(e, ConfigError) else ConfigError(f"ZmqSubscriber.connect {endpoint!r:.80}: {e}") from None
+        source = _Source(sub, dealer, instance)
+        if instance is not None:
+            self._speaker[instance] = source
+        for sock in (sub, dealer):
+            if sock is not None:
+                self._sources[sock] = source
+                self._poller.register(sock, zmq.POLLIN)
         self._replay(source, 0)
 
     def close(self) -> None:
-        for source in self._sources.values():
-            source.sub.close(linger=0)
-            if source.dealer is not None:
-                source.dealer.close(linger=0)
+        for sock in self._sources:
+            sock.close(linger=0)
         self._sources.clear()
+        self._speaker.clear()
 
     def poll(self, timeout_s: float = 0.0, max_messages: int = 10_000) -> int:
-        """Apply what has arrived (waiting up to `timeout_s` for the first message), and run the
-        periodic replay checks. Returns the batches applied. Never raises for faults."""
+        """Apply what has arrived (waiting up to `timeout_s` for the first message), read replay
+        answers, and run the periodic replay checks; returns within timeout_s + 50 ms. Returns the
+        batches applied. Never raises for faults; InvalidArgumentError for a negative timeout."""
+        if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or not 0 <= timeout_s <= 3600:
+            raise InvalidArgumentError(f"poll timeout_s must be a number of seconds in [0, 3600], got {timeout_s!r:.60}")
+        if type(max_messages) is not int or max_messages < 1:
+            raise InvalidArgumentError(f"poll max_messages must be a positive int, got {max_messages!r:.60}")
         applied = self.stats.batches
+        deadline = time.monotonic() + timeout_s
         ready = dict(self._poller.poll(int(timeout_s * 1000)))
-        for sub, source in list(self._sources.items()):
-            budget = max_messages if sub in ready else 0
-            while budget and sub.poll(0):
+        stop = max(deadline, time.monotonic()) + _SLACK_S
+        for sock, source in list(self._sources.items()):
+            budget = max_messages if sock in ready else 0
+            while budget and time.monotonic() < stop and sock.poll(0):
                 budget -= 1
-                self._on_message(source, sub.recv_multipart())
+                frames = sock.recv_multipart(copy=False)
+                if sum(len(f) for f in frames) > self.max_message_bytes:
+                    self.stats.oversized += 1
+                    continue
+                frames = [f.bytes for f in frames]
+                if sock is source.sub:
+                    self._on_message(source, frames)
+                else:
+                    self._on_answer(source, frames)
         now = time.monotonic()
-        for source in self._sources.values():
+        for source in {id(s): s for s in self._sources.values()}.values():
+            if source.replay_deadline is not None and now > source.replay_deadline:
+                source.replay_deadline = None
+                self.stats.replay_failures += 1
             for stream in list(source.streams.values()):
                 if now >= stream.next_check:
                     self._replay(source, 0 if stream.expected is None else stream.expected)
@@ -155,9 +182,9 @@ class ZmqSubscriber:
 
     def prometheus(self, model_name: str = "") -> str:
         """The counters of `stats` in Prometheus text, as `radixkv_kv_events_<name>_total`."""
-        return "".join(prometheus_family(f"radixkv_kv_events_{f.name}_total", "counter", _HELP[f.name],
-                                         [({"model_name": model_name}, getattr(self.stats, f.name))])
-                       for f in fields(SubscriberStats))
+        if not isinstance(model_name, str):
+            raise InvalidArgumentError(f"model_name must be a str, got {model_name!r:.60}")
+        return stats_prometheus(self.stats, model_name)
 
     def streams(self) -> dict[str, int | None]:
         """{instance: next sequence number wanted (None: not synced)}."""
@@ -169,30 +196,46 @@ class ZmqSubscriber:
         if len(frames) != 3 or len(frames[1]) != 8:
             self.stats.malformed += 1
             return
-        topic, seq, payload = frames[0], int.from_bytes(frames[1], "big"), frames[2]
-        stream = self._stream(source, topic)
+        stream = self._stream(source, frames[0])
         if stream is None:
             return
-        outcome = self._accept(source, stream, seq, payload)
-        if outcome == "gap":
-            self._replay(source, stream.expected)
-            self._accept(source, stream, seq, payload)  # usually a duplicate by now
+        outcome = self._accept(source, stream, int.from_bytes(frames[1], "big"), frames[2])
+        if outcome == "gap":  # the replay's answer brings this batch too
+            self._replay(source, stream.expected)  # type: ignore[arg-type]
         elif outcome == "unsynced":
             self._replay(source, 0)
-            self._accept(source, stream, seq, payload)
+
+    def _on_answer(self, source: _Source, frames: list[bytes]) -> None:
+        """One frame of a replay answer: a batch (empty, topic, seq, payload) or the end marker."""
+        if len(frames) == 4 and frames[0] == b"" and frames[1] == b"" and frames[2] == END_SEQ:
+            source.replay_deadline = None
+        elif len(frames) != 4 or frames[0] != b"" or len(frames[2]) != 8:
+            self.stats.malformed += 1
+        else:
+            stream = self._stream(source, frames[1])
+            if stream is not None:
+                self._accept(source, stream, int.from_bytes(frames[2], "big"), frames[3])
 
     def _stream(self, source: _Source, topic: bytes) -> _Stream | None:
+        """The stream of `topic` on this connection; None (counted) for a topic it may not speak for."""
         stream = source.streams.get(topic)
         if stream is None:
             name = source.instance or _instance_of(topic)
             if name is None:
                 self.stats.malformed += 1
                 return None
+            if self._speaker.get(name, source) is not source or len(source.streams) >= self.max_topics:
+                self.stats.foreign += 1
+                return None
+            self._speaker[name] = source
             stream = source.streams[topic] = _Stream(name)
         return stream
 
     def _accept(self, source: _Source, stream: _Stream, seq: int, payload: bytes) -> str:
         """Apply one batch if it is the next one (see the table in the module docstring)."""
+        if seq >= _FUTURE:
+            self.stats.malformed += 1
+            return "malformed"
         try:
             batch = self._decode(payload)
         except EventFormatError as e:
@@ -237,34 +280,20 @@ class ZmqSubscriber:
 
     # ------------------------------------------------------------------ replay
 
-    def _replay(self, source: _Source, start: int) -> bool:
-        """Ask the publisher for every batch from `start` and apply the answers; bounded in time."""
+    def _replay(self, source: _Source, start: int) -> None:
+        """Ask the publisher for every batch from `start`; `poll` reads the answers. One request in
+        flight per connection: while one is, later asks wait for the next sync check."""
         for stream in source.streams.values():
             stream.next_check = time.monotonic() + self.sync_interval_s
-        if source.dealer is None:
-            return False
-        zmq, dealer = self._zmq, source.dealer
-        while dealer.poll(0):  # late answers to an earlier replay
-            dealer.recv_multipart()
+        if source.dealer is None or source.replay_deadline is not None:
+            return
         self.stats.replays += 1
         try:
-            dealer.send_multipart((b"", start.to_bytes(8, "big")), flags=zmq.NOBLOCK)
-        except zmq.ZMQError:
+            source.dealer.send_multipart((b"", start.to_bytes(8, "big")), flags=self._zmq.NOBLOCK)
+        except self._zmq.ZMQError:
             self.stats.replay_failures += 1
-            return False
-        deadline = time.monotonic() + self.replay_timeout_s
-        while dealer.poll(max(0, int((deadline - time.monotonic()) * 1000))):
-            frames = dealer.recv_multipart()
-            if len(frames) == 4 and frames[1] == b"" and frames[2] == END_SEQ:
-                return True
-            if len(frames) != 4 or frames[0] != b"" or len(frames[2]) != 8:
-                self.stats.malformed += 1
-                continue
-            stream = self._stream(source, frames[1])
-            if stream is not None:
-                self._accept(source, stream, int.from_bytes(frames[2], "big"), frames[3])
-        self.stats.replay_failures += 1
-        return False
+            return
+        source.replay_deadline = time.monotonic() + self.replay_timeout_s
 
 
 def _instance_of(topic: bytes) -> str | None:

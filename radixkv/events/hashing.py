@@ -1,7 +1,9 @@
 """Block hashes: what a fleet router and every instance agree to call a cached prefix.
 
 A *block* is `block_size` consecutive tokens aligned from the start of a sequence (independent of
-the cache's page_size). Block b of a sequence has the chained 64-bit hash
+the cache's page_size). `CacheConfig.event_hash` picks how blocks are named:
+
+**"xxh3"** (the default: radixkv's own chain, cheapest). Block b of a sequence has the 64-bit hash
 
     h_b    = XXH3_64(tokens of block b as int32 little-endian, seed = h_{b-1})
     h_{-1} = XXH3_64(ns, seed = SEED)                       (the root of the request's key)
@@ -9,31 +11,35 @@ the cache's page_size). Block b of a sequence has the chained 64-bit hash
 where `ns` is the canonical key of the request's namespace and extra keys (radixkv.keys: the
 namespace, a LoRA adapter and a cache salt folded into one self-delimiting byte string; multimodal
 items are already in the tokens, whose placeholder ids are replaced by stateless ids derived from
-each item's content hash: radixkv.multimodal.hash_ids). The parent enters as XXH3's 64-bit seed, so each block costs one call
-on its own 4 * block_size bytes and no concatenation (~0.2 µs, against ~0.55 µs for hashing
-parent || ns || tokens). h_b names the whole prefix up to the end of block b and depends only on
-values: the same in every process, on every machine and whatever order the traffic arrived in.
+each item's content hash: radixkv.multimodal.hash_ids). The parent enters as XXH3's 64-bit seed, so
+each block costs one call on its own 4 * block_size bytes and no concatenation. h_b names the whole
+prefix up to the end of block b and depends only on values: the same in every process and on every
+machine. XXH3 is not collision resistant against someone who knows the seed, but a collision here
+can only misroute a request: an instance matches real tokens in its radix tree, so no request is
+ever served another prefix's KV. The seed is public and fixed (a fleet must share it).
 
-Why XXH3_64 with a fixed seed: hashing is most of what KV events cost (one call per 16 tokens on
-every insert). sha256 (vLLM's default) took ~3.8 µs per block here, keyed BLAKE2b ~2.3 µs, XXH3-64
-~0.34 µs and XXH3-128 ~0.8 µs (2-core VM, one process). 64 bits is what the indexes store and what
-llm-d keys blocks by. XXH3 is not collision resistant against someone who knows the seed, but a
-collision here can only misroute a request: an instance matches real tokens in its radix tree,
-so no request is ever served another prefix's KV. The seed is public and fixed (a fleet must
-share it); vLLM, which looks blocks up by hash, needs sha256 for that reason and we do not.
-XXH3 comes from the `xxhash` package (the `events` extra), imported on first use.
+**"sha256_cbor"**, **"xxhash_cbor"**: vLLM's own hashes (radixkv.events.vllm_hash), so a router
+that hashes prompts the way vLLM does (llm-d's kv-cache-manager, Dynamo) finds radixkv's blocks.
+vLLM has no namespace: under these schemes the namespace (and a LoRA given only by `lora_id`) does
+not enter the hash, only vLLM's extra keys do (LoRA name, multimodal items, cache salt).
+
+`BlockHasher` is the one object both sides use: the cache's event recorder (events/recorder.py)
+and the Router. XXH3 comes from the `xxhash` package and CBOR from `cbor2` (the `events` extra).
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Sequence, Union
 
 import numpy as np
 
-from radixkv.errors import ConfigError
-from radixkv.keys import ExtraKeys, hash_key
+from radixkv.errors import ConfigError, InvalidArgumentError
+from radixkv.events.vllm_hash import CBOR_SCHEMES, VllmHasher, block_extra_keys, to_int
+from radixkv.keys import ExtraKeys, as_extra_keys, hash_key
 
 SEED = 0x7261646978_6B7631  # b"radixkv1" read as an int: fixed, so every process agrees
+EVENT_HASHES = ("xxh3",) + CBOR_SCHEMES
+Digest = Union[int, bytes]  # xxh3: the 64-bit hash itself; vLLM's schemes: the full digest
 _xxh3: Callable[[bytes, int], int] | None = None
 
 
@@ -50,23 +56,71 @@ def hash_function() -> Callable[[bytes, int], int]:
     return _xxh3
 
 
-def block_hashes(tokens: Any, namespace: Any, block_size: int, parent_hash: int | None = None,
-                 extra_keys: ExtraKeys | dict | None = None) -> list[int]:
-    """Chained hashes of the full blocks of `tokens` (a trailing partial block is ignored), for a
-    request in `namespace` with `extra_keys`, exactly as an instance's KV events name them.
+class BlockHasher:
+    """One `event_hash` scheme. `digests` chains the digests of a run of full blocks; `ints` gives
+    the ints KV events and indexes carry. Construction fails (ConfigError) when a package is missing."""
 
-    `parent_hash` is the hash of the block just before `tokens[0]` (None at the sequence start);
-    with multimodal extra keys, `tokens` must start at position 0 (the offsets are positions).
+    def __init__(self, scheme: str = "xxh3") -> None:
+        if scheme not in EVENT_HASHES:
+            raise ConfigError(f"event_hash must be one of {EVENT_HASHES}, got {scheme!r:.60}")
+        self.scheme = scheme
+        self.vllm = scheme != "xxh3"  # names blocks as vLLM does: raw token ids, extra keys, no namespace
+        self._vllm = VllmHasher(scheme) if self.vllm else None
+        if not self.vllm:
+            hash_function()
+
+    def digests(self, tokens: np.ndarray, ns: bytes, block_size: int, parent: Digest | None = None,
+                extra: Sequence[tuple | None] | None = None) -> list[Digest]:
+        """xxh3: `tokens` as the tree keys them, chained from `ns`'s root; vLLM's schemes: the raw
+        token ids with one extra-keys entry per block (`extra`), `ns` unused."""
+        if self._vllm is None:
+            return chain_hashes(tokens, ns, block_size, parent)  # type: ignore[arg-type]
+        return self._vllm.digests(tokens, block_size, parent, extra)  # type: ignore[arg-type]
+
+    def ints(self, digests: list[Digest]) -> list[int]:
+        return digests if not self.vllm else [to_int(d) for d in digests]  # type: ignore[return-value]
+
+    def request(self, tokens: Any, namespace: Any, block_size: int, extra_keys: ExtraKeys | dict | None,
+                parent: Digest | None = None) -> list[Digest]:
+        """Digests of a request's full blocks, from its tokens as the engine takes them."""
+        from radixkv.tokens import as_tokens
+
+        raw = as_tokens(tokens)
+        ns, hashed = hash_key(namespace, extra_keys, raw)  # validates everything
+        if not self.vllm:
+            return self.digests(hashed, ns, block_size, parent)
+        extra = as_extra_keys(extra_keys) or ExtraKeys()
+        if parent is not None and (extra.mm or extra.cache_salt):
+            raise InvalidArgumentError("with a parent hash, vLLM's schemes take no multimodal items or cache "
+                                       "salt (their keys depend on positions from the sequence start)")
+        mm = [(m.identifier, m.offset, m.length) for m in extra.mm]
+        keys = block_extra_keys(0, len(raw) // block_size, block_size, extra.lora_name, extra.cache_salt, mm)
+        return self.digests(raw, ns, block_size, parent, keys)
+
+
+def block_hashes(tokens: Any, namespace: Any, block_size: int, parent_hash: Digest | None = None,
+                 extra_keys: ExtraKeys | dict | None = None, scheme: str = "xxh3") -> list[int]:
+    """Hashes of the full blocks of `tokens` (a trailing partial block is ignored), for a request in
+    `namespace` with `extra_keys`, exactly as an instance with `event_hash=scheme` names them in
+    its KV events.
+
+    `parent_hash` is the hash of the block just before `tokens[0]` (None at the sequence start): the
+    int for "xxh3", the full digest (`block_digests`) for vLLM's schemes. With multimodal extra
+    keys, `tokens` must start at position 0 (the offsets are positions).
     """
-    from radixkv.tokens import as_tokens
+    hasher = BlockHasher(scheme)
+    return hasher.ints(hasher.request(tokens, namespace, block_size, extra_keys, parent_hash))
 
-    ns, toks = hash_key(namespace, extra_keys, as_tokens(tokens))
-    return chain_hashes(toks, ns, block_size, parent_hash)
+
+def block_digests(tokens: Any, namespace: Any, block_size: int, parent_hash: Digest | None = None,
+                  extra_keys: ExtraKeys | dict | None = None, scheme: str = "xxh3") -> list[Digest]:
+    """`block_hashes` before the cut to 64 bits (vLLM's schemes chain on the full digest)."""
+    return BlockHasher(scheme).request(tokens, namespace, block_size, extra_keys, parent_hash)
 
 
 def chain_hashes(tokens: np.ndarray | list[int], ns: bytes, block_size: int,
                  parent_hash: int | None = None) -> list[int]:
-    """`block_hashes` for tokens already keyed (placeholders replaced) and a canonical key `ns`."""
+    """XXH3 `block_hashes` for tokens already keyed (placeholders replaced) and a canonical key `ns`."""
     xxh3 = _xxh3 or hash_function()
     raw = memoryview(np.ascontiguousarray(tokens, dtype="<i4").tobytes())
     step = 4 * block_size

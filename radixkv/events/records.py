@@ -133,9 +133,16 @@ def _stored(v: dict[str, Any]) -> BlockStored:
         _opt(v.get("session_id"), str, "session_id"), None if look is None else [list(x) for x in look])
 
 
-def _freeze(value: Any) -> Any:
+_MAX_DEPTH = 8  # extra keys are (identifier, offset) pairs and strings: deeper nesting is malformed
+
+
+def _freeze(value: Any, depth: int = 0) -> Any:
     """Lists (msgpack has no tuples) back into tuples, recursively, so decoded extra keys compare equal."""
-    return tuple(_freeze(x) for x in value) if isinstance(value, (list, tuple)) else value
+    if not isinstance(value, (list, tuple)):
+        return value
+    if depth >= _MAX_DEPTH:
+        raise EventFormatError(f"BlockStored: extra_keys nested deeper than {_MAX_DEPTH} levels")
+    return tuple(_freeze(x, depth + 1) for x in value)
 
 
 def _hashes(values: object, name: str) -> list[int]:

@@ -20,6 +20,13 @@ import msgspec
 from radixkv.events import records
 from radixkv.events.records import FIELDS, EventFormatError, KVEvent, parse_event
 
+MAX_RANK = (1 << 31) - 1  # a data_parallel_rank above this is no real deployment's
+
+
+def is_rank(rank: object) -> bool:
+    """A data_parallel_rank vLLM's decoders take: a plain int (not a bool or numpy int) in [0, 2**31)."""
+    return type(rank) is int and 0 <= rank <= MAX_RANK
+
 ExternalBlockHash = bytes | int
 
 
@@ -110,11 +117,13 @@ def decode_batch(payload: object) -> Batch:
         batch = msgspec.msgpack.decode(payload)
     except msgspec.DecodeError as e:
         raise EventFormatError(f"not msgpack: {e}") from None
+    except RecursionError:  # msgspec's own nesting limit: arrays or maps nested thousands deep
+        raise EventFormatError("msgpack nested too deeply to be a KV event batch") from None
     if not isinstance(batch, list) or len(batch) < 2 or not isinstance(batch[1], list):
         raise EventFormatError("a KVEventBatch is an array [ts, events, data_parallel_rank]")
     ts, rank = batch[0], batch[2] if len(batch) > 2 else None
     pid = batch[3] if len(batch) > 3 else None
-    if isinstance(ts, bool) or not isinstance(ts, (int, float)) or (rank is not None and type(rank) is not int):
+    if isinstance(ts, bool) or not isinstance(ts, (int, float)) or (rank is not None and not is_rank(rank)):
         raise EventFormatError(f"KVEventBatch: ts must be a number and data_parallel_rank an int, got {ts!r:.40}, {rank!r:.40}")
     if pid is not None and type(pid) is not int:
         raise EventFormatError(f"KVEventBatch: publisher_id must be an int, got {pid!r:.40}")

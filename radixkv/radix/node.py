@@ -48,7 +48,7 @@ if TYPE_CHECKING:
 
 
 class TreeNode(PrefixNode):
-    __slots__ = ("pages", "host_pages", "secondary", "lock_ref", "user_locks", "seq_locks", "block_hashes",
+    __slots__ = ("pages", "host_pages", "secondary", "lock_ref", "user_locks", "seq_locks",
                  "evicted", "__weakref__")
 
     def __init__(self, tree: TreeCore, node_id: int, ns: bytes, parent: TreeNode | None, key: bytes,
@@ -60,7 +60,6 @@ class TreeNode(PrefixNode):
         self.lock_ref = 0  # locks on this node or any descendant: > 0 means protected
         self.user_locks = 0  # lock() calls on exactly this node not yet unlocked
         self.seq_locks = 0  # open Sequences whose committed prefix ends exactly here
-        self.block_hashes: list[int] | None = None  # KV-event hashes of blocks ending in this edge (lazy)
         self.evicted = False  # removed from the tree: neither tier holds it any more
 
     def tokens(self) -> np.ndarray:

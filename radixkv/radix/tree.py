@@ -103,7 +103,7 @@ class RadixTree(TreeCore):
             split_components(self.group_index, upper, node, kp, self.page_size)
         if self.pins is not None:
             self.pins.split(upper, node)
-        if node.block_hashes is not None:  # KV-event hashes (only with a listener): cut, not recomputed
+        if self.listener is not None:  # KV events: the listener cuts what it keeps for `node`
             self.listener.split(upper, node)
         return upper
 

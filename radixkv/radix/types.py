@@ -6,14 +6,13 @@ from typing import TYPE_CHECKING, Callable, NamedTuple, Protocol
 
 import numpy as np
 
-from radixkv.events import DEVICE, HOST
-
 if TYPE_CHECKING:
     from radixkv.radix.node import TreeNode
 
 __all__ = ["DEVICE", "HOST", "USER", "SEQUENCE", "MatchInfo", "InsertResult", "ResidencyListener", "PinKeeper"]
 
 USER, SEQUENCE = 0, 1  # lock holders: lock()/unlock() callers, open Sequences
+DEVICE, HOST = "GPU", "CPU"  # media a listener hears of: vLLM's KV-event names (radixkv.events keeps the same)
 
 
 class MatchInfo(NamedTuple):
