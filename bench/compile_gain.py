@@ -4,7 +4,8 @@ mode) or mypyc, against the interpreter, on the bench lifecycle (`radixkv.bench.
 Copies this checkout's `radixkv/` into a scratch folder, compiles the CORE files there in place, then
 replays each cell in fresh processes, pure and compiled alternating round by round. A cell's speed is
 requests per CPU second (process time, the best of --repeats replays): on a shared machine CPU time is
-steadier than wall time. Hit rates must be identical, or the script fails.
+steadier than wall time. Hit rates must be identical, or the script fails. Needs a C compiler, the
+Python headers and `pip install cython` (or `mypy` for mypyc): not in any extra, since nothing ships compiled.
 
     .venv/bin/python bench/compile_gain.py --compiler cython
     .venv/bin/python bench/compile_gain.py --compiler mypyc --workloads tools,agent --rounds 3
