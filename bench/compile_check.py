@@ -3,7 +3,7 @@
     .venv/bin/python bench/compile_check.py            # the full grid (650 compiles, ~7 CPU-minutes)
     .venv/bin/python bench/compile_check.py --quick    # one small and one large shape per kernel
 
-Each case calls the op's own launch function (`_decode_launch`, `_extend_launch`, ...) on small CPU
+Each case calls the op's own launch function (`decode_launch`, `extend_launch`, ...) on small CPU
 tensors of the case's shape, with the launch configuration the op's choice function returns for
 that target (`decode_config`, `extend_config`), so what is compiled is what runs on that GPU. The
 launch is captured as Triton's own compile-warmup does (`KernelInterface.__getitem__` replaced by
@@ -43,12 +43,12 @@ from triton.runtime.jit import KernelInterface  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from radixkv.cascade import _GPU_KV_CHUNK, _build  # noqa: E402
-from radixkv.kernels.cascade import _cascade_launch  # noqa: E402
-from radixkv.kernels.decode import _decode_launch, decode_config  # noqa: E402
-from radixkv.kernels.extend import _extend_launch, extend_config  # noqa: E402
-from radixkv.kernels.gather import _gather_kv_launch  # noqa: E402
-from radixkv.kernels.indices import _build_kv_indices_launch, _write_req_to_token_launch  # noqa: E402
-from radixkv.kernels.store import _store_kv_launch  # noqa: E402
+from radixkv.kernels.cascade import cascade_launch  # noqa: E402
+from radixkv.kernels.decode import decode_launch, decode_config  # noqa: E402
+from radixkv.kernels.extend import extend_launch, extend_config  # noqa: E402
+from radixkv.kernels.gather import gather_kv_launch  # noqa: E402
+from radixkv.kernels.indices import build_kv_indices_launch, write_req_to_token_launch  # noqa: E402
+from radixkv.kernels.store import store_kv_launch  # noqa: E402
 
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
 # attention cases: Llama-3-8B's 8 kv heads, so num_heads = 8 x group is specialised (divisible by 16
@@ -98,7 +98,7 @@ def _decode(c: Case, target: tuple[int, int], splits: int) -> None:
     buf = torch.zeros(SLOTS, KV_HEADS, c.head_dim, dtype=dt)
     table, rows = torch.zeros(ROWS, CONTEXT, dtype=torch.int32), torch.arange(ROWS, dtype=torch.int32)
     config = decode_config(c.head_dim, group, dt, target)
-    _decode_launch(q, buf, buf, table, rows, rows + 1, 0.1, splits, config, target)
+    decode_launch(q, buf, buf, table, rows, rows + 1, 0.1, splits, config, target)
 
 
 def _extend(c: Case, target: tuple[int, int]) -> None:
@@ -109,7 +109,7 @@ def _extend(c: Case, target: tuple[int, int]) -> None:
     table, rows = torch.zeros(ROWS, CONTEXT, dtype=torch.int32), torch.arange(ROWS, dtype=torch.int32)
     ones = torch.ones(ROWS, dtype=torch.int32)
     config = extend_config(c.head_dim, c.heads, dt, target)
-    _extend_launch(q, kv, kv, buf, buf, table, rows, ones, ones, 0.1, 1, config, target)
+    extend_launch(q, kv, kv, buf, buf, table, rows, ones, ones, 0.1, 1, config, target)
 
 
 def _cascade(c: Case, target: tuple[int, int]) -> None:
@@ -126,7 +126,7 @@ def _cascade(c: Case, target: tuple[int, int]) -> None:
     dt = DTYPES[c.dtype]
     q = torch.zeros(plan.num_rows, KV_HEADS * (c.heads if c.op == "cascade" else 4), c.head_dim, dtype=dt)
     buf = torch.zeros(SLOTS, KV_HEADS, c.head_dim, dtype=dt)
-    _cascade_launch(q, buf, buf, plan, 0.1)
+    cascade_launch(q, buf, buf, plan, 0.1)
 
 
 def _copy(c: Case, target: tuple[int, int]) -> None:
@@ -135,17 +135,17 @@ def _copy(c: Case, target: tuple[int, int]) -> None:
     slots = torch.arange(ROWS)
     if c.op == "store_kv":
         src = torch.zeros(ROWS, c.heads, c.head_dim, dtype=dt)
-        _store_kv_launch(buf, buf, slots, src, src)
+        store_kv_launch(buf, buf, slots, src, src)
     else:
-        _gather_kv_launch(buf, slots)
+        gather_kv_launch(buf, slots)
 
 
 def _indices(c: Case, target: tuple[int, int]) -> None:
     table, rows = torch.zeros(ROWS, CONTEXT, dtype=torch.int32), torch.arange(ROWS, dtype=torch.int32)
     if c.op == "write_req_to_token":
-        _write_req_to_token_launch(table, rows, rows, torch.arange(int(rows.sum())), rows)
+        write_req_to_token_launch(table, rows, rows, torch.arange(int(rows.sum())), rows)
     else:
-        _build_kv_indices_launch(table, rows, rows + 1, num_tokens=int((rows + 1).sum()))
+        build_kv_indices_launch(table, rows, rows + 1, num_tokens=int((rows + 1).sum()))
 
 
 # op -> (kernel it checks, the call that launches it for a case and a target)
