@@ -21,7 +21,7 @@ from radixkv.integrations.layer_groups import LayerGroup, check_served, layer_gr
 from radixkv.integrations.transformers import Engine  # noqa: E402
 
 # What the Engine serves exactly, written out here rather than read from the module under test.
-SERVED = {"full_attention": "full", "attention": "full"}
+SERVED = {"full_attention": "full", "attention": "full", "sliding_attention": "sliding", "chunked_attention": "chunked"}
 
 
 def _transformers_layer_kinds() -> list[str]:

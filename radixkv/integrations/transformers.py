@@ -57,10 +57,10 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from radixkv import CacheConfig, ConfigError, RadixCache
-from radixkv.errors import InvalidArgumentError
+from radixkv.errors import InvalidArgumentError, UnsupportedModelError
 from radixkv.integrations import generation_options
 from radixkv.integrations.attention import ATTN_IMPLEMENTATION, ForwardBatch
-from radixkv.integrations.layer_groups import check_served, layer_groups
+from radixkv.integrations.layer_groups import check_served, layer_groups, layer_masks, position_limit
 from radixkv.integrations.prompts import prompt_ids, to_batch
 from radixkv.integrations.sampling import SamplingParams, make_generator, sample
 from radixkv.integrations.scheduler import Plan, Request, Scheduler
@@ -133,6 +133,7 @@ class Engine:
         self.namespace = namespace
         self.cache = RadixCache(cache_config or cache_config_for(model, **cache_options))
         self._check_layout()
+        self._layer_masks = layer_masks(self.layer_groups, self.cache.config.num_layers)
         self.last_stats = GenerateStats()
         # Called after every scheduler step, on generate()'s thread (the cache's): e.g. publish KV
         # events with no loop of your own, `engine.step_hooks.append(ZmqPublisher(engine.cache, ...).publish)`.
@@ -143,6 +144,12 @@ class Engine:
             got = getattr(self.cache.config, name)
             if got != want:
                 raise ConfigError(f"cache_config.{name} = {got} but the model has {want}")
+        limit = position_limit(self.model.config)
+        longest = max(self.cache.config.max_context_len, self.max_batch_tokens)
+        if limit is not None and longest > limit:
+            raise UnsupportedModelError(f"{type(self.model).__name__} scales no-RoPE queries by position from "
+                                        f"{limit + 1} on, counted in a way the packed forward does not reproduce: "
+                                        f"use max_context_len and max_batch_tokens <= {limit} (got {longest})")
 
     @torch.inference_mode()
     def generate(self, prompts: Any, generation_config: Any = None, *, max_new_tokens: int | None = None,
@@ -294,7 +301,7 @@ class Engine:
         position_ids = torch.arange(len(ids), device=device) + torch.repeat_interleave(offsets, extend_lens,
                                                                                       output_size=len(ids))
         num_decode = next((i for i, n in enumerate(plan.chunks) if n != 1), len(plan.chunks))
-        batch = ForwardBatch(self.cache, inputs, num_decode)
+        batch = ForwardBatch(self.cache, inputs, num_decode, layer_masks=self._layer_masks)
         out = self.model(input_ids=torch.tensor([ids], device=device), position_ids=position_ids[None],
                          use_cache=False, logits_to_keep=torch.tensor(keep, dtype=torch.int64, device=device),
                          radixkv_batch=batch)
