@@ -111,6 +111,16 @@ def layer_masks(groups: Sequence[LayerGroup], num_layers: int) -> tuple[tuple[in
     return tuple(masks)
 
 
+def check_position_limit(config: Any, longest: int, model_name: str = "the model") -> None:
+    """Raises UnsupportedModelError when a context or forward of `longest` tokens passes the
+    model's `position_limit`."""
+    limit = position_limit(config)
+    if limit is not None and longest > limit:
+        raise UnsupportedModelError(f"{model_name} scales no-RoPE queries by position from {limit + 1} on, counted "
+                                    f"in a way the packed forward does not reproduce: use max_context_len and "
+                                    f"max_batch_tokens <= {limit} (got {longest})")
+
+
 def position_limit(config: Any) -> int | None:
     """The longest context and forward the Engine serves exactly, when the model caps it (else None).
 

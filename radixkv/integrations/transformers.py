@@ -57,10 +57,11 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from radixkv import CacheConfig, ConfigError, RadixCache
-from radixkv.errors import InvalidArgumentError, UnsupportedModelError
+from radixkv.errors import InvalidArgumentError
 from radixkv.integrations import generation_options
 from radixkv.integrations.attention import ATTN_IMPLEMENTATION, ForwardBatch
-from radixkv.integrations.layer_groups import check_served, layer_groups, layer_masks, position_limit
+from radixkv.integrations.layer_groups import (check_position_limit, check_served, layer_groups,
+                                               layer_masks)
 from radixkv.integrations.prompts import prompt_ids, to_batch
 from radixkv.integrations.sampling import SamplingParams, make_generator, sample
 from radixkv.integrations.scheduler import Plan, Request, Scheduler
@@ -144,12 +145,8 @@ class Engine:
             got = getattr(self.cache.config, name)
             if got != want:
                 raise ConfigError(f"cache_config.{name} = {got} but the model has {want}")
-        limit = position_limit(self.model.config)
-        longest = max(self.cache.config.max_context_len, self.max_batch_tokens)
-        if limit is not None and longest > limit:
-            raise UnsupportedModelError(f"{type(self.model).__name__} scales no-RoPE queries by position from "
-                                        f"{limit + 1} on, counted in a way the packed forward does not reproduce: "
-                                        f"use max_context_len and max_batch_tokens <= {limit} (got {longest})")
+        check_position_limit(self.model.config, max(self.cache.config.max_context_len, self.max_batch_tokens),
+                             type(self.model).__name__)
 
     @torch.inference_mode()
     def generate(self, prompts: Any, generation_config: Any = None, *, max_new_tokens: int | None = None,
