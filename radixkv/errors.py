@@ -61,3 +61,7 @@ class PinBudgetError(RadixKVError):
 class UnsupportedModelError(RadixKVError):
     """A model with a layer kind the Engine would not serve exactly (a recurrent mixer, an unknown
     attention variant); the message names the kind and its layers."""
+
+
+class TraceFormatError(RadixKVError):
+    """A trace file that cannot be read or holds a bad line (the message names file:line and the field)."""

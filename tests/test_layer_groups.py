@@ -21,7 +21,8 @@ from radixkv.integrations.layer_groups import LayerGroup, check_served, layer_gr
 from radixkv.integrations.transformers import Engine  # noqa: E402
 
 # What the Engine serves exactly, written out here rather than read from the module under test.
-SERVED = {"full_attention": "full", "attention": "full", "sliding_attention": "sliding", "chunked_attention": "chunked"}
+SERVED = {"full_attention": "full", "attention": "full", "sliding_attention": "sliding", "chunked_attention": "chunked",
+          "linear_attention": "recurrent", "mamba": "recurrent", "hybrid": "full + recurrent"}
 
 
 def _transformers_layer_kinds() -> list[str]:
@@ -53,7 +54,7 @@ def test_every_transformers_layer_kind_is_served_or_refused_by_name(kind: str) -
     if kind in SERVED:
         groups = layer_groups(config)
         check_served(groups)
-        assert sorted(i for g in groups for i in g.layers) == [0, 1, 2, 3]
+        assert sorted({i for g in groups for i in g.layers}) == [0, 1, 2, 3]
         return
     with pytest.raises(UnsupportedModelError) as err:
         check_served(layer_groups(config))
@@ -121,12 +122,10 @@ def test_check_served_names_the_first_unserved_group() -> None:
         check_served([LayerGroup("full", (0,)), LayerGroup("recurrent", (1,), mixer="conv")], "Lfm2")
 
 
-def test_engine_refuses_a_recurrent_hybrid_before_touching_a_cache() -> None:
+def test_engine_refuses_an_unserved_recurrent_mixer_before_touching_a_cache() -> None:
     torch.manual_seed(0)
-    config = transformers.JambaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                      num_attention_heads=2, num_key_value_heads=1, attn_layer_period=2,
-                                      attn_layer_offset=1, expert_layer_period=2, num_experts=2,
-                                      mamba_d_state=4, mamba_expand=1, mamba_dt_rank=4, use_mamba_kernels=False)
-    model = transformers.JambaForCausalLM(config)
-    with pytest.raises(UnsupportedModelError, match=r"'linear_attention' in layers \[0\]"):
+    config = transformers.Lfm2Config(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                     num_attention_heads=2, num_key_value_heads=1, full_attn_idxs=[1])
+    model = transformers.Lfm2ForCausalLM(config)  # short-convolution layers ("conv"): not served yet
+    with pytest.raises(UnsupportedModelError, match=r"'conv' in layers \[0\]"):
         Engine(model, num_slots=64)

@@ -47,7 +47,9 @@ class LayerGroup:
 
 
 SERVED_ATTENTION: frozenset[str] = frozenset({"full", "sliding", "chunked"})  # kinds the Engine serves exactly
-SERVED_RECURRENT: frozenset[str] = frozenset()  # recurrent mixers the Engine serves exactly (none yet)
+# Recurrent mixers the Engine serves exactly (integrations/recurrent.py: each request's state through
+# transformers' Cache API, as Jamba and Qwen3-Next ("linear_attention") and Falcon-H1 ("hybrid") keep it).
+SERVED_RECURRENT: frozenset[str] = frozenset({"linear_attention", "hybrid"})
 
 # layer_types value -> (attention kind or "", recurrent mixer or "")
 _KINDS = {
