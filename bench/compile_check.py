@@ -3,9 +3,11 @@
     .venv/bin/python bench/compile_check.py            # the full grid (650 compiles, ~7 CPU-minutes)
     .venv/bin/python bench/compile_check.py --quick    # one small and one large shape per kernel
 
-Each case calls the op's own launch function (`_decode_launch`, `_extend_launch`, ...) on small CPU
-tensors of the case's shape, with the launch configuration the op's choice function returns for
-that target (`decode_config`, `extend_config`), so what is compiled is what runs on that GPU. The
+Each case calls the op's own launch function (`decode_launch`, `extend_launch`, ...: the public
+launch layer, `radixkv.kernels.launch`) on small CPU tensors of the case's shape, with the launch
+configuration the op's choice function returns for that target (`decode_config`, `extend_config`),
+so what is compiled is what runs on that GPU. The attention kernels compile twice: plain causal, and
+with every AttentionVariant switch on (window/chunk mask, soft-capping, sinks: suffix `-var`). The
 launch is captured as Triton's own compile-warmup does (`KernelInterface.__getitem__` replaced by
 `kernel.warmup`), with a stand-in driver that names the target, so `triton.compile` builds the
 specialised kernel ahead of time; the ptxas bundled with Triton (`-v`) reports registers and
@@ -13,7 +15,7 @@ spills, and the compiled metadata the shared memory. One line per kernel, config
 
     <kernel> <config> sm_<cap> regs=<n> spill=<bytes> shared=<bytes>
 
-where <config> is the case (`d128-g4-fp16`: head_dim, GQA group or kv heads, dtype) and, after a
+where <config> is the case (`d128-g4-fp16[-var]`: head_dim, GQA group or kv heads, dtype) and, after a
 slash, the warps and stages launched. Exits 1 on a compile error or, unless --allow-spills, on
 any spilled byte. TRITON_INTERPRET is ignored (interpreted kernels cannot be compiled).
 """
@@ -43,12 +45,10 @@ from triton.runtime.jit import KernelInterface  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from radixkv.cascade import _GPU_KV_CHUNK, _build  # noqa: E402
-from radixkv.kernels.cascade import _cascade_launch  # noqa: E402
-from radixkv.kernels.decode import _decode_launch, decode_config  # noqa: E402
-from radixkv.kernels.extend import _extend_launch, extend_config  # noqa: E402
-from radixkv.kernels.gather import _gather_kv_launch  # noqa: E402
-from radixkv.kernels.indices import _build_kv_indices_launch, _write_req_to_token_launch  # noqa: E402
-from radixkv.kernels.store import _store_kv_launch  # noqa: E402
+from radixkv.kernels import CAUSAL, AttentionVariant  # noqa: E402
+from radixkv.kernels.launch import (build_kv_indices_launch, cascade_launch, decode_config,  # noqa: E402
+                                    decode_launch, extend_config, extend_launch, gather_kv_launch,
+                                    store_kv_launch, write_req_to_token_launch)
 
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
 # attention cases: Llama-3-8B's 8 kv heads, so num_heads = 8 x group is specialised (divisible by 16
@@ -63,13 +63,21 @@ class Case(NamedTuple):
     heads: int  # GQA group (attention), kv heads (store/gather), splits (decode reduce), entries (merge)
     dtype: str  # a key of DTYPES
     cap: int  # compute capability, 80 or 90
+    variant: bool = False  # attention ops: every AttentionVariant switch on (VARIANT_OPS)
 
     @property
     def label(self) -> str:
         if self.op in ("write_req_to_token", "build_kv_indices"):
             return "rows-int32"
         axis = {"decode_reduce": "splits", "merge": "e", "store_kv": "h", "gather_kv": "h"}.get(self.op, "g")
-        return f"d{self.head_dim}-{axis}{self.heads}-{self.dtype}"
+        return f"d{self.head_dim}-{axis}{self.heads}-{self.dtype}" + ("-var" if self.variant else "")
+
+    def attention_variant(self, num_heads: int) -> AttentionVariant:
+        """Window (the same MASKED switch as chunks), soft-capping and sinks, or plain causal."""
+        return AttentionVariant(window=4, softcap=30.0, sinks=torch.zeros(num_heads)) if self.variant else CAUSAL
+
+
+VARIANT_OPS = ("decode_split", "decode_reduce", "extend", "cascade", "merge")  # kernels with variant switches
 
 
 class Result(NamedTuple):
@@ -98,7 +106,7 @@ def _decode(c: Case, target: tuple[int, int], splits: int) -> None:
     buf = torch.zeros(SLOTS, KV_HEADS, c.head_dim, dtype=dt)
     table, rows = torch.zeros(ROWS, CONTEXT, dtype=torch.int32), torch.arange(ROWS, dtype=torch.int32)
     config = decode_config(c.head_dim, group, dt, target)
-    _decode_launch(q, buf, buf, table, rows, rows + 1, 0.1, splits, config, target)
+    decode_launch(q, buf, buf, table, rows, rows + 1, 0.1, splits, config, target, c.attention_variant(q.shape[1]))
 
 
 def _extend(c: Case, target: tuple[int, int]) -> None:
@@ -109,7 +117,7 @@ def _extend(c: Case, target: tuple[int, int]) -> None:
     table, rows = torch.zeros(ROWS, CONTEXT, dtype=torch.int32), torch.arange(ROWS, dtype=torch.int32)
     ones = torch.ones(ROWS, dtype=torch.int32)
     config = extend_config(c.head_dim, c.heads, dt, target)
-    _extend_launch(q, kv, kv, buf, buf, table, rows, ones, ones, 0.1, 1, config, target)
+    extend_launch(q, kv, kv, buf, buf, table, rows, ones, ones, 0.1, 1, config, target, c.attention_variant(q.shape[1]))
 
 
 def _cascade(c: Case, target: tuple[int, int]) -> None:
@@ -126,7 +134,7 @@ def _cascade(c: Case, target: tuple[int, int]) -> None:
     dt = DTYPES[c.dtype]
     q = torch.zeros(plan.num_rows, KV_HEADS * (c.heads if c.op == "cascade" else 4), c.head_dim, dtype=dt)
     buf = torch.zeros(SLOTS, KV_HEADS, c.head_dim, dtype=dt)
-    _cascade_launch(q, buf, buf, plan, 0.1)
+    cascade_launch(q, buf, buf, plan, 0.1, c.attention_variant(q.shape[1])._replace(window=0))
 
 
 def _copy(c: Case, target: tuple[int, int]) -> None:
@@ -135,17 +143,17 @@ def _copy(c: Case, target: tuple[int, int]) -> None:
     slots = torch.arange(ROWS)
     if c.op == "store_kv":
         src = torch.zeros(ROWS, c.heads, c.head_dim, dtype=dt)
-        _store_kv_launch(buf, buf, slots, src, src)
+        store_kv_launch(buf, buf, slots, src, src)
     else:
-        _gather_kv_launch(buf, slots)
+        gather_kv_launch(buf, slots)
 
 
 def _indices(c: Case, target: tuple[int, int]) -> None:
     table, rows = torch.zeros(ROWS, CONTEXT, dtype=torch.int32), torch.arange(ROWS, dtype=torch.int32)
     if c.op == "write_req_to_token":
-        _write_req_to_token_launch(table, rows, rows, torch.arange(int(rows.sum())), rows)
+        write_req_to_token_launch(table, rows, rows, torch.arange(int(rows.sum())), rows)
     else:
-        _build_kv_indices_launch(table, rows, rows + 1, num_tokens=int((rows + 1).sum()))
+        build_kv_indices_launch(table, rows, rows + 1, num_tokens=int((rows + 1).sum()))
 
 
 # op -> (kernel it checks, the call that launches it for a case and a target)
@@ -228,8 +236,8 @@ def _ptxas_usage(kernel_hash: str, log: str) -> tuple[int, int]:
 
 def cases(quick: bool, caps: list[int], head_dims: list[int], groups: list[int],
           dtypes: list[str], ops: list[str]) -> list[Case]:
-    """The grid: attention kernels over head_dim x group x dtype (cascade: every row-block size of
-    its plan), copies over head_dim x kv heads x dtype, the reduce over head_dim x splits x dtype,
+    """The grid: attention kernels over head_dim x group x dtype x (causal, every variant switch on)
+    (cascade: every row-block size of its plan), copies over head_dim x kv heads x dtype, the reduce over head_dim x splits x dtype,
     the merge over head_dim x entries per row x dtype, the index kernels once, each per target.
     --quick: one common shape (d128, GQA 4 / 8 kv heads, fp16) on sm_80 and one large (d256,
     GQA 8, bf16) on sm_90 per kernel."""
@@ -238,10 +246,11 @@ def cases(quick: bool, caps: list[int], head_dims: list[int], groups: list[int],
         out = []
         for cap in caps:
             for dim, group, dt in shapes.get(cap, shapes[80]):
-                out += [Case("decode_split", dim, group, dt, cap), Case("extend", dim, group, dt, cap),
-                        Case("decode_reduce", dim, 16, dt, cap), Case("cascade", dim, group, dt, cap),
-                        Case("merge", dim, 16, dt, cap), Case("store_kv", dim, 8, dt, cap),
-                        Case("gather_kv", dim, 8, dt, cap)]
+                attention = [Case("decode_split", dim, group, dt, cap), Case("extend", dim, group, dt, cap),
+                             Case("decode_reduce", dim, 16, dt, cap), Case("cascade", dim, group, dt, cap),
+                             Case("merge", dim, 16, dt, cap)]
+                out += attention + [c._replace(variant=True) for c in attention]
+                out += [Case("store_kv", dim, 8, dt, cap), Case("gather_kv", dim, 8, dt, cap)]
             out += [Case("write_req_to_token", 0, 0, "-", cap), Case("build_kv_indices", 0, 0, "-", cap)]
         return [c for c in out if c.op in ops]
     axis = {"decode_reduce": [1, 2, 4, 8, 16], "merge": [2, 4, 8, 16, 32, 128], "store_kv": groups,
@@ -252,7 +261,8 @@ def cases(quick: bool, caps: list[int], head_dims: list[int], groups: list[int],
             if op in ("write_req_to_token", "build_kv_indices"):
                 out.append(Case(op, 0, 0, "-", cap))
                 continue
-            out += [Case(op, d, h, dt, cap) for d in head_dims for h in axis.get(op, groups) for dt in dtypes]
+            out += [Case(op, d, h, dt, cap, var) for d in head_dims for h in axis.get(op, groups) for dt in dtypes
+                    for var in ((False, True) if op in VARIANT_OPS else (False,))]
     return out
 
 

@@ -12,6 +12,13 @@ replicated on every rank. Weights per rank = parameters * weight dtype bytes / t
 `min_tensor_parallel` says which degree would leave room. Paging allocates ceil(context / page)
 pages per request; max-length pre-allocation reserves `max_len` tokens per request whatever its
 length. Model shapes and presets are in radixkv.model_spec.
+
+Windowed layers (sliding window or chunked attention, `ModelSpec.window_layers` of `window` tokens):
+a running request needs only the last `window` tokens of their KV, which spans at most
+`ceil((window - 1) / page) + 1` pages (vLLM's hybrid allocator keeps exactly these), so paged
+sizing counts `min(ceil(context / page), that)` pages for them; full layers keep every page.
+(radixkv's Engine still keeps full KV for windowed layers: this is the floor an allocator that
+frees out-of-window pages reaches, and `Sizing.window_ratio` how far below full storage it is.)
 """
 
 from __future__ import annotations
@@ -65,13 +72,19 @@ def dtype_bytes(dtype: str) -> float:
 
 @dataclass(frozen=True)
 class Sizing:
-    bytes_per_token: float  # per rank
-    bytes_per_request: float  # paged: ceil(context / page) pages
+    bytes_per_token: float  # per rank, every layer
+    bytes_per_request: float  # paged: ceil(context / page) pages (window-capped for windowed layers)
     bytes_per_request_prealloc: float  # max_len tokens reserved
     weight_bytes: float  # per rank
     usable_bytes: float  # per rank: GPU memory * utilization
     fit_paged: int  # concurrent requests of `context` tokens with paging
     fit_prealloc: int  # with max-length pre-allocation
+    bytes_per_request_full: float = 0.0  # paged, every layer keeping every page (= bytes_per_request without windows)
+
+    @property
+    def window_ratio(self) -> float:
+        """KV per request with windowed layers capped, over keeping all of it (1.0 without windows)."""
+        return self.bytes_per_request / self.bytes_per_request_full if self.bytes_per_request_full else 1.0
 
     @property
     def kv_budget_bytes(self) -> float:
@@ -97,12 +110,25 @@ def size(model: ModelSpec, *, context: int, gpu_gib: float, dtype: str = "bf16",
         raise InvalidArgumentError(f"util (GPU memory utilization) must lie in (0, 1], got {util}")
     bpt = bytes_per_token(model, dtype, tp)
     max_len = max_len or model.max_position
-    per_req = math.ceil(context / page_size) * page_size * bpt
+    full_per_req = math.ceil(context / page_size) * page_size * bpt
+    per_req = full_per_req * window_ratio(model, context, page_size)
     per_req_max = max_len * bpt
     weights = model.num_params * dtype_bytes(weight_dtype) / tp
     usable = gpu_gib * GIB * util
     budget = max(0.0, usable - weights)
-    return Sizing(bpt, per_req, per_req_max, weights, usable, int(budget // per_req), int(budget // per_req_max))
+    return Sizing(bpt, per_req, per_req_max, weights, usable, int(budget // per_req), int(budget // per_req_max),
+                  full_per_req)
+
+
+def window_ratio(model: ModelSpec, context: int, page_size: int) -> float:
+    """Paged KV of one request of `context` tokens with windowed layers capped at their window's
+    pages, over every layer keeping all `ceil(context / page_size)` pages."""
+    pages = math.ceil(context / page_size)
+    if not model.window_layers:
+        return 1.0
+    window_pages = min(pages, math.ceil((model.window - 1) / page_size) + 1)
+    full_layers = model.num_layers - model.window_layers
+    return (full_layers * pages + model.window_layers * window_pages) / (model.num_layers * pages)
 
 
 def min_tensor_parallel(model: ModelSpec, *, gpu_gib: float, weight_dtype: str = "bf16", util: float = 0.9,
@@ -124,5 +150,5 @@ def with_tp_note(model: ModelSpec, tp: int) -> str:
     return f"{kv} KV heads / tp {tp}: {per} per rank" + (f" (each replicated {tp // kv}x)" if tp > kv else "")
 
 
-__all__ = ["ModelSpec", "PRESETS", "DTYPE_BYTES", "Sizing", "bytes_per_token", "size", "get_model",
+__all__ = ["ModelSpec", "PRESETS", "DTYPE_BYTES", "Sizing", "bytes_per_token", "size", "window_ratio", "get_model",
            "from_hf_config", "with_tp_note", "tp_error", "kv_heads_per_rank", "min_tensor_parallel"]

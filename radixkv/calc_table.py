@@ -59,6 +59,11 @@ def _row(m: ModelSpec, a: argparse.Namespace) -> tuple[list[str], str | None]:
         note = (f"the {weight_dtype} weights need {s.weight_bytes / GIB:,.1f} GiB per rank, more than the "
                 f"{s.usable_bytes / GIB:,.1f} GiB usable ({a.gpu_gib:g} GiB x {util:g}): no room for KV. "
                 + (f"The smallest -tp that leaves room is {need}." if need else "No -tp up to 1024 leaves room."))
+    if m.window_layers and s.window_ratio < 1 and note is None:
+        note = (f"{m.window_layers} of its {m.num_layers} layers read at most {m.window:,} tokens: MiB/request "
+                f"and fit count their KV capped at the window's pages, {s.window_ratio:.3f} of the "
+                f"{s.bytes_per_request_full / 2**20:,.1f} MiB that keeping every layer's KV takes (radixkv's "
+                f"Engine still keeps it all).")
     kv_gib = f"{s.kv_budget_bytes / GIB:,.1f}" if s.weights_fit else "none"
     row = [m.name, f"{with_tp_note(m, tp)}, {kv_dtype}", f"{s.bytes_per_token:,.0f}",
            f"{s.bytes_per_request / 2**20:,.1f}", f"{s.weight_bytes / GIB:,.1f}", kv_gib, f"{s.fit_paged:,}",

@@ -41,6 +41,8 @@ class ModelSpec:
     dtype: str = "bfloat16"  # the checkpoint's compute dtype (config.json `torch_dtype`): KV's `auto`
     weight_dtype: str = ""  # quantized weights ("fp8", "int4"); "" = `dtype`
     params: float = 0.0  # published parameter count; 0 = estimate from the shapes
+    window: int = 0  # tokens a windowed layer's query reads at most: sliding_window, or attention_chunk_size
+    window_layers: int = 0  # layers with that window (sliding or chunked); the rest attend to everything
 
     @property
     def is_mla(self) -> bool:
@@ -74,6 +76,9 @@ class ModelSpec:
 
 PRESETS: dict[str, ModelSpec] = {m.name: m for m in (
     ModelSpec("llama-2-7b", 32, 32, 32, 128, 4096, 11008, 32000),
+    # Gemma 3 27B (text): 62 layers, every 6th full attention, the other 52 slide over 1,024 tokens.
+    ModelSpec("gemma-3-27b", 62, 32, 16, 128, 5376, 21504, 262208, tied_embeddings=True, max_position=131072,
+              window=1024, window_layers=52),
     ModelSpec("llama-2-70b", 80, 64, 8, 128, 8192, 28672, 32000),
     ModelSpec("llama-3-8b", 32, 32, 8, 128, 4096, 14336, 128256, max_position=8192),
     ModelSpec("llama-3-70b", 80, 64, 8, 128, 8192, 28672, 128256, max_position=8192),
@@ -114,7 +119,29 @@ def from_hf_config(path: str) -> ModelSpec:
         kv_lora_rank=get("kv_lora_rank"), qk_rope_head_dim=rope, qk_nope_head_dim=nope,
         v_head_dim=get("v_head_dim"), q_lora_rank=get("q_lora_rank"),
         max_position=get("max_position_embeddings", default=4096),
-        dtype=str(c.get("torch_dtype") or c.get("dtype") or "bfloat16"), weight_dtype=_quantized(c))
+        dtype=str(c.get("torch_dtype") or c.get("dtype") or "bfloat16"), weight_dtype=_quantized(c),
+        **_windows(c, int(c["num_hidden_layers"])))
+
+
+def _windows(c: dict[str, Any], layers: int) -> dict[str, int]:
+    """`window` and `window_layers` from config.json: `layer_types` (sliding_attention, chunked_attention),
+    else Gemma's `sliding_window_pattern` (every pattern-th layer full), else a `sliding_window` on every
+    layer unless `use_sliding_window` is false (Mistral; Qwen2 from `max_window_layers` on)."""
+    types = c.get("layer_types")
+    if not types and c.get("attention_chunk_size") and c.get("no_rope_layers"):
+        types = ["chunked_attention" if r else "full_attention" for r in c["no_rope_layers"]]
+    if not types and c.get("sliding_window") and c.get("sliding_window_pattern"):
+        types = ["full_attention" if (i + 1) % int(c["sliding_window_pattern"]) == 0 else "sliding_attention"
+                 for i in range(layers)]
+    if not types and c.get("sliding_window") and c.get("use_sliding_window", True) is not False:
+        first = int(c.get("max_window_layers") or 0) if "use_sliding_window" in c else 0
+        types = ["sliding_attention" if i >= first else "full_attention" for i in range(layers)]
+    sliding, chunked = (sum(t == kind for t in types or ()) for kind in ("sliding_attention", "chunked_attention"))
+    if sliding and c.get("sliding_window"):
+        return dict(window=int(c["sliding_window"]), window_layers=sliding)
+    if chunked and c.get("attention_chunk_size"):
+        return dict(window=int(c["attention_chunk_size"]), window_layers=chunked)
+    return {}
 
 
 def _quantized(c: dict[str, Any]) -> str:

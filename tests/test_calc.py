@@ -150,3 +150,37 @@ def test_unknown_models_are_refused_clearly(name: str, match: str, tmp_path, mon
     (tmp_path / "empty").mkdir()
     with pytest.raises(InvalidArgumentError, match="has no config.json"):
         get_model(str(tmp_path / "empty"))
+
+
+def test_windowed_layers_cap_kv_per_request_at_their_window() -> None:
+    """Gemma 3 27B at 32k: 10 full layers keep 2,048 pages of 16, 52 sliding layers the 65 pages a
+    1,024-token window can span (ceil(1023 / 16) + 1); page 1 reaches the issue's floor, 0.1875."""
+    gemma = get_model("gemma-3-27b")
+    s = size(gemma, context=32768, gpu_gib=80, page_size=16)
+    assert s.window_ratio == pytest.approx((10 * 2048 + 52 * 65) / (62 * 2048))
+    assert s.bytes_per_request_full == 32768 * s.bytes_per_token
+    assert s.bytes_per_request == pytest.approx(s.bytes_per_request_full * s.window_ratio)
+    assert size(gemma, context=32768, gpu_gib=80, page_size=1).window_ratio == pytest.approx((10 + 52 / 32) / 62)
+    assert size(gemma, context=1000, gpu_gib=80, page_size=16).window_ratio == 1.0  # shorter than the window
+    no_windows = get_model("llama-3-8b")
+    assert size(no_windows, context=32768, gpu_gib=80).window_ratio == 1.0
+
+
+def test_windows_from_transformers_configs(tmp_path) -> None:
+    """config.json as transformers writes it (layer_types), as older Gemma 3 checkpoints do
+    (sliding_window_pattern), Mistral (sliding_window on every layer), Llama 4 (chunks)."""
+    transformers = pytest.importorskip("transformers")
+    cases = [
+        (transformers.Gemma3TextConfig(num_hidden_layers=62, sliding_window=1024).to_dict(), 1024, 52),
+        (dict(model_type="gemma3_text", num_hidden_layers=62, sliding_window=1024, sliding_window_pattern=6), 1024, 52),
+        (transformers.MistralConfig(num_hidden_layers=4, sliding_window=4096).to_dict(), 4096, 4),
+        (transformers.Qwen2Config(num_hidden_layers=4, sliding_window=4096).to_dict(), 0, 0),  # use_sliding_window off
+        (transformers.Llama4TextConfig(num_hidden_layers=8, attention_chunk_size=8192).to_dict(), 8192, 6),
+        (transformers.LlamaConfig(num_hidden_layers=4).to_dict(), 0, 0),
+    ]
+    for i, (fields, window, layers) in enumerate(cases):
+        fields = {"num_attention_heads": 8, "hidden_size": 512, **fields}
+        path = tmp_path / f"{i}.json"
+        path.write_text(json.dumps(fields, default=str))
+        spec = from_hf_config(str(path))
+        assert (spec.window, spec.window_layers) == (window, layers), fields.get("model_type")

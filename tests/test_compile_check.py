@@ -23,6 +23,9 @@ LINE = re.compile(r"^(\w+) (\S+) sm_(\d+) regs=(\d+) spill=(\d+) shared=(\d+)$")
 KERNELS = {"_decode_split_kernel", "_decode_reduce_kernel", "_extend_kernel", "_cascade_kernel",
            "_merge_states_kernel", "_store_kv_kernel", "_gather_kv_kernel", "_write_req_to_token_kernel",
            "_build_kv_indices_kernel"}
+# kernels with AttentionVariant switches (window/chunk mask, soft-capping, sinks): compiled both ways
+VARIANT_KERNELS = {"_decode_split_kernel", "_decode_reduce_kernel", "_extend_kernel", "_cascade_kernel",
+                   "_merge_states_kernel"}
 JIT = re.compile(r"^@triton\.jit\b.*\n(?:@.*\n)*def (\w+)\(", re.M)
 
 
@@ -56,6 +59,9 @@ def test_every_kernel_compiles_for_sm80_and_sm90_without_spills() -> None:
     for m in rows:
         kernel, config, regs, spill = m.group(1), m.group(2), int(m.group(4)), int(m.group(5))
         assert 0 < regs <= 255 and spill == 0, f"{kernel} {config}: {regs} registers, {spill} spilled bytes"
+    variants = {(m.group(1), int(m.group(3)), "-var" in m.group(2).split("/")[0]) for m in rows}
+    assert variants >= {(k, cap, var) for k in VARIANT_KERNELS for cap in (80, 90) for var in (False, True)}, (
+        f"an attention kernel without its causal or its AttentionVariant compile: {proc.stdout}")
     attention = [m for m in rows if m.group(1) == "_decode_split_kernel"]
     assert all(int(m.group(6)) > 0 for m in attention), "tl.dot operands go through shared memory"
 

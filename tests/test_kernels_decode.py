@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from radixkv.errors import ContextLengthError, InvalidSlotsError
 from radixkv.kernels import decode_attention, decode_attention_ref, decode_attention_unchecked
 from radixkv.kernels._common import KernelInputError
-from radixkv.kernels.decode import _decode_launch, decode_config, num_splits_for
+from radixkv.kernels.decode import decode_launch, decode_config, num_splits_for
 from kernel_checks import assert_close, randn
 
 NUM_SLOTS, MAX_REQ, MAX_CTX = 1024, 7, 320
@@ -66,7 +66,7 @@ def test_decode_split_counts_agree(num_splits: int) -> None:
     (empty splits) and more splits than positions (seq_len 1 with 16 splits)."""
     args = _inputs(2, torch.float32)
     config = decode_config(DIM, 2, torch.float32, None)
-    got = _decode_launch(*args, 0.3, num_splits, config, None)
+    got = decode_launch(*args, 0.3, num_splits, config, None)
     want = decode_attention_ref(*args, 0.3)
     assert_close(f"decode splits={num_splits}", got, want, 2e-5, 2e-5)
 
@@ -80,7 +80,7 @@ def test_decode_gpu_configs_in_interpreter(target: tuple[int, int], dim: int, gr
     table, rows = _table([97, 7, 40], 1)
     q, lens = randn(3, 2 * group, dim, dtype=torch.float16), torch.tensor([97, 7, 40], dtype=torch.int32)
     config = decode_config(dim, group, torch.float16, target)
-    got = _decode_launch(q, k_buf, v_buf, table, rows, lens, dim**-0.5, 2, config, None)
+    got = decode_launch(q, k_buf, v_buf, table, rows, lens, dim**-0.5, 2, config, None)
     want = decode_attention_ref(q, k_buf, v_buf, table, rows, lens, dim**-0.5)
     assert_close(f"decode {config} dim={dim} group={group}", got, want, 2e-3, 2e-3)
 

@@ -14,7 +14,7 @@ from radixkv.errors import InvalidSlotsError
 from radixkv.kernels import (ExtendLens, decode_attention, extend_attention, extend_attention_ref,
                              extend_attention_unchecked, store_kv, write_req_to_token)
 from radixkv.kernels._common import KernelInputError
-from radixkv.kernels.extend import _extend_launch, extend_config
+from radixkv.kernels.extend import extend_launch, extend_config
 from kernel_checks import assert_close, randn
 
 NUM_SLOTS, MAX_REQ, MAX_CTX = 1024, 7, 400
@@ -102,7 +102,7 @@ def test_extend_gpu_configs_in_interpreter(target: tuple[int, int], dim: int) ->
     n = int(extend_lens.sum())
     q, k, v = (randn(n, h, dim, dtype=torch.float16) for h in (2 * KV_HEADS, KV_HEADS, KV_HEADS))
     args = (q, k, v, k_buf, v_buf, table, rows, prefix_lens, extend_lens, dim**-0.5)
-    got = _extend_launch(*args, 130, config, None)
+    got = extend_launch(*args, 130, config, None)
     want = extend_attention_ref(*args)
     assert_close(f"extend {config} dim={dim}", got, want, 2e-3, 2e-3)
 

@@ -21,8 +21,8 @@ from radixkv.integrations.layer_groups import LayerGroup, check_served, layer_gr
 from radixkv.integrations.transformers import Engine  # noqa: E402
 
 # What the Engine serves exactly, written out here rather than read from the module under test.
-SERVED = {"full_attention": "full", "attention": "full", "linear_attention": "recurrent", "mamba": "recurrent",
-          "hybrid": "full + recurrent"}
+SERVED = {"full_attention": "full", "attention": "full", "sliding_attention": "sliding", "chunked_attention": "chunked",
+          "linear_attention": "recurrent", "mamba": "recurrent", "hybrid": "full + recurrent"}
 
 
 def _transformers_layer_kinds() -> list[str]:

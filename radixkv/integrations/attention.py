@@ -7,6 +7,12 @@ range, out_slots distinct and in the pool, req_to_token written for `[0, seq_len
 `ForwardBatch` reads the host-side lengths the kernels size their grids with once, in one
 device->host copy. Each layer then runs only the `*_unchecked` launchers, which neither validate
 nor synchronise (tests/test_sync_free.py counts: the same syncs for 2 and 8 layers).
+
+Layer variants: a sliding or chunked layer's window / chunk comes from the model's layer groups
+(layer_groups.py, `ForwardBatch.layer_masks`); soft-capping and sinks from what the model passes
+(`softcap=`, Gemma 2; `s_aux=`, gpt-oss's per-head sink logits). A `sliding_window=` the model
+passes must agree with the layer's group, else UnsupportedModelError (never a silent wrong mask).
+Masked layers decode with `decode_attention` (it reads only the window) even in a cascade step.
 """
 
 from __future__ import annotations
@@ -18,7 +24,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 from transformers import AttentionInterface
 
-from radixkv import RadixCache, kernels
+from radixkv import RadixCache, UnsupportedModelError, kernels
+from radixkv.kernels import AttentionVariant
 
 if TYPE_CHECKING:
     from radixkv import BatchInputs
@@ -33,6 +40,7 @@ class ForwardBatch:
     cache: RadixCache
     inputs: BatchInputs  # from cache.batch(): rows, prefix_lens, extend_lens, seq_lens, out_slots, cascade
     num_decode: int  # the first num_decode requests extend by exactly one token: decode_attention
+    layer_masks: tuple[tuple[int, int], ...] = ()  # (window, chunk) per layer (layer_groups.layer_masks); () all full
     attention_s: float = 0.0  # seconds inside radixkv_attention, all layers (the two below included)
     decode_s: float = 0.0  # of which in decode_attention (or cascade decode, when inputs.cascade is set)
     extend_s: float = 0.0  # of which in extend_attention
@@ -75,6 +83,7 @@ def radixkv_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.T
     if dropout:
         raise ValueError("radixkv attention is inference only: put the model in eval() mode")
     start = time.perf_counter()
+    variant = _variant(fb, module.layer_idx, kwargs)
     pool, req_to_token = fb.cache.kv_pool, fb.cache.req_pool.req_to_token
     k_buf, v_buf = pool.k_buffer[module.layer_idx], pool.v_buffer[module.layer_idx]
     batch, heads, t, dim = query.shape  # batch > 1 only with t == 1 (one token of each request)
@@ -85,21 +94,33 @@ def radixkv_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.T
     d = fb.num_decode  # packed layout: [d decode tokens | prefill chunks]
     parts = []
     t0 = time.perf_counter()
-    if d and fb.inputs.cascade is not None:  # the plan covers exactly the d leading decode rows; built valid
-        parts.append(kernels.cascade_decode_launch(q[:d], k_buf, v_buf, fb.inputs.cascade, scaling))
+    if d and fb.inputs.cascade is not None and not variant.masked:  # the plan covers the d leading rows
+        parts.append(kernels.cascade_decode_launch(q[:d], k_buf, v_buf, fb.inputs.cascade, scaling, variant))
     elif d:
         parts.append(kernels.decode_attention_unchecked(q[:d], k_buf, v_buf, req_to_token, *fb.decode_inputs,
-                                                        scaling, fb.max_decode_len))
+                                                        scaling, fb.max_decode_len, variant))
     t1 = time.perf_counter()
     if fb.extend_host.rows:
         parts.append(kernels.extend_attention_unchecked(q[d:], k[d:], v[d:], k_buf, v_buf, req_to_token,
-                                                        *fb.extend_inputs, scaling, fb.extend_host))
+                                                        *fb.extend_inputs, scaling, fb.extend_host, variant))
     t2 = time.perf_counter()
     out = parts[0] if len(parts) == 1 else torch.cat(parts)
     fb.decode_s += t1 - t0
     fb.extend_s += t2 - t1
     fb.attention_s += time.perf_counter() - start
     return out.to(query.dtype).view(batch, t, heads, dim), None
+
+
+def _variant(fb: ForwardBatch, layer: int, kwargs: dict[str, Any]) -> AttentionVariant:
+    """The layer's AttentionVariant: window / chunk from its group, softcap and sinks as the model passes them."""
+    window, chunk = fb.layer_masks[layer] if fb.layer_masks else (0, 0)
+    passed = kwargs.get("sliding_window") or 0
+    if passed != window:
+        raise UnsupportedModelError(f"layer {layer} passes sliding_window={passed} but its config says "
+                                    f"{window or None}; radixkv will not guess which mask the model means")
+    sinks = kwargs.get("s_aux")
+    return AttentionVariant(window, chunk, float(kwargs.get("softcap") or 0.0),
+                            None if sinks is None else sinks.detach().float())
 
 
 AttentionInterface.register(ATTN_IMPLEMENTATION, radixkv_attention)

@@ -46,7 +46,7 @@ class LayerGroup:
     mixer: str = ""  # recurrent: the transformers layer_types value ("linear_attention", "conv", ...)
 
 
-SERVED_ATTENTION: frozenset[str] = frozenset({"full"})  # kinds the Engine serves exactly
+SERVED_ATTENTION: frozenset[str] = frozenset({"full", "sliding", "chunked"})  # kinds the Engine serves exactly
 # Recurrent mixers the Engine serves exactly (integrations/recurrent.py: each request's state through
 # transformers' Cache API, as Jamba and Qwen3-Next ("linear_attention") and Falcon-H1 ("hybrid") keep it).
 SERVED_RECURRENT: frozenset[str] = frozenset({"linear_attention", "hybrid"})
@@ -101,6 +101,40 @@ def check_served(groups: Sequence[LayerGroup], model_name: str = "the model") ->
             raise UnsupportedModelError(
                 f"{model_name}: {what} in layers {list(g.layers)} is not served exactly by the radixkv Engine "
                 f"(it serves {sorted(SERVED_ATTENTION)} attention and recurrent mixers {sorted(SERVED_RECURRENT)})")
+
+
+def layer_masks(groups: Sequence[LayerGroup], num_layers: int) -> tuple[tuple[int, int], ...]:
+    """`(window, chunk)` of each layer's attention ((0, 0): full, or no attention)."""
+    masks = [(0, 0)] * num_layers
+    for g in groups:
+        if g.kind in ("sliding", "chunked"):
+            for i in g.layers:
+                masks[i] = (g.window, g.chunk)
+    return tuple(masks)
+
+
+def check_position_limit(config: Any, longest: int, model_name: str = "the model") -> None:
+    """Raises UnsupportedModelError when a context or forward of `longest` tokens passes the
+    model's `position_limit`."""
+    limit = position_limit(config)
+    if limit is not None and longest > limit:
+        raise UnsupportedModelError(f"{model_name} scales no-RoPE queries by position from {limit + 1} on, counted "
+                                    f"in a way the packed forward does not reproduce: use max_context_len and "
+                                    f"max_batch_tokens <= {limit} (got {longest})")
+
+
+def position_limit(config: Any) -> int | None:
+    """The longest context and forward the Engine serves exactly, when the model caps it (else None).
+
+    Llama 4's no-RoPE layers scale queries by `log1p(floor((pos + 1) / floor_scale))`, with `pos`
+    counted from the start of the forward's input (a cache's length, or 0), not from `position_ids`;
+    in the Engine's packed forward that is the index in the pack. Both agree (scale 1) while every
+    position and every pack stays below `floor_scale - 1`."""
+    cfg = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
+    if _field(cfg, "attn_temperature_tuning") and _field(cfg, "no_rope_layers") is not None:
+        if not all(_field(cfg, "no_rope_layers")):
+            return int(_field(cfg, "floor_scale")) - 1
+    return None
 
 
 def _attention_key(cfg: Any, kind: str) -> tuple[str, int, int, str]:

@@ -62,7 +62,8 @@ from radixkv import CacheConfig, ConfigError, RadixCache
 from radixkv.errors import InvalidArgumentError
 from radixkv.integrations import generation_options
 from radixkv.integrations.attention import ATTN_IMPLEMENTATION, ForwardBatch
-from radixkv.integrations.layer_groups import check_served, layer_groups
+from radixkv.integrations.layer_groups import (check_position_limit, check_served, layer_groups,
+                                               layer_masks)
 from radixkv.integrations.prompts import prompt_ids, to_batch
 from radixkv.integrations.recurrent import RecurrentRunner
 from radixkv.integrations.sampling import SamplingParams, make_generator, sample
@@ -136,6 +137,7 @@ class Engine:
         self.namespace = namespace
         self.cache = RadixCache(cache_config or cache_config_for(model, **cache_options))
         self._check_layout()
+        self._layer_masks = layer_masks(self.layer_groups, self.cache.config.num_layers)
         # Models with recurrent layers (Mamba, linear attention): per-request state, state snapshots.
         self.recurrent = RecurrentRunner.for_model(self.model, self.cache, namespace)
         self.last_stats = GenerateStats()
@@ -150,6 +152,8 @@ class Engine:
             got = getattr(self.cache.config, name)
             if got != want:
                 raise ConfigError(f"cache_config.{name} = {got} but the model has {want}")
+        check_position_limit(self.model.config, max(self.cache.config.max_context_len, self.max_batch_tokens),
+                             type(self.model).__name__)
 
     @torch.inference_mode()
     def generate(self, prompts: Any, generation_config: Any = None, *, max_new_tokens: int | None = None,
@@ -306,7 +310,7 @@ class Engine:
         position_ids = torch.arange(len(ids), device=device) + torch.repeat_interleave(offsets, extend_lens,
                                                                                       output_size=len(ids))
         num_decode = next((i for i, n in enumerate(plan.chunks) if n != 1), len(plan.chunks))
-        batch = ForwardBatch(self.cache, inputs, num_decode)
+        batch = ForwardBatch(self.cache, inputs, num_decode, layer_masks=self._layer_masks)
         out = self.model(input_ids=torch.tensor([ids], device=device), position_ids=position_ids[None],
                          use_cache=False, logits_to_keep=torch.tensor(keep, dtype=torch.int64, device=device),
                          radixkv_batch=batch)

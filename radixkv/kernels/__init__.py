@@ -7,6 +7,10 @@ signature, same result) otherwise. See `_common.use_triton`.
 Each op also has `name_unchecked(...)`: the same dispatch with no checks and no device->host
 sync, for the per-layer path after `RadixCache.batch()` validated the step once. The attention
 ops take the host-side lengths they need (`max_seq_len`, `ExtendLens`) read once per step.
+
+The attention ops take an `AttentionVariant` (variant.py): sliding window, chunks, logit
+soft-capping, attention sinks; the default is plain causal attention. Below the unchecked ops lies
+the launch layer, `radixkv.kernels.launch`: launch configurations and bare Triton launches.
 """
 
 from __future__ import annotations
@@ -24,9 +28,10 @@ from radixkv.kernels.indices import (build_kv_indices, build_kv_indices_ref, bui
                                      write_req_to_token_unchecked)
 from radixkv.kernels.merge import merge_states, merge_states_ref
 from radixkv.kernels.store import store_kv, store_kv_ref, store_kv_unchecked
+from radixkv.kernels.variant import CAUSAL, AttentionVariant
 
 __all__ = [
-    "KernelInputError", "use_triton", "ExtendLens",
+    "KernelInputError", "use_triton", "ExtendLens", "AttentionVariant", "CAUSAL",
     "store_kv", "store_kv_unchecked", "store_kv_ref",
     "gather_kv", "gather_kv_unchecked", "gather_kv_ref",
     "build_kv_indices", "build_kv_indices_unchecked", "build_kv_indices_ref",

@@ -25,10 +25,11 @@ from __future__ import annotations
 
 import torch
 
-from radixkv.kernels._common import tl, triton, use_triton
+from radixkv.kernels._common import KernelInputError, tl, triton, use_triton
 from radixkv.kernels.cascade_plan import (CascadeLevel, CascadePlan, check_cascade, check_level, check_qkv,
                                           pad_level)
 from radixkv.kernels.merge import merge_padded_ref, merge_states_kernel_launch, merge_states_ref
+from radixkv.kernels.variant import CAUSAL, AttentionVariant, cap_scores, cap_scores_ref, check_variant
 
 
 @triton.jit
@@ -39,9 +40,9 @@ def _cascade_kernel(
     kv_indptr_ptr, kv_indices_ptr,  # [groups + 1], int64 [slots of the level]
     o_ptr,  # fp32 [entries of the plan, num_heads, head_dim], contiguous
     lse_ptr,  # fp32 [entries of the plan, num_heads], contiguous
-    entry_start, sm_scale, num_heads, head_dim, group,
+    entry_start, sm_scale, num_heads, head_dim, group, softcap,
     BLOCK_R: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-    PRECISION: tl.constexpr,
+    PRECISION: tl.constexpr, SOFTCAP: tl.constexpr,
 ):
     BLOCK_M: tl.constexpr = BLOCK_R * BLOCK_H
     tl.static_assert(BLOCK_M >= 16 and BLOCK_N >= 16 and BLOCK_D >= 16)  # tl.dot's minimum
@@ -76,7 +77,7 @@ def _cascade_kernel(
         kv_mask = mask_n[:, None] & mask_d[None, :]
         k = tl.load(k_buf_ptr + off, mask=kv_mask, other=0.0).to(tl.float32)  # [BLOCK_N, BLOCK_D]
         s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * sm_scale  # [BLOCK_M, BLOCK_N]
-        s = tl.where(mask_n[None, :], s, float("-inf"))
+        s = tl.where(mask_n[None, :], cap_scores(s, softcap, SOFTCAP), float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, axis=1))
         alpha = tl.exp(m_i - m_new)
         p = tl.exp(s - m_new[:, None])
@@ -120,7 +121,7 @@ def launch_config(max_rows: int, group: int, head_dim: int, dtype: torch.dtype) 
 
 
 def _attend_launch(q: torch.Tensor, k_buf: torch.Tensor, v_buf: torch.Tensor, lvl: CascadeLevel,
-                   sm_scale: float, o: torch.Tensor, lse: torch.Tensor, entry_start: int) -> None:
+                   sm_scale: float, o: torch.Tensor, lse: torch.Tensor, entry_start: int, softcap: float) -> None:
     """One level's partial states into o, lse at `entry_start`; no checks, no host sync."""
     groups, (heads, dim), kv_heads = lvl.qo_indptr.numel() - 1, q.shape[1:], k_buf.shape[1]
     if groups == 0 or lvl.qo_indices.numel() == 0:
@@ -130,13 +131,13 @@ def _attend_launch(q: torch.Tensor, k_buf: torch.Tensor, v_buf: torch.Tensor, lv
     _cascade_kernel[grid](
         q, q.stride(0), q.stride(1), k_buf, v_buf, k_buf.stride(0), k_buf.stride(1),
         lvl.qo_indptr, lvl.qo_indices, lvl.kv_indptr, lvl.kv_indices, o, lse,
-        entry_start, float(sm_scale), heads, dim, heads // kv_heads,
+        entry_start, float(sm_scale), heads, dim, heads // kv_heads, float(softcap),
         # fp16/bf16 values are exact in tf32; fp32 inputs need full-precision products
-        PRECISION="tf32" if q.dtype in (torch.float16, torch.bfloat16) else "ieee", **cfg)
+        PRECISION="tf32" if q.dtype in (torch.float16, torch.bfloat16) else "ieee", SOFTCAP=softcap > 0, **cfg)
 
 
 def cascade_attention(q: torch.Tensor, k_buf: torch.Tensor, v_buf: torch.Tensor, level: CascadeLevel,
-                      sm_scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+                      sm_scale: float, softcap: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
     """Partial attention states of one level: each entry's row against its group's KV. Modifies nothing.
 
     Args:
@@ -144,6 +145,7 @@ def cascade_attention(q: torch.Tensor, k_buf: torch.Tensor, v_buf: torch.Tensor,
         k_buf, v_buf: one layer's `[num_slots, num_kv_heads, head_dim]`; num_heads % num_kv_heads == 0.
         level: a CascadeLevel whose qo_indices lie in `[0, rows)` and kv_indices in `[0, num_slots)`.
         sm_scale: multiplies q . k before the softmax.
+        softcap: logit soft-capping c > 0 (scores become c * tanh(s / c)); 0: none.
 
     Returns:
         `(o, lse)`: fp32 `[entries, num_heads, head_dim]` (normalized over the group's KV) and fp32
@@ -151,35 +153,37 @@ def cascade_attention(q: torch.Tensor, k_buf: torch.Tensor, v_buf: torch.Tensor,
     """
     check_qkv(q, k_buf, v_buf)
     check_level("level", level, q.shape[0], k_buf.shape[0], q.device)
+    check_variant(AttentionVariant(softcap=softcap), q.shape[1], q.device)
     if not use_triton(q):
-        return cascade_attention_ref(q, k_buf, v_buf, level, sm_scale)
+        return cascade_attention_ref(q, k_buf, v_buf, level, sm_scale, softcap)
     o, lse = _states(level.qo_indices.numel(), q)
-    _attend_launch(q, k_buf, v_buf, level, sm_scale, o, lse, 0)
+    _attend_launch(q, k_buf, v_buf, level, sm_scale, o, lse, 0, softcap)
     return o, lse
 
 
 def cascade_decode_launch(q: torch.Tensor, k_buf: torch.Tensor, v_buf: torch.Tensor, plan: CascadePlan,
-                          sm_scale: float) -> torch.Tensor:
+                          sm_scale: float, variant: AttentionVariant = CAUSAL) -> torch.Tensor:
     """`cascade_decode` without checks or host syncs, for the per-layer path of a plan that
-    `cache.batch(..., cascade=True)` built (valid by construction)."""
+    `cache.batch(..., cascade=True)` built (valid by construction; `variant` unmasked)."""
     if not use_triton(q):
-        return cascade_decode_ref(q, k_buf, v_buf, plan, sm_scale)
-    return _cascade_launch(q, k_buf, v_buf, plan, sm_scale)
+        return cascade_decode_ref(q, k_buf, v_buf, plan, sm_scale, variant)
+    return cascade_launch(q, k_buf, v_buf, plan, sm_scale, variant)
 
 
-def _cascade_launch(q: torch.Tensor, k_buf: torch.Tensor, v_buf: torch.Tensor, plan: CascadePlan,
-                    sm_scale: float) -> torch.Tensor:
+def cascade_launch(q: torch.Tensor, k_buf: torch.Tensor, v_buf: torch.Tensor, plan: CascadePlan,
+                   sm_scale: float, variant: AttentionVariant = CAUSAL) -> torch.Tensor:
     """Every level's `_cascade_kernel`, then `_merge_states_kernel` (what bench/compile_check.py compiles)."""
     o, lse = _states(plan.num_entries, q)
     start = 0
     for lvl in plan.levels:
-        _attend_launch(q, k_buf, v_buf, lvl, sm_scale, o, lse, start)
+        _attend_launch(q, k_buf, v_buf, lvl, sm_scale, o, lse, start, variant.softcap)
         start += lvl.qo_indices.numel()
-    return merge_states_kernel_launch(o, lse, plan.merge_indptr, plan.merge_indices, plan.max_entries, q.dtype)
+    return merge_states_kernel_launch(o, lse, plan.merge_indptr, plan.merge_indices, plan.max_entries, q.dtype,
+                                      variant.sinks)
 
 
 def cascade_decode(q: torch.Tensor, k_buf: torch.Tensor, v_buf: torch.Tensor, plan: CascadePlan,
-                   sm_scale: float) -> torch.Tensor:
+                   sm_scale: float, variant: AttentionVariant = CAUSAL) -> torch.Tensor:
     """Attention of each row's one query token over the KV runs its plan gives it (shared runs read
     once per group). Same result as `decode_attention` over each row's concatenated runs. Modifies nothing.
 
@@ -189,12 +193,19 @@ def cascade_decode(q: torch.Tensor, k_buf: torch.Tensor, v_buf: torch.Tensor, pl
         plan: a CascadePlan over `rows` query rows (from `cache.batch(seqs, cascade=True)` or built
             by hand); checked here (host syncs), never inside the kernels.
         sm_scale: multiplies q . k before the softmax.
+        variant: soft-capping and sinks (variant.py). A plan knows slots, not positions, so a window
+            or chunks are refused: those layers decode with `decode_attention`, which reads at most
+            a window per request anyway.
 
     Returns:
         `[rows, num_heads, head_dim]` in q's dtype (softmax and sums in fp32).
     """
     check_cascade(q, k_buf, v_buf, plan)
-    return cascade_decode_launch(q, k_buf, v_buf, plan, sm_scale)
+    check_variant(variant, q.shape[1], q.device)
+    if variant.masked:
+        raise KernelInputError("cascade_decode takes soft-capping and sinks, not a window or chunks: "
+                               "decode those layers with decode_attention")
+    return cascade_decode_launch(q, k_buf, v_buf, plan, sm_scale, variant)
 
 
 def _states(entries: int, q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -204,17 +215,17 @@ def _states(entries: int, q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def cascade_attention_ref(q: torch.Tensor, k_buf: torch.Tensor, v_buf: torch.Tensor, level: CascadeLevel,
-                          sm_scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+                          sm_scale: float, softcap: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
     """Torch reference of `cascade_attention` (same arguments, same result; no checks, no host
     syncs): pads the level to `[groups, max_rows]` rows and `[groups, max_kv]` slots, gathers each
     group's K/V once, heads-major, and runs one batched matmul per product in fp32."""
     o, lse = _states(level.qo_indices.numel(), q)
-    _level_states_ref(q, k_buf, v_buf, level, sm_scale, o, lse)
+    _level_states_ref(q, k_buf, v_buf, level, sm_scale, softcap, o, lse)
     return o, lse
 
 
 def _level_states_ref(q: torch.Tensor, k_buf: torch.Tensor, v_buf: torch.Tensor, level: CascadeLevel,
-                      sm_scale: float, o_out: torch.Tensor, lse_out: torch.Tensor) -> None:
+                      sm_scale: float, softcap: float, o_out: torch.Tensor, lse_out: torch.Tensor) -> None:
     """Writes the level's states into o_out `[entries, heads, dim]` and lse_out `[entries, heads]`."""
     dim, kv_heads = q.shape[2], k_buf.shape[1]
     groups, entries, width = level.qo_indptr.numel() - 1, level.qo_indices.numel(), level.max_rows
@@ -232,7 +243,10 @@ def _level_states_ref(q: torch.Tensor, k_buf: torch.Tensor, v_buf: torch.Tensor,
     qg = q[pad.rows].view(groups, width, kv_heads, -1, dim)  # [groups, max_rows, kv_heads, group, dim]
     qg = qg.permute(2, 0, 1, 3, 4).reshape(kv_heads * groups, -1, dim).float()  # [.., max_rows x group, dim]
     bias = pad.bias[None].expand(kv_heads, -1, -1).reshape(kv_heads * groups, 1, -1)  # padding: -inf
-    s = torch.baddbmm(bias, qg, k.transpose(-1, -2), alpha=sm_scale)  # [.., max_rows x group, max_kv]
+    if softcap:
+        s = cap_scores_ref(torch.bmm(qg, k.transpose(-1, -2)) * sm_scale, AttentionVariant(softcap=softcap)) + bias
+    else:
+        s = torch.baddbmm(bias, qg, k.transpose(-1, -2), alpha=sm_scale)  # [.., max_rows x group, max_kv]
     top = s.amax(-1, keepdim=True)
     top.masked_fill_(top == float("-inf"), 0.0)  # a group without KV: every weight exp(-inf) = 0
     p = s.sub_(top).exp_()  # one exp per score, in place
@@ -244,14 +258,15 @@ def _level_states_ref(q: torch.Tensor, k_buf: torch.Tensor, v_buf: torch.Tensor,
 
 
 def cascade_decode_ref(q: torch.Tensor, k_buf: torch.Tensor, v_buf: torch.Tensor, plan: CascadePlan,
-                       sm_scale: float) -> torch.Tensor:
+                       sm_scale: float, variant: AttentionVariant = CAUSAL) -> torch.Tensor:
     """Torch reference of `cascade_decode` (same arguments, same result; no checks, no host syncs)."""
     o, lse = _states(plan.num_entries, q)
     start = 0
     for lvl in plan.levels:
         n = lvl.qo_indices.numel()
-        _level_states_ref(q, k_buf, v_buf, lvl, sm_scale, o[start:start + n], lse[start:start + n])
+        _level_states_ref(q, k_buf, v_buf, lvl, sm_scale, variant.softcap, o[start:start + n], lse[start:start + n])
         start += n
     if plan.merge_padded is None:
-        return merge_states_ref(o, lse, plan.merge_indptr, plan.merge_indices, plan.max_entries, q.dtype)
-    return merge_padded_ref(o, lse, *plan.merge_padded, q.dtype)
+        return merge_states_ref(o, lse, plan.merge_indptr, plan.merge_indices, plan.max_entries, q.dtype,
+                                variant.sinks)
+    return merge_padded_ref(o, lse, *plan.merge_padded, q.dtype, variant.sinks)

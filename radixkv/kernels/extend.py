@@ -28,6 +28,8 @@ import torch
 from radixkv.kernels._common import (KernelInputError, Target, check_attention, check_lens,
                                      check_same_device, check_table_slots, check_tensor, dot_dtype,
                                      exclusive_cumsum, target_of, tl, triton, use_triton)
+from radixkv.kernels.variant import (CAUSAL, AttentionVariant, cap_scores, cap_scores_ref, check_variant,
+                                     first_key, first_key_ref, launch_args, online_step, softmax_ref)
 
 
 class ExtendConfig(NamedTuple):
@@ -75,13 +77,13 @@ class ExtendLens(NamedTuple):
 
 
 @triton.jit
-def _attend_block(q, k_t, v, keep, m_i, l_i, acc, sm_scale, DOT_DTYPE: tl.constexpr, PRECISION: tl.constexpr):
-    """One online-softmax step: q [M, D] and k_t [D, N] in DOT_DTYPE, v [N, D] as stored, keep [M, N]."""
-    s = tl.dot(q, k_t, input_precision=PRECISION) * sm_scale
+def _attend_block(q, k_t, v, keep, m_i, l_i, acc, sm_scale, softcap,
+                  DOT_DTYPE: tl.constexpr, PRECISION: tl.constexpr, SOFTCAP: tl.constexpr):
+    """One online-softmax step: q [M, D] and k_t [D, N] in DOT_DTYPE, v [N, D] as stored, keep [M, N]
+    (a row may keep no key of a block under a window: its state stays as it was)."""
+    s = cap_scores(tl.dot(q, k_t, input_precision=PRECISION) * sm_scale, softcap, SOFTCAP)
     s = tl.where(keep, s, float("-inf"))
-    m_new = tl.maximum(m_i, tl.max(s, axis=1))
-    alpha = tl.exp(m_i - m_new)
-    p = tl.exp(s - m_new[:, None])
+    m_new, alpha, p = online_step(s, m_i, l_i)
     pv = tl.dot(p.to(v.dtype).to(DOT_DTYPE), v.to(DOT_DTYPE), input_precision=PRECISION)
     return m_new, l_i * alpha + tl.sum(p, axis=1), acc * alpha[:, None] + pv
 
@@ -96,8 +98,10 @@ def _extend_kernel(
     qo_indptr_ptr,  # int64 [batch + 1]
     out_ptr,  # [sum(extend_lens), num_heads, head_dim], contiguous
     sm_scale, num_heads, head_dim, group,
+    window, chunk, softcap, sinks_ptr,  # the AttentionVariant (variant.py); sinks fp32 [num_heads]
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
     DOT_DTYPE: tl.constexpr, PRECISION: tl.constexpr,
+    MASKED: tl.constexpr, SOFTCAP: tl.constexpr, SINKS: tl.constexpr,
 ):
     tl.static_assert(BLOCK_M >= 16 and BLOCK_N >= 16 and BLOCK_D >= 16)  # tl.dot's minimum
     m_start = tl.program_id(0).to(tl.int64) * BLOCK_M
@@ -119,9 +123,13 @@ def _extend_kernel(
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
 
+    # keys of query row m lie in [first[m], prefix + m]; the block's rows start reading at first[0]
+    first = first_key(prefix + offs_m, window, chunk, MASKED)  # [BLOCK_M]
+    block_first = first_key(prefix + m_start, window, chunk, MASKED)
+
     # cached prefix, through the table: 4 bytes of table + 2 * d * e bytes of K, V per key
     prefix_end = tl.where(m_start < ext, prefix, 0)  # a block past this request's rows does nothing
-    for n0 in range(0, prefix_end, BLOCK_N):
+    for n0 in range(block_first // BLOCK_N * BLOCK_N, prefix_end, BLOCK_N):
         offs_n = n0 + tl.arange(0, BLOCK_N)
         mask_n = offs_n < prefix
         slot = tl.load(req_to_token_ptr + row * r2t_stride + offs_n, mask=mask_n, other=0).to(tl.int64)
@@ -130,29 +138,38 @@ def _extend_kernel(
                       mask=mask_d[:, None] & mask_n[None, :], other=0.0).to(DOT_DTYPE)
         v = tl.load(v_buf_ptr + base[:, None] + offs_d[None, :],
                     mask=mask_n[:, None] & mask_d[None, :], other=0.0)
-        m_i, l_i, acc = _attend_block(q, k_t, v, mask_n[None, :], m_i, l_i, acc, sm_scale,
-                                      DOT_DTYPE, PRECISION)
+        keep = mask_n[None, :] & (offs_n[None, :] >= first[:, None])
+        m_i, l_i, acc = _attend_block(q, k_t, v, keep, m_i, l_i, acc, sm_scale, softcap,
+                                      DOT_DTYPE, PRECISION, SOFTCAP)
 
     # new tokens, causal: rows of this block see keys up to their own index
     ext_end = tl.where(m_start < ext, tl.minimum(ext, m_start + BLOCK_M), 0)
-    for n0 in range(0, ext_end, BLOCK_N):
+    for n0 in range(tl.maximum(block_first - prefix, 0) // BLOCK_N * BLOCK_N, ext_end, BLOCK_N):
         offs_n = n0 + tl.arange(0, BLOCK_N)
         mask_n = offs_n < ext
         k_t = tl.load(k_ptr + (q0 + offs_n)[None, :] * k_stride_t + kvh * k_stride_h + offs_d[:, None],
                       mask=mask_d[:, None] & mask_n[None, :], other=0.0).to(DOT_DTYPE)
         v = tl.load(v_ptr + (q0 + offs_n)[:, None] * v_stride_t + kvh * v_stride_h + offs_d[None, :],
                     mask=mask_n[:, None] & mask_d[None, :], other=0.0)
-        keep = mask_n[None, :] & (offs_n[None, :] <= offs_m[:, None])
-        m_i, l_i, acc = _attend_block(q, k_t, v, keep, m_i, l_i, acc, sm_scale, DOT_DTYPE, PRECISION)
+        keep = mask_n[None, :] & (offs_n[None, :] <= offs_m[:, None]) & (prefix + offs_n[None, :] >= first[:, None])
+        m_i, l_i, acc = _attend_block(q, k_t, v, keep, m_i, l_i, acc, sm_scale, softcap,
+                                      DOT_DTYPE, PRECISION, SOFTCAP)
 
+    if SINKS:  # the head's sink logit joins each row's denominator, weighing no value
+        sink = tl.load(sinks_ptr + h)
+        m_new = tl.maximum(m_i, sink)
+        alpha = tl.exp(m_i - m_new)
+        acc = acc * alpha[:, None]
+        l_i = l_i * alpha + tl.exp(sink - m_new)
     out = acc / tl.where(l_i > 0.0, l_i, 1.0)[:, None]  # l_i == 0 only on masked rows
     tl.store(out_ptr + ((q0 + offs_m)[:, None] * num_heads + h) * head_dim + offs_d[None, :],
              out.to(out_ptr.dtype.element_ty), mask=mask_m[:, None] & mask_d[None, :])
 
 
-def _check_extend(q, k, v, k_buf, v_buf, req_to_token, rows, prefix_lens, extend_lens, sm_scale) -> None:
+def _check_extend(q, k, v, k_buf, v_buf, req_to_token, rows, prefix_lens, extend_lens, sm_scale, variant) -> None:
     """All checks of `extend_attention` (host syncs: the lengths' ranges and sum, the table)."""
     batch, _ = check_attention(q, k_buf, v_buf, req_to_token, rows, sm_scale)
+    check_variant(variant, q.shape[1], q.device)
     check_same_device(q=q, k=k, v=v, prefix_lens=prefix_lens, extend_lens=extend_lens)
     for name, t in (("k", k), ("v", v)):
         check_tensor(name, t, 3, (q.dtype,))
@@ -169,7 +186,7 @@ def _check_extend(q, k, v, k_buf, v_buf, req_to_token, rows, prefix_lens, extend
 def extend_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_buf: torch.Tensor,
                      v_buf: torch.Tensor, req_to_token: torch.Tensor, rows: torch.Tensor,
                      prefix_lens: torch.Tensor, extend_lens: torch.Tensor,
-                     sm_scale: float) -> torch.Tensor:
+                     sm_scale: float, variant: AttentionVariant = CAUSAL) -> torch.Tensor:
     """Prefill attention of each request's new tokens over its cached prefix and, causally, each
     other. Modifies nothing (store the new K/V with `store_kv` separately).
 
@@ -180,6 +197,8 @@ def extend_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_buf: t
         req_to_token: int32 `[max_requests, max_context_len]`.
         rows, prefix_lens, extend_lens: int32 (or int64) `[batch]`; lengths may be 0.
         sm_scale: multiplies q . k before the softmax.
+        variant: window, chunks, soft-capping, sinks (variant.py); new token i of request b is at
+            position `prefix_lens[b] + i`. Default: plain causal attention.
 
     Returns:
         `[sum(extend_lens), num_heads, head_dim]` in q's dtype (softmax and sums in fp32).
@@ -187,36 +206,37 @@ def extend_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_buf: t
     Raises KernelInputError / ContextLengthError / InvalidSlotsError before launching. The checks
     sync with the host; per layer, call `extend_attention_unchecked` on a batch validated once.
     """
-    _check_extend(q, k, v, k_buf, v_buf, req_to_token, rows, prefix_lens, extend_lens, sm_scale)
+    _check_extend(q, k, v, k_buf, v_buf, req_to_token, rows, prefix_lens, extend_lens, sm_scale, variant)
     if not use_triton(q):
         return extend_attention_ref(q, k, v, k_buf, v_buf, req_to_token, rows, prefix_lens,
-                                    extend_lens, sm_scale)
+                                    extend_lens, sm_scale, variant)
     lens = ExtendLens.read(rows, prefix_lens, extend_lens)
     return extend_attention_unchecked(q, k, v, k_buf, v_buf, req_to_token, rows, prefix_lens,
-                                      extend_lens, sm_scale, lens)
+                                      extend_lens, sm_scale, lens, variant)
 
 
 def extend_attention_unchecked(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_buf: torch.Tensor,
                                v_buf: torch.Tensor, req_to_token: torch.Tensor, rows: torch.Tensor,
                                prefix_lens: torch.Tensor, extend_lens: torch.Tensor, sm_scale: float,
-                               lens: ExtendLens) -> torch.Tensor:
+                               lens: ExtendLens, variant: AttentionVariant = CAUSAL) -> torch.Tensor:
     """`extend_attention` without checks and without any device->host sync, for the per-layer
     path: the arguments must satisfy `extend_attention`'s contract (as `RadixCache.batch()`
     guarantees), and `lens` hold the same values as `rows`, `prefix_lens`, `extend_lens`
     (`ExtendLens.read` once per step)."""
     if not use_triton(q):
         return extend_attention_ref(q, k, v, k_buf, v_buf, req_to_token, rows, prefix_lens,
-                                    extend_lens, sm_scale, lens=lens)
+                                    extend_lens, sm_scale, variant, lens=lens)
     target = target_of(q)
     config = extend_config(q.shape[2], q.shape[1] // k_buf.shape[1], q.dtype, target)
-    return _extend_launch(q, k, v, k_buf, v_buf, req_to_token, rows, prefix_lens, extend_lens,
-                          sm_scale, lens.max_extend_len, config, target)
+    return extend_launch(q, k, v, k_buf, v_buf, req_to_token, rows, prefix_lens, extend_lens,
+                         sm_scale, lens.max_extend_len, config, target, variant)
 
 
-def _extend_launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_buf: torch.Tensor,
-                   v_buf: torch.Tensor, req_to_token: torch.Tensor, rows: torch.Tensor,
-                   prefix_lens: torch.Tensor, extend_lens: torch.Tensor, sm_scale: float,
-                   max_extend_len: int, config: ExtendConfig, target: Target) -> torch.Tensor:
+def extend_launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_buf: torch.Tensor,
+                  v_buf: torch.Tensor, req_to_token: torch.Tensor, rows: torch.Tensor,
+                  prefix_lens: torch.Tensor, extend_lens: torch.Tensor, sm_scale: float,
+                  max_extend_len: int, config: ExtendConfig, target: Target,
+                  variant: AttentionVariant = CAUSAL) -> torch.Tensor:
     """The launch alone, no checks, no host sync (tests force a configuration through it;
     `bench/compile_check.py` captures what it launches for a target)."""
     tokens, heads, dim = q.shape
@@ -229,7 +249,7 @@ def _extend_launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_buf: tor
         q, q.stride(0), q.stride(1), k, k.stride(0), k.stride(1), v, v.stride(0), v.stride(1),
         k_buf, v_buf, k_buf.stride(0), k_buf.stride(1), req_to_token, req_to_token.stride(0),
         rows, prefix_lens, extend_lens, exclusive_cumsum(extend_lens), out,
-        float(sm_scale), heads, dim, heads // k_buf.shape[1],
+        float(sm_scale), heads, dim, heads // k_buf.shape[1], **launch_args(variant, q),
         BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_D=max(16, triton.next_power_of_2(dim)),
         DOT_DTYPE=dot, PRECISION="ieee" if dot == tl.float32 else "tf32",
         num_warps=config.num_warps, num_stages=config.num_stages)
@@ -239,7 +259,8 @@ def _extend_launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_buf: tor
 def extend_attention_ref(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_buf: torch.Tensor,
                          v_buf: torch.Tensor, req_to_token: torch.Tensor, rows: torch.Tensor,
                          prefix_lens: torch.Tensor, extend_lens: torch.Tensor,
-                         sm_scale: float, *, lens: ExtendLens | None = None) -> torch.Tensor:
+                         sm_scale: float, variant: AttentionVariant = CAUSAL, *,
+                         lens: ExtendLens | None = None) -> torch.Tensor:
     """Torch reference of `extend_attention` (same arguments, same result; no checks), one
     request at a time, in fp32. `lens` (the same values on the host) spares the one host sync
     that reads the lengths. Grouped by kv head, as decode is: K/V are gathered heads-major once
@@ -251,6 +272,7 @@ def extend_attention_ref(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_bu
     lens = ExtendLens.read(rows, prefix_lens, extend_lens) if lens is None else lens
     starts = itertools.accumulate(lens.extend_lens, initial=0)
     head_ids = torch.arange(kv_heads, device=q.device)[:, None]
+    sinks = None if variant.sinks is None else variant.sinks.view(kv_heads, group, 1, 1)
     for row, p, e, start in zip(lens.rows, lens.prefix_lens, lens.extend_lens, starts):
         new = slice(start, start + e)
         at = (req_to_token[row, :p].long()[None] * kv_heads + head_ids).flatten()  # (kv head, slot) rows
@@ -262,7 +284,11 @@ def extend_attention_ref(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_bu
         keys, vals = heads_major(k_buf, k), heads_major(v_buf, v)
         qg = (q[new].float() * sm_scale).view(e, kv_heads, group, dim).permute(1, 2, 0, 3)
         s = torch.bmm(qg.reshape(kv_heads, group * e, dim), keys.transpose(1, 2)).view(kv_heads, group, e, p + e)
-        s[..., p:].masked_fill_(torch.ones(e, e, dtype=torch.bool, device=q.device).triu_(1), float("-inf"))
-        o = torch.bmm(torch.softmax(s, dim=-1).view(kv_heads, group * e, p + e), vals)  # [kv_heads, group*e, dim]
+        s = cap_scores_ref(s, variant)
+        q_pos = torch.arange(p, p + e, device=q.device)[:, None]
+        k_pos = torch.arange(p + e, device=q.device)[None, :]
+        s.masked_fill_((k_pos > q_pos) | (k_pos < first_key_ref(variant, q_pos)), float("-inf"))
+        probs = softmax_ref(s, sinks)
+        o = torch.bmm(probs.view(kv_heads, group * e, p + e), vals)  # [kv_heads, group*e, dim]
         out[new] = o.view(kv_heads, group, e, dim).permute(2, 0, 1, 3).reshape(e, heads, dim).to(q.dtype)
     return out

@@ -53,10 +53,10 @@ def gather_kv_unchecked(buf: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
     """`gather_kv` without checks or host sync: the arguments must satisfy its contract."""
     if not use_triton(buf):
         return gather_kv_ref(buf, slots)
-    return _gather_kv_launch(buf, slots)
+    return gather_kv_launch(buf, slots)
 
 
-def _gather_kv_launch(buf: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
+def gather_kv_launch(buf: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
     """The launch alone, no checks (bench/kernels.py times it)."""
     n, (_, heads, dim) = slots.numel(), buf.shape
     out = torch.empty((n, heads, dim), dtype=buf.dtype, device=buf.device)

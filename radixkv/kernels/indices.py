@@ -106,10 +106,10 @@ def write_req_to_token_unchecked(req_to_token: torch.Tensor, rows: torch.Tensor,
     """`write_req_to_token` without checks or host sync: the arguments must satisfy its contract."""
     if not use_triton(req_to_token):
         return write_req_to_token_ref(req_to_token, rows, starts, slots, lens)
-    return _write_req_to_token_launch(req_to_token, rows, starts, slots, lens)
+    return write_req_to_token_launch(req_to_token, rows, starts, slots, lens)
 
 
-def _write_req_to_token_launch(req_to_token: torch.Tensor, rows: torch.Tensor, starts: torch.Tensor,
+def write_req_to_token_launch(req_to_token: torch.Tensor, rows: torch.Tensor, starts: torch.Tensor,
                                slots: torch.Tensor, lens: torch.Tensor) -> None:
     if rows.numel() == 0:
         return None
@@ -197,10 +197,10 @@ def build_kv_indices_unchecked(req_to_token: torch.Tensor, rows: torch.Tensor, s
         if num_tokens is None:
             return build_kv_indices_ref(req_to_token, rows, seq_lens)
         return build_kv_indices_ref(req_to_token, rows, seq_lens, num_tokens=num_tokens)
-    return _build_kv_indices_launch(req_to_token, rows, seq_lens, num_tokens=num_tokens)
+    return build_kv_indices_launch(req_to_token, rows, seq_lens, num_tokens=num_tokens)
 
 
-def _build_kv_indices_launch(req_to_token: torch.Tensor, rows: torch.Tensor, seq_lens: torch.Tensor,
+def build_kv_indices_launch(req_to_token: torch.Tensor, rows: torch.Tensor, seq_lens: torch.Tensor,
                              *, num_tokens: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """The launch alone, no checks (bench/kernels.py times it)."""
     batch = rows.numel()

@@ -28,8 +28,9 @@ def _merge_states_kernel(
     merge_indptr_ptr,  # [rows + 1]
     merge_indices_ptr,  # [entries]
     out_ptr, out_stride_r, out_stride_h,  # [rows, num_heads, head_dim]
+    sinks_ptr,  # fp32 [num_heads] (read only when SINKS)
     num_heads, head_dim,
-    BLOCK_E: tl.constexpr, BLOCK_D: tl.constexpr,
+    BLOCK_E: tl.constexpr, BLOCK_D: tl.constexpr, SINKS: tl.constexpr,
 ):
     r = tl.program_id(0).to(tl.int64)
     h = tl.program_id(1).to(tl.int64)
@@ -40,6 +41,9 @@ def _merge_states_kernel(
     mask_d = offs_d < head_dim
     top = tl.full([], float("-inf"), tl.float32)  # the largest lse so far
     total = tl.zeros([], tl.float32)  # sum of exp(lse - top) so far
+    if SINKS:  # the head's sink: a part with lse = sink and no value (o = 0)
+        top = tl.load(sinks_ptr + h)
+        total = tl.full([], 1.0, tl.float32)
     acc = tl.zeros([BLOCK_D], tl.float32)  # sum of exp(lse - top) * o so far
     for e0 in range(lo, hi, BLOCK_E):  # BLOCK_E entries at a time: the o tile stays in registers
         mask_e = e0 + offs_e < hi
@@ -71,16 +75,17 @@ def merge_launch_config(max_entries: int, head_dim: int) -> dict[str, int]:
     return dict(BLOCK_E=block_e, BLOCK_D=block_d, num_warps=min(4, max(1, block_e * block_d // 512)), num_stages=1)
 
 
-def merge_states_launch(o: torch.Tensor, lse: torch.Tensor, merge_indptr: torch.Tensor,
-                        merge_indices: torch.Tensor, max_entries: int, dtype: torch.dtype) -> torch.Tensor:
+def merge_states_launch(o: torch.Tensor, lse: torch.Tensor, merge_indptr: torch.Tensor, merge_indices: torch.Tensor,
+                        max_entries: int, dtype: torch.dtype, sinks: torch.Tensor | None = None) -> torch.Tensor:
     """`merge_states` without checks or host syncs (the per-layer path of a validated plan)."""
     if not use_triton(o):
-        return merge_states_ref(o, lse, merge_indptr, merge_indices, max_entries, dtype)
-    return merge_states_kernel_launch(o, lse, merge_indptr, merge_indices, max_entries, dtype)
+        return merge_states_ref(o, lse, merge_indptr, merge_indices, max_entries, dtype, sinks)
+    return merge_states_kernel_launch(o, lse, merge_indptr, merge_indices, max_entries, dtype, sinks)
 
 
 def merge_states_kernel_launch(o: torch.Tensor, lse: torch.Tensor, merge_indptr: torch.Tensor,
-                               merge_indices: torch.Tensor, max_entries: int, dtype: torch.dtype) -> torch.Tensor:
+                               merge_indices: torch.Tensor, max_entries: int, dtype: torch.dtype,
+                               sinks: torch.Tensor | None = None) -> torch.Tensor:
     """The Triton kernel itself, whatever the device (the cascade launcher's Triton path and the
     compile check, which compiles it for a GPU from CPU tensors)."""
     rows = merge_indptr.numel() - 1
@@ -88,13 +93,14 @@ def merge_states_kernel_launch(o: torch.Tensor, lse: torch.Tensor, merge_indptr:
     out = torch.empty((rows, heads, dim), dtype=dtype, device=o.device)
     if rows and heads:
         _merge_states_kernel[(rows, heads)](
-            o, lse, merge_indptr, merge_indices, out, out.stride(0), out.stride(1), heads, dim,
+            o, lse, merge_indptr, merge_indices, out, out.stride(0), out.stride(1),
+            sinks if sinks is not None else lse, heads, dim, SINKS=sinks is not None,
             **merge_launch_config(max_entries, dim))
     return out
 
 
-def merge_states(o: torch.Tensor, lse: torch.Tensor, merge_indptr: torch.Tensor,
-                 merge_indices: torch.Tensor, max_entries: int, dtype: torch.dtype) -> torch.Tensor:
+def merge_states(o: torch.Tensor, lse: torch.Tensor, merge_indptr: torch.Tensor, merge_indices: torch.Tensor,
+                 max_entries: int, dtype: torch.dtype, sinks: torch.Tensor | None = None) -> torch.Tensor:
     """Merge each row's partial attention states. Modifies nothing.
 
     Args:
@@ -105,6 +111,8 @@ def merge_states(o: torch.Tensor, lse: torch.Tensor, merge_indptr: torch.Tensor,
             `merge_indices[merge_indptr[r]:merge_indptr[r + 1]]`.
         max_entries: the most entries of one row (sizes the kernel's block; read on the host).
         dtype: the output's dtype.
+        sinks: None, or fp32 `[num_heads]`: a sink logit per head that joins every row's
+            denominator and weighs no value (gpt-oss's attention sinks).
 
     Returns:
         `[rows, num_heads, head_dim]` in `dtype` (a row with no keys gives zeros).
@@ -116,23 +124,33 @@ def merge_states(o: torch.Tensor, lse: torch.Tensor, merge_indptr: torch.Tensor,
         raise KernelInputError(f"o {tuple(o.shape)} and lse {tuple(lse.shape)} must be contiguous, "
                                "lse of shape o.shape[:2]")
     check_csr("merge", merge_indptr, merge_indices, o.device, max_entries, o.shape[0])
-    return merge_states_launch(o, lse, merge_indptr, merge_indices, max_entries, dtype)
+    if sinks is not None:
+        check_tensor("sinks", sinks, 1, (torch.float32,))
+        check_same_device(o=o, sinks=sinks)
+        if sinks.numel() != o.shape[1]:
+            raise KernelInputError(f"sinks has {sinks.numel()} logits for {o.shape[1]} heads")
+    return merge_states_launch(o, lse, merge_indptr, merge_indices, max_entries, dtype, sinks)
 
 
-def merge_states_ref(o: torch.Tensor, lse: torch.Tensor, merge_indptr: torch.Tensor,
-                     merge_indices: torch.Tensor, max_entries: int, dtype: torch.dtype) -> torch.Tensor:
+def merge_states_ref(o: torch.Tensor, lse: torch.Tensor, merge_indptr: torch.Tensor, merge_indices: torch.Tensor,
+                     max_entries: int, dtype: torch.dtype, sinks: torch.Tensor | None = None) -> torch.Tensor:
     """Torch reference of `merge_states` (same arguments, same result; no checks, no host syncs):
     pads each row to `max_entries` entries and weights them with a softmax over their lse."""
     rows = merge_indptr.numel() - 1
     if rows == 0 or max_entries == 0 or merge_indices.numel() == 0:
         return torch.zeros((rows, *o.shape[1:]), dtype=dtype, device=o.device)
-    return merge_padded_ref(o, lse, *csr_to_padded(merge_indptr, merge_indices, max_entries), dtype)
+    return merge_padded_ref(o, lse, *csr_to_padded(merge_indptr, merge_indices, max_entries), dtype, sinks)
 
 
 def merge_padded_ref(o: torch.Tensor, lse: torch.Tensor, idx: torch.Tensor, valid: torch.Tensor,
-                     dtype: torch.dtype) -> torch.Tensor:
-    """merge_states_ref on the padded layout: idx int64 and valid bool, both `[rows, max_entries]`."""
+                     dtype: torch.dtype, sinks: torch.Tensor | None = None) -> torch.Tensor:
+    """merge_states_ref on the padded layout: idx int64 and valid bool, both `[rows, max_entries]`.
+    A sink is one more part per row: lse = sinks[h], o = 0."""
     lse_p = lse[idx].masked_fill_(~valid[:, :, None], float("-inf"))  # [rows, max_entries, heads]
+    if sinks is not None:
+        lse_p = torch.cat([lse_p, sinks.float().expand(lse_p.shape[0], 1, -1)], dim=1)
+        o = torch.cat([o, o.new_zeros(1, *o.shape[1:])])
+        idx = torch.cat([idx, idx.new_full((idx.shape[0], 1), o.shape[0] - 1)], dim=1)
     top = lse_p.amax(1, keepdim=True)
     w = lse_p.sub_(top.masked_fill_(top == float("-inf"), 0.0)).exp_()  # 0 where lse is -inf
     total = w.sum(1)  # [rows, heads]

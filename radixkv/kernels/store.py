@@ -68,10 +68,10 @@ def store_kv_unchecked(k_buf: torch.Tensor, v_buf: torch.Tensor, slots: torch.Te
     """`store_kv` without checks or host sync: the arguments must satisfy its contract."""
     if not use_triton(k_buf):
         return store_kv_ref(k_buf, v_buf, slots, k, v)
-    return _store_kv_launch(k_buf, v_buf, slots, k, v)
+    return store_kv_launch(k_buf, v_buf, slots, k, v)
 
 
-def _store_kv_launch(k_buf: torch.Tensor, v_buf: torch.Tensor, slots: torch.Tensor,
+def store_kv_launch(k_buf: torch.Tensor, v_buf: torch.Tensor, slots: torch.Tensor,
                      k: torch.Tensor, v: torch.Tensor) -> None:
     """The launch alone, no checks (bench/kernels.py times it)."""
     n, heads, dim = k.shape
