@@ -100,6 +100,8 @@ class Simulation:
         per_unit = cost.prefill_tokens_per_s() / unit
         self.sched = Scheduler(self.cache, max(1, cost.max_batch_tokens // unit), schedule=schedule,
                                clock=lambda: self.now * per_unit)
+        # The in-batch prefix check compares 32 real tokens rounded up to a page: one block here.
+        self.sched.probe = -(-self.sched.probe // unit)
         self.arrivals = arrival_times(trace, cost, load, capacity, seed)
         self.reqs = [SimRequest(i, list(r.units), len(r.units), -(-r.output_tokens // unit) + 1, spec=r,
                                 arrive_s=float(t)) for i, (r, t) in enumerate(zip(trace.requests, self.arrivals))]

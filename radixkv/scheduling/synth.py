@@ -40,7 +40,8 @@ def mooncake_shaped(requests: int, prompt_tokens: int = 12000, output_tokens: in
         length = max(n, (blocks - 1) * BLOCK + 1)
         answer = max(1, int(rng.lognormal(np.log(output_tokens), 0.5)))
         out.append({"timestamp": round(t, 3), "input_length": length, "output_length": answer, "hash_ids": ids})
-        history.append(ids + [next(next_id) for _ in range(-(-answer // BLOCK))])
+        full = length // BLOCK  # a partial last block is a different block once the answer fills it
+        history.append(ids[:full] + [next(next_id) for _ in range(-(-(length % BLOCK + answer) // BLOCK))])
         if len(history) > 256:
             history.pop(int(rng.integers(len(history))))
         t += float(rng.exponential(1000.0))
