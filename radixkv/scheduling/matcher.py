@@ -18,6 +18,8 @@ from __future__ import annotations
 import heapq
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
+import numpy as np
+
 if TYPE_CHECKING:
     from radixkv import RadixCache
     from radixkv.radix import TreeNode
@@ -43,6 +45,9 @@ class PrefixEstimates:
         self.namespace = namespace
         self.per_step = per_step
         self.known: dict[Queued, Estimate] = {}
+        # int32 copies of what each request is matched on: converting a token list costs more than
+        # the match itself, and a waiting request's tokens do not change (4 bytes a token while queued)
+        self.arrays: dict[Queued, np.ndarray] = {}
         self.step = 0
         self.matched = 0  # match_prefix calls so far (the bookkeeping the cap bounds)
 
@@ -50,7 +55,10 @@ class PrefixEstimates:
         self.step += 1
         stalest = heapq.nsmallest(self.per_step, window, key=self._age)
         for req in stalest:
-            m = self.cache.match_prefix(req.tokens[:len(req.tokens) - 1], namespace=self.namespace)
+            toks = self.arrays.get(req)
+            if toks is None:
+                toks = self.arrays[req] = np.array(req.tokens[:len(req.tokens) - 1], dtype=np.int32)
+            m = self.cache.match_prefix(toks, namespace=self.namespace)
             self.known[req] = Estimate(m.length, m.node, self.step)
         self.matched += len(stalest)
 
@@ -69,3 +77,4 @@ class PrefixEstimates:
     def drop(self, req: Queued) -> None:
         """Forget an admitted request (a preempted one comes back unmatched)."""
         self.known.pop(req, None)
+        self.arrays.pop(req, None)
