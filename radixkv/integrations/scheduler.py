@@ -242,6 +242,7 @@ class Scheduler:
                 return
             self.waiting.remove(req)
             self.estimates.drop(req)
+            self.policy.admitted(req, self.clock())
             if seq.committed_len < self.probe and n > 1:  # it computes its first tokens now
                 in_prefill.add(key)
             if not req.opened:

@@ -20,10 +20,12 @@ so a wait and a prefill length can be compared:
                 but every request's ratio grows while it waits (cache-agnostic); equal ratios: smaller s
     auto        HRRN on the work still to do: `s` = the prompt's uncached tokens. A cached prefix makes a
                 request short, so requests sharing what the tree holds run while it is held (LPM's hit
-                rate), and waiting raises a ratio without limit (aging): a request of `s` uncached
-                tokens that has waited `w` goes before every request whose `w' / s' < w / s`, so once
-                its wait exceeds `s / s_min` times the waits of requests still being admitted, it is
-                first; a steady stream of short cached requests cannot starve it (LPM's tail).
+                rate), and waiting raises a ratio without limit. That alone lets a cold request wait
+                up to `s / s_cached` times as long as cached ones (16x for a 16-block prompt against
+                1-block cached ones), so aging has a second, tighter rule: a request that has waited
+                more than OVERDUE (3) times the typical admission wait (a moving average) goes
+                first, oldest first. So no request waits more than about 3x what others wait, and a
+                steady stream of cached requests cannot starve a cold one (LPM's tail).
 """
 
 from __future__ import annotations
@@ -50,6 +52,9 @@ class Policy:
     def order(self, window: list[Queued], now: float) -> list[Queued]:
         """The window (oldest waiting requests, arrival order) in admission order. No side effects."""
         return window
+
+    def admitted(self, req: Queued, now: float) -> None:
+        """`req` left the queue at `now` (the Scheduler calls this on every admission)."""
 
 
 class FcfsMatch(Policy):
@@ -108,9 +113,26 @@ class ResponseRatio(Policy):
 class Auto(ResponseRatio):
     name = "auto"
     matches = True
+    OVERDUE = 3.0  # a request waiting this many times the typical admission wait goes first
+    SMOOTHING = 1 / 64  # weight of each admission in the typical wait (a moving average over ~64)
+
+    def __init__(self, estimates: PrefixEstimates) -> None:
+        super().__init__(estimates)
+        self.typical = 0.0  # moving average of the waits requests were admitted after
 
     def service(self, req: Queued) -> int:
         return len(req.tokens) - self.estimates.length(req)  # >= 1: a match stops before the last token
+
+    def order(self, window: list[Queued], now: float) -> list[Queued]:
+        limit = self.OVERDUE * self.typical
+        overdue = [r for r in window if now - r.arrival > limit] if limit > 0 else []
+        if not overdue:
+            return super().order(window, now)
+        late = set(overdue)
+        return overdue + super().order([r for r in window if r not in late], now)
+
+    def admitted(self, req: Queued, now: float) -> None:
+        self.typical += self.SMOOTHING * (now - req.arrival - self.typical)
 
 
 POLICIES: dict[str, type[Policy]] = {p.name: p for p in (Policy, FcfsMatch, LongestPrefix, DfsWeight,

@@ -8,6 +8,7 @@ question); lengths are lognormal around `prompt_tokens` and `output_tokens`, arr
 Deterministic for a seed.
 
     python -m radixkv.scheduling.synth OUT.jsonl --requests 12000
+    python -m radixkv.scheduling.synth OUT.jsonl --requests 2000 --hot-and-cold
 """
 
 from __future__ import annotations
@@ -48,6 +49,21 @@ def mooncake_shaped(requests: int, prompt_tokens: int = 12000, output_tokens: in
     return out
 
 
+def hot_and_cold(requests: int, cold: int = 3, hot_blocks: int = 16, cold_blocks: int = 16,
+                 gap_ms: float = 100.0) -> list[dict]:
+    """The starvation test: a steady stream on one hot prefix (`hot_blocks` shared blocks + 1 of its
+    own, 8 output tokens), and `cold` requests of `cold_blocks` blocks of their own early in it
+    (requests 10, 20, ...). Run at a load where the hot stream alone keeps the server busy."""
+    hot = list(range(hot_blocks))
+    next_id = iter(range(hot_blocks, 1 << 40))
+    out = []
+    for i in range(requests):
+        is_cold = i % 10 == 0 and 0 < i <= 10 * cold
+        ids = [next(next_id) for _ in range(cold_blocks)] if is_cold else hot + [next(next_id)]
+        out.append({"timestamp": i * gap_ms, "input_length": len(ids) * BLOCK, "output_length": 8, "hash_ids": ids})
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("out")
@@ -55,9 +71,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--prompt-tokens", type=int, default=12000)
     p.add_argument("--output-tokens", type=int, default=350)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--hot-and-cold", action="store_true", help="the starvation trace instead (hot_and_cold)")
     a = p.parse_args(argv)
+    lines = (hot_and_cold(a.requests) if a.hot_and_cold else
+             mooncake_shaped(a.requests, a.prompt_tokens, a.output_tokens, seed=a.seed))
     with open(a.out, "w") as f:
-        for line in mooncake_shaped(a.requests, a.prompt_tokens, a.output_tokens, seed=a.seed):
+        for line in lines:
             f.write(json.dumps(line) + "\n")
     return 0
 
