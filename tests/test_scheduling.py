@@ -104,6 +104,24 @@ def test_auto_and_hrrn_are_response_ratios() -> None:
     assert order(sched) == [0, 1, 2]
 
 
+def test_auto_puts_overdue_requests_first() -> None:
+    """Past 3x the typical admission wait a request goes first, whatever its ratio; the typical wait
+    is the moving average of the waits admitted requests had."""
+    cache = make_cache()
+    hot = tokens(1, 60)
+    cache_prefix(cache, hot)
+    sched, reqs = queued(cache, [tokens(3, 30), hot + tokens(5, 8)], "auto")
+    sched.planned = 100
+    assert order(sched) == [1, 0]
+    policy = sched.policy
+    for _ in range(200):
+        policy.admitted(reqs[1], now=reqs[1].arrival + 30.0)  # as if admitted after waiting 30
+    assert policy.typical == pytest.approx(30.0, rel=0.05)
+    assert order(sched) == [0, 1]  # waited 100 > 3 x 30: request 0 is overdue
+    sched.planned = 80
+    assert order(sched) == [1, 0]  # waited 80 < 90: the ratio decides again
+
+
 def test_dfs_weight_runs_the_heaviest_subtree_first() -> None:
     cache = make_cache()
     a, b = tokens(1, 40), tokens(2, 40)
