@@ -6,8 +6,8 @@
 
 plus the KV pool, the optional host tier and KV-event recorder. Each public call validates its whole
 input, then asks the owners to change, in an order that cannot fail halfway: a raising call leaves
-the cache exactly as it was. A cache is driven by one thread (the one that built it, or the last
-to call `adopt_thread()`); a call from any other thread raises ThreadOwnershipError.
+the cache exactly as it was. A cache is driven by one thread (the one that built it, or the one
+that called `adopt_thread()`); a call from any other thread raises ThreadOwnershipError.
 
 The tree level speaks SGLang's vocabulary (match_prefix, lock, unlock, alloc, free, insert, evict);
 the request level is what a generation loop calls (open, reserve, commit, close, batch):
@@ -38,9 +38,10 @@ from radixkv.insert_slots import InsertSlots
 from radixkv.invariants import check_cache
 from radixkv.keys import ExtraKeys, as_extra_keys, request_key
 from radixkv.metrics import CacheStats, collect_metrics
-from radixkv.pinning import PinControl
 from radixkv.pools import CACHED, PRIVATE, RESERVED, PageLedger, TokenToKVPool, page_slots
 from radixkv.radix import SEQUENCE, USER, MatchInfo, RadixTree, TreeNode, evict_device
+from radixkv.radix import locks
+from radixkv.radix.pins import Pins
 from radixkv.radix.block_events import EventRecorder
 from radixkv.results import BatchInputs, MatchResult, SizeInfo
 from radixkv.sequences import Sequence, SequenceTable
@@ -63,12 +64,14 @@ class RadixCache:
         self.ledger = PageLedger(config.num_pages, ps)
         self.events = EventRecorder(config.event_block_size, ps) if config.kv_events else None
         self.tree = RadixTree(ps, make_policy(config.eviction), config.host_slots > 0, self.events)
-        self.pins = PinControl(self.tree, config.pin_budget, clock)
+        self.pins = Pins(self.tree, config.pin_budget, clock)
         self.seqs = SequenceTable(config.max_requests, config.max_context_len, ps, config.device)
         self.req_pool = self.seqs.pool
         self.host = HostTier(config, self.tree, self.kv_pool) if config.host_slots else None
         self.stats = CacheStats()
-        self._thread = _get_ident()
+        self._thread: int | None = _get_ident()
+        self._adopted = False  # an adopt_thread() took the cache over: a second needs it released or ended
+        self._adopt_lock = threading.Lock()
 
     # ------------------------------------------------------------------ tree level
 
@@ -87,12 +90,12 @@ class RadixCache:
     def lock(self, node: TreeNode) -> None:
         """Protect `node` and its ancestors from eviction; pairs with one unlock(node)."""
         self._own()
-        self.tree.lock(node, USER)
+        locks.lock(self.tree, node, USER)
 
     def unlock(self, node: TreeNode) -> None:
         """Undo one earlier lock(node). LockError if there is none (a Sequence's lock is not one)."""
         self._own()
-        self.tree.unlock(node, USER)
+        locks.unlock(self.tree, node, USER)
 
     def alloc(self, n: int) -> torch.Tensor:
         """`n` private slots: the first n slots of ceil(n / page_size) fresh pages, evicting unlocked
@@ -130,9 +133,9 @@ class RadixCache:
         n = len(toks) // self.page_size * self.page_size
         key = toks[:n].tobytes()
         if until is not None:
-            self.pins.charge(n - self.tree.pinned_length(key, root), "insert(pin_ttl=...)")
+            self.pins.charge(n - self.pins.pinned_length(key, root), "insert(pin_ttl=...)")
         check = InsertSlots(self.ledger, given, n)
-        result = self.tree.insert(key, check.pages, root, prio, check.accept)
+        result = self.tree.insert(key, check.pages, root, prio, check.accept, use=True)
         if until is not None:
             self.pins.pin(result.node, until, "insert(pin_ttl=...)")
         self.ledger.move(check.new, CACHED)
@@ -169,15 +172,18 @@ class RadixCache:
         self.seqs.check_length(len(toks), "open")
         self.seqs.check_row_free()
         root = self.tree.root(ns)
+        if until is not None:  # plan the pin before the match and promotion change anything
+            key = toks[:reuse // self.page_size * self.page_size].tobytes()
+            self.pins.charge(sum(self.tree.peek(key, root)) - self.pins.pinned_length(key, root), "open(pin_ttl=...)")
         m = self._match(toks[:reuse], root, reuse)
         if m.host_length and self.host is not None:
             m = self._promote(toks[:reuse], m)
         if until is not None:
-            self.pins.pin(m.node, until, "open(pin_ttl=...)")
-        self.tree.lock(m.node, SEQUENCE)
+            self.pins.pin(m.node, until, "open(pin_ttl=...)")  # within the charge above: cannot fail
+        locks.lock(self.tree, m.node, SEQUENCE)
         seq = self.seqs.open(toks, namespace, prio, m.node, page_slots(m.pages, self.page_size), extra)
         if until is not None:
-            self.pins.rows[seq.row] = until
+            self.pins.open_row(seq.row, until)
         return seq
 
     def pin(self, tokens: TokensLike, namespace: Any = None, *, ttl: float,
@@ -200,7 +206,7 @@ class RadixCache:
         """Tokens pinned now (expired pins dropped first)."""
         self._own()
         self.pins.expire()
-        return self.pins.pinned()
+        return self.pins.pinned_size
 
     def reserve(self, seq: Sequence, n: int) -> torch.Tensor:
         """Slots for positions [kv_len, kv_len + n), filling the tail of the Sequence's last private
@@ -239,10 +245,9 @@ class RadixCache:
         self.ledger.move(pages[k:], CACHED)
         if k:
             self.seqs.repoint(rec, start, page_slots(result.tree_pages, ps))
-        self.tree.move_lock(node, result.node, SEQUENCE)
+        locks.move_lock(self.tree, node, result.node, SEQUENCE)
         self.seqs.move_lock(rec, result.node)
-        if self.pins.rows:
-            self.pins.extend(rec.row, result.node)
+        self.pins.extend(rec.row, result.node)
         if self.host is not None:
             self.host.back_up(result.gained)
 
@@ -252,10 +257,10 @@ class RadixCache:
         self._own()
         rec = self.seqs.get(seq)
         node = rec.node
-        self.pins.rows.pop(rec.row, None)
+        self.pins.close_row(rec.row)
         private = self.seqs.close(rec)
         self.ledger.release(private[::self.page_size] // self.page_size)
-        self.tree.unlock(node, SEQUENCE)
+        locks.unlock(self.tree, node, SEQUENCE)
 
     def batch(self, seqs: list[Sequence], cascade: bool = False) -> BatchInputs:
         """Inputs of one forward over positions [committed_len, kv_len) of each Sequence, checked
@@ -284,8 +289,7 @@ class RadixCache:
         """Recompute every counter, page state and index from scratch; AssertionError on a mismatch."""
         self._own()
         check_cache(self.ledger, self.tree, self.seqs, self.host)
-        if self.tree.pins is not None:
-            self.tree.pins.check(self.tree.nodes(), self.config.pin_budget)
+        self.pins.check(self.tree.nodes())
 
     def metrics(self) -> dict[str, float]:
         """Counters and gauges with vLLM-style names (`radixkv_` prefix); mutates nothing."""
@@ -303,8 +307,24 @@ class RadixCache:
         return EventRecorder.snapshot(self.tree, self.config.event_block_size, self.events)
 
     def adopt_thread(self) -> None:
-        """Make the calling thread the cache's driver (hand a cache over only while no other thread uses it)."""
-        self._thread = _get_ident()
+        """Make the calling thread the cache's driver. The thread that built the cache hands it over
+        to the first adopter; after that, a thread adopts only a cache whose owner released it
+        (release_thread()) or has ended. ThreadOwnershipError, nothing changed, otherwise: two
+        threads adopting one cache would interleave its bookkeeping."""
+        me = _get_ident()
+        with self._adopt_lock:
+            owner = self._thread
+            if self._adopted and owner not in (None, me) and any(t.ident == owner for t in threading.enumerate()):
+                raise ThreadOwnershipError(
+                    f"adopt_thread: thread {owner} adopted this RadixCache and is still running; it must "
+                    "call release_thread() before another thread adopts the cache")
+            self._thread, self._adopted = me, True
+
+    def release_thread(self) -> None:
+        """Give the cache up (the owner thread only): until some thread calls adopt_thread(), every
+        call raises ThreadOwnershipError."""
+        self._own()
+        self._thread = None
 
     # ------------------------------------------------------------------ helpers
 
@@ -312,7 +332,7 @@ class RadixCache:
         if _get_ident() != self._thread:
             raise ThreadOwnershipError(
                 "a RadixCache is driven by one thread; this call came from another one. Call every "
-                "method from the scheduler thread (or hand the cache over with adopt_thread())")
+                "method from the scheduler thread (or hand the cache over: release_thread(), then adopt_thread())")
 
     def _key(self, toks: np.ndarray, namespace: Any, extra_keys: Any) -> tuple[bytes, np.ndarray]:
         ns, keyed = request_key(namespace, extra_keys, toks)
@@ -329,9 +349,8 @@ class RadixCache:
         return self.ledger.take(k, state, self.tree.evictable_size // self.page_size, self._evict_pages)
 
     def _evict_pages(self, n: int) -> np.ndarray:
-        if self.tree.pins is not None:
-            self.pins.expire()
-        pages, host_pages = evict_device(self.tree, n, None if self.host is None else self.host.keep)
+        self.pins.expire()
+        pages, host_pages, _ = evict_device(self.tree, n, None if self.host is None else self.host.keep)
         if len(host_pages):
             self.host.free(host_pages)
         self.stats.evicted_tokens += len(pages) * self.page_size
@@ -341,11 +360,11 @@ class RadixCache:
         """Copy the host-only continuation of a match into fresh device pages and hand them to the
         tree. Falls back to the device part alone when the device cannot make room."""
         ps, base = self.page_size, m.length
-        self.tree.lock(m.node, USER)  # the device prefix must survive the allocation
+        locks.lock(self.tree, m.node, USER)  # the device prefix must survive the allocation
         try:
             pages = self._take(m.host_length // ps, PRIVATE)
         except OutOfSlotsError:
-            self.tree.unlock(m.node, USER)
+            locks.unlock(self.tree, m.node, USER)
             return m
         key = toks[base:base + m.host_length].tobytes()
         host_pages = self.tree.host_pages_below(key, m.node)  # making room may have dropped some
@@ -354,6 +373,6 @@ class RadixCache:
         self.host.promote(host_pages, pages[:avail])
         result = self.tree.insert(key[:avail * ps * 4], pages[:avail], m.node)
         self.ledger.move(pages[:avail], CACHED)
-        self.tree.unlock(m.node, USER)
+        locks.unlock(self.tree, m.node, USER)
         return MatchInfo(result.node, base + avail * ps, np.concatenate([m.pages, pages[:avail]]),
                          m.host_length - avail * ps)

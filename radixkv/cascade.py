@@ -36,15 +36,12 @@ and a few torch ops per level; no Python loop over tokens. Mutates nothing.
 from __future__ import annotations
 
 import itertools
-from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from radixkv.kernels import CascadeLevel, CascadePlan, PaddedLevel
-
-if TYPE_CHECKING:
-    from radixkv.radix.node import TreeNode
+from radixkv.results import LockHandle
 
 _GPU_KV_CHUNK = 256  # slots per group on a GPU: long runs split so that programs fill the device
 
@@ -55,7 +52,7 @@ def kv_chunk_for(device: torch.device) -> int | None:
     return _GPU_KV_CHUNK if device.type == "cuda" else None
 
 
-def plan_cascade(nodes: list[TreeNode], slots: list[np.ndarray], kv_lens: list[int],
+def plan_cascade(nodes: list[LockHandle], slots: list[np.ndarray], kv_lens: list[int],
                  device: torch.device, kv_chunk: int | None = None) -> CascadePlan | None:
     """The cascade plan of decode rows 0..n-1, or None when no node lies on two rows' paths.
 
@@ -66,15 +63,15 @@ def plan_cascade(nodes: list[TreeNode], slots: list[np.ndarray], kv_lens: list[i
         device: where the plan's tensors go.
         kv_chunk: split every group's KV into runs of at most this many slots (None: never).
     """
-    count: dict[TreeNode, int] = {}  # batch rows whose path runs through a node
+    count: dict[LockHandle, int] = {}  # batch rows whose path runs through a node
     for node in nodes:
         while node.parent is not None:
             count[node] = count.get(node, 0) + 1
             node = node.parent
     if not count or max(count.values()) < 2:
         return None
-    chains: dict[TreeNode, tuple[tuple[TreeNode, TreeNode], ...]] = {}
-    groups: dict[tuple[TreeNode, TreeNode], list[int]] = {}  # (top, bottom) -> rows, in level order
+    chains: dict[LockHandle, tuple[tuple[LockHandle, LockHandle], ...]] = {}
+    groups: dict[tuple[LockHandle, LockHandle], list[int]] = {}  # (top, bottom) -> rows, in level order
     ends = []  # each row's shared_end
     for i, node in enumerate(nodes):
         while node.parent is not None and count[node] < 2:
@@ -90,8 +87,8 @@ def plan_cascade(nodes: list[TreeNode], slots: list[np.ndarray], kv_lens: list[i
     return _build([part for groups in by_level for part in _by_length(groups)], len(nodes), device, kv_chunk)
 
 
-def _chain(node: TreeNode, count: dict[TreeNode, int],
-           memo: dict[TreeNode, tuple[tuple[TreeNode, TreeNode], ...]]) -> tuple[tuple[TreeNode, TreeNode], ...]:
+def _chain(node: LockHandle, count: dict[LockHandle, int],
+           memo: dict[LockHandle, tuple[tuple[LockHandle, LockHandle], ...]]) -> tuple[tuple[LockHandle, LockHandle], ...]:
     """Groups (top, bottom) from the root down to the shared node `node` (its own group last)."""
     if node in memo:
         return memo[node]

@@ -222,7 +222,7 @@ def _decode(data: bytes, pos: int) -> tuple[Any, int]:
 
 def common_bytes(a: bytes, b: bytes, pos: int, page_bytes: int) -> int:
     """Bytes of `a` equal to `b[pos:]` from the start, rounded down to whole pages: where two edge keys
-    (int32 little-endian token ids, as radix/node.py and eviction/shadow.py keep them) part."""
+    (int32 little-endian token ids, as the tree core, radix/core.py, keeps them) part."""
     n = min(len(a), len(b) - pos) // 4
     x = np.frombuffer(a, dtype=np.int32, count=n)
     y = np.frombuffer(b, dtype=np.int32, count=n, offset=pos)

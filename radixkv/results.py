@@ -2,19 +2,33 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 import torch
 
 if TYPE_CHECKING:
     from radixkv.kernels import CascadePlan
-    from radixkv.radix.node import TreeNode
+
+
+class LockHandle(Protocol):
+    """A cached prefix as lock(), unlock() and Sequences hold it: opaque but for where it ends and
+    the chain of prefixes above it (cascade plans group decode rows by shared prefixes). The tree's
+    nodes are LockHandles; only the radix tree reads or writes anything else of them."""
+
+    @property
+    def parent(self) -> LockHandle | None: ...  # the prefix this one extends (None: the namespace root)
+
+    @property
+    def depth(self) -> int: ...  # tokens of the parent prefix
+
+    @property
+    def end(self) -> int: ...  # tokens of this prefix
 
 
 class MatchResult(NamedTuple):
     length: int  # cached tokens from the start, a whole number of pages
     slots: torch.Tensor  # int64 [length]: their KV slots, in order; a fresh tensor the caller owns
-    node: TreeNode  # the node ending exactly at `length` (the namespace root when length == 0)
+    node: LockHandle  # the node ending exactly at `length` (the namespace root when length == 0)
     host_length: int = 0  # further tokens held only in the host tier (0 without one)
 
 

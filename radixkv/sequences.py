@@ -26,19 +26,18 @@ from radixkv.cascade import kv_chunk_for, plan_cascade
 from radixkv.errors import ContextLengthError, InvalidArgumentError, SequenceError
 from radixkv.kernels import build_kv_indices_unchecked
 from radixkv.pools import ReqToTokenPool
-from radixkv.results import BatchInputs
+from radixkv.results import BatchInputs, LockHandle
 
 if TYPE_CHECKING:
     from radixkv.keys import ExtraKeys
     from radixkv.kernels import CascadePlan
-    from radixkv.radix.node import TreeNode
 
 
 class _Record:
     __slots__ = ("handle", "row", "namespace", "priority", "tokens", "num_tokens", "slots", "cached_len",
                  "committed_len", "kv_len", "node", "closed", "extra_keys")
 
-    def __init__(self, row: int, namespace: Any, priority: int, tokens: np.ndarray, node: TreeNode,
+    def __init__(self, row: int, namespace: Any, priority: int, tokens: np.ndarray, node: LockHandle,
                  prefix_slots: np.ndarray, max_context_len: int) -> None:
         self.handle: Sequence | None = None
         self.row = row
@@ -130,7 +129,7 @@ class SequenceTable:
 
     # ------------------------------------------------------------------ changes
 
-    def open(self, tokens: np.ndarray, namespace: Any, priority: int, node: TreeNode,
+    def open(self, tokens: np.ndarray, namespace: Any, priority: int, node: LockHandle,
              prefix_slots: np.ndarray, extra_keys: ExtraKeys | None = None) -> Sequence:
         rec = _Record(self.pool.alloc_row(), namespace, priority, tokens, node, prefix_slots, self.max_context_len)
         rec.extra_keys = extra_keys
@@ -167,7 +166,7 @@ class SequenceTable:
         rec.slots[start:start + len(slots)] = slots
         self.pool.write(rec.row, start, slots.copy())
 
-    def move_lock(self, rec: _Record, node: TreeNode) -> None:
+    def move_lock(self, rec: _Record, node: LockHandle) -> None:
         rec.node = node
 
     def close(self, rec: _Record) -> np.ndarray:

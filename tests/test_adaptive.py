@@ -14,7 +14,7 @@ from radixkv.bench.workloads import Request, agent, chat, gsp, tot
 from radixkv.eviction import make_policy
 from radixkv.eviction.adaptive import Adaptive
 from radixkv.eviction.lrfu import LRFU
-from radixkv.eviction.shadow import ShadowCache
+from radixkv.radix.shadow import ShadowTree
 
 SESSIONS = {"chat": chat(num_convs=48, turns=6, system_prompt_len=256, user_len=32, answer_len=64),
             "agent": agent(num_agents=24, steps=8, tools_prompt_len=256, action_len=32, tool_output_len=96)}
@@ -39,11 +39,11 @@ def _serve(cache: RadixCache, r: Request) -> int:
 @pytest.mark.parametrize("policy", ["lru", "lfu", "slru", "fifo"])
 @pytest.mark.parametrize("page_size", [1, 4])
 def test_shadow_matches_the_real_cache_request_for_request(policy: str, page_size: int) -> None:
-    """A ShadowCache under policy P, fed the same lookups and inserts with the real cache's
+    """A ShadowTree under policy P, fed the same lookups and inserts with the real cache's
     occupancy as its capacity, matches exactly what a real RadixCache under P matches."""
     for reqs in (SESSIONS["chat"], SHARED["tot"]):
         cache = RadixCache(sim_config(_capacity(reqs, 0.1, page_size), page_size, policy, 4096))
-        shadow = ShadowCache(make_policy(policy), page_size)
+        shadow = ShadowTree(make_policy(policy), page_size)
         for r in reqs:
             want = shadow.match(b"", r.tokens[:r.prompt_len // page_size * page_size].tobytes())
             assert _serve(cache, r) == want
@@ -103,12 +103,13 @@ def test_lrfu_learns_sessions_from_shared_prefixes() -> None:
 
 
 def test_slru_protects_twice_hit_nodes() -> None:
-    """SLRU evicts a once-hit prefix before an older twice-hit one; LRU does the opposite."""
+    """SLRU evicts a once-used prefix before an older one used three times (an insert, then two
+    requests' match + insert, each counted once); LRU does the opposite."""
     a, b, c = (torch.arange(i * 100, i * 100 + 8, dtype=torch.int32) for i in range(1, 4))
     survivors = {}
     for policy in ("slru", "lru"):
         cache = RadixCache(sim_config(16, 1, policy, 16))
-        for toks in (a, a, a, b, b):  # a: hit twice (older); b: hit once (newer)
+        for toks in (a, a, a, b):  # a: used three times (older); b: once (newer)
             m = cache.match_prefix(toks)
             cache.insert(toks, torch.cat([m.slots, cache.alloc(len(toks) - m.length)]))
         m = cache.match_prefix(c)
@@ -116,3 +117,90 @@ def test_slru_protects_twice_hit_nodes() -> None:
         survivors[policy] = [cache.match_prefix(t).length == 8 for t in (a, b)]
         cache.check_invariants()
     assert survivors == {"slru": [True, False], "lru": [False, True]}
+
+
+def _survivor(policy: str, older: int, newer: int) -> list[bool]:
+    """Insert prefix A `older` times, then B `newer` times (direct inserts: alloc + insert, no
+    match), then a third that needs one of them evicted; which of A, B is still cached."""
+    a, b, c = (torch.arange(i * 100, i * 100 + 8, dtype=torch.int32) for i in range(1, 4))
+    cache = RadixCache(sim_config(16, 1, policy, 16))
+    for toks, times in ((a, older), (b, newer)):
+        for _ in range(times):
+            cache.insert(toks, cache.alloc(8))  # a duplicate's slots are freed, the tree keeps its own
+    cache.insert(c, cache.alloc(8))  # needs 8 slots: one of a, b goes
+    cache.check_invariants()
+    return [cache.match_prefix(t).length == 8 for t in (a, b)]
+
+
+@pytest.mark.parametrize("policy", ["lfu", "slru"])
+def test_a_direct_insert_is_a_use(policy: str) -> None:
+    """SGLang's SLRU accuracy case: a prefix inserted three times outlives a newer one inserted
+    once under LFU and SLRU (before, inserts counted nothing and the older one went first, as LRU)."""
+    assert _survivor(policy, 3, 1) == [True, False]
+    assert _survivor("lru", 3, 1) == [False, True]  # the reference: recency alone
+
+
+def test_a_match_then_its_own_insert_counts_once() -> None:
+    """hit_count after each step against a count by hand: insert 1; match + insert 1 more; a bare
+    match 1 more; a commit of an opened Sequence adds nothing beyond its open's match."""
+    cache = RadixCache(sim_config(64, 1, "lfu", 64))
+    toks = torch.arange(1, 9, dtype=torch.int32)
+    cache.insert(toks, cache.alloc(8))
+    node = cache.match_prefix(toks).node
+    uses = [node.hit_count - 1]  # the match just counted one
+    m = cache.match_prefix(toks)
+    cache.insert(toks, m.slots)
+    uses.append(node.hit_count - 1)
+    seq = cache.open(toks.tolist())
+    uses.append(node.hit_count - 1)
+    cache.reserve(seq, 1)
+    cache.commit(seq, [9])
+    cache.close(seq)
+    uses.append(node.hit_count - 1)
+    assert uses == [1, 2, 3, 3]
+
+
+@pytest.mark.parametrize("policy,order", [("mru", "newest access first"), ("filo", "newest creation first")])
+def test_mru_and_filo_evict_in_sglang_order(policy: str, order: str) -> None:
+    """Three prefixes created a, b, c and then touched c, a, b (so recency order is c < a < b);
+    one eviction of 8 tokens: MRU takes the most recently touched (b), FILO the newest created (c)."""
+    a, b, c = (torch.arange(i * 100, i * 100 + 8, dtype=torch.int32) for i in range(1, 4))
+    cache = RadixCache(sim_config(24, 1, policy, 24))
+    for toks in (a, b, c):
+        cache.insert(toks, cache.alloc(8))
+    for toks in (c, a, b):
+        cache.match_prefix(toks)
+    assert cache.evict(8) == 8
+    want = {"mru": [True, False, True], "filo": [True, True, False]}[policy]
+    assert [cache.match_prefix(t).length == 8 for t in (a, b, c)] == want, order
+
+
+@pytest.mark.parametrize("key_len", [0, 4, 64, 1000])
+def test_adaptive_history_is_charged_its_real_bytes_from_the_first_lookup(key_len: int) -> None:
+    """Lookups before the first eviction are kept for the prior replay: the bytes charged per entry
+    are at least what tracemalloc measures over 20k entries (and within 25% above it), for empty
+    keys too (a lookup shorter than a page: before, 0 bytes were charged for them); and the history
+    never outgrows HISTORY: it is dropped once the charge passes it."""
+    import tracemalloc
+
+    cache = RadixCache(sim_config(64, 1, "adaptive", 64))
+    policy, root = cache.tree.policy, cache.tree.root(b"ns")
+    policy.HISTORY, n = 1 << 30, 20_000  # more entries than the interpreter's tuple free lists hold
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        for i in range(n):
+            policy.on_lookup(root, i.to_bytes(4, "little") * (key_len // 4), 0)
+        measured = (tracemalloc.get_traced_memory()[0] - base) / n
+        charged = policy._history_bytes / n
+        assert len(policy._history) == n and measured <= charged <= 1.25 * measured + 16, (measured, charged)
+        policy.HISTORY = policy._history_bytes + 1_000_000  # room for 1 MB more, then dropped
+        peak = 0
+        while policy._history is not None:
+            policy.on_lookup(root, n.to_bytes(4, "little") * (key_len // 4), 0)
+            n += 1
+            if n % 64 == 0 and policy._history is not None:
+                peak = max(peak, tracemalloc.get_traced_memory()[0] - base)
+        assert 0 < peak <= policy.HISTORY, (peak, policy.HISTORY)
+    finally:
+        tracemalloc.stop()

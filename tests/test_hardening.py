@@ -201,3 +201,42 @@ def test_float_ids_are_never_truncated() -> None:
     cache = make()
     unchanged(cache, lambda: cache.open([1.9, 2.7]), InvalidTokensError)
     unchanged(cache, lambda: cache.open(np.array([1.0, 2.0])), InvalidTokensError)
+
+
+def test_two_threads_adopting_one_cache_is_a_typed_error() -> None:
+    """Two threads both call adopt_thread and then drive the cache: before, both got in and their
+    bookkeeping interleaved (wrong KV). Now the second adopt raises while the first adopter runs;
+    after release_thread() (or the first adopter's end) the second may adopt."""
+    cache = RadixCache(CacheConfig(num_layers=1, num_kv_heads=1, head_dim=2, num_slots=64, page_size=1,
+                                   max_requests=4, max_context_len=64, dtype=torch.float32))
+    adopted, release, results = threading.Event(), threading.Event(), {}
+
+    def first() -> None:
+        cache.adopt_thread()
+        adopted.set()
+        release.wait(5)
+        put(cache, list(range(8)))
+        cache.release_thread()
+
+    def second() -> None:
+        try:
+            cache.adopt_thread()
+            results["second"] = "adopted"
+        except ThreadOwnershipError:
+            results["second"] = "refused"
+
+    t1 = threading.Thread(target=first)
+    t1.start()
+    adopted.wait(5)
+    t2 = threading.Thread(target=second)
+    t2.start()
+    t2.join()
+    release.set()
+    t1.join()
+    assert results == {"second": "refused"}
+    t3 = threading.Thread(target=second)  # released: the next adopter gets it
+    t3.start()
+    t3.join()
+    assert results == {"second": "adopted"}
+    with pytest.raises(ThreadOwnershipError):
+        cache.sizes()  # the cache belongs to the thread that adopted it last

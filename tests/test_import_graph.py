@@ -1,5 +1,6 @@
-"""No import cycle inside radixkv/: every import counts, at module level, inside a function (a late
-import that dodges a cycle at run time) and under TYPE_CHECKING (a type-only cycle is still one).
+"""No import cycle inside radixkv/, and no import that runs back up: every import counts, at module
+level, inside a function (a late import that dodges a cycle at run time) and under TYPE_CHECKING (a
+type-only cycle is still one).
 
 The graph is read from the source with `ast`, module to module: `from radixkv.x import y` is an
 edge to radixkv.x.y when y is a module, else to radixkv.x (the package's __init__).
@@ -54,6 +55,48 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str]:
                 path.append(nxt)
                 stack.append(iter(sorted(graph[nxt])))
     return []
+
+
+# Dependencies point one way (DESIGN.md, "Package layout"): importer -> what it must never import.
+# The tree core and its index sit above eviction (policies see nodes through eviction/view.py); the
+# pools and kernels know nothing of the tree; Sequences and cascade plans hold opaque LockHandles;
+# generation loops and the fleet use the public API only.
+NEVER = {
+    "radixkv.eviction": {"radixkv.radix", "radixkv.pools", "radixkv.kernels", "radixkv.cache", "radixkv.sequences"},
+    "radixkv.radix": {"radixkv.pools", "radixkv.kernels", "radixkv.cache", "radixkv.sequences", "radixkv.cascade",
+                      "radixkv.host_tier", "radixkv.integrations", "radixkv.cluster"},
+    "radixkv.pools": {"radixkv.radix", "radixkv.eviction", "radixkv.cache", "radixkv.sequences"},
+    "radixkv.kernels": {"radixkv.radix", "radixkv.eviction", "radixkv.pools", "radixkv.cache", "radixkv.sequences"},
+    "radixkv.sequences": {"radixkv.radix", "radixkv.eviction", "radixkv.cache"},
+    "radixkv.cascade": {"radixkv.radix", "radixkv.eviction", "radixkv.cache"},
+    "radixkv.integrations": {"radixkv.radix", "radixkv.eviction", "radixkv.pools", "radixkv.sequences"},
+    "radixkv.cluster": {"radixkv.radix", "radixkv.eviction", "radixkv.pools", "radixkv.sequences"},
+}
+
+
+def _within(module: str, prefix: str) -> bool:
+    return module == prefix or module.startswith(prefix + ".")
+
+
+def upward_imports(graph: dict[str, set[str]], never: dict[str, set[str]] = NEVER) -> list[str]:
+    """Every edge `a -> b` that a rule `never[prefix of a] contains a prefix of b` forbids."""
+    return sorted(f"{a} -> {b}" for a, targets in graph.items() for b in targets
+                  for low, banned in never.items() if _within(a, low) and any(_within(b, x) for x in banned))
+
+
+def test_radixkv_has_no_import_that_runs_back_up() -> None:
+    graph = import_graph()
+    assert "radixkv.radix.tree" in graph and "radixkv.eviction.policies" in graph, "the graph reads the package"
+    assert not upward_imports(graph)
+
+
+def test_an_upward_import_is_found() -> None:
+    """The checker itself, on a toy graph: a type-only edge from eviction into radix is one."""
+    graph = {"radixkv.radix.tree": {"radixkv.eviction"}, "radixkv.eviction": {"radixkv.eviction.view"},
+             "radixkv.eviction.view": set()}
+    assert upward_imports(graph) == []
+    graph["radixkv.eviction.view"].add("radixkv.radix.node")
+    assert upward_imports(graph) == ["radixkv.eviction.view -> radixkv.radix.node"]
 
 
 def test_radixkv_has_no_import_cycle() -> None:

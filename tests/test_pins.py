@@ -146,3 +146,36 @@ def test_default_budget_is_half_the_pool_and_pins_cost_nothing_until_used() -> N
     with pytest.raises(PinBudgetError):
         cache.pin(A, ttl=1)
     cache.check_invariants()
+
+
+@pytest.mark.parametrize("bad", [None, "100", float("nan"), True])
+def test_a_clock_that_returns_no_number_is_a_typed_error(bad: object) -> None:
+    """The clock is read at every pin and expiry: anything but a finite number is a ConfigError,
+    with nothing pinned (before: a raw TypeError from `None + ttl`)."""
+    clock = Clock()
+    cache = _cache(clock)
+    _put(cache, SYSTEM)
+    clock.now = bad  # type: ignore[assignment]
+    with pytest.raises(ConfigError, match="clock"):
+        cache.pin(SYSTEM, ttl=1)
+    clock.now = 100.0
+    assert cache.pinned_tokens() == 0
+    cache.check_invariants()
+
+
+def test_repinning_one_prefix_keeps_the_expiry_heap_bounded_by_live_pins() -> None:
+    """10k re-pins of one 8-token path (a new deadline each time): the heap holds at most
+    2 x live pins + 64 entries (before: one per node per re-pin, 80,000), and the last deadline rules."""
+    clock = Clock()
+    cache = _cache(clock, budget=16, page_size=1)
+    for i in range(8):  # eight nodes on one path, one token each
+        _put(cache, SYSTEM[:i + 1])
+    for i in range(10_000):
+        cache.pin(SYSTEM, ttl=1 + i * 1e-3)
+    live = len(cache.pins._until)
+    assert live == 8 and len(cache.pins._expiry) <= 2 * live + 64
+    cache.check_invariants()
+    clock.now += 1 + 9_999e-3 - 1e-6
+    assert cache.pinned_tokens() == 8  # not yet
+    clock.now += 2e-6
+    assert cache.pinned_tokens() == 0

@@ -5,8 +5,8 @@ documents, trees of thought), LRU wins sessions (chat, agents, long documents re
 a real long-context trace LFU lost to LRU by 8 points. A policy that guesses from features of the
 traffic can guess wrong on a trace it has not seen; this one measures instead.
 
-The real cache evicts in the order of one expert (LRU or LFU). A ShadowCache (eviction/shadow.py)
-replays the same traffic on metadata only under the other expert, with a capacity that follows the
+The real cache evicts in the order of one expert (LRU or LFU). A shadow (radix/shadow.py: the
+tree's own core with sizes and times only, handed out by the tree through eviction/view.py) replays the same traffic on metadata only under the other expert, with a capacity that follows the
 real cache's occupancy (so in-flight reservations shrink both alike); it reproduces, request for
 request, what a real cache under that expert would match. Per lookup the policy takes the paired
 lead (tokens the other expert matched minus those the followed one matched) and keeps decayed sums
@@ -18,9 +18,10 @@ its reference until the real cache has turned over once (WARMUP), so the compari
 steady expert against one in transient.
 
 Before the first eviction both experts hold exactly what the real cache holds, so no shadow runs;
-the keys of that traffic are kept (up to HISTORY bytes) and, at the first eviction, replayed through
-both experts in caches of PRIOR_SIZE x the real size, where they already differ: the first expert
-followed is the one that matched more there (LRU when they tie).
+the keys of that traffic are kept and, at the first eviction, replayed through both experts in
+caches of PRIOR_SIZE x the real size, where they already differ: the first expert followed is the
+one that matched more there (LRU when they tie). That history is charged its real bytes from the
+first lookup (entry and key objects); past HISTORY bytes it is dropped and START is followed.
 
 It cannot stay behind the better expert for long: a clear lead is acted on, and a switch that was a
 mistake is undone the same way. What it pays is the lag before it has evidence: the consequences of
@@ -36,10 +37,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from radixkv.eviction.policies import LFU, LRU, EvictionPolicy
-from radixkv.eviction.shadow import ShadowCache
 
 if TYPE_CHECKING:
-    from radixkv.radix.node import TreeNode, TreeView
+    from radixkv.eviction.view import NodeView, ShadowView, TreeView
 
 
 class Adaptive(EvictionPolicy):
@@ -50,7 +50,10 @@ class Adaptive(EvictionPolicy):
     stable_keys = True
     PRIOR = True  # choose the first expert by replaying the traffic before the first eviction in small caches
     PRIOR_SIZE = 0.25  # ... of this share of the real cache's size
-    HISTORY = 1 << 24  # bytes of keys kept for that replay (16 MiB, freed at the first eviction); past it, START
+    HISTORY = 1 << 24  # bytes that replay's history may take (16 MiB, freed at the first eviction); past it, START
+    ENTRY_BYTES = 112  # per history entry besides len(key): its 3-tuple (64), list slot (8, 9 amortized) and
+    # the key's bytes header (33), rounded up; the namespace is the root's own object, shared
+    # (tests/test_adaptive.py measures it with tracemalloc: ~99-106 + len(key))
     START = 0  # the expert followed until the evidence says otherwise: LRU (SGLang's default)
     WINDOW = 8.0  # decay horizon: tokens newly cached, as a multiple of the cache's size
     WARMUP = 1.0  # after a switch, turnovers before the real cache stands for its expert
@@ -64,7 +67,7 @@ class Adaptive(EvictionPolicy):
         self.key = self.experts[self.START].key  # type: ignore[method-assign] - the current expert's key
         self.switches = 0
         self._tree: TreeView | None = None
-        self._shadows: dict[int, ShadowCache] = {}  # expert -> its shadow (none before the first eviction)
+        self._shadows: dict[int, ShadowView] = {}  # expert -> its shadow (none before the first eviction)
         # Decayed paired statistics of lead = (other expert's hit - current expert's hit) per lookup,
         # each expert's hit read from the real cache or its shadow, whichever is in steady state:
         self._lead = 0.0  # sum of leads
@@ -72,14 +75,16 @@ class Adaptive(EvictionPolicy):
         self._asked = 0.0  # tokens asked
         self._capacity = 1  # the most tokens the real cache has held
         self._settle = 0  # tokens the real cache must still cache after a switch before it counts
-        self._history: list[tuple[bytes, bytes, bool]] | None = [] if self.PRIOR else None
-        self._history_bytes = 0  # (ns, key, is insert) of the traffic before the first eviction, and its size
+        # (ns, key, None for a lookup or an insert's `use`) of the traffic before the first eviction,
+        # and the bytes it takes, counted from the first entry:
+        self._history: list[tuple[bytes, bytes, bool | None]] | None = [] if self.PRIOR else None
+        self._history_bytes = 0
 
     @property
     def leader(self) -> str:
         return self.experts[self.mode].name
 
-    def on_evict(self, victim: TreeNode) -> None:
+    def on_evict(self, victim: NodeView) -> None:
         if not self._shadows:  # until now every expert held what the real cache holds
             self._tree = tree = victim.tree
             if self._history:
@@ -87,23 +92,23 @@ class Adaptive(EvictionPolicy):
             self._history = None
             self._copy_real(1 - self.mode)
 
-    def _record(self, ns: bytes, key: bytes, insert: bool) -> None:
-        if self._history is not None:
-            self._history.append((ns, key, insert))
-            self._history_bytes += len(key)
-            if self._history_bytes > self.HISTORY:
-                self._history = None
+    def _record(self, ns: bytes, key: bytes, use: bool | None) -> None:
+        self._history_bytes += self.ENTRY_BYTES + len(key)
+        if self._history_bytes > self.HISTORY:
+            self._history = None
+        else:
+            self._history.append((ns, key, use))
 
     def _choose_start(self, capacity: int) -> None:
         """Replay the traffic seen before the first eviction through both experts in caches of
         PRIOR_SIZE x the real size (where they already differ) and follow the one that matched more."""
         assert self._tree is not None and self._history is not None
-        minis = [ShadowCache(e, self._tree.page_size) for e in self.experts]
+        minis = [self._tree.shadow(e) for e in self.experts]
         hits, asked, small = [0, 0], 0, int(self.PRIOR_SIZE * capacity)
-        for ns, key, insert in self._history:
-            if insert:
+        for ns, key, use in self._history:
+            if use is not None:
                 for mini in minis:
-                    mini.insert(ns, key, small)
+                    mini.insert(ns, key, small, use)
                 continue
             asked += len(key) // 4
             for e, mini in enumerate(minis):
@@ -111,10 +116,10 @@ class Adaptive(EvictionPolicy):
         if hits[1 - self.mode] - hits[self.mode] > self.MARGIN * asked:
             self._follow(1 - self.mode)
 
-    def on_lookup(self, start: TreeNode, key: bytes, length: int) -> None:
+    def on_lookup(self, start: NodeView, key: bytes, length: int) -> None:
         if not self._shadows:
             if self._history is not None:
-                self._record(start.ns, _absolute(start, key), False)
+                self._record(start.ns, _absolute(start, key), None)
             return
         full, hits = _absolute(start, key), [length, length]
         for e, shadow in self._shadows.items():
@@ -128,16 +133,16 @@ class Adaptive(EvictionPolicy):
                 and lead * lead > self.Z * self.Z * self._var):
             self._switch()
 
-    def on_cache(self, start: TreeNode, key: bytes, cached: int) -> None:
+    def on_cache(self, start: NodeView, key: bytes, cached: int, use: bool) -> None:
         if cached > self._capacity:
             self._capacity = cached
         if not self._shadows:
             if self._history is not None:
-                self._record(start.ns, _absolute(start, key), True)
+                self._record(start.ns, _absolute(start, key), use)
             return
         full, added = _absolute(start, key), 0
         for shadow in self._shadows.values():
-            added = max(added, shadow.insert(start.ns, full, cached))
+            added = max(added, shadow.insert(start.ns, full, cached, use))
         decay = max(0.0, 1.0 - added / (self.WINDOW * self._capacity))
         self._lead *= decay
         self._var *= decay * decay
@@ -164,11 +169,10 @@ class Adaptive(EvictionPolicy):
 
     def _copy_real(self, expert: int) -> None:
         assert self._tree is not None
-        shadow = self._shadows[expert] = ShadowCache(self.experts[expert], self._tree.page_size)
-        shadow.load(self._tree.nodes())
+        self._shadows[expert] = self._tree.shadow_copy(self.experts[expert])
 
 
-def _absolute(start: TreeNode, key: bytes) -> bytes:
+def _absolute(start: NodeView, key: bytes) -> bytes:
     """`key` below `start` as a key from its namespace's root."""
     if start.parent is None:
         return key

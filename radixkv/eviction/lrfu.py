@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING
 from radixkv.eviction.policies import EvictionPolicy
 
 if TYPE_CHECKING:
-    from radixkv.radix.node import TreeNode
+    from radixkv.eviction.view import NodeView
 
 
 class LRFU(EvictionPolicy):
@@ -46,6 +46,7 @@ class LRFU(EvictionPolicy):
     name = "lrfu"
     learns = True
     stable_keys = False  # keys read the half-life, which moves with every event
+    insert_is_use = False  # hit_count counts matches only: on_hit spots a leaf's first match by it
     H_MIN = 8.0  # ticks (2 per request): the frequency term vanishes, pure LRU order
     H_MAX = 4096.0  # ~2,000 requests: log2(hit count) dominates recency, LFU-like
     R_LO, R_HI = 0.6, 0.85  # chain rate at which H starts to fall from H_MAX / reaches H_MIN
@@ -71,11 +72,11 @@ class LRFU(EvictionPolicy):
         t = min(1.0, max(0.0, (self.R_HI - self.rate) / (self.R_HI - self.R_LO)))
         return self.H_MIN * (self.H_MAX / self.H_MIN) ** t
 
-    def on_hit(self, node: TreeNode) -> None:
-        if node.hit_count == 1 and not any(c.pages is not None for c in node.children.values()):
+    def on_hit(self, node: NodeView) -> None:
+        if node.hit_count == 1 and not any(map(node.tree.on_device, node.children.values())):
             self._first_hit = (node.id, node.end)
 
-    def on_insert(self, leaf: TreeNode) -> None:
+    def on_insert(self, leaf: NodeView) -> None:
         parent = leaf.parent
         assert parent is not None
         chain = self._first_hit == (parent.id, parent.end)
@@ -89,7 +90,7 @@ class LRFU(EvictionPolicy):
             self._chains = self._chains * self.DECAY + chain
             self._events = self._events * self.DECAY + 1.0
 
-    def key(self, node: TreeNode) -> tuple:
+    def key(self, node: NodeView) -> tuple:
         lam = 1.0 / self.half_life
         crf = 1.0
         if node.hit_count:
@@ -98,7 +99,7 @@ class LRFU(EvictionPolicy):
             crf = (1.0 - decay ** (node.hit_count + 1)) / (1.0 - decay)
         return (lam * node.last_access + math.log2(crf), node.id)
 
-    def on_evict(self, victim: TreeNode) -> None:
+    def on_evict(self, victim: NodeView) -> None:
         parent = victim.parent
         if parent is not None and parent.parent is not None and parent.id > victim.id:
             self._cut_ends[parent.id] = None  # parent came from a split of this edge: a cut, not a sequence end

@@ -3,7 +3,7 @@
 A policy has a pure `key(node) -> tuple` (computed when a leaf enters the evictable index or is
 touched while in it; keys end with `node.id`, so they are unique and deterministic) and hooks the
 tree calls, `on_insert(leaf)`, `on_hit(node)`, `on_evict(victim)`, `on_lookup(start, key, length)`
-and `on_cache(start, key, cached)`, where a learning policy learns; `key()` never learns. Fixed
+and `on_cache(start, key, cached, use)`, where a learning policy learns; `key()` never learns. Fixed
 policies have no state (`learns = False`, and the tree skips their hooks). Recency is an integer
 logical clock (`node.last_access`), never wall time.
 
@@ -14,10 +14,10 @@ says that a stored key always equals `key(node)` (check_invariants verifies it).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 if TYPE_CHECKING:
-    from radixkv.radix.node import TreeNode
+    from radixkv.eviction.view import NodeView
 
 
 class EvictionPolicy:
@@ -25,47 +25,68 @@ class EvictionPolicy:
     learns = False  # True: the tree calls the hooks below; keys may depend on what was learned
     stable_keys = True  # every stored key equals key(node) (False: keys drift with learned state)
     epoch = 0  # bumped by a learning policy whose order changed wholesale: the tree re-keys
+    insert_is_use = True  # a direct insert counts a use (hit_count) on its path, as SGLang does
 
-    def key(self, node: TreeNode) -> tuple:
+    def key(self, node: NodeView) -> tuple:
         raise NotImplementedError
 
-    def on_insert(self, leaf: TreeNode) -> None:
+    def on_insert(self, leaf: NodeView) -> None:
         """A new leaf was just created by an insert (its parent is `leaf.parent`)."""
 
-    def on_hit(self, node: TreeNode) -> None:
+    def on_hit(self, node: NodeView) -> None:
         """A match ended exactly at `node` (after any split), which it matched whole."""
 
-    def on_evict(self, victim: TreeNode) -> None:
+    def on_evict(self, victim: NodeView) -> None:
         """`victim` is about to lose its device copy (once per victim, before its pages are freed)."""
 
-    def on_lookup(self, start: TreeNode, key: bytes, length: int) -> None:
+    def on_lookup(self, start: NodeView, key: bytes, length: int) -> None:
         """A match of `key` (whole pages, int32 bytes) below `start` found `length` tokens cached."""
 
-    def on_cache(self, start: TreeNode, key: bytes, cached: int) -> None:
-        """`key` (whole pages) below `start` is cached now; the device holds `cached` tokens in all."""
+    def on_cache(self, start: NodeView, key: bytes, cached: int, use: bool) -> None:
+        """`key` (whole pages) below `start` is cached now; the device holds `cached` tokens in all;
+        `use`: the insert counted as a use (a direct insert, RadixTree.insert)."""
 
 
 class LRU(EvictionPolicy):
     name = "lru"
 
-    def key(self, node: TreeNode) -> tuple:
+    def key(self, node: NodeView) -> tuple:
         return (node.last_access, node.id)
 
 
 class LFU(EvictionPolicy):
-    """Fewest hits first; ties go to the least recently used (SGLang's LFUStrategy)."""
+    """Fewest uses first; ties go to the least recently used (SGLang's LFUStrategy). A use is a
+    match through the node or a direct insert along it (RadixTree.insert), as in SGLang."""
 
     name = "lfu"
 
-    def key(self, node: TreeNode) -> tuple:
+    def key(self, node: NodeView) -> tuple:
         return (node.hit_count, node.last_access, node.id)
+
+
+class MRU(EvictionPolicy):
+    """Most recently used first (SGLang's MRUStrategy): for scans that never come back."""
+
+    name = "mru"
+
+    def key(self, node: NodeView) -> tuple:
+        return (-node.last_access, node.id)
 
 
 class FIFO(EvictionPolicy):
     name = "fifo"
 
-    def key(self, node: TreeNode) -> tuple:
+    def key(self, node: NodeView) -> tuple:
         return (node.created, node.id)
+
+
+class FILO(EvictionPolicy):
+    """Newest first (SGLang's FILOStrategy): what was cached first stays longest."""
+
+    name = "filo"
+
+    def key(self, node: NodeView) -> tuple:
+        return (-node.created, node.id)
 
 
 class Priority(EvictionPolicy):
@@ -73,7 +94,7 @@ class Priority(EvictionPolicy):
 
     name = "priority"
 
-    def key(self, node: TreeNode) -> tuple:
+    def key(self, node: NodeView) -> tuple:
         return (node.priority, node.last_access, node.id)
 
 
@@ -86,16 +107,16 @@ class SLRU(EvictionPolicy):
     def __init__(self, protected_threshold: int = 2) -> None:
         self.protected_threshold = protected_threshold
 
-    def key(self, node: TreeNode) -> tuple:
+    def key(self, node: NodeView) -> tuple:
         return (node.hit_count >= self.protected_threshold, node.last_access, node.id)
 
 
-def host_first(policy: EvictionPolicy):  # noqa: ANN201 - a key function
+def host_first(policy: EvictionPolicy, on_device: Callable[[NodeView], bool]):  # noqa: ANN201 - a key function
     """The host tier's order: host-only leaves (no device copy) before host copies of device nodes,
     each group in the order of `policy`."""
     inner = policy.key
 
-    def key(node: TreeNode) -> tuple:
-        return (node.pages is not None,) + inner(node)
+    def key(node: NodeView) -> tuple:
+        return (on_device(node),) + inner(node)
 
     return key

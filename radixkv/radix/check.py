@@ -33,6 +33,11 @@ def _check_edge(tree: RadixTree, node: TreeNode) -> None:
     for pages in (node.pages, node.host_pages):
         if pages is not None and (pages.dtype != np.int64 or len(pages) != node.size // tree.page_size):
             _fail("pages must be int64, one per page of the edge", node)
+    if len(node.secondary) != len(tree.group_index):
+        _fail("one component per secondary layer group", node)
+    for pages in node.secondary:
+        if pages is not None and (node.pages is None or pages.dtype != np.int64 or not len(pages)):
+            _fail("a secondary component without full KV on the device, or not int64 pages", node)
 
 
 def _unique(chunks: list[np.ndarray], what: str) -> np.ndarray:
@@ -89,6 +94,11 @@ def check_tree(tree: RadixTree) -> tuple[np.ndarray, np.ndarray]:
     if got != (evictable, protected, host):
         raise AssertionError(f"radix tree: counters (evictable, protected, host) {got} "
                              f"!= recomputed {(evictable, protected, host)}")
+    for g, index in enumerate(tree.group_index):
+        members = {n.id for n in tree.nodes() if n.parent is not None and n.secondary[g] is not None}
+        _check_index(index, members, f"group {g + 1}", index.key if tree.policy.stable_keys else None)
+        _unique([n.secondary[g] for n in tree.nodes() if n.parent is not None and n.secondary[g] is not None],
+                f"group {g + 1}")
     fixed = tree.policy.stable_keys
     _check_index(tree.index, leaves, "device", tree.index.key if fixed else None)
     if tree.host_index is not None:

@@ -5,29 +5,39 @@ than it holds, the leaf is split and only its tail pages go (SGLang drops whole 
 with a host copy, or one the caller's `keep` makes now (write-back), stays in the tree as
 host-only; any other victim is removed with its subtree, whose nodes are all host-only. Host
 eviction takes host-only leaves first (removing them), then host copies of device nodes (keeping
-the node). Both return the pages they let go; the caller gives them back to their allocator.
-Every change to a node goes through the tree's residency primitives.
+the node). Secondary layer groups (radix/node.py) go first where asked: `evict_secondary` tombstones group g's
+components of unlocked nodes, policy order, and leaves full KV alone; a node that loses its full KV
+loses its secondary components with it. Every walk returns the pages it let go, per pool; the
+caller gives them back to their ledgers. Every change to a node goes through the tree's residency
+primitives.
 """
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import numpy as np
 
+from radixkv.radix.components import drop_component
 from radixkv.radix.node import TreeNode
 from radixkv.radix.tree import RadixTree
 
 _EMPTY = np.empty(0, dtype=np.int64)
 
 
+class Evicted(NamedTuple):
+    pages: np.ndarray  # int64: device pages (group 0) freed
+    host_pages: np.ndarray  # int64: host pages freed by removing host-only subtrees
+    secondary: tuple[np.ndarray, ...]  # int64 per secondary group: its pages freed with the dropped nodes
+
+
 def evict_device(tree: RadixTree, num_tokens: int, keep: Callable[[TreeNode], np.ndarray | None] | None = None
-                 ) -> tuple[np.ndarray, np.ndarray]:
+                 ) -> Evicted:
     """Free at least `num_tokens` unlocked device tokens if that many exist; a victim larger than
     the remaining need loses only its tail pages. `keep(victim)` may return host pages now holding
-    a copy of the victim's KV, which then stays as host-only. Returns (device pages freed, host
-    pages freed by removing host-only subtrees), int64."""
+    a copy of the victim's KV, which then stays as host-only."""
     ps, freed, chunks, host_chunks = tree.page_size, 0, [], []
+    groups: list[list[np.ndarray]] = [[] for _ in tree.group_index]
     while freed < num_tokens:
         leaf = tree.pop_victim()
         if leaf is None:
@@ -42,12 +52,31 @@ def evict_device(tree: RadixTree, num_tokens: int, keep: Callable[[TreeNode], np
             host_pages = keep(leaf)
             if host_pages is not None:
                 tree.set_host(leaf, host_pages)
-        tree.drop_device(leaf)
+        for g, pages in enumerate(tree.drop_device(leaf)):
+            if pages is not None:
+                groups[g].append(pages)
         if leaf.host_pages is not None:  # host-only from now on
             tree.device_changed(leaf)
         else:
             _remove_subtree(tree, leaf, host_chunks)
-    return _cat(chunks), _cat(host_chunks)
+    return Evicted(_cat(chunks), _cat(host_chunks), tuple(map(_cat, groups)))
+
+
+def evict_secondary(tree: RadixTree, group: int, num_pages: int) -> np.ndarray:
+    """Free at least `num_pages` of secondary group `group`'s pages if unlocked nodes hold that many,
+    policy order, tombstoning whole components; every node keeps its full KV. Returns int64 pages."""
+    index, freed, chunks, locked = tree.group_index[group - 1], 0, [], []
+    while freed < num_pages and len(index):
+        node = index.pop()
+        if node.lock_ref:  # a lock protects every component of its path: skip, keep its place
+            locked.append(node)
+            continue
+        pages = drop_component(tree.group_index, node, group)
+        chunks.append(pages)
+        freed += len(pages)
+    for node in locked:
+        index.add(node)
+    return _cat(chunks)
 
 
 def _remove_subtree(tree: RadixTree, node: TreeNode, host_chunks: list[np.ndarray]) -> None:

@@ -1,70 +1,67 @@
-"""TreeNode: one edge of the radix tree, holding a page-aligned run of tokens and their pages.
+"""TreeNode: one edge of the index, a PrefixNode (radix/core.py) plus where its KV lives and who locks it.
 
 An edge's tokens are kept as `bytes` (int32, little-endian): a child is found by the bytes of its
 first page and an edge is compared with one `startswith` (a C memcmp, no array objects on the way).
-Its KV is kept as page ids (int64, one per page; at page_size 1 a page is a slot): on the device
-(`pages`), on the host tier (`host_pages`), or both; never neither. Device-resident nodes form a
-prefix-closed set (a node's parent is on the device whenever it is), so a device match is a path
-from the root that stops at the first host-only node.
 
 A node means the whole prefix from its namespace's root to its end. When an edge is split, the
 lower half keeps the node object (as in SGLang), so a node keeps meaning the same prefix; a new
 node takes the upper half. Nodes are written only by the radix tree (radix/tree.py); read them.
+
+Components: one per layer group (the interface hybrid models build on)
+----------------------------------------------------------------------
+A model's layers fall into groups by the KV they keep: full attention, sliding-window attention,
+recurrent state. Each group has its own page pool and PageLedger (its memory priced on its own);
+the tree says, per node, which pages of each group hold the node's tokens:
+
+    group 0 (primary)     `pages` (device) / `host_pages` (host tier): full KV of every token of
+                          the edge, int64, one page id per page. Never a tombstone: a node on
+                          the device has its full KV; when it goes, the node goes (or stays
+                          host-only), and every secondary component goes with it.
+    group g >= 1          `secondary[g - 1]`: int64 page ids of group g's pool for this edge
+    (secondary)           (sliding-window KV pages: one per page of the edge; a recurrent-state
+                          snapshot: one slot, for the state after the edge's last token), or None:
+                          a tombstone. A tombstoned node still matches; a hybrid model's match
+                          stops where a component it needs is a tombstone (vLLM's fixed point).
+
+Invariants (check_tree): len(secondary) == the tree's secondary group count; a secondary component
+exists only on a node with device KV; its pages are int64 and no page of a group is held by two
+nodes; locks protect every component of a locked path.
+Calls (radix/components.py, radix/evict.py), `groups` being `tree.group_index`:
+`set_component(groups, node, g, pages)` gives a device node group g's pages;
+`drop_component(groups, node, g)` tombstones it and returns the pages;
+`evict_secondary(tree, g, n)` drops group g's components of unlocked nodes, policy order, before
+any full KV goes; device eviction returns the secondary pages of the nodes it drops (per group) so
+the caller gives each group's pages back to that group's ledger. Today every model has one group
+(full KV) and `secondary` is the empty tuple.
 """
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+from radixkv.radix.core import PrefixNode
 
-class TreeView(Protocol):
-    """What a node's owning tree shows the code that holds only the node (a learning eviction policy
-    sizing its shadows): radix/tree.py's RadixTree, typed here so that no eviction module imports it."""
-
-    page_size: int
-    evictable_size: int  # tokens
-    protected_size: int  # tokens
-
-    def nodes(self) -> list[TreeNode]: ...
+if TYPE_CHECKING:
+    from radixkv.radix.core import TreeCore
 
 
-class TreeNode:
-    __slots__ = ("id", "tree", "ns", "parent", "children", "key", "size", "pages", "host_pages", "depth",
-                 "lock_ref", "user_locks", "seq_locks", "last_access", "created", "hit_count", "priority",
-                 "block_hashes", "evicted", "pin_until", "__weakref__")
+class TreeNode(PrefixNode):
+    __slots__ = ("pages", "host_pages", "secondary", "lock_ref", "user_locks", "seq_locks", "block_hashes",
+                 "evicted", "__weakref__")
 
-    def __init__(self, tree: TreeView, node_id: int, ns: bytes, parent: TreeNode | None, key: bytes,
-                 pages: np.ndarray | None, tick: int) -> None:
-        self.id = node_id
-        self.tree = tree  # the owning tree: a node of another cache is rejected, never used
-        self.ns = ns  # canonical namespace key (radixkv.keys)
-        self.parent = parent
-        self.children: dict[bytes, TreeNode] = {}  # first page of the child's key -> child
-        self.key = key  # int32 little-endian token ids of this edge, a whole number of pages
-        self.size = len(key) // 4  # tokens on this edge
-        self.pages = pages  # int64 [size // page_size]: device pages; None: host only
+    def __init__(self, tree: TreeCore, node_id: int, ns: bytes, parent: TreeNode | None, key: bytes,
+                 tick: int) -> None:
+        super().__init__(tree, node_id, ns, parent, key, tick)
+        self.pages: np.ndarray | None = None  # int64 [size // page_size]: device full KV; None: host only
         self.host_pages: np.ndarray | None = None  # int64 [size // page_size]: host-tier copy, if any
-        self.depth = 0 if parent is None else parent.depth + parent.size  # tokens above this edge
+        self.secondary: tuple | list = ()  # secondary group components (module docstring); None: tombstone
         self.lock_ref = 0  # locks on this node or any descendant: > 0 means protected
         self.user_locks = 0  # lock() calls on exactly this node not yet unlocked
         self.seq_locks = 0  # open Sequences whose committed prefix ends exactly here
-        self.last_access = tick  # logical clock of the last match/insert that touched it
-        self.created = tick
-        self.hit_count = 0  # matches that went through this node
-        self.priority = 0  # max priority of the requests that inserted it
         self.block_hashes: list[int] | None = None  # KV-event hashes of blocks ending in this edge (lazy)
         self.evicted = False  # removed from the tree: neither tier holds it any more
-        self.pin_until = 0.0  # pinned (kept past unpinned leaves) until this clock time; 0: not pinned
-
-    def __len__(self) -> int:
-        return self.size
-
-    @property
-    def end(self) -> int:
-        """Tokens from the root to the end of this edge."""
-        return self.depth + self.size
 
     def tokens(self) -> np.ndarray:
         """int32 `[size]`, read-only: this edge's token ids."""

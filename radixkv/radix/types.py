@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Callable, NamedTuple, Protocol
 
 import numpy as np
 
@@ -11,7 +11,7 @@ from radixkv.events import DEVICE, HOST
 if TYPE_CHECKING:
     from radixkv.radix.node import TreeNode
 
-__all__ = ["DEVICE", "HOST", "USER", "SEQUENCE", "MatchInfo", "InsertResult", "ResidencyListener"]
+__all__ = ["DEVICE", "HOST", "USER", "SEQUENCE", "MatchInfo", "InsertResult", "ResidencyListener", "PinKeeper"]
 
 USER, SEQUENCE = 0, 1  # lock holders: lock()/unlock() callers, open Sequences
 
@@ -38,3 +38,13 @@ class ResidencyListener(Protocol):
     def removed(self, node: TreeNode, medium: str) -> None: ...
 
     def split(self, upper: TreeNode, lower: TreeNode) -> None: ...
+
+
+class PinKeeper(Protocol):
+    """What the tree tells the pin owner (radix/pins.py's Pins) and asks of it."""
+
+    def split(self, upper: TreeNode, lower: TreeNode) -> None: ...
+
+    def dropped(self, node: TreeNode) -> None: ...
+
+    def pinned_last(self, key: Callable[[TreeNode], tuple]) -> Callable[[TreeNode], tuple]: ...

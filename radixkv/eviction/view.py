@@ -1,0 +1,58 @@
+"""What eviction sees of a tree: a narrow, named view of a node and of its tree, defined once here.
+
+Policies order nodes and learn from the tree's hooks; they never change a node. The radix index's
+TreeNode and a shadow's ShadowNode (both PrefixNodes, radix/core.py) satisfy NodeView; RadixTree
+satisfies TreeView. Nothing in eviction/ imports radix/: the dependency runs one way, radix -> eviction.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+
+class NodeView(Protocol):
+    """A node as policies read it (read-only)."""
+
+    id: int  # unique within its tree; keys end with it
+    ns: bytes  # canonical namespace key
+    key: bytes  # int32 little-endian tokens of the edge, whole pages
+    size: int  # tokens on the edge
+    depth: int  # tokens above the edge
+    last_access: int  # logical clock of the last match or insert that touched it
+    created: int  # logical clock at creation
+    hit_count: int  # uses: matches through it (and direct inserts)
+    priority: int  # max priority of the requests that inserted it
+
+    @property
+    def parent(self) -> NodeView | None: ...  # None: a namespace root
+
+    @property
+    def children(self) -> dict[bytes, NodeView]: ...  # first page of the child's key -> child
+
+    @property
+    def end(self) -> int: ...  # depth + size
+
+    @property
+    def tree(self) -> TreeView: ...
+
+
+class ShadowView(Protocol):
+    """A metadata-only replay of a tree under one fixed policy (radix/shadow.py's ShadowTree)."""
+
+    def match(self, ns: bytes, key: bytes) -> int: ...  # tokens held of key (from the ns root); refreshes
+
+    def insert(self, ns: bytes, key: bytes, capacity: int, use: bool) -> int: ...  # evict down to capacity, add
+
+
+class TreeView(Protocol):
+    """The tree a node belongs to, as a learning policy sizing its shadows sees it."""
+
+    page_size: int
+    evictable_size: int  # device tokens no lock protects
+    protected_size: int  # device tokens on a locked path
+
+    def on_device(self, node: NodeView) -> bool: ...  # does node have device KV now
+
+    def shadow(self, policy: object) -> ShadowView: ...  # an empty shadow under policy
+
+    def shadow_copy(self, policy: object) -> ShadowView: ...  # a shadow holding what the tree holds now
