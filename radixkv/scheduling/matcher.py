@@ -22,7 +22,7 @@ import numpy as np
 
 if TYPE_CHECKING:
     from radixkv import RadixCache
-    from radixkv.radix import TreeNode
+    from radixkv.results import LockHandle
 
 
 class Queued(Protocol):
@@ -33,7 +33,7 @@ class Queued(Protocol):
 
 class Estimate(NamedTuple):
     length: int  # tokens of the request's prompt the tree held (whole pages), at most len(tokens) - 1
-    node: TreeNode  # where that match ended (the namespace root when length == 0)
+    node: LockHandle  # where that match ended (the namespace root when length == 0)
     step: int  # the refresh() call that matched it
 
 
@@ -70,7 +70,7 @@ class PrefixEstimates:
         est = self.known.get(req)
         return 0 if est is None else est.length
 
-    def node(self, req: Queued) -> TreeNode | None:
+    def node(self, req: Queued) -> LockHandle | None:
         est = self.known.get(req)
         return None if est is None else est.node
 

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, ClassVar
 from radixkv.errors import InvalidArgumentError
 
 if TYPE_CHECKING:
-    from radixkv.radix import TreeNode
+    from radixkv.results import LockHandle
     from radixkv.scheduling.matcher import PrefixEstimates, Queued
 
 
@@ -76,11 +76,11 @@ class DfsWeight(Policy):
     matches = True
 
     def order(self, window: list[Queued], now: float) -> list[Queued]:
-        at: dict[TreeNode | None, list[Queued]] = defaultdict(list)
+        at: dict[LockHandle | None, list[Queued]] = defaultdict(list)
         for req in window:
             at[self.estimates.node(req)].append(req)
-        weight: dict[TreeNode | None, int] = defaultdict(int)
-        kids: dict[TreeNode | None, list[TreeNode]] = defaultdict(list)
+        weight: dict[LockHandle | None, int] = defaultdict(int)
+        kids: dict[LockHandle | None, list[LockHandle]] = defaultdict(list)
         for node, reqs in at.items():
             while node is not None:  # add this node's requests to it and every ancestor
                 if weight[node] == 0 and node.parent is not None:
