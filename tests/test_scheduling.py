@@ -105,21 +105,32 @@ def test_auto_and_hrrn_are_response_ratios() -> None:
 
 
 def test_auto_puts_overdue_requests_first() -> None:
-    """Past 3x the typical admission wait a request goes first, whatever its ratio; the typical wait
-    is the moving average of the waits admitted requests had."""
+    """Past 3x the typical wait a request goes first, whatever its ratio. Typical: the larger of the
+    moving average of admitted requests' waits and the mean wait of the window."""
     cache = make_cache()
     hot = tokens(1, 60)
     cache_prefix(cache, hot)
-    sched, reqs = queued(cache, [tokens(3, 30), hot + tokens(5, 8)], "auto")
-    sched.planned = 100
-    assert order(sched) == [1, 0]
+    prompts = [tokens(3, 300)] + [hot + tokens(5 + i, 8) for i in range(4)]  # uncached: 300, then 8 each
+    sched, reqs = queued(cache, prompts, "auto")
     policy = sched.policy
-    for _ in range(200):
-        policy.admitted(reqs[1], now=reqs[1].arrival + 30.0)  # as if admitted after waiting 30
-    assert policy.typical == pytest.approx(30.0, rel=0.05)
-    assert order(sched) == [0, 1]  # waited 100 > 3 x 30: request 0 is overdue
-    sched.planned = 80
-    assert order(sched) == [1, 0]  # waited 80 < 90: the ratio decides again
+    for _ in range(300):
+        policy.admitted(reqs[1], now=reqs[1].arrival + 30.0)  # as if each was admitted after waiting 30
+    assert policy.typical == pytest.approx(30.0, rel=0.01)
+
+    def at(now: int) -> list[int]:
+        sched.planned = now
+        for r in reqs[1:]:
+            r.arrival = now - 5  # the hot ones have waited 5: ratio (5 + 8) / 8 = 1.6
+        return order(sched)
+
+    assert at(80) == [1, 2, 3, 4, 0]  # cold: ratio (80 + 300) / 300 = 1.3, waited 80 < 3 x 30
+    assert at(100) == [0, 1, 2, 3, 4]  # waited 100 > 90: overdue
+    policy.typical = 0.0
+    assert at(100) == [0, 1, 2, 3, 4]  # no admissions yet: the window's mean wait (100 + 4 x 5) / 5 = 24 -> 72
+    sched.planned = 100
+    for r in reqs[1:]:
+        r.arrival = 0  # ...but when all waited alike (a queue that arrived at once) nobody is overdue
+    assert order(sched) == [1, 2, 3, 4, 0]
 
 
 def test_dfs_weight_runs_the_heaviest_subtree_first() -> None:

@@ -23,9 +23,11 @@ so a wait and a prefill length can be compared:
                 rate), and waiting raises a ratio without limit. That alone lets a cold request wait
                 up to `s / s_cached` times as long as cached ones (16x for a 16-block prompt against
                 1-block cached ones), so aging has a second, tighter rule: a request that has waited
-                more than OVERDUE (3) times the typical admission wait (a moving average) goes
-                first, oldest first. So no request waits more than about 3x what others wait, and a
-                steady stream of cached requests cannot starve a cold one (LPM's tail).
+                more than OVERDUE (3) times the typical wait goes first, oldest first. Typical is the
+                larger of the waits admitted requests had (a moving average) and the mean wait of the
+                window now (so a queue that arrived all at once is not all overdue). So no request
+                waits much more than 3x what others wait, and a steady stream of cached requests
+                cannot starve a cold one (LPM's tail).
 """
 
 from __future__ import annotations
@@ -124,7 +126,8 @@ class Auto(ResponseRatio):
         return len(req.tokens) - self.estimates.length(req)  # >= 1: a match stops before the last token
 
     def order(self, window: list[Queued], now: float) -> list[Queued]:
-        limit = self.OVERDUE * self.typical
+        waiting = sum(now - r.arrival for r in window) / len(window)
+        limit = self.OVERDUE * max(self.typical, waiting)
         overdue = [r for r in window if now - r.arrival > limit] if limit > 0 else []
         if not overdue:
             return super().order(window, now)
