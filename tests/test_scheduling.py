@@ -105,7 +105,7 @@ def test_auto_and_hrrn_are_response_ratios() -> None:
 
 
 def test_auto_puts_overdue_requests_first() -> None:
-    """Past 3x the typical wait a request goes first, whatever its ratio. Typical: the larger of the
+    """Past 2x the typical wait a request goes first, whatever its ratio. Typical: the larger of the
     moving average of admitted requests' waits and the mean wait of the window."""
     cache = make_cache()
     hot = tokens(1, 60)
@@ -123,10 +123,10 @@ def test_auto_puts_overdue_requests_first() -> None:
             r.arrival = now - 5  # the hot ones have waited 5: ratio (5 + 8) / 8 = 1.6
         return order(sched)
 
-    assert at(80) == [1, 2, 3, 4, 0]  # cold: ratio (80 + 300) / 300 = 1.3, waited 80 < 3 x 30
-    assert at(100) == [0, 1, 2, 3, 4]  # waited 100 > 90: overdue
+    assert at(55) == [1, 2, 3, 4, 0]  # cold: ratio (55 + 300) / 300 = 1.2, waited 55 < 2 x 30
+    assert at(100) == [0, 1, 2, 3, 4]  # waited 100 > 60: overdue
     policy.typical = 0.0
-    assert at(100) == [0, 1, 2, 3, 4]  # no admissions yet: the window's mean wait (100 + 4 x 5) / 5 = 24 -> 72
+    assert at(100) == [0, 1, 2, 3, 4]  # no admissions yet: the window's mean wait (100 + 4 x 5) / 5 = 24 -> 48
     sched.planned = 100
     for r in reqs[1:]:
         r.arrival = 0  # ...but when all waited alike (a queue that arrived at once) nobody is overdue

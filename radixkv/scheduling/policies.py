@@ -23,10 +23,10 @@ so a wait and a prefill length can be compared:
                 rate), and waiting raises a ratio without limit. That alone lets a cold request wait
                 up to `s / s_cached` times as long as cached ones (16x for a 16-block prompt against
                 1-block cached ones), so aging has a second, tighter rule: a request that has waited
-                more than OVERDUE (3) times the typical wait goes first, oldest first. Typical is the
+                more than OVERDUE (2) times the typical wait goes first, oldest first. Typical is the
                 larger of the waits admitted requests had (a moving average) and the mean wait of the
                 window now (so a queue that arrived all at once is not all overdue). So no request
-                waits much more than 3x what others wait, and a steady stream of cached requests
+                waits much more than 2x what others wait, and a steady stream of cached requests
                 cannot starve a cold one (LPM's tail).
 """
 
@@ -115,7 +115,7 @@ class ResponseRatio(Policy):
 class Auto(ResponseRatio):
     name = "auto"
     matches = True
-    OVERDUE = 3.0  # a request waiting this many times the typical admission wait goes first
+    OVERDUE = 2.0  # a request waiting this many times the typical wait goes first
     SMOOTHING = 1 / 64  # weight of each admission in the typical wait (a moving average over ~64)
 
     def __init__(self, estimates: PrefixEstimates) -> None:
