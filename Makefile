@@ -1,4 +1,6 @@
 # Two commands, from nothing: `make bench` (the main job) and `make test` (the whole suite).
+# `make sglang` builds .venv-sglang, where `radixkv bench --sglang` runs SGLang's own radix caches
+# (radixkv/bench/sglang_harness.py; SGLang from PyPI with --no-deps, nothing of it copied).
 #
 # torch is pinned in constraints.txt. TORCH_BUILD picks its build:
 #   auto (default): cpu when this machine shows no NVIDIA GPU (no nvidia-smi, no /dev/nvidia0), else cuda
@@ -22,7 +24,20 @@ ifeq ($(filter $(TORCH_BUILD),cpu cuda),)
   $(error TORCH_BUILD=$(TORCH_BUILD): use auto, cpu or cuda)
 endif
 
-.PHONY: bench test install clean
+SGLANG_VENV := .venv-sglang
+SGLANG_VERSION := 0.5.23
+# SGLang's wheel depends on a whole GPU serving stack; importing its radix caches (and the Rust
+# TreeCore) on a CPU needs only these, so sglang is installed with --no-deps and they beside it.
+SGLANG_DEPS := sortedcontainers numpy orjson psutil pybase64 requests urllib3 idna certifi charset_normalizer \
+  packaging pillow starlette anyio sniffio msgspec pydantic pydantic_core typing_inspection annotated_types \
+  pyzmq tqdm ipython traitlets pygments aiohttp multidict attrs yarl propcache aiohappyeyeballs aiosignal \
+  frozenlist "transformers==5.19.0" "tokenizers==0.23.2" huggingface_hub httpx httpcore h11 pyyaml \
+  safetensors regex filelock fsspec jinja2 markupsafe sympy mpmath networkx "apache-tvm-ffi==0.1.11" dill httpx2 httpcore2 truststore \
+  sentencepiece compressed_tensors loguru gguf "openai==2.8.0" distro jiter partial_json_parser \
+  typing_extensions triton
+SGLANG_STAMP := $(SGLANG_VENV)/.installed
+
+.PHONY: bench test install clean sglang
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PY) -m venv $(VENV)
@@ -39,6 +54,17 @@ endif
 
 install: $(STAMP)
 
+$(SGLANG_STAMP): Makefile constraints.txt
+	$(PY) -m venv $(SGLANG_VENV)
+	$(SGLANG_VENV)/bin/pip install -q --upgrade pip
+	$(SGLANG_VENV)/bin/pip install -q --timeout 5 --retries 0 --index-url $(TORCH_CPU_INDEX) torch==$(TORCH_VERSION) \
+	  || $(SGLANG_VENV)/bin/pip install -q torch==$(TORCH_VERSION)
+	$(SGLANG_VENV)/bin/pip install -q --no-deps sglang==$(SGLANG_VERSION) $(SGLANG_DEPS)
+	$(SGLANG_VENV)/bin/python radixkv/bench/sglang_harness.py --check
+	touch $@
+
+sglang: $(SGLANG_STAMP)
+
 bench: $(STAMP)
 	$(BIN)/radixkv bench
 
@@ -46,4 +72,4 @@ test: $(STAMP)
 	$(BIN)/python -m pytest
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) $(SGLANG_VENV) build *.egg-info

@@ -1,19 +1,44 @@
 """radixkv: a prefix-sharing KV-cache engine (radix tree over slot pools, refcounted eviction,
-Triton kernels reading KV through slot indices). Public API only; see DESIGN.md."""
+Triton kernels reading KV through slot indices). Public API only; see DESIGN.md.
 
-from radixkv.cache import RadixCache
-from radixkv.config import CacheConfig
-from radixkv.errors import (ConfigError, ContextLengthError, InvalidArgumentError, InvalidSlotsError,
-                            InvalidTokensError, KernelInputError, LockError, OutOfRowsError, OutOfSlotsError,
-                            PinBudgetError, RadixKVError, SequenceError, ThreadOwnershipError)
-from radixkv.results import BatchInputs, MatchResult, SizeInfo
-from radixkv.sequences import Sequence
+The names below are imported on first use (PEP 562), so that `import radixkv` and `radixkv
+--version` stay fast: the cache and its errors pull in torch only when asked for.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "RadixCache", "CacheConfig", "Sequence", "MatchResult", "SizeInfo", "BatchInputs",
-    "RadixKVError", "ConfigError", "OutOfSlotsError", "OutOfRowsError", "InvalidTokensError",
-    "InvalidSlotsError", "InvalidArgumentError", "ContextLengthError", "LockError", "SequenceError",
-    "KernelInputError", "ThreadOwnershipError", "PinBudgetError",
-]
+_ERRORS = ("RadixKVError", "ConfigError", "OutOfSlotsError", "OutOfRowsError", "InvalidTokensError",
+           "InvalidSlotsError", "InvalidArgumentError", "ContextLengthError", "LockError", "SequenceError",
+           "KernelInputError", "ThreadOwnershipError", "PinBudgetError")
+_HOME = {"RadixCache": "radixkv.cache", "CacheConfig": "radixkv.config", "Sequence": "radixkv.sequences",
+         "MatchResult": "radixkv.results", "SizeInfo": "radixkv.results", "BatchInputs": "radixkv.results",
+         **{name: "radixkv.errors" for name in _ERRORS}}
+
+__all__ = ["RadixCache", "CacheConfig", "Sequence", "MatchResult", "SizeInfo", "BatchInputs", *_ERRORS]
+
+if TYPE_CHECKING:
+    from radixkv.cache import RadixCache
+    from radixkv.config import CacheConfig
+    from radixkv.errors import (ConfigError, ContextLengthError, InvalidArgumentError, InvalidSlotsError,
+                                InvalidTokensError, KernelInputError, LockError, OutOfRowsError, OutOfSlotsError,
+                                PinBudgetError, RadixKVError, SequenceError, ThreadOwnershipError)
+    from radixkv.results import BatchInputs, MatchResult, SizeInfo
+    from radixkv.sequences import Sequence
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOME.get(name)
+    if home is None:
+        raise AttributeError(f"module 'radixkv' has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])

@@ -37,6 +37,7 @@ from radixkv.host_tier import HostTier
 from radixkv.insert_slots import InsertSlots
 from radixkv.invariants import check_cache
 from radixkv.keys import ExtraKeys, as_extra_keys, request_key
+from radixkv.multimodal import MultiModalKeys
 from radixkv.metrics import CacheStats, collect_metrics
 from radixkv.pools import CACHED, PRIVATE, RESERVED, PageLedger, TokenToKVPool, page_slots
 from radixkv.radix import SEQUENCE, USER, MatchInfo, RadixTree, TreeNode, evict_device
@@ -62,7 +63,8 @@ class RadixCache:
         self.kv_pool = TokenToKVPool(config.num_slots, config.num_layers, config.num_kv_heads,
                                      config.head_dim, config.dtype, config.device)
         self.ledger = PageLedger(config.num_pages, ps)
-        self.events = EventRecorder(config.event_block_size, ps) if config.kv_events else None
+        self.mm_keys = MultiModalKeys()  # multimodal items' tree ids, by whole content hash
+        self.events = EventRecorder(config.event_block_size, ps, self.mm_keys) if config.kv_events else None
         self.tree = RadixTree(ps, make_policy(config.eviction), config.host_slots > 0, self.events)
         self.pins = Pins(self.tree, config.pin_budget, clock)
         self.seqs = SequenceTable(config.max_requests, config.max_context_len, ps, config.device)
@@ -160,7 +162,7 @@ class RadixCache:
         part, lock the match, take a req_to_token row and write the prefix slots into it. Afterwards
         cached_len == committed_len == kv_len (page-aligned). OutOfRowsError when every row is in
         use; ContextLengthError when `tokens` is longer than max_context_len. With multimodal
-        `extra_keys`, `seq.tokens` holds the placeholder ids the cache derived (radixkv.keys). With
+        `extra_keys`, `seq.tokens` holds the (negative) ids the cache keys them by (radixkv.multimodal). With
         `pin_ttl` (seconds) the reused prefix is pinned until now + pin_ttl (PinBudgetError, no
         Sequence, past the budget) and so is every page the Sequence commits later, while the budget allows."""
         self._own()
@@ -232,7 +234,7 @@ class RadixCache:
         rec = self.seqs.get(seq)
         toks = as_tokens(tokens)
         if rec.extra_keys is not None and rec.extra_keys.mm:
-            toks = rec.extra_keys.apply(toks, rec.committed_len)
+            toks = rec.extra_keys.rekey(toks, rec.committed_len, rec.tokens)
         self.seqs.check_commit(rec, toks)
         start, end = self.seqs.commit(rec, toks)
         if end == start:
@@ -335,10 +337,7 @@ class RadixCache:
                 "method from the scheduler thread (or hand the cache over: release_thread(), then adopt_thread())")
 
     def _key(self, toks: np.ndarray, namespace: Any, extra_keys: Any) -> tuple[bytes, np.ndarray]:
-        ns, keyed = request_key(namespace, extra_keys, toks)
-        if keyed is not toks and self.events is not None:
-            self.events.learn(as_extra_keys(extra_keys))  # to name the items in BlockStored.extra_keys
-        return ns, keyed
+        return request_key(namespace, extra_keys, toks, self.mm_keys)
 
     def _match(self, toks: np.ndarray, root: TreeNode, asked: int) -> MatchInfo:
         m = self.tree.match(toks[:len(toks) // self.page_size * self.page_size].tobytes(), root)

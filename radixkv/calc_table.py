@@ -44,7 +44,7 @@ def calc_table(names: list[str], a: argparse.Namespace, *, strict: bool) -> tupl
 
 def _row(m: ModelSpec, a: argparse.Namespace) -> tuple[list[str], str | None]:
     tp, util = a.tensor_parallel_size, a.gpu_memory_utilization
-    weight_dtype = (m.weight_dtype or m.dtype) if a.dtype == "auto" else a.dtype
+    weight_dtype = getattr(a, "quantization", None) or ((m.weight_dtype or m.dtype) if a.dtype == "auto" else a.dtype)
     kv_dtype = (m.dtype if a.dtype == "auto" else a.dtype) if a.kv_cache_dtype == "auto" else a.kv_cache_dtype
     if (err := tp_error(m, tp)) is not None:
         return [m.name, "-", "-", "-", "-", "-", "-", "-", "-"], err + " (vLLM refuses it)"

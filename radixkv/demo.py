@@ -3,13 +3,14 @@
 Tokens come from a built-in word tokenizer (each new word or punctuation mark gets the next id),
 so the tree prints as words. The cache is real (RadixCache with a 1x1x1 KV per token); one
 request stays open (locked) while a long prompt forces eviction, and every victim is listed with
-the policy key that made it go first.
+the policy key that made it go first, including a parent that became a leaf when its children went.
 """
 
 from __future__ import annotations
 
 import re
 
+import numpy as np
 import torch
 from rich.console import Console
 from rich.tree import Tree
@@ -73,6 +74,19 @@ def render(cache: RadixCache, tok: WordTokenizer, title: str) -> Tree:
     return tree
 
 
+def evict_for(cache: RadixCache, need: int) -> list[tuple[tuple, np.ndarray, int]]:
+    """Evict `need` tokens one victim at a time, in the order an allocation would (a leaf can become a
+    victim only once its children went). Returns each victim's (policy key, tokens evicted, edge length)."""
+    index, victims = cache.tree.index, []
+    while need > 0 and len(index):
+        node = index.peek()
+        key, toks = index.current_key(node), node.tokens().copy()
+        freed = cache.evict(min(need, len(toks)))
+        victims.append((key, toks[len(toks) - freed:], len(toks)))
+        need -= freed
+    return victims
+
+
 def min_capacity() -> int:
     """Slots the demo needs: the locked in-flight request plus the long prompt that forces eviction."""
     tok = WordTokenizer()
@@ -100,14 +114,13 @@ def main(policy: str = "lru", capacity: int = 32, console: Console | None = None
     con.print(f"{total} prompt tokens held in {s.cached} cached tokens: sharing saved {total - s.cached} "
               f"({1 - s.cached / total:.0%}). {PROMPTS[1]!r} is still in flight: its path is locked.")
 
-    candidates = {n.id: (n, cache.tree.index.current_key(n)) for n in cache.tree.index.nodes()}
     ids = tok.encode(PRESSURE)
     con.print(f"\n[yellow]pressure:[/] {PRESSURE!r} needs {len(ids)} slots, {cache.sizes().free} free; "
               f"policy {policy!r} evicts the smallest keys first (locked paths are never candidates)")
+    for key, gone, size in evict_for(cache, len(ids) - cache.sizes().free):
+        part = f"{len(gone)} tok" if len(gone) == size else f"{len(gone)} of {size} tok: its tail"
+        con.print(f"  [red]-[/] {tok.decode(gone)!r} ({part}) key={key}")
     serve(cache, ids)
-    gone = sorted((key, node) for node, key in candidates.values() if node.evicted)
-    for key, node in gone:  # a trimmed leaf keeps its node for the tail that went
-        con.print(f"  [red]-[/] {tok.decode(node.tokens())!r} ({len(node)} tok) key={key}")
     cache.unlock(locked)
     con.print(render(cache, tok, "after eviction"))
     cache.check_invariants()

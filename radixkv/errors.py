@@ -56,3 +56,7 @@ class ThreadOwnershipError(RadixKVError, RuntimeError):
 
 class PinBudgetError(RadixKVError):
     """A pin would take more than CacheConfig.pin_budget_tokens pinned tokens (or pinning is off)."""
+
+
+class TraceFormatError(RadixKVError):
+    """A trace file that cannot be read or holds a bad line (the message names file:line and the field)."""

@@ -16,13 +16,13 @@ whatever order the traffic arrives in. Anything else raises InvalidArgumentError
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
 from radixkv.errors import InvalidArgumentError
+from radixkv.multimodal import MultiModalItem, MultiModalKeys, hash_ids
 
 DEFAULT_NAMESPACE = b"n"
 _MAX_DEPTH = 8  # nested tuples deeper than this are rejected (a namespace is a small label)
@@ -59,29 +59,17 @@ def _encode(value: Any, depth: int) -> bytes:
 #
 #   lora_id / lora_name   the adapter the KV was computed with: covers the whole request
 #   cache_salt            a tenant's secret (vLLM's cache_salt): covers the whole request
-#   mm                    multimodal items, each (content hash, offset, length) of placeholder tokens:
-#                         covers the blocks from the item's offset on
+#   mm                    multimodal items, radixkv.multimodal.MultiModalItem(identifier, offset,
+#                         length): the item's full content hash and its placeholder positions;
+#                         covers the positions from the item's offset on
 #
 # Whole-request keys are folded into the namespace key (`request_key`): b"e" + namespace key +
 # encode((lora_id, lora_name, cache_salt)), so requests that differ in them never share a root,
-# and every block hash covers them. A multimodal item replaces its placeholder token ids by ids
-# derived from its content hash (as SGLang pads image tokens with the item's hash): position i of
-# the item gets MM_BASE + 30 bits of splitmix64(blake2b(identifier) + i). The radix tree then shares
-# everything before the item's offset with text-only requests and nothing from the offset on with a
-# request whose item differs, at any page size, with no change to the tree; block hashes follow.
-# Derived ids lie in [2**30, 2**31): no tokenizer has 2**30 tokens, so no text id collides with
-# them, and two different items collide only if 30 bits per position all agree (2**-64 for
-# items of three or more tokens, since every id derives from one 64-bit digest).
+# and every block hash covers them. A multimodal item's placeholder positions are keyed by ids
+# the cache's MultiModalKeys table interned for its whole identifier: negative, so no text token
+# equals them, and equal only for equal identifiers (radixkv/multimodal.py). Block hashes, which
+# must not depend on a cache, see stateless hash ids there instead (`hash_key`).
 # ---------------------------------------------------------------------------------------------
-
-MM_BASE = 1 << 30
-
-
-@dataclass(frozen=True)
-class MultiModalItem:
-    identifier: str  # the item's content hash (vLLM's mm_hash): equal content, equal identifier
-    offset: int  # position of its first placeholder token in the request
-    length: int  # placeholder tokens it occupies
 
 
 @dataclass(frozen=True)
@@ -115,16 +103,32 @@ class ExtraKeys:
     def whole_request(self) -> tuple[int | None, str | None, str | None]:
         return self.lora_id, self.lora_name, self.cache_salt
 
-    def apply(self, tokens: np.ndarray, start: int = 0) -> np.ndarray:
-        """`tokens` (int32, positions [start, start + len)) with every multimodal placeholder replaced
-        by its derived id; a copy when anything changes, else `tokens` itself."""
+    def keyed(self, tokens: np.ndarray, mm_keys: MultiModalKeys) -> np.ndarray:
+        """`tokens` (int32) with every item's positions replaced by the ids `mm_keys` interned for it:
+        what the tree keys. A copy when anything changes, else `tokens` itself."""
+        return self._replace(tokens, mm_keys.ids)
+
+    def hashed(self, tokens: np.ndarray) -> np.ndarray:
+        """`tokens` with every item's positions replaced by its stateless hash ids (block hashes only)."""
+        return self._replace(tokens, hash_ids)
+
+    def rekey(self, tokens: np.ndarray, start: int, keyed: np.ndarray) -> np.ndarray:
+        """`tokens` (positions [start, start + len)) with the item positions among them taken from
+        `keyed` (the request's tokens as keyed at open: items never run past them)."""
         out = tokens
         for item in self.mm:
             lo, hi = max(item.offset, start), min(item.offset + item.length, start + len(tokens))
             if lo < hi:
-                if out is tokens:
-                    out = tokens.astype(np.int32, copy=True)
-                out[lo - start:hi - start] = placeholder_ids(item)[lo - item.offset:hi - item.offset]
+                out = out.astype(np.int32, copy=True) if out is tokens else out
+                out[lo - start:hi - start] = keyed[lo:hi]
+        return out
+
+    def _replace(self, tokens: np.ndarray, ids: Callable[[MultiModalItem], np.ndarray]) -> np.ndarray:
+        if not self.mm:
+            return tokens
+        out = tokens.astype(np.int32, copy=True)
+        for item in self.mm:
+            out[item.offset:item.offset + item.length] = ids(item)
         return out
 
 
@@ -155,37 +159,46 @@ def as_extra_keys(extra: Any) -> ExtraKeys | None:
     raise InvalidArgumentError(f"extra_keys must be None, an ExtraKeys or a dict, got {type(extra).__name__}")
 
 
-def request_key(namespace: Any, extra_keys: Any, tokens: np.ndarray) -> tuple[bytes, np.ndarray]:
-    """The canonical root key of a request and its tokens as the cache keys them (multimodal
-    placeholders replaced). Validates everything first; InvalidArgumentError, nothing changed."""
+def request_key(namespace: Any, extra_keys: Any, tokens: np.ndarray, mm_keys: MultiModalKeys
+                ) -> tuple[bytes, np.ndarray]:
+    """The canonical root key of a request and its tokens as a cache's tree keys them (item positions
+    keyed by `mm_keys`). Validates everything first; InvalidArgumentError, nothing changed."""
+    ns, extra = _checked(namespace, extra_keys, tokens)
+    if extra is None or not extra.mm:
+        return ns, tokens
+    keyed = extra.keyed(tokens, mm_keys)  # may start a new epoch: take the root after it
+    return mm_keys.root(ns), keyed
+
+
+def hash_key(namespace: Any, extra_keys: Any, tokens: np.ndarray) -> tuple[bytes, np.ndarray]:
+    """`request_key` as block hashes see it: the same on every instance (items by their hash ids)."""
+    ns, extra = _checked(namespace, extra_keys, tokens)
+    return ns, tokens if extra is None else extra.hashed(tokens)
+
+
+def _checked(namespace: Any, extra_keys: Any, tokens: np.ndarray) -> tuple[bytes, ExtraKeys | None]:
     ns = namespace_key(namespace)
     extra = as_extra_keys(extra_keys)
     if extra is None:
-        return ns, tokens
+        return ns, None
     if extra.mm and extra.mm[-1].offset + extra.mm[-1].length > len(tokens):
         raise InvalidArgumentError(f"extra_keys.mm item {extra.mm[-1]} runs past the request's {len(tokens)} tokens")
     if extra.whole_request != (None, None, None):
         ns = b"e" + ns + _encode(extra.whole_request, 0)
-    return ns, extra.apply(tokens)
+    return ns, extra
 
 
 def whole_request_keys(ns: bytes) -> tuple[int | None, str | None, str | None]:
     """(lora_id, lora_name, cache_salt) folded into a root key by `request_key` (all None if none)."""
+    ns = hash_root(ns)
     if not ns.startswith(b"e"):
         return None, None, None
     return _decode(ns, _skip(ns, 1))[0]  # type: ignore[return-value]
 
 
-def placeholder_ids(item: MultiModalItem) -> np.ndarray:
-    """int32 `[item.length]`: the ids that stand for the item's placeholder tokens in the cache."""
-    digest = hashlib.blake2b(_encode(item.identifier, 0), digest_size=8, person=b"radixkv-mm").digest()
-    z = np.uint64(int.from_bytes(digest, "big")) + np.arange(item.length, dtype=np.uint64)
-    with np.errstate(over="ignore"):  # splitmix64: wrapping uint64 arithmetic on purpose
-        z = z + np.uint64(0x9E3779B97F4A7C15)
-        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-        z = z ^ (z >> np.uint64(31))
-    return (np.uint64(MM_BASE) + (z >> np.uint64(34))).astype(np.int32)
+def hash_root(ns: bytes) -> bytes:
+    """A root key as block hashes see it: without the epoch a MultiModalKeys table may have added."""
+    return ns[5:] if ns.startswith(b"m") else ns
 
 
 def _skip(data: bytes, pos: int) -> int:

@@ -70,9 +70,15 @@ def collect_metrics(s: SizeInfo, st: CacheStats, running: int, host: HostTier | 
 
 
 def prometheus_text(cache) -> str:  # noqa: ANN001 - a RadixCache (not imported: the cache imports this module)
-    """The metrics in Prometheus text format (needs prometheus-client: `pip install radixkv[metrics]`)."""
-    from prometheus_client import CollectorRegistry, generate_latest
-    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+    """The metrics in Prometheus text format (needs prometheus-client: `pip install radixkv[metrics]`;
+    ConfigError saying so without it)."""
+    try:
+        from prometheus_client import CollectorRegistry, generate_latest
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+    except ImportError:
+        from radixkv.errors import ConfigError
+
+        raise ConfigError("prometheus_text needs prometheus-client: pip install 'radixkv[metrics]'") from None
 
     class _Collector:
         def collect(self):  # noqa: ANN202 - prometheus_client's collector protocol

@@ -143,7 +143,7 @@ def get_model(name_or_path: str) -> ModelSpec:
     if os.path.isfile(config):
         try:
             return from_hf_config(config)
-        except (KeyError, ValueError, TypeError) as e:  # a field missing or of the wrong type, or not JSON
+        except (KeyError, ValueError, TypeError, AttributeError, OSError, RecursionError) as e:  # not a JSON object of the fields
             raise InvalidArgumentError(f"{config} is not a usable config.json: {type(e).__name__} {e}") from e
     if os.path.isdir(name_or_path):
         raise InvalidArgumentError(f"folder {name_or_path!r} has no config.json")

@@ -104,10 +104,11 @@ def test_bench_without_matplotlib_writes_tables_and_json(tmp_path, capsys, monke
 
 
 def test_help_shows_defaults_and_version(capsys) -> None:
-    for argv in (["calc", "--help"], ["bench", "--help"], ["--version"]):
+    for argv in (["calc", "--help"], ["bench", "--help"]):
         with pytest.raises(SystemExit) as info:
             main(argv)
         assert info.value.code == 0
+    assert main(["--version"]) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert "--tensor-parallel-size" in out and "(default: 0.9)" in out and "(default: lru,lfu" in out
     assert f"radixkv {__version__}" in out
@@ -115,7 +116,7 @@ def test_help_shows_defaults_and_version(capsys) -> None:
 
 def test_python_dash_m_runs_the_same_command() -> None:
     out = subprocess.run([sys.executable, "-m", "radixkv", "--version"], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == f"radixkv {__version__}"
+    assert out.stdout.strip() == f"radixkv {__version__} (pure Python)"
 
 
 def test_demo_shares_and_evicts(capsys) -> None:

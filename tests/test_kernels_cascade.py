@@ -203,6 +203,7 @@ class _SyncCounter(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
+@pytest.mark.cpu
 def test_per_layer_path_has_no_host_sync(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("TRITON_INTERPRET")  # the CPU path: the torch reference, as the Engine runs it
     q, kb, vb, plan, want = _cache_plan(16, 2, torch.float32)

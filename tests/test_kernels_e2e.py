@@ -14,6 +14,8 @@ from radixkv import CacheConfig, RadixCache
 from radixkv.kernels import decode_attention, extend_attention, store_kv
 from kernel_checks import randn
 
+pytestmark = pytest.mark.cpu  # the cache it drives lives on the CPU (device="cpu")
+
 KV_HEADS, GROUP, DIM = 2, 2, 16
 HEADS = KV_HEADS * GROUP
 SCALE = DIM**-0.5

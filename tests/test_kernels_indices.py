@@ -155,6 +155,7 @@ def test_build_kv_indices_rejects_bad_rows_and_lens() -> None:
         build_kv_indices(table.long(), i32(0), i32(1))
 
 
+@pytest.mark.cpu
 def test_dispatch_reads_env_at_call_time(monkeypatch: pytest.MonkeyPatch) -> None:
     """Unset TRITON_INTERPRET on a CPU tensor: the launcher must call the reference."""
     calls = []

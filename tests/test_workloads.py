@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from radixkv.bench.opt import unique_prefix_tokens
-from radixkv.bench.workloads import WORKLOADS, agent, chat, gsp, make_workload, rag, read_jsonl, tot, write_jsonl
+from radixkv.bench.traces import read_trace
+from radixkv.bench.workloads import WORKLOADS, agent, chat, gsp, make_workload, rag, tot, write_jsonl
 
 
 @pytest.mark.parametrize("name", sorted(WORKLOADS))
@@ -60,7 +61,7 @@ def test_jsonl_round_trip(tmp_path) -> None:
     reqs = make_workload("tot", scale=0.05)
     p = str(tmp_path / "t.jsonl")
     write_jsonl(reqs, p)
-    back = read_jsonl(p)
+    back = read_trace(p)
     assert [r.prompt_len for r in back] == [r.prompt_len for r in reqs]
     assert all(np.array_equal(a.tokens, b.tokens) for a, b in zip(back, reqs))
 

@@ -22,6 +22,7 @@ from radixkv.bench.opt import build_segments, opt_hit_rate
 from radixkv.bench.runner import OPS, RunResult, capacity, replay
 from radixkv.bench.workloads import WORKLOADS, Request, make_workload, write_jsonl
 from radixkv.calc import bytes_per_token, get_model
+from radixkv.errors import InvalidArgumentError
 
 DEFAULT_POLICIES = ("lru", "lfu", "fifo", "slru", "lrfu", "adaptive")
 HEADLINE = "adaptive"  # the policy compared with SGLang's best in the summary (our recommendation)
@@ -91,6 +92,8 @@ def run_bench(workloads: list[str], fracs: list[float], policies: list[str], *, 
     t0, load0 = time.perf_counter(), os.getloadavg()[0]
     sources = {w: (WORKLOADS[w].summary, None) for w in workloads}
     for name, reqs in (traces or {}).items():
+        if name in sources:
+            raise InvalidArgumentError(f"trace {name!r} has the name of a workload; name it otherwise")
         sources[name] = (f"trace {name}: {len(reqs)} requests, "
                          f"{int(np.mean([len(r.tokens) for r in reqs])):,} tokens each on average", reqs)
     workloads = list(sources)

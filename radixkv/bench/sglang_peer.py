@@ -1,13 +1,12 @@
-"""SGLang's own RadixCache on the same trace, through the peer harness `sglang_radix.py`.
+"""SGLang's own RadixCache on the same trace, through the peer harness radixkv/bench/sglang_harness.py.
 
 The harness replays a JSON-lines trace (`{"tokens": [...], "prompt_len": n}` per line) with the same
 lifecycle as radixkv.bench.runner (match, lock, alloc with evict-on-shortfall, insert, unlock) and
-prints a JSON report. Where to find it, in order: `radixkv bench --sglang-harness PATH`, the
-environment variable RADIXKV_SGLANG_HARNESS, then `../shared/peers/sglang_radix.py` relative to the
-current directory. It runs in this process when `import sglang` works here, else in a subprocess
-of a separate venv's interpreter (`--sglang-python`, RADIXKV_SGLANG_PYTHON, default
-`.venv-sglang/bin/python`), installed as the harness's docstring says. Nothing from SGLang is
-copied into radixkv.
+prints a JSON report. It ships with radixkv; `radixkv bench --sglang-harness PATH` or the
+environment variable RADIXKV_SGLANG_HARNESS may name another. It runs in this process when
+`import sglang` works here, else in a subprocess of a separate venv's interpreter
+(`--sglang-python`, RADIXKV_SGLANG_PYTHON, default `.venv-sglang/bin/python`, which `make sglang`
+builds: SGLang from PyPI with --no-deps). Nothing from SGLang is copied into radixkv.
 """
 
 from __future__ import annotations
@@ -23,7 +22,7 @@ from typing import NamedTuple
 from radixkv.errors import RadixKVError
 
 HARNESS_ENV, PYTHON_ENV = "RADIXKV_SGLANG_HARNESS", "RADIXKV_SGLANG_PYTHON"
-DEFAULT_HARNESS = os.path.join("..", "shared", "peers", "sglang_radix.py")
+DEFAULT_HARNESS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sglang_harness.py")
 DEFAULT_PYTHON = os.path.join(".venv-sglang", "bin", "python")
 
 
@@ -82,7 +81,8 @@ class Peer(NamedTuple):
 
     def _in_process(self, args: list[str]) -> tuple[str, str]:
         spec = importlib.util.spec_from_file_location("sglang_radix_harness", self.harness)
-        assert spec is not None and spec.loader is not None
+        if spec is None or spec.loader is None:
+            raise PeerError(f"{self.harness} is not a Python file")
         mod = importlib.util.module_from_spec(spec)
         out = io.StringIO()
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):

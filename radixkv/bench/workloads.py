@@ -19,6 +19,9 @@ from typing import Callable, Iterable, NamedTuple
 
 import numpy as np
 
+from radixkv.bench.params import checked
+from radixkv.errors import InvalidArgumentError
+
 VOCAB = 32000  # Llama-2's vocabulary size; the ids are opaque to the cache
 
 
@@ -44,6 +47,7 @@ def _len(rng: np.random.Generator, full: int, ratio: float) -> int:
     return full if lo >= full else int(rng.integers(lo, full + 1))
 
 
+@checked
 def gsp(seed: int = 0, num_groups: int = 64, prompts_per_group: int = 16, system_prompt_len: int = 2048,
         question_len: int = 128, output_len: int = 256, range_ratio: float = 1.0) -> list[Request]:
     """generated-shared-prefix (SGLang bench_serving defaults): groups share a system prompt; shuffled."""
@@ -59,6 +63,7 @@ def gsp(seed: int = 0, num_groups: int = 64, prompts_per_group: int = 16, system
     return [reqs[i] for i in order]
 
 
+@checked
 def chat(seed: int = 0, num_convs: int = 128, turns: int = 8, num_system_prompts: int = 4,
          system_prompt_len: int = 1024, user_len: int = 128, answer_len: int = 256,
          range_ratio: float = 1.0) -> list[Request]:
@@ -81,6 +86,7 @@ def chat(seed: int = 0, num_convs: int = 128, turns: int = 8, num_system_prompts
     return reqs
 
 
+@checked
 def tot(seed: int = 0, num_trees: int = 16, shared_prefix_len: int = 512, root_len: int = 1024,
         branch: int = 3, depth: int = 4, thought_len: int = 128) -> list[Request]:
     """tree-of-thought: each expansion's prompt is its path so far; level by level, shuffled per level."""
@@ -103,6 +109,7 @@ def tot(seed: int = 0, num_trees: int = 16, shared_prefix_len: int = 512, root_l
     return out
 
 
+@checked
 def fewshot(seed: int = 0, num_requests: int = 1024, exemplar_len: int = 3072, question_len: int = 48,
             output_len: int = 32, range_ratio: float = 0.5) -> list[Request]:
     """few-shot: one long shared exemplar block, then a short question and a short answer."""
@@ -115,6 +122,7 @@ def fewshot(seed: int = 0, num_requests: int = 1024, exemplar_len: int = 3072, q
     return reqs
 
 
+@checked
 def agent(seed: int = 0, num_agents: int = 48, steps: int = 12, tools_prompt_len: int = 1536,
           action_len: int = 64, tool_output_len: int = 384, range_ratio: float = 0.25) -> list[Request]:
     """agent loop: a shared tool preamble, then a transcript that grows by action + tool output each step."""
@@ -136,6 +144,7 @@ def agent(seed: int = 0, num_agents: int = 48, steps: int = 12, tools_prompt_len
     return reqs
 
 
+@checked
 def rag(seed: int = 0, num_requests: int = 1024, num_docs: int = 256, doc_len: int = 512, k: int = 3,
         zipf_s: float = 1.1, system_prompt_len: int = 256, question_len: int = 64,
         output_len: int = 96) -> list[Request]:
@@ -177,6 +186,7 @@ def _sessions(rng: np.random.Generator, num_sessions: int, first: Callable[[int]
     return reqs
 
 
+@checked
 def longchat(seed: int = 0, num_sessions: int = 96, num_system_prompts: int = 4, system_prompt_len: int = 2048,
              first_len: tuple[int, int] = (6000, 12000), user_len: tuple[int, int] = (200, 1200),
              answer_len: tuple[int, int] = (300, 900), max_context: int = 20000, p_return: float = 0.6,
@@ -201,6 +211,7 @@ def longchat(seed: int = 0, num_sessions: int = 96, num_system_prompts: int = 4,
     return _sessions(rng, num_sessions, first, turn)
 
 
+@checked
 def longdoc(seed: int = 0, num_requests: int = 480, num_popular: int = 24, zipf_s: float = 1.0,
             p_popular: float = 0.5, doc_len: tuple[int, int] = (8000, 16000), system_prompt_len: int = 512,
             question_len: tuple[int, int] = (50, 300), output_len: tuple[int, int] = (100, 400),
@@ -232,6 +243,7 @@ def longdoc(seed: int = 0, num_requests: int = 480, num_popular: int = 24, zipf_
     return reqs
 
 
+@checked
 def tools(seed: int = 0, num_sessions: int = 160, num_toolsets: int = 4, preamble_len: int = 2048,
           task_len: tuple[int, int] = (64, 256), action_len: tuple[int, int] = (32, 160),
           tool_output_len: tuple[int, int] = (500, 2000), max_context: int = 5000, p_retry: float = 0.1,
@@ -282,27 +294,19 @@ DEFAULT_WORKLOADS = ("gsp", "chat", "tot", "fewshot", "agent", "rag", "tools")  
 def make_workload(name: str, seed: int = 0, scale: float = 1.0) -> list[Request]:
     """The named workload; `scale` < 1 keeps the first `ceil(scale * n)` requests (for quick runs)."""
     if name not in WORKLOADS:
-        raise KeyError(f"unknown workload {name!r}; choose from {sorted(WORKLOADS)}")
+        raise InvalidArgumentError(f"unknown workload {name!r:.40}; choose from {sorted(WORKLOADS)}")
+    if type(scale) not in (int, float) or not 0 < scale <= 1:
+        raise InvalidArgumentError(f"scale must be a number in (0, 1], got {scale!r:.40}")
     reqs = WORKLOADS[name].make(seed=seed)
     return reqs[: max(1, int(np.ceil(scale * len(reqs))))]
 
 
 def write_jsonl(reqs: Iterable[Request], path: str) -> None:
-    """Write make_trace.py's format: one {"tokens": [...], "prompt_len": n} per line."""
+    """One {"tokens": [...], "prompt_len": n} per line (radixkv.bench.traces reads it back)."""
     with open(path, "w") as f:
         for r in reqs:
+            if not isinstance(r, Request):
+                raise InvalidArgumentError(f"write_jsonl takes Requests, got {type(r).__name__}")
             f.write(json.dumps({"tokens": r.tokens.tolist(), "prompt_len": int(r.prompt_len)},
                                separators=(",", ":")))
             f.write("\n")
-
-
-def read_jsonl(path: str) -> list[Request]:
-    """Read a make_trace.py trace; a missing prompt_len means the whole sequence is the prompt."""
-    reqs = []
-    with open(path) as f:
-        for line in f:
-            if line.strip():
-                d = json.loads(line)
-                toks = np.asarray(d["tokens"], dtype=np.int32)
-                reqs.append(Request(toks, int(d.get("prompt_len", len(toks)))))
-    return reqs

@@ -43,8 +43,9 @@ except ImportError:  # pragma: no cover - exercised only where triton is absent
         """Stands in for `triton` so kernel modules import; their kernels are never called."""
 
         @staticmethod
-        def jit(fn: Callable) -> Callable:
-            return fn
+        def jit(fn: Callable | None = None, **options: object) -> Callable:
+            """`@triton.jit` and `@triton.jit(...)` alike: the function itself, never compiled."""
+            return fn if fn is not None else (lambda f: f)
 
     triton = _NoTriton()  # type: ignore[assignment]
     tl = None  # type: ignore[assignment]

@@ -18,23 +18,21 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from radixkv.events import DEVICE, HOST, AllBlocksCleared, BlockRemoved, BlockStored, KVEvent, chain_hashes
-from radixkv.keys import MM_BASE, ExtraKeys, placeholder_ids, whole_request_keys
+from radixkv.keys import hash_root, whole_request_keys
+from radixkv.multimodal import MultiModalKeys
 from radixkv.radix.node import TreeNode
 
 if TYPE_CHECKING:
     from radixkv.radix.tree import RadixTree
 
 
-_MAX_MM_IDS = 1 << 20  # placeholder ids remembered for naming multimodal items in events
-
-
 class EventRecorder:
-    def __init__(self, block_size: int, page_size: int = 1) -> None:
+    def __init__(self, block_size: int, page_size: int = 1, mm_keys: MultiModalKeys | None = None) -> None:
         chain_hashes([], b"", block_size)  # fail here, at construction, if the hash is not installed
         self.block_size = block_size
         self.events: list[KVEvent] = []
         self._lora: dict[bytes, tuple[int | None, str | None, str | None]] = {}  # root key -> its keys
-        self._mm: dict[int, tuple[str, int]] = {}  # placeholder id -> (item identifier, index in item)
+        self.mm_keys = mm_keys if mm_keys is not None else MultiModalKeys()  # the cache's: names item ids
         # Siblings diverge at page boundaries, their first pages differing somewhere inside. When
         # block_size is a multiple of page_size, that page lies inside one block, which therefore
         # differs too: every block has one holder. Otherwise (page 16, block 6; or page 32, block
@@ -77,17 +75,10 @@ class EventRecorder:
               medium: str) -> None:
         lora_id, lora_name, salt = self._whole(node.ns)
         extra = None
-        if lora_name is not None or salt is not None or (self._mm and toks.max() >= MM_BASE):
+        if lora_name is not None or salt is not None or (len(toks) and toks.min() < 0):
             extra = self._extra_keys(toks, first_block, lora_name, salt)
+        toks = self.mm_keys.hash_form(toks)
         self.events.append(BlockStored(hashes, parent, toks.tolist(), self.block_size, lora_id, medium, lora_name, extra))
-
-    def learn(self, extra: ExtraKeys) -> None:
-        """Remember the placeholder ids of `extra`'s multimodal items, to name them in events."""
-        if len(self._mm) > _MAX_MM_IDS:
-            self._mm.clear()  # forgetting only drops names from extra_keys; hashes never change
-        for item in extra.mm:
-            for i, tok in enumerate(placeholder_ids(item).tolist()):
-                self._mm[tok] = (item.identifier, i)
 
     def _whole(self, ns: bytes) -> tuple[int | None, str | None, str | None]:
         keys = self._lora.get(ns)
@@ -103,10 +94,10 @@ class EventRecorder:
         for b in range(len(toks) // size):
             keys: list = [] if lora_name is None else [lora_name]
             block = toks[b * size:(b + 1) * size]
-            for p in np.flatnonzero(block >= MM_BASE).tolist():
-                hit = self._mm.get(int(block[p]))
-                if hit is not None and (hit[0], p - hit[1]) not in keys:
-                    keys.append((hit[0], p - hit[1]))
+            for p in np.flatnonzero(block < 0).tolist():
+                hit = self.mm_keys.item_at(int(block[p]))
+                if hit is not None and (hit[0], p - hit[2]) not in keys:
+                    keys.append((hit[0], p - hit[2]))
             if salt is not None and first_block + b == 0:
                 keys.append(salt)
             out.append(tuple(keys) or None)
@@ -147,7 +138,8 @@ class EventRecorder:
             else:
                 tokens = _path_tokens(node, first * size)
                 parent = self._hash_ending_at(node.parent, first * size)
-                node.block_hashes = chain_hashes(tokens[:(last - first) * size], node.ns, size, parent)
+                tokens = self.mm_keys.hash_form(tokens[:(last - first) * size])
+                node.block_hashes = chain_hashes(tokens, hash_root(node.ns), size, parent)
         return node.block_hashes
 
     def _hash_ending_at(self, node: TreeNode, pos: int) -> int | None:
@@ -162,10 +154,10 @@ class EventRecorder:
     def snapshot(cls, tree: RadixTree, block_size: int, known: EventRecorder | None = None) -> list[KVEvent]:
         """AllBlocksCleared, then BlockStored for everything cached now, parents first (for resync).
         `known` (the cache's recorder, if any) lends the multimodal names it has learnt."""
-        fresh = cls(block_size, known.page_size if known is not None else 1)
+        fresh = cls(block_size, known.page_size, known.mm_keys) if known is not None else cls(block_size)
         fresh._counted = True  # a snapshot reports each block once, however many nodes hold it
         if known is not None:
-            fresh._mm, fresh._lora = known._mm, known._lora
+            fresh._lora = known._lora
         fresh.events.append(AllBlocksCleared())
         for node in tree.nodes():
             if node.parent is not None:

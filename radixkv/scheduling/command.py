@@ -42,7 +42,6 @@ def cmd_simulate(a: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from radixkv.bench.traces import TraceFormatError
     from radixkv.scheduling import sim_report
     from radixkv.scheduling.cost_model import CostModel
     from radixkv.scheduling.sim_trace import read_sim_trace
@@ -50,7 +49,7 @@ def cmd_simulate(a: argparse.Namespace) -> int:
     cost = CostModel()
     try:
         traces = [_scaled(read_sim_trace(p, os.path.splitext(os.path.basename(p))[0]), a.scale) for p in a.trace]
-    except (RadixKVError, TraceFormatError) as e:
+    except RadixKVError as e:  # TraceFormatError included
         a.parser.error(str(e))
     con = Console(width=None if os.isatty(1) else 200)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),

@@ -18,7 +18,7 @@ real tokens stand behind each; the simulator prices steps in real tokens. A 12k-
 cache tokens instead of 12,000, which is what makes a 12,000-request trace run in minutes. The
 tokens format runs at one real token per cache token.
 
-Bad input raises TraceFormatError (radixkv/bench/traces.py's) naming `file:line`: a timestamp or
+Bad input raises TraceFormatError (a RadixKVError) naming `file:line`: a timestamp or
 output length that is not a finite number >= 0 (an integer, for lengths), or timestamps that go
 backwards. The token content of a tokens-format file is read and checked by
 radixkv/bench/traces.py's `read_trace` itself.
@@ -30,7 +30,8 @@ import json
 import math
 from dataclasses import dataclass
 
-from radixkv.bench.traces import DEFAULT_BLOCK_SIZE, TraceFormatError, read_trace
+from radixkv.bench.traces import DEFAULT_BLOCK_SIZE, read_trace
+from radixkv.errors import TraceFormatError
 
 
 @dataclass

@@ -1,0 +1,249 @@
+#!/usr/bin/env python3
+"""SGLang's own radix caches replaying a radixkv trace: the peer of `radixkv bench --sglang`.
+
+A standalone script (the standard library, torch and sglang; nothing of radixkv), run by the
+interpreter that imports SGLang: `make sglang` builds `.venv-sglang` (sglang from PyPI with
+--no-deps, nothing of it copied here), and radixkv/bench/sglang_peer.py runs this file there, or
+in-process when `import sglang` works in radixkv's own interpreter.
+
+Backends (--backend, comma-separated):
+  radix         sglang.srt.mem_cache.radix_cache.RadixCache (the classic Python tree)
+  unified-rust  UnifiedRadixCache on the Rust TreeCore (SGLang's serving default since 0.5.2x)
+  unified-py    UnifiedRadixCache on the Python TreeCore
+
+Per trace line {"tokens": [...], "prompt_len": n}, the lifecycle of radixkv.bench.runner:
+match_prefix(prompt) -> lock -> the prefix's slot ids -> slots for the rest from a free stack,
+evicting the shortfall when short -> insert(tokens, slots) -> free what the tree did not take
+(duplicates, the partial last page) -> unlock. Every call into the cache is timed; the JSON report
+on stdout gives per backend and capacity the token hit rate, requests, seconds inside each kind of
+call, and a leak check (evict everything: every slot must be back).
+
+    .venv-sglang/bin/python radixkv/bench/sglang_harness.py trace.jsonl --capacity 4096 --backend radix
+    .venv-sglang/bin/python radixkv/bench/sglang_harness.py --check      # SGLang imports: print its version
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import json
+import logging
+import sys
+import time
+import types
+import warnings
+from array import array
+
+OPS = ("match_prefix", "lock", "alloc", "evict", "insert", "free", "unlock")
+
+
+class _Anything:
+    """Any attribute, call or base class: what SGLang's model-config imports read from torchvision."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        pass
+
+    def __call__(self, *args: object, **kwargs: object) -> _Anything:
+        return _Anything()
+
+    def __getattr__(self, name: str) -> _Anything:
+        return _Anything()
+
+    def __mro_entries__(self, bases: tuple) -> tuple:
+        return (object,)
+
+
+class _StubModule(types.ModuleType):
+    def __getattr__(self, name: str) -> _Anything:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return _Anything()
+
+
+class _StubLoader(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """torchvision: imported by SGLang's multimodal model configs only, never used by its radix
+    caches; stand-in modules serve it when it is not installed (a CPU build matching torch is rare)."""
+
+    def find_spec(self, fullname, path, target=None):  # noqa: ANN001, ANN201
+        if fullname.split(".")[0] == "torchvision":
+            return importlib.machinery.ModuleSpec(fullname, self, is_package=True)
+        return None
+
+    def create_module(self, spec):  # noqa: ANN001, ANN201
+        module = _StubModule(spec.name)
+        module.__path__ = []
+        module.__version__ = "0.0.0+stub"
+        return module
+
+    def exec_module(self, module) -> None:  # noqa: ANN001
+        pass
+
+
+def import_sglang() -> types.SimpleNamespace:
+    if importlib.util.find_spec("torchvision") is None:
+        sys.meta_path.insert(0, _StubLoader())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        logging.disable(logging.WARNING)
+        import torch
+        from sglang.srt.mem_cache import base_prefix_cache, radix_cache
+        from sglang.srt.mem_cache.cache_init_params import CacheInitParams
+        from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
+        from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
+        logging.disable(logging.NOTSET)
+    from importlib.metadata import version
+
+    return types.SimpleNamespace(torch=torch, rc=radix_cache, bpc=base_prefix_cache, Params=CacheInitParams,
+                                 Unified=UnifiedRadixCache, FULL=ComponentType.FULL, version=version("sglang"))
+
+
+class FreeStack:
+    """Free pages on a stack in one int64 tensor (page 0 reserved, as SGLang pads slot 0): the
+    allocator surface the caches call (device, page_size, free, free_segment, available_size)."""
+
+    def __init__(self, torch, capacity: int, page_size: int) -> None:  # noqa: ANN001
+        self.device, self.page_size = "cpu", page_size
+        self.num_pages = capacity // page_size
+        self.stack = torch.arange(self.num_pages, 0, -1, dtype=torch.int64)
+        self.top = self.num_pages
+        self._offsets = torch.arange(page_size, dtype=torch.int64)
+
+    def available_size(self) -> int:
+        return self.top * self.page_size
+
+    def alloc_tokens(self, n: int):  # noqa: ANN201 - int64 tensor [n], or None when short
+        k = -(-n // self.page_size)
+        if k > self.top:
+            return None
+        pages = self.stack[self.top - k:self.top].flip(0)
+        self.top -= k
+        if self.page_size == 1:
+            return pages
+        return (pages[:, None] * self.page_size + self._offsets).reshape(-1)[:n]
+
+    def free(self, slots) -> None:  # noqa: ANN001
+        pages = slots[::self.page_size] // self.page_size
+        self.stack[self.top:self.top + len(pages)] = pages
+        self.top += len(pages)
+
+    def free_segment(self, slots, *, start_pos: int = 0) -> None:  # noqa: ANN001
+        self.free(slots)
+
+    def mamba_full_cache_donor(self) -> None:  # UnifiedRadixCache asks; a plain pool has none
+        return None
+
+
+def make_cache(ns: types.SimpleNamespace, backend: str, alloc: FreeStack, page_size: int, policy: str):  # noqa: ANN201
+    common = dict(disable=False, req_to_token_pool=None, token_to_kv_pool_allocator=alloc, page_size=page_size,
+                  eviction_policy=policy)
+    if backend == "radix":
+        return ns.rc.RadixCache(ns.Params(**common))
+    core = {"unified-rust": "rust", "unified-py": "python"}[backend]
+    logging.disable(logging.INFO)
+    cache = ns.Unified(ns.Params(**common, tree_components=(ns.FULL,), tree_core_backend=core))
+    logging.disable(logging.NOTSET)
+    if core == "rust" and "Rust" not in type(cache.tree_core).__name__:
+        raise RuntimeError(f"SGLang's Rust TreeCore is unavailable here (got {type(cache.tree_core).__name__})")
+    return cache
+
+
+class Replay:
+    """One backend at one capacity: serve every request in order, timing each call into the cache."""
+
+    def __init__(self, ns: types.SimpleNamespace, backend: str, capacity: int, page_size: int, policy: str) -> None:
+        self.ns, self.backend, self.page_size = ns, backend, page_size
+        self.alloc = FreeStack(ns.torch, capacity, page_size)
+        self.cache = make_cache(ns, backend, self.alloc, page_size, policy)
+        self.spent = dict.fromkeys(OPS, 0)  # nanoseconds inside each kind of call
+        self.hit = self.asked = self.oom = 0
+
+    def timed(self, op: str, fn, *args):  # noqa: ANN001, ANN201
+        t0 = time.perf_counter_ns()
+        out = fn(*args)
+        self.spent[op] += time.perf_counter_ns() - t0
+        return out
+
+    def serve(self, seq: array, key) -> None:  # noqa: ANN001 - key: SGLang's RadixKey of the prompt
+        bpc, cache, ps = self.ns.bpc, self.cache, self.page_size
+        m = self.timed("match_prefix", cache.match_prefix, bpc.MatchPrefixParams(key=key))
+        lock = self.timed("lock", cache.lock, m.last_device_node)
+        prefix = self.timed("lock", cache.path_device_indices, m.last_device_node)
+        matched, need = m.device_prefix_len, len(seq) - m.device_prefix_len
+        self.hit, self.asked = self.hit + matched, self.asked + len(key)
+        new = self.timed("alloc", self.alloc.alloc_tokens, need)
+        if new is None:
+            short = -(-need // ps) * ps - self.alloc.available_size()
+            self.timed("evict", cache.evict, bpc.EvictParams(num_tokens=short))
+            new = self.timed("alloc", self.alloc.alloc_tokens, need)
+        if new is None:  # longer than what eviction can free
+            self.oom += 1
+            self.timed("unlock", cache.unlock, lock)
+            return
+        value = self.ns.torch.cat((prefix, new)) if matched else new
+        res = self.timed("insert", cache.insert,
+                         bpc.InsertParams(key=self.ns.rc.RadixKey(seq), value=value, prev_prefix_len=matched))
+        if self.backend == "radix" and res.prefix_len > matched:  # RadixCache leaves duplicates to the caller
+            self.timed("free", self.alloc.free_segment, value[matched:res.prefix_len])
+        if len(seq) % ps:  # the partial last page, which insert() left out
+            self.timed("free", self.alloc.free_segment, value[len(seq) // ps * ps:])
+        self.timed("unlock", cache.unlock, lock)
+
+    def report(self, requests: int) -> dict:
+        """The run's numbers, after a leak check: evicting everything must give every slot back."""
+        cache, alloc = self.cache, self.alloc
+        cache.evict(self.ns.bpc.EvictParams(num_tokens=1 << 62))
+        capacity = alloc.num_pages * self.page_size
+        return {"backend": self.backend, "tree_core": type(getattr(cache, "tree_core", cache)).__name__,
+                "capacity_tokens": capacity, "page_size": self.page_size, "requests": requests,
+                "hit_tokens": self.hit, "prompt_tokens": self.asked, "oom_requests": self.oom,
+                "requests_per_s": requests / max(1e-9, sum(self.spent.values()) / 1e9),
+                "per_op": {op: {"total_s": spent / 1e9} for op, spent in self.spent.items()},
+                "leak_free": alloc.available_size() == capacity and cache.evictable_size() == 0}
+
+
+def replay(ns: types.SimpleNamespace, seqs: list, prompt_lens: list[int], backend: str, capacity: int,
+           page_size: int, policy: str) -> dict:
+    run = Replay(ns, backend, capacity, page_size, policy)
+    keys = [ns.rc.RadixKey(s[:n]) for s, n in zip(seqs, prompt_lens)]  # built outside the timed calls
+    for seq, key in zip(seqs, keys):
+        run.serve(seq, key)
+    return run.report(len(seqs))
+
+
+def load_trace(path: str) -> tuple[list, list[int]]:
+    seqs, prompt_lens = [], []
+    with open(path) as f:
+        for line in f:
+            if line.strip():
+                d = json.loads(line)
+                seqs.append(array("q", d["tokens"]))
+                prompt_lens.append(int(d.get("prompt_len", len(d["tokens"]))))
+    return seqs, prompt_lens
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("trace", nargs="?", help='JSON lines: {"tokens": [...], "prompt_len": n}')
+    p.add_argument("--check", action="store_true", help="import SGLang's caches, print its version, exit")
+    p.add_argument("--backend", default="radix", help="comma-separated: radix, unified-rust, unified-py")
+    p.add_argument("--capacity", default="4096", help="comma-separated KV capacities, tokens")
+    p.add_argument("--page-size", type=int, default=1)
+    p.add_argument("--eviction-policy", default="lru", help="an SGLang eviction policy: lru, lfu, fifo, ...")
+    a = p.parse_args(argv)
+    ns = import_sglang()
+    if a.check or a.trace is None:
+        print(f"sglang {ns.version}, torch {ns.torch.__version__}: radix caches import")
+        return
+    seqs, prompt_lens = load_trace(a.trace)
+    results = [replay(ns, seqs, prompt_lens, backend.strip(), int(cap), a.page_size, a.eviction_policy)
+               for backend in a.backend.split(",") for cap in a.capacity.split(",")]
+    for r in results:
+        if not r["leak_free"]:
+            sys.exit(f"{r['backend']} at capacity {r['capacity_tokens']}: slots leaked (the harness is wrong)")
+    print(json.dumps({"sglang_version": ns.version, "torch_version": ns.torch.__version__, "results": results}))
+
+
+if __name__ == "__main__":
+    main()
