@@ -135,3 +135,14 @@ def test_tokens_trace_output_len_and_page_size_rules(tmp_path, capsys) -> None:
     with pytest.raises(SystemExit) as exc:
         main(["simulate", "--trace", mc, "--page-size", "48", "--json", str(tmp_path / "x.json")])
     assert exc.value.code == 2 and "must divide the trace's block size 512" in capsys.readouterr().err
+
+
+def test_capacity_fraction_is_of_the_unique_prefix_tokens(tmp_path) -> None:
+    from radixkv.scheduling.sim_report import capacity_tokens
+
+    lines = mooncake_shaped(30, prompt_tokens=2000, output_tokens=10, prefixes=3, seed=2)
+    trace = read_sim_trace(write(tmp_path / "mc.jsonl", lines), "mc")
+    distinct = {tuple(r.units[:k]) for r in trace.requests for k in range(1, len(r.units) + 1)}  # by brute force
+    assert capacity_tokens(0.5, trace, CostModel()) == int(0.5 * len(distinct) * 512)
+    assert capacity_tokens(None, trace, CostModel()) == 400_000
+    assert capacity_tokens(12345, trace, CostModel()) == 12345

@@ -92,8 +92,8 @@ class Simulation:
                                        "a Mooncake trace is simulated one block per page")
         page = 1 if unit > 1 else page_size
         longest = max(len(r.units) + -(-r.output_tokens // unit) + 1 for r in trace.requests)
-        self.capacity = capacity
-        slots = max(capacity // unit // page, -(-longest // page) + 2) * page
+        slots = max(capacity // unit // page, -(-longest // page) + 2) * page  # at least one request fits
+        self.capacity = slots * unit  # real tokens the cache holds
         self.cache = RadixCache(CacheConfig(num_layers=1, num_kv_heads=1, head_dim=1, num_slots=slots,
                                             page_size=page, max_requests=ROWS, max_context_len=longest + page))
         self.cost = cost
