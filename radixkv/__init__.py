@@ -14,7 +14,7 @@ __version__ = "0.1.0"
 
 _ERRORS = ("RadixKVError", "ConfigError", "OutOfSlotsError", "OutOfRowsError", "InvalidTokensError",
            "InvalidSlotsError", "InvalidArgumentError", "ContextLengthError", "LockError", "SequenceError",
-           "KernelInputError", "ThreadOwnershipError", "PinBudgetError")
+           "KernelInputError", "ThreadOwnershipError", "PinBudgetError", "UnsupportedModelError")
 _HOME = {"RadixCache": "radixkv.cache", "CacheConfig": "radixkv.config", "Sequence": "radixkv.sequences",
          "MatchResult": "radixkv.results", "SizeInfo": "radixkv.results", "BatchInputs": "radixkv.results",
          **{name: "radixkv.errors" for name in _ERRORS}}
@@ -26,7 +26,8 @@ if TYPE_CHECKING:
     from radixkv.config import CacheConfig
     from radixkv.errors import (ConfigError, ContextLengthError, InvalidArgumentError, InvalidSlotsError,
                                 InvalidTokensError, KernelInputError, LockError, OutOfRowsError, OutOfSlotsError,
-                                PinBudgetError, RadixKVError, SequenceError, ThreadOwnershipError)
+                                PinBudgetError, RadixKVError, SequenceError, ThreadOwnershipError,
+                                UnsupportedModelError)
     from radixkv.results import BatchInputs, MatchResult, SizeInfo
     from radixkv.sequences import Sequence
 

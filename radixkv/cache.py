@@ -348,7 +348,8 @@ class RadixCache:
         return self.ledger.take(k, state, self.tree.evictable_size // self.page_size, self._evict_pages)
 
     def _evict_pages(self, n: int) -> np.ndarray:
-        self.pins.expire()
+        if self.tree.pins is not None:
+            self.pins.expire()
         pages, host_pages, _ = evict_device(self.tree, n, None if self.host is None else self.host.keep)
         if len(host_pages):
             self.host.free(host_pages)

@@ -58,5 +58,10 @@ class PinBudgetError(RadixKVError):
     """A pin would take more than CacheConfig.pin_budget_tokens pinned tokens (or pinning is off)."""
 
 
+class UnsupportedModelError(RadixKVError):
+    """A model with a layer kind the Engine would not serve exactly (a recurrent mixer, an unknown
+    attention variant); the message names the kind and its layers."""
+
+
 class TraceFormatError(RadixKVError):
     """A trace file that cannot be read or holds a bad line (the message names file:line and the field)."""

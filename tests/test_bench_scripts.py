@@ -10,12 +10,13 @@ from scripts import ROOT, load_script
 from radixkv.bench.opt import opt_hit_rate
 from radixkv.bench.workloads import make_workload
 
-SCRIPTS = ["calls_per_request", "e2e", "fleet", "host_tier", "opt", "policy_long", "policy_margins", "workloads"]
+SCRIPTS = ["calls_per_request", "e2e", "fleet", "host_tier", "opt", "policy_long", "policy_margins", "recurrent_reuse",
+           "workloads"]
 
 
 @pytest.mark.parametrize("name", SCRIPTS)
 def test_help_prints_usage_and_defaults(name: str, capsys: pytest.CaptureFixture[str]) -> None:
-    if name == "e2e":
+    if name in ("e2e", "recurrent_reuse"):
         pytest.importorskip("transformers")
     module = load_script(ROOT / "bench" / f"{name}.py")
     with pytest.raises(SystemExit) as info:

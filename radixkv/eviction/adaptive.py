@@ -48,6 +48,7 @@ class Adaptive(EvictionPolicy):
     name = "adaptive"
     learns = True
     stable_keys = True
+    insert_is_use = True  # its LFU expert reads hit_count
     PRIOR = True  # choose the first expert by replaying the traffic before the first eviction in small caches
     PRIOR_SIZE = 0.25  # ... of this share of the real cache's size
     HISTORY = 1 << 24  # bytes that replay's history may take (16 MiB, freed at the first eviction); past it, START

@@ -46,7 +46,7 @@ class LRFU(EvictionPolicy):
     name = "lrfu"
     learns = True
     stable_keys = False  # keys read the half-life, which moves with every event
-    insert_is_use = False  # hit_count counts matches only: on_hit spots a leaf's first match by it
+    # insert_is_use stays False although the key reads hit_count: on_hit spots a leaf's first match by it
     H_MIN = 8.0  # ticks (2 per request): the frequency term vanishes, pure LRU order
     H_MAX = 4096.0  # ~2,000 requests: log2(hit count) dominates recency, LFU-like
     R_LO, R_HI = 0.6, 0.85  # chain rate at which H starts to fall from H_MAX / reaches H_MIN

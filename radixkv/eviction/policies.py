@@ -25,7 +25,7 @@ class EvictionPolicy:
     learns = False  # True: the tree calls the hooks below; keys may depend on what was learned
     stable_keys = True  # every stored key equals key(node) (False: keys drift with learned state)
     epoch = 0  # bumped by a learning policy whose order changed wholesale: the tree re-keys
-    insert_is_use = True  # a direct insert counts a use (hit_count) on its path, as SGLang does
+    insert_is_use = False  # True where the key reads hit_count: a direct insert then counts a use, as in SGLang
 
     def key(self, node: NodeView) -> tuple:
         raise NotImplementedError
@@ -59,6 +59,7 @@ class LFU(EvictionPolicy):
     match through the node or a direct insert along it (RadixTree.insert), as in SGLang."""
 
     name = "lfu"
+    insert_is_use = True
 
     def key(self, node: NodeView) -> tuple:
         return (node.hit_count, node.last_access, node.id)
@@ -103,6 +104,7 @@ class SLRU(EvictionPolicy):
     SLRUStrategy); LRU inside each segment."""
 
     name = "slru"
+    insert_is_use = True
 
     def __init__(self, protected_threshold: int = 2) -> None:
         self.protected_threshold = protected_threshold

@@ -1,8 +1,8 @@
 """What eviction sees of a tree: a narrow, named view of a node and of its tree, defined once here.
 
 Policies order nodes and learn from the tree's hooks; they never change a node. The radix index's
-TreeNode and a shadow's ShadowNode (both PrefixNodes, radix/core.py) satisfy NodeView; RadixTree
-satisfies TreeView. Nothing in eviction/ imports radix/: the dependency runs one way, radix -> eviction.
+TreeNode satisfies NodeView and RadixTree TreeView; a shadow's ShadowNode (both are PrefixNodes,
+radix/core.py) has every field a key function reads, which is all a shadow's fixed policy asks of it. Nothing in eviction/ imports radix/: the dependency runs one way, radix -> eviction.
 """
 
 from __future__ import annotations

@@ -4,6 +4,8 @@
   (continuous batching, chunked prefill, preemption, token-identical greedy output).
 - `attention`: the "radixkv" function registered with transformers' `AttentionInterface`.
 - `scheduler`, `sampling`, `stats`: the Engine's parts, usable by a hand-written loop.
+- `recurrent` (with `recurrent_state`, `recurrent_batch`, `state_store`): models with recurrent
+  layers (Mamba, gated delta net): per-request state and prefix reuse through state snapshots.
 
 Nothing is imported here, so `import radixkv.integrations` does not require transformers.
 """

@@ -60,13 +60,14 @@ def radixkv_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.T
 
     Args:
         module: the model's attention module (`module.layer_idx` picks the layer's KV buffers).
-        query: `[1, num_heads, T, head_dim]`, T = sum(extend_lens), post-RoPE, in batch order.
-        key, value: `[1, num_kv_heads, T, head_dim]`, post-RoPE K and V of the same T tokens.
+        query: `[1, num_heads, T, head_dim]`, T = sum(extend_lens), post-RoPE, in batch order; or
+            `[B, num_heads, 1, head_dim]`, one token of each of B requests (recurrent models' decode).
+        key, value: `[1 or B, num_kv_heads, T or 1, head_dim]`, post-RoPE K and V of the same tokens.
         attention_mask: ignored (None: no mask is built for this implementation).
         scaling: softmax scale. dropout: must be 0 (inference only).
         radixkv_batch: the step's ForwardBatch.
     Returns:
-        (`[1, T, num_heads, head_dim]` attention output, None).
+        (`[1, T, num_heads, head_dim]` (or `[B, 1, ...]`) attention output, None).
     """
     fb = radixkv_batch
     if fb is None:
@@ -76,9 +77,10 @@ def radixkv_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.T
     start = time.perf_counter()
     pool, req_to_token = fb.cache.kv_pool, fb.cache.req_pool.req_to_token
     k_buf, v_buf = pool.k_buffer[module.layer_idx], pool.v_buffer[module.layer_idx]
-    q = query[0].transpose(0, 1).contiguous()  # [T, H, D]
-    k = key[0].transpose(0, 1).contiguous().to(k_buf.dtype)  # [T, Hkv, D]
-    v = value[0].transpose(0, 1).contiguous().to(v_buf.dtype)
+    batch, heads, t, dim = query.shape  # batch > 1 only with t == 1 (one token of each request)
+    q = query.transpose(1, 2).reshape(batch * t, heads, dim).contiguous()  # [T, H, D], batch order
+    k = key.transpose(1, 2).reshape(batch * t, -1, dim).contiguous().to(k_buf.dtype)  # [T, Hkv, D]
+    v = value.transpose(1, 2).reshape(batch * t, -1, dim).contiguous().to(v_buf.dtype)
     kernels.store_kv_unchecked(k_buf, v_buf, fb.inputs.out_slots, k, v)  # before decode reads it back
     d = fb.num_decode  # packed layout: [d decode tokens | prefill chunks]
     parts = []
@@ -97,7 +99,7 @@ def radixkv_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.T
     fb.decode_s += t1 - t0
     fb.extend_s += t2 - t1
     fb.attention_s += time.perf_counter() - start
-    return out.to(query.dtype).unsqueeze(0), None
+    return out.to(query.dtype).view(batch, t, heads, dim), None
 
 
 AttentionInterface.register(ATTN_IMPLEMENTATION, radixkv_attention)

@@ -122,6 +122,9 @@ class Scheduler:
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []  # admission order: oldest first
         self.num_preemptions = 0
+        # max_reuse for open(): at most len - 1 (the last prompt position's logits are needed);
+        # the Engine narrows it for recurrent models to where a state snapshot exists.
+        self.reuse_limit: Callable[[list[int]], int] = lambda tokens: len(tokens) - 1
         page = cache.config.page_size
         self.probe = -(-32 // page) * page  # tokens compared for the in-batch prefix check, page-aligned
 
@@ -233,7 +236,7 @@ class Scheduler:
             if key in in_prefill:
                 continue  # its prefix is being computed right now: reuse it next step
             try:
-                seq = self.cache.open(req.tokens, namespace=self.namespace, max_reuse=len(req.tokens) - 1)
+                seq = self.cache.open(req.tokens, namespace=self.namespace, max_reuse=self.reuse_limit(req.tokens))
             except OutOfRowsError:
                 return
             n = min(len(req.tokens) - seq.committed_len, budget)

@@ -38,9 +38,12 @@ token), and it comes with padded batches, a 4D mask and positions inferred from 
 - `set_attn_implementation("radixkv")` holds only during `generate()`; the previous implementation
   is restored afterwards, so the same model object still runs `model.generate` unchanged.
 
-Sliding-window attention is not implemented: a request longer than `config.sliding_window` is
-rejected. The attention function is in `attention.py`, the scheduler (continuous batching,
-chunked prefill, preemption) in `scheduler.py`, sampling in `sampling.py`.
+Layer kinds (layer_groups.py): a model whose layers the Engine would not serve exactly (sparse
+attention, short convolutions, ...) is refused at construction with UnsupportedModelError. Recurrent
+layers (Mamba, gated delta net: Jamba, Falcon-H1, Qwen3-Next) carry each request's state and reuse
+prefixes through state snapshots (recurrent.py); their forwards are cut per request there. The attention
+function is in `attention.py`, the scheduler (continuous batching, chunked prefill, preemption) in
+`scheduler.py`, sampling in `sampling.py`.
 """
 
 from __future__ import annotations
@@ -59,7 +62,9 @@ from radixkv import CacheConfig, ConfigError, RadixCache
 from radixkv.errors import InvalidArgumentError
 from radixkv.integrations import generation_options
 from radixkv.integrations.attention import ATTN_IMPLEMENTATION, ForwardBatch
+from radixkv.integrations.layer_groups import check_served, layer_groups
 from radixkv.integrations.prompts import prompt_ids, to_batch
+from radixkv.integrations.recurrent import RecurrentRunner
 from radixkv.integrations.sampling import SamplingParams, make_generator, sample
 from radixkv.integrations.scheduler import Plan, Request, Scheduler
 from radixkv.integrations.stats import GenerateStats
@@ -127,6 +132,8 @@ class Engine:
         self.schedule = schedule
         if not model._can_set_attn_implementation():
             raise InvalidArgumentError(f"{type(model).__name__} does not dispatch attention through AttentionInterface")
+        self.layer_groups = layer_groups(model.config)  # raises UnsupportedModelError for an unknown layer kind
+        check_served(self.layer_groups, type(model).__name__)
         if isinstance(max_batch_tokens, bool) or not isinstance(max_batch_tokens, int) or max_batch_tokens < 1:
             raise InvalidArgumentError(f"max_batch_tokens must be an int >= 1, got {max_batch_tokens!r}")
         self.model = model.eval()
@@ -135,10 +142,14 @@ class Engine:
         self.namespace = namespace
         self.cache = RadixCache(cache_config or cache_config_for(model, **cache_options))
         self._check_layout()
+        # Models with recurrent layers (Mamba, linear attention): per-request state, state snapshots.
+        self.recurrent = RecurrentRunner.for_model(self.model, self.cache, namespace)
         self.last_stats = GenerateStats()
         # Called after every scheduler step, on generate()'s thread (the cache's): e.g. publish KV
         # events with no loop of your own, `engine.step_hooks.append(ZmqPublisher(engine.cache, ...).publish)`.
         self.step_hooks: list[Callable[[], object]] = []
+        if self.recurrent is not None:
+            self.step_hooks.append(self.recurrent.flush)  # publish the step's state snapshots
 
     def _check_layout(self) -> None:
         for name, want in model_layout(self.model).items():
@@ -186,6 +197,8 @@ class Engine:
     def _run(self, prompts: list[list[int]], opts: generation_options.GenerateOptions) -> list[list[int]]:
         params = opts.sampling
         sched = Scheduler(self.cache, self.max_batch_tokens, self.namespace, self.schedule)
+        if self.recurrent is not None:
+            sched.reuse_limit = self.recurrent.reuse_limit
         requests = [Request(i, p, len(p), opts.new_tokens(len(p), f"prompt {i}"), make_generator(params, i))
                     for i, p in enumerate(prompts)]
         for req in requests:
@@ -223,7 +236,8 @@ class Engine:
         tokens = prompt_ids(prompt, vocab_size=self.model.config.vocab_size, tokenizer=self.tokenizer)
         req = Request(0, tokens, len(tokens), 0)
         self._validate(Scheduler(self.cache, 1), req.tokens, 0)
-        req.seq = self.cache.open(req.tokens, namespace=self.namespace, max_reuse=len(tokens) - 1)
+        limit = len(tokens) - 1 if self.recurrent is None else self.recurrent.reuse_limit(tokens)
+        req.seq = self.cache.open(req.tokens, namespace=self.namespace, max_reuse=limit)
         try:
             reused = req.seq.committed_len
             n = len(tokens) - reused
@@ -287,6 +301,8 @@ class Engine:
         Returns:
             (`[len(keep), vocab]` logits, the ForwardBatch with the attention timings).
         """
+        if self.recurrent is not None:
+            return self.recurrent.forward(plan, inputs, keep)
         device = self.model.device
         ids = list(itertools.chain.from_iterable(
             r.tokens[r.seq.committed_len:r.seq.committed_len + n] for r, n in zip(plan.requests, plan.chunks)))
@@ -303,12 +319,8 @@ class Engine:
         return out.logits[0], batch
 
     def _validate(self, sched: Scheduler, tokens: list[int], max_new_tokens: int) -> None:
-        """Reject up front what could fail mid-generation: too long for the pool, context or window."""
+        """Reject up front what could fail mid-generation: too long for the pool or the context."""
         sched.validate(len(tokens), max_new_tokens)
-        window = getattr(self.model.config, "sliding_window", None)
-        if window is not None and len(tokens) + max_new_tokens > window:
-            raise InvalidArgumentError(f"a request of {len(tokens) + max_new_tokens} tokens exceeds sliding_window "
-                             f"{window}; radixkv attention is full attention only")
 
     @contextlib.contextmanager
     def _attention_backend(self) -> Iterator[None]:

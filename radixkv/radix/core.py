@@ -1,6 +1,6 @@
 """The tree core: one radix tree of page-aligned token keys, shared by the index and its shadows.
 
-    TreeCore            nodes, the walk of a key, the split of an edge, leaves added and detached
+    TreeCore            nodes, the walk of a key, the split of an edge, a leaf added
       RadixTree         (radix/tree.py)    the core plus pages, locks, counters, evictable indexes
       ShadowTree        (radix/shadow.py)  the core with sizes and times only: an eviction policy's
                                            metadata-only replay (eviction/adaptive.py)
@@ -12,6 +12,8 @@ read nodes through eviction/view.py's NodeView, which these fields satisfy. The 
 its subclasses add their own slots and write those.
 
 Cost: a walk is one dict lookup and one memcmp per edge; a split is O(1) (plus the subclass's part).
+Node creation is on every tree's hot path: subclasses call PrefixNode.__init__ directly (no super()
+object) and split_edge / add_leaf construct inline.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ class PrefixNode:
         self.depth = 0 if parent is None else parent.depth + parent.size  # tokens above this edge
         self.last_access = tick  # logical clock of the last match/insert that touched it
         self.created = tick
-        self.hit_count = 0  # matches that went through this node (and direct inserts: see RadixTree.insert)
+        self.hit_count = 0  # uses: matches through it (and direct inserts where the policy counts them)
         self.priority = 0  # max priority of the requests that inserted it
 
     def __len__(self) -> int:
@@ -84,7 +86,8 @@ class TreeCore:
         """Cut `node`'s edge after k tokens (whole pages): a new upper node takes the first k with
         node's times, hits and priority; `node` keeps the lower half and so its meaning."""
         kb, parent = 4 * k, node.parent
-        upper = self.make_node(node.ns, parent, node.key[:kb])
+        upper = self.node_type(self, self._next_id, node.ns, parent, node.key[:kb], self.tick)  # make_node, inline
+        self._next_id += 1
         upper.last_access, upper.created = node.last_access, node.created
         upper.hit_count, upper.priority = node.hit_count, node.priority
         node.key = node.key[kb:]
@@ -96,10 +99,7 @@ class TreeCore:
         return upper
 
     def add_leaf(self, parent: PrefixNode, key: bytes) -> PrefixNode:
-        leaf = self.make_node(parent.ns, parent, key)
+        leaf = self.node_type(self, self._next_id, parent.ns, parent, key, self.tick)  # make_node, inline
+        self._next_id += 1
         parent.children[key[:self.page_bytes]] = leaf
         return leaf
-
-    def detach(self, node: PrefixNode) -> None:
-        """Unhook a childless node from its parent."""
-        del node.parent.children[node.key[:self.page_bytes]]

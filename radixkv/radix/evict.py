@@ -37,7 +37,7 @@ def evict_device(tree: RadixTree, num_tokens: int, keep: Callable[[TreeNode], np
     the remaining need loses only its tail pages. `keep(victim)` may return host pages now holding
     a copy of the victim's KV, which then stays as host-only."""
     ps, freed, chunks, host_chunks = tree.page_size, 0, [], []
-    groups: list[list[np.ndarray]] = [[] for _ in tree.group_index]
+    groups: list[list[np.ndarray]] = [[] for _ in tree.group_index] if tree.group_index else []
     while freed < num_tokens:
         leaf = tree.pop_victim()
         if leaf is None:
@@ -52,14 +52,16 @@ def evict_device(tree: RadixTree, num_tokens: int, keep: Callable[[TreeNode], np
             host_pages = keep(leaf)
             if host_pages is not None:
                 tree.set_host(leaf, host_pages)
-        for g, pages in enumerate(tree.drop_device(leaf)):
-            if pages is not None:
-                groups[g].append(pages)
+        dropped = tree.drop_device(leaf)
+        if dropped:
+            for g, pages in enumerate(dropped):
+                if pages is not None:
+                    groups[g].append(pages)
         if leaf.host_pages is not None:  # host-only from now on
             tree.device_changed(leaf)
         else:
             _remove_subtree(tree, leaf, host_chunks)
-    return Evicted(_cat(chunks), _cat(host_chunks), tuple(map(_cat, groups)))
+    return tuple.__new__(Evicted, (_cat(chunks), _cat(host_chunks), tuple(map(_cat, groups))))  # no Python-level __new__
 
 
 def evict_secondary(tree: RadixTree, group: int, num_pages: int) -> np.ndarray:

@@ -53,7 +53,7 @@ class TreeNode(PrefixNode):
 
     def __init__(self, tree: TreeCore, node_id: int, ns: bytes, parent: TreeNode | None, key: bytes,
                  tick: int) -> None:
-        super().__init__(tree, node_id, ns, parent, key, tick)
+        PrefixNode.__init__(self, tree, node_id, ns, parent, key, tick)
         self.pages: np.ndarray | None = None  # int64 [size // page_size]: device full KV; None: host only
         self.host_pages: np.ndarray | None = None  # int64 [size // page_size]: host-tier copy, if any
         self.secondary: tuple | list = ()  # secondary group components (module docstring); None: tombstone

@@ -34,7 +34,7 @@ class ShadowNode(PrefixNode):
 
     def __init__(self, tree: TreeCore, node_id: int, ns: bytes, parent: PrefixNode | None, key: bytes,
                  tick: int) -> None:
-        super().__init__(tree, node_id, ns, parent, key, tick)
+        PrefixNode.__init__(self, tree, node_id, ns, parent, key, tick)
         self.hkey: tuple | None = None  # current key in the shadow's leaf heap; None: not a member
 
 
@@ -83,6 +83,7 @@ class ShadowTree(TreeCore):
         super().__init__(page_size)
         self.policy = policy
         self.index = LeafHeap(policy.key)
+        self._counts_uses = policy.insert_is_use
         self.roots: dict[bytes, ShadowNode] = {}  # namespace key -> root, while it has children
         self.used = 0  # tokens held
         self._held: ShadowNode | None = None  # the path end an insert protects while it evicts
@@ -105,7 +106,7 @@ class ShadowTree(TreeCore):
     def _cut(self, path: list[ShadowNode], pos: int) -> None:
         """Split the path's last node where a walk that matched `pos` bytes from the root ended."""
         last = path[-1]
-        if last.end * 4 > pos:
+        if (last.depth + last.size) * 4 > pos:  # ends past the match (`end`, without a property call)
             path[-1] = self.split_edge(last, pos // 4 - last.depth)
 
     def match(self, ns: bytes, key: bytes) -> int:
@@ -166,11 +167,12 @@ class ShadowTree(TreeCore):
             self.used += leaf.size
             path.append(leaf)
             self.index.discard(node)
-        if use:
-            seen = self.tick if self._matched_tick == self.tick else -1  # nodes the last match counted
-            for n in path:
-                if n.last_access != seen or n is leaf:
-                    n.hit_count += 1
+        if use and self._counts_uses:  # as RadixTree.insert: from the end, the last match's nodes are a prefix
+            seen = self.tick if self._matched_tick == self.tick else -1
+            for n in reversed(path):
+                if n.last_access == seen and n is not leaf:
+                    break
+                n.hit_count += 1
         if path:
             self._touch(path, hit=False)
         if leaf is None:
@@ -189,7 +191,7 @@ class ShadowTree(TreeCore):
                 self.split_edge(leaf, keep)
             freed += leaf.size
             parent = leaf.parent
-            self.detach(leaf)
+            del parent.children[leaf.key[:self.page_bytes]]
             if parent.children:
                 continue
             if parent.parent is None:

@@ -242,8 +242,12 @@ class RadixTree(TreeCore):
         if priority > 0:
             for n in path:
                 n.priority = max(n.priority, priority)
-        if use and self._insert_is_use:
-            self._use(path, leaf)
+        if use and self._insert_is_use:  # from the end: the nodes the last match counted are a prefix
+            seen = self.tick if self._matched_tick == self.tick else -1
+            for n in reversed(path):
+                if n.last_access == seen and n is not leaf:
+                    break
+                n.hit_count += 1
         if path:
             self._touch(path, hit=False)
         self.gain_device(gained)
@@ -253,12 +257,6 @@ class RadixTree(TreeCore):
             self.policy.on_cache(start, key, self.evictable_size + self.protected_size, use)
             self._follow_policy()
         return InsertResult(node, dev, tree_pages, gained)
-
-    def _use(self, path: list[TreeNode], leaf: TreeNode | None) -> None:
-        seen = self.tick if self._matched_tick == self.tick else -1  # nodes the last match counted
-        for node in path:
-            if node.last_access != seen or node is leaf:
-                node.hit_count += 1
 
     # ------------------------------------------------------------------ learning policies
 
@@ -338,6 +336,8 @@ class RadixTree(TreeCore):
         if self.pins is not None:
             self.pins.dropped(node)
         node.pages = None
+        if not self.group_index:
+            return []
         return [drop_component(self.group_index, node, g) for g in range(1, len(self.group_index) + 1)]
 
     def set_host(self, node: TreeNode, host_pages: np.ndarray) -> None:
@@ -363,7 +363,7 @@ class RadixTree(TreeCore):
         if self.host_index is not None:
             self.host_index.discard(node)
         parent = node.parent
-        self.detach(node)
+        del parent.children[node.key[:self.page_bytes]]
         node.evicted = True
         self.reindex(parent)
         if parent.parent is None:

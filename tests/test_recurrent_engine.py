@@ -1,0 +1,118 @@
+"""Engine vs transformers for models with recurrent layers (Jamba: Mamba; Falcon-H1: Mamba2 beside
+attention in every layer; Qwen3-Next: gated delta net): greedy output equals `model.generate` token for
+token, with chunked prefill, decode batched across requests, preemption, eviction, and prefix reuse
+through state snapshots. Before radixkv carried each request's state, every one of these failed at the
+second new token (the recurrent layers restarted from zero state each step and ran over packed requests
+as one sequence).
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+from hf_helpers import (assert_cache_idle, assert_same_tokens, no_interpreter, one_thread,  # noqa: E402, F401
+                        reference, shared_prefix_prompts)
+
+from radixkv.integrations.layer_groups import SERVED_RECURRENT, LayerGroup, layer_groups  # noqa: E402
+from radixkv.integrations.state_store import StateStore  # noqa: E402
+from radixkv.integrations.transformers import Engine  # noqa: E402
+from radixkv.testing.hybrid_models import FAMILIES, build_hybrid  # noqa: E402
+
+@pytest.fixture(scope="module", params=FAMILIES)
+def model(request: pytest.FixtureRequest) -> torch.nn.Module:
+    return build_hybrid(request.param)
+
+
+@pytest.mark.parametrize("page_size", [1, 16])
+def test_exact_then_reuses_shared_prefix(model: torch.nn.Module, page_size: int, no_interpreter: None) -> None:
+    """Round 1: 6 prompts sharing two 40-token system prompts, chunked (24-token budget), 10 new tokens
+    each. Round 2: new prompts on those system prompts and next turns of round 1's conversations."""
+    first = shared_prefix_prompts(seed=page_size, groups=2, per_group=3)
+    engine = Engine(model, num_slots=4096, page_size=page_size, dtype=torch.float32, max_context_len=256,
+                    max_batch_tokens=24)
+    answers = engine.generate(first, max_new_tokens=10)
+    assert_same_tokens(answers, reference(model, first, 10))
+    stats = engine.last_stats
+    assert stats.prefill_computed + stats.prefill_reused == stats.prompt_tokens
+    second = [p[:40] + [5, 6, 7] for p in first[::3]] + [p + a + [9, 9] for p, a in zip(first, answers)]
+    got = engine.generate(second, max_new_tokens=10)
+    assert_same_tokens(got, reference(model, second, 10))
+    # Each next turn resumes at least at the last page boundary of its first turn's prompt.
+    assert engine.last_stats.prefill_reused >= sum(len(p) // page_size * page_size - page_size for p in first)
+    assert engine.recurrent.store.hits > 0
+    engine.recurrent.store.check()
+    assert_cache_idle(engine)
+
+
+@pytest.mark.parametrize("page_size, num_slots", [(1, 128), (16, 160)])
+def test_small_pool_preempts_and_evicts(model: torch.nn.Module, page_size: int, num_slots: int,
+                                        no_interpreter: None) -> None:
+    """Too few slots for every request at once: requests are preempted (their state dropped; they
+    resume from a snapshot or from zero) and cached KV is evicted (its snapshots go with it)."""
+    prompts = shared_prefix_prompts(seed=20 + page_size, groups=3, per_group=2, own=(8, 30))
+    engine = Engine(model, num_slots=num_slots, page_size=page_size, dtype=torch.float32, max_context_len=128,
+                    max_requests=8, max_batch_tokens=48)
+    got = engine.generate(prompts, max_new_tokens=24)
+    assert_same_tokens(got, reference(model, prompts, 24))
+    stats = engine.last_stats
+    assert stats.preemptions > 0, "the pool was meant to be too small for every request at once"
+    assert stats.prefill_computed + stats.output_tokens > num_slots
+    engine.recurrent.store.check()
+    assert_cache_idle(engine)
+
+
+def test_tiny_state_budget_stays_exact(no_interpreter: None) -> None:
+    """A store that holds one snapshot: it evicts all the time and reuse shrinks, output stays exact."""
+    model = build_hybrid("qwen3_next")
+    probe = Engine(model, num_slots=1024, page_size=4, dtype=torch.float32, max_context_len=256)
+    probe.generate([[1, 2, 3, 4, 5]], max_new_tokens=1)
+    one_state = probe.recurrent.store.nbytes // len(probe.recurrent.store)
+    engine = Engine(model, num_slots=1024, page_size=4, dtype=torch.float32, max_context_len=256)
+    engine.recurrent.store = StateStore(one_state)
+    prompts = shared_prefix_prompts(seed=5, groups=2, per_group=3)
+    for _ in range(2):
+        got = engine.generate(prompts, max_new_tokens=6)
+        assert_same_tokens(got, reference(model, prompts, 6))
+        engine.recurrent.store.check()
+        assert len(engine.recurrent.store) <= 1
+    assert engine.recurrent.store.dropped > 0
+
+
+def test_score_resumes_from_a_snapshot(no_interpreter: None) -> None:
+    """`score` opens through the same reuse limit: its logits equal a plain forward's."""
+    model = build_hybrid("falcon_h1")
+    engine = Engine(model, num_slots=1024, page_size=4, dtype=torch.float32, max_context_len=256)
+    prompt = list(range(10, 40))
+    engine.generate([prompt], max_new_tokens=3)
+    reused, logits = engine.score(prompt + [1, 2, 3])
+    assert reused > 0
+    with torch.no_grad():
+        full = model(torch.tensor([prompt + [1, 2, 3]])).logits[0, reused:]
+    torch.testing.assert_close(logits, full, atol=1e-4, rtol=1e-4)
+
+
+def test_layer_groups_of_hybrid_models() -> None:
+    jamba, falcon, qwen = (build_hybrid(k).config for k in FAMILIES)
+    assert layer_groups(jamba) == (LayerGroup("recurrent", (0, 2), mixer="linear_attention"),
+                                   LayerGroup("full", (1, 3)))
+    assert layer_groups(falcon) == (LayerGroup("full", (0, 1)), LayerGroup("recurrent", (0, 1), mixer="hybrid"))
+    assert layer_groups(qwen) == (LayerGroup("recurrent", (0, 1, 2), mixer="linear_attention"),
+                                  LayerGroup("full", (3,)))
+    assert {"linear_attention", "hybrid"} <= SERVED_RECURRENT
+
+
+def test_interpreted_triton_kernels() -> None:
+    """The Triton kernels under TRITON_INTERPRET=1 (set by conftest): decode of several requests in one
+    `[B, 1]` forward through decode_attention, chunks through extend_attention, a reused prefix."""
+    assert os.environ.get("TRITON_INTERPRET") == "1"
+    model = build_hybrid("jamba")
+    prompts = [[5, 6, 7, 8, 9], [5, 6, 7, 8, 10, 11], [1, 2, 3, 4, 5, 6, 7, 8, 9]]
+    engine = Engine(model, num_slots=64, page_size=4, dtype=torch.float32, max_context_len=32, max_batch_tokens=6)
+    assert_same_tokens(engine.generate(prompts, max_new_tokens=3), reference(model, prompts, 3))
+    again = [p + [12] for p in prompts]
+    assert_same_tokens(engine.generate(again, max_new_tokens=2), reference(model, again, 2))
+    assert engine.last_stats.prefill_reused > 0

@@ -1,0 +1,167 @@
+"""StateStore: recurrent-state snapshots keyed by radix-tree node, on a real RadixCache.
+
+The property that matters: a resume point never claims a position where some group cannot resume,
+i.e. `resume_point(tokens) = p` only where the tree holds the KV of `tokens[:p]` and the store holds
+the state taken after exactly `tokens[:p]` (each test state encodes the prefix it was taken after,
+so a snapshot served for the wrong prefix shows up as a mismatch). Driven by a Hypothesis state
+machine through inserts, snapshots, splits (matches), evictions and a small byte budget.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+
+from radixkv import CacheConfig, OutOfSlotsError, RadixCache
+from radixkv.errors import InvalidArgumentError
+from radixkv.integrations.recurrent_state import LayerState, RecurrentState
+from radixkv.integrations.state_store import StateStore
+
+PAGE = 2
+
+
+def make_cache(num_slots: int = 48) -> RadixCache:
+    return RadixCache(CacheConfig(num_layers=1, num_kv_heads=1, head_dim=4, num_slots=num_slots, page_size=PAGE,
+                                  max_requests=4, max_context_len=32, dtype=torch.float32, device="cpu"))
+
+
+def state_of(prefix: list[int]) -> RecurrentState:
+    """A state that says which prefix it was taken after (8 bytes per token + 8)."""
+    return RecurrentState({0: LayerState({0: torch.tensor([[-1] + prefix], dtype=torch.float64)})})
+
+
+def prefix_of(state: RecurrentState) -> list[int]:
+    return [int(x) for x in state.layers[0].conv[0][0, 1:].tolist()]
+
+
+def put_kv(cache: RadixCache, tokens: list[int]) -> None:
+    """Compute (pretend) and cache the KV of `tokens` through the request API."""
+    seq = cache.open(tokens)
+    try:
+        cache.reserve(seq, len(tokens) - seq.committed_len)
+        cache.commit(seq, tokens[seq.committed_len:])
+    finally:
+        cache.close(seq)
+
+
+def snapshot(cache: RadixCache, store: StateStore, tokens: list[int], p: int) -> bool:
+    match = cache.match_prefix(tokens[:p])
+    return match.length == p and store.put(match.node, p, state_of(tokens[:p]))
+
+
+def test_snapshot_dies_with_its_kv() -> None:
+    cache, store = make_cache(), StateStore(10_000)
+    tokens = list(range(1, 11))
+    put_kv(cache, tokens)
+    assert snapshot(cache, store, tokens, 6)
+    assert store.resume_point(cache, tokens + [99]) == 6
+    cache.match_prefix(tokens[:2])  # a split above the snapshot's node: the node still ends at 6
+    assert store.resume_point(cache, tokens) == 6
+    assert prefix_of(store.get(cache.match_prefix(tokens[:6]).node, 6)) == tokens[:6]
+    cache.evict(cache.sizes().evictable)
+    assert store.resume_point(cache, tokens) == 0
+    put_kv(cache, tokens)  # the same KV again, in new nodes: the old snapshot stays dead
+    assert store.resume_point(cache, tokens) == 0
+    store.check()
+
+
+def test_put_rejects_a_node_that_does_not_end_there() -> None:
+    cache, store = make_cache(), StateStore(10_000)
+    put_kv(cache, list(range(1, 9)))
+    node = cache.match_prefix(list(range(1, 9))).node
+    assert not store.put(node, 4, state_of([1, 2, 3, 4])) and len(store) == 0
+
+
+def test_budget_drops_least_recently_used() -> None:
+    cache = make_cache()
+    size = state_of([1, 2]).nbytes
+    store = StateStore(2 * size)
+    a, b, c = [1, 2, 3, 4], [5, 6, 7, 8], [9, 10, 11, 12]
+    for t in (a, b, c):
+        put_kv(cache, t)
+    assert snapshot(cache, store, a, 2) and snapshot(cache, store, b, 2)
+    assert store.resume_point(cache, a + [0]) == 2  # touches a's snapshot: b's is now the oldest
+    store.get(cache.match_prefix(a[:2]).node, 2)
+    assert snapshot(cache, store, c, 2)
+    assert [store.resume_point(cache, t) for t in (a, b, c)] == [2, 0, 2]
+    assert not store.put(cache.match_prefix(a[:4]).node, 4, state_of(a + [0] * 20))  # larger than the budget
+    store.check()
+
+
+@pytest.mark.parametrize("budget", [-1, 1.5, True, "1"])
+def test_bad_budget_is_rejected(budget: object) -> None:
+    with pytest.raises(InvalidArgumentError):
+        StateStore(budget)  # type: ignore[arg-type]
+
+
+tokens_st = st.lists(st.integers(0, 3), min_size=1, max_size=14)
+
+
+class StoreMachine(RuleBasedStateMachine):
+    """Random inserts, snapshots, matches (which split edges), evictions; a budget of ~4 snapshots."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.cache = make_cache()
+        self.store = StateStore(4 * state_of([0] * 8).nbytes)
+        self.nodes: dict[tuple[int, ...], object] = {}  # prefix -> the node its snapshot was put under
+
+    @rule(tokens=tokens_st)
+    def insert(self, tokens: list[int]) -> None:
+        try:
+            put_kv(self.cache, tokens)
+        except OutOfSlotsError:
+            pass
+
+    @rule(tokens=tokens_st, pages=st.integers(1, 7))
+    def take_snapshot(self, tokens: list[int], pages: int) -> None:
+        p = min(pages * PAGE, self.cache.match_prefix(tokens).length)
+        if p and snapshot(self.cache, self.store, tokens, p):
+            self.nodes[tuple(tokens[:p])] = self.cache.match_prefix(tokens[:p]).node
+
+    @rule(n=st.integers(1, 16))
+    def evict(self, n: int) -> None:
+        self.cache.evict(n)
+
+    @rule(tokens=tokens_st)
+    def resume(self, tokens: list[int]) -> None:
+        p = self.store.resume_point(self.cache, tokens)
+        match = self.cache.match_prefix(tokens[:p])
+        assert match.length == p, "claimed a position whose KV is not cached"
+        if p:
+            state = self.store.get(match.node, p)
+            assert state is not None and prefix_of(state) == tokens[:p], "claimed a snapshot of another prefix"
+        # Nothing longer was claimable: no deeper snapshot on this path is alive (a live node keeps its KV).
+        for q in range(p + PAGE, len(tokens) + 1, PAGE):
+            node = self.nodes.get(tuple(tokens[:q]))
+            assert node is None or not self.store.has(node), f"a live snapshot at {q} beyond the claimed {p}"  # type: ignore[arg-type]
+
+    @invariant()
+    def consistent(self) -> None:
+        self.cache.check_invariants()
+        self.store.check()
+
+
+TestStoreMachine = StoreMachine.TestCase
+TestStoreMachine.settings = settings(max_examples=60, stateful_step_count=40, deadline=None)
+
+
+def test_spare_snapshots_go_first_until_used() -> None:
+    cache = make_cache()
+    store = StateStore(2 * state_of([1, 2]).nbytes)
+    a, b, c, d = [1, 2, 3, 4], [5, 6, 7, 8], [9, 10, 11, 12], [13, 14, 15, 16]
+    for t in (a, b, c, d):
+        put_kv(cache, t)
+    node = {tuple(t): cache.match_prefix(t[:2]).node for t in (a, b, c, d)}
+    assert store.put(node[tuple(b)], 2, state_of(b[:2]))
+    assert store.put(node[tuple(a)], 2, state_of(a[:2]), spare=True)
+    assert store.put(node[tuple(c)], 2, state_of(c[:2]))  # drops spare a, though b is older
+    assert [store.has(node[tuple(t)]) for t in (a, b, c)] == [False, True, True]
+    assert store.put(node[tuple(a)], 2, state_of(a[:2]), spare=True)  # drops b (oldest, no spare left)
+    assert store.get(node[tuple(a)], 2) is not None  # used: a regular snapshot now
+    assert store.put(node[tuple(d)], 2, state_of(d[:2]))  # drops c (least recently used), not a
+    assert [store.has(node[tuple(t)]) for t in (a, b, c, d)] == [True, False, False, True]
+    store.check()
