@@ -1,5 +1,5 @@
 """The `radixkv` command (also `python -m radixkv`): `bench` (prefix-sharing benchmark), `calc`
-(KV-cache sizing) and `demo` (a radix tree you can read).
+(KV-cache sizing), `demo` (a radix tree you can read) and `simulate` (schedules on traces with arrival times).
 
 Flags that exist in vLLM keep vLLM's names: `--tensor-parallel-size/-tp`, `--kv-cache-dtype`,
 `--dtype` (the weights' dtype), `--max-model-len`, `--gpu-memory-utilization`, `--block-size`
@@ -246,16 +246,18 @@ def _calc_parser(sub: argparse._SubParsersAction) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     from radixkv.eviction import POLICIES
+    from radixkv.scheduling import command as simulate_command
 
     p = _Parser(prog="radixkv", description=__doc__.split("\n\n")[0], allow_abbrev=False,
                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--version", action="version", version=version_line())
-    sub = p.add_subparsers(dest="cmd", required=True, metavar="{bench,calc,demo}")
+    sub = p.add_subparsers(dest="cmd", required=True, metavar="{bench,calc,demo,simulate}")
     _bench_parser(sub)
     _calc_parser(sub)
     d = _subparser(sub, "demo", "print a small radix tree, then evict under pressure", cmd_demo)
     d.add_argument("--policy", choices=sorted(POLICIES), default="lru", help="eviction policy")
     d.add_argument("--capacity", type=_capacity, default=32, help="token slots in the demo cache")
+    simulate_command.add_parser(sub, _subparser)
     return p
 
 

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import zlib
 
+import pytest
 import torch
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from radixkv import CacheConfig, RadixCache
 from radixkv.integrations.scheduler import Request, Scheduler
+from radixkv.scheduling import POLICIES
 
 VOCAB = 50
 
@@ -32,8 +34,9 @@ def expected(prompt: list[int], max_new: int) -> list[int]:
     return toks[len(prompt):]
 
 
-def run(cache: RadixCache, prompts: list[list[int]], max_new: int, budget: int) -> tuple[list[list[int]], int]:
-    sched = Scheduler(cache, budget)
+def run(cache: RadixCache, prompts: list[list[int]], max_new: int, budget: int,
+        schedule: str = "auto") -> tuple[list[list[int]], int]:
+    sched = Scheduler(cache, budget, schedule=schedule)
     reqs = [Request(i, list(p), len(p), max_new) for i, p in enumerate(prompts)]
     for r in reqs:
         sched.validate(r.prompt_len, max_new)
@@ -66,9 +69,9 @@ def shared_prompts(seed: int, n: int, system: int, own_max: int) -> list[list[in
 
 @given(seed=st.integers(0, 10**6), page_size=st.sampled_from([1, 2, 4, 16]),
        pages=st.integers(6, 40), budget=st.integers(1, 64), max_new=st.integers(1, 12),
-       n=st.integers(1, 10), max_requests=st.integers(1, 6))
+       n=st.integers(1, 10), max_requests=st.integers(1, 6), schedule=st.sampled_from(sorted(POLICIES)))
 def test_random_workloads_finish_with_the_right_tokens(seed: int, page_size: int, pages: int, budget: int,
-                                                       max_new: int, n: int, max_requests: int) -> None:
+                                                       max_new: int, n: int, max_requests: int, schedule: str) -> None:
     system = 3 * page_size
     cfg = CacheConfig(num_layers=1, num_kv_heads=1, head_dim=4, num_slots=pages * page_size, page_size=page_size,
                       max_requests=max_requests, max_context_len=256, dtype=torch.float32)
@@ -76,17 +79,18 @@ def test_random_workloads_finish_with_the_right_tokens(seed: int, page_size: int
     longest = max(len(p) for p in prompts) + max_new
     assume(longest + page_size <= cfg.num_slots)  # else validate() rejects it (tested with the Engine)
     cache = RadixCache(cfg)
-    outs, _ = run(cache, prompts, max_new, budget)
+    outs, _ = run(cache, prompts, max_new, budget, schedule)
     assert outs == [expected(p, max_new) for p in prompts]
     sizes = cache.sizes()
     assert sizes.private == 0 and sizes.protected == 0, sizes
 
 
-def test_tight_pool_preempts_and_still_finishes() -> None:
+@pytest.mark.parametrize("schedule", sorted(POLICIES))
+def test_tight_pool_preempts_and_still_finishes(schedule: str) -> None:
     cfg = CacheConfig(num_layers=1, num_kv_heads=1, head_dim=4, num_slots=48, page_size=4,
                       max_requests=8, max_context_len=256, dtype=torch.float32)
     prompts = shared_prompts(1, 8, system=12, own_max=6)
-    outs, preemptions = run(RadixCache(cfg), prompts, max_new=16, budget=16)
+    outs, preemptions = run(RadixCache(cfg), prompts, max_new=16, budget=16, schedule=schedule)
     assert outs == [expected(p, 16) for p in prompts]
     assert preemptions > 0
 

@@ -16,7 +16,9 @@ known tokens, the step's logits at that position give the request's next token.
 Policy (nano-vllm / SGLang style):
 1. Running requests that decode are planned first, oldest first, then running requests that are
    still prefilling take chunks from the remaining budget.
-2. Waiting requests are admitted (oldest first) while the budget, free rows and slots last; a
+2. Waiting requests are admitted in the order of the schedule policy (radixkv/scheduling/: fcfs,
+   lpm, dfs-weight, hrrn, auto) over the oldest `window` of them, then the rest oldest first,
+   while the budget, free rows and slots last; a
    request is admitted only if the slots still available afterwards cover one new page per
    running request, so that admitting it does not force a preemption at the next decode.
    A waiting request whose first `probe` tokens equal those of a request still in prefill (one
@@ -33,13 +35,15 @@ Policy (nano-vllm / SGLang style):
 
 from __future__ import annotations
 
+import itertools
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from radixkv import ContextLengthError, InvalidTokensError, OutOfRowsError, OutOfSlotsError, RadixCache
 from radixkv.errors import InvalidArgumentError
+from radixkv.scheduling import Policy, PrefixEstimates, make_policy
 
 if TYPE_CHECKING:
     import torch
@@ -58,6 +62,7 @@ class Request:
     first_token_s: float | None = None  # seconds from generate() start to the first new token
     reused_tokens: int = 0  # prompt tokens found in the cache at the first open()
     opened: bool = False
+    arrival: float = 0.0  # Scheduler clock when it was added (the policies' waiting time starts here)
 
     @property
     def output(self) -> list[int]:
@@ -92,14 +97,28 @@ class Scheduler:
         cache: the RadixCache that holds every request's KV.
         max_batch_tokens: token budget of one forward (decode tokens + prefill chunks).
         namespace: the cache namespace every request is matched and inserted under.
+        schedule: the order of the waiting queue, a name in radixkv.scheduling.POLICIES.
+        clock: the policies' time, in units of one token's prefill; None counts the tokens this
+            Scheduler has planned (what a forward costs, roughly), so no wall clock is read.
+        window: how many of the oldest waiting requests the policy orders each step.
+        match_per_step: how many waiting requests are matched against the tree each step, at most.
     """
 
-    def __init__(self, cache: RadixCache, max_batch_tokens: int, namespace: str | None = None) -> None:
+    def __init__(self, cache: RadixCache, max_batch_tokens: int, namespace: str | None = None,
+                 schedule: str = "auto", clock: Callable[[], float] | None = None, window: int = 256,
+                 match_per_step: int = 32) -> None:
         if max_batch_tokens < 1:
             raise InvalidArgumentError(f"max_batch_tokens must be >= 1, got {max_batch_tokens}")
+        if window < 1 or match_per_step < 1:
+            raise InvalidArgumentError(f"window and match_per_step must be >= 1, got {window}, {match_per_step}")
         self.cache = cache
         self.max_batch_tokens = max_batch_tokens
         self.namespace = namespace
+        self.estimates = PrefixEstimates(cache, namespace, match_per_step)
+        self.policy: Policy = make_policy(schedule, self.estimates)
+        self.window = window
+        self.planned = 0  # tokens planned so far: the default clock
+        self.clock = clock or (lambda: float(self.planned))
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []  # admission order: oldest first
         self.num_preemptions = 0
@@ -125,6 +144,8 @@ class Scheduler:
                              f"(page_size {cfg.page_size}); raise num_slots")
 
     def add(self, req: Request) -> None:
+        """Queue `req`; its waiting time starts now (`req.arrival` = the clock)."""
+        req.arrival = self.clock()
         self.waiting.append(req)
 
     @property
@@ -145,7 +166,8 @@ class Scheduler:
                 plan.add(req, n)
                 budget -= n
         self._admit(plan, budget)
-        if not plan.requests and not self.idle:
+        self.planned += sum(plan.chunks)
+        if not plan.requests and not self.running and self.waiting:
             raise OutOfSlotsError(
                 f"no request can run: {len(self.waiting)} waiting, {len(self.running)} running, "
                 f"cache {self.cache.sizes()}; raise num_slots or max_requests")
@@ -191,10 +213,23 @@ class Scheduler:
     def _prefix_key(self, req: Request) -> tuple[int, ...] | None:
         return tuple(req.tokens[:self.probe]) if len(req.tokens) > self.probe else None
 
+    def _candidates(self) -> Iterator[Request]:
+        """Waiting requests in admission order: the policy's order of the window, then the rest
+        oldest first (listed only if the loop gets that far). `_admit` removes from the queue."""
+        window = list(itertools.islice(self.waiting, self.window))
+        if self.policy.matches:
+            self.estimates.refresh(window)
+        yield from self.policy.order(window, self.clock())
+        if len(self.waiting) > len(window):
+            seen = set(window)
+            yield from [r for r in self.waiting if r not in seen]
+
     def _admit(self, plan: Plan, budget: int) -> None:
         page = self.cache.config.page_size
+        if budget <= 0 or not self.waiting or not self._fits(1, page):
+            return  # nothing can be admitted: skip ordering and matching
         in_prefill = {self._prefix_key(r) for r in self.running if r.pending > 1} - {None}
-        for req in list(self.waiting):
+        for req in self._candidates():
             if budget <= 0:
                 return
             key = self._prefix_key(req)
@@ -209,6 +244,8 @@ class Scheduler:
                 self.cache.close(seq)
                 return
             self.waiting.remove(req)
+            self.estimates.drop(req)
+            self.policy.admitted(req, self.clock())
             if seq.committed_len < self.probe and n > 1:  # it computes its first tokens now
                 in_prefill.add(key)
             if not req.opened:

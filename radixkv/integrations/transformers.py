@@ -69,6 +69,7 @@ from radixkv.integrations.recurrent import RecurrentRunner
 from radixkv.integrations.sampling import SamplingParams, make_generator, sample
 from radixkv.integrations.scheduler import Plan, Request, Scheduler
 from radixkv.integrations.stats import GenerateStats
+from radixkv.scheduling import POLICIES
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -106,6 +107,8 @@ class Engine:
         namespace: the cache namespace every request is matched and inserted under.
         cascade: decode steps whose requests share cached prefixes read each shared prefix once per
             group (`radixkv.kernels.cascade_decode`); False: always flat `decode_attention`.
+        schedule: the order of the waiting queue, one of `radixkv.scheduling.POLICIES` (fcfs, fcfs-match,
+            lpm, dfs-weight, hrrn, auto). Output never depends on it, only reuse and latency.
         **cache_options: when `cache_config` is None, CacheConfig fields (`num_slots`, `page_size`,
             `max_requests`, `max_context_len`, `eviction`, `dtype`, ...). Anything else raises
             InvalidArgumentError.
@@ -113,18 +116,21 @@ class Engine:
 
     def __init__(self, model: PreTrainedModel, cache_config: CacheConfig | None = None, *, tokenizer: Any = None,
                  max_batch_tokens: int = 512, namespace: Any = None, cascade: bool = True,
-                 **cache_options: Any) -> None:
+                 schedule: str = "auto", **cache_options: Any) -> None:
         unknown = sorted(set(cache_options) - _CACHE_FIELDS)
         if unknown:
             close = [m for u in unknown for m in difflib.get_close_matches(u, _CACHE_FIELDS, n=1)]
             raise InvalidArgumentError(f"unknown Engine options {unknown}" + (f" (did you mean {close}?)" if close else "")
-                                       + f"; Engine takes tokenizer, max_batch_tokens, namespace, cascade and the CacheConfig "
+                                       + f"; Engine takes tokenizer, max_batch_tokens, namespace, cascade, schedule and the CacheConfig "
                                        f"fields {sorted(_CACHE_FIELDS)}")
         if cache_config is not None and cache_options:
             raise InvalidArgumentError(f"pass either cache_config or CacheConfig fields {sorted(cache_options)}, not both")
         if not isinstance(cascade, bool):
             raise InvalidArgumentError(f"Engine(cascade=...) takes a bool, got {type(cascade).__name__}")
         self.cascade = cascade
+        if not isinstance(schedule, str) or schedule not in POLICIES:
+            raise InvalidArgumentError(f"Engine(schedule={schedule!r}): choose from {', '.join(POLICIES)}")
+        self.schedule = schedule
         if not model._can_set_attn_implementation():
             raise InvalidArgumentError(f"{type(model).__name__} does not dispatch attention through AttentionInterface")
         self.layer_groups = layer_groups(model.config)  # raises UnsupportedModelError for an unknown layer kind
@@ -194,7 +200,7 @@ class Engine:
 
     def _run(self, prompts: list[list[int]], opts: generation_options.GenerateOptions) -> list[list[int]]:
         params = opts.sampling
-        sched = Scheduler(self.cache, self.max_batch_tokens, self.namespace)
+        sched = Scheduler(self.cache, self.max_batch_tokens, self.namespace, self.schedule)
         if self.recurrent is not None:
             sched.reuse_limit = self.recurrent.reuse_limit
         requests = [Request(i, p, len(p), opts.new_tokens(len(p), f"prompt {i}"), make_generator(params, i))
