@@ -59,11 +59,21 @@ class TreeCore:
         self.page_bytes = 4 * page_size
         self.tick = 0  # logical clock: +1 per match or insert that touches nodes
         self._next_id = 0
+        self._matched_tick = -1  # the tick of the last match when nothing has ticked since, else -1
 
     def make_node(self, ns: bytes, parent: PrefixNode | None, key: bytes) -> PrefixNode:
         node = self.node_type(self, self._next_id, ns, parent, key, self.tick)
         self._next_id += 1
         return node
+
+    def count_insert_use(self, path: list, leaf: PrefixNode | None) -> None:
+        """A direct insert is a use of `path` (as in SGLang), but a request's match followed by its own
+        insert counts once: from the end, the nodes the last match already counted are a prefix."""
+        seen = self.tick if self._matched_tick == self.tick else -1
+        for n in reversed(path):
+            if n.last_access == seen and n is not leaf:
+                break
+            n.hit_count += 1
 
     def walk(self, key: bytes, node: PrefixNode) -> tuple[list, int]:
         """Read-only: the nodes a match of `key` (whole pages) below `node` passes through and the

@@ -89,7 +89,6 @@ class ShadowTree(TreeCore):
         self._held: ShadowNode | None = None  # the path end an insert protects while it evicts
         self._version = 0  # bumped by every insert: a remembered walk is valid only within one version
         self._matched: tuple | None = None  # (ns, key, path, matched bytes, version) of the last match
-        self._matched_tick = -1  # the tick of the last match when nothing has ticked since, else -1
 
     def _root(self, ns: bytes) -> ShadowNode:
         root = self.roots[ns] = self.make_node(ns, None, b"")
@@ -167,12 +166,8 @@ class ShadowTree(TreeCore):
             self.used += leaf.size
             path.append(leaf)
             self.index.discard(node)
-        if use and self._counts_uses:  # as RadixTree.insert: from the end, the last match's nodes are a prefix
-            seen = self.tick if self._matched_tick == self.tick else -1
-            for n in reversed(path):
-                if n.last_access == seen and n is not leaf:
-                    break
-                n.hit_count += 1
+        if use and self._counts_uses:
+            self.count_insert_use(path, leaf)
         if path:
             self._touch(path, hit=False)
         if leaf is None:

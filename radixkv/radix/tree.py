@@ -59,7 +59,6 @@ class RadixTree(TreeCore):
         self._learns = policy.learns
         self._insert_is_use = policy.insert_is_use
         self._epoch = policy.epoch  # the policy's order the indexes are keyed by
-        self._matched_tick = -1  # the tick of the last match when nothing has ticked since, else -1
 
     # ------------------------------------------------------------------ structure
 
@@ -242,12 +241,8 @@ class RadixTree(TreeCore):
         if priority > 0:
             for n in path:
                 n.priority = max(n.priority, priority)
-        if use and self._insert_is_use:  # from the end: the nodes the last match counted are a prefix
-            seen = self.tick if self._matched_tick == self.tick else -1
-            for n in reversed(path):
-                if n.last_access == seen and n is not leaf:
-                    break
-                n.hit_count += 1
+        if use and self._insert_is_use:
+            self.count_insert_use(path, leaf)
         if path:
             self._touch(path, hit=False)
         self.gain_device(gained)
