@@ -82,7 +82,7 @@ def test_live_stream_and_a_late_subscriber_after_the_ring_rolled_over() -> None:
 def test_batches_dropped_at_the_high_water_mark_are_replayed() -> None:
     rng, cache, index = np.random.default_rng(1), make_cache(), InMemoryIndex()
     pub = publisher(cache, hwm=2, buffer_steps=10_000)
-    sub = ZmqSubscriber(index, sync_interval_s=0.2)
+    sub = ZmqSubscriber(index, sync_interval_s=0.2, rcvhwm=2)  # both ends hold 2: the rest must drop
     sub.connect(pub.endpoint, pub.replay_endpoint)
     for _ in range(300):  # nobody reads meanwhile: PUB drops at 2 queued messages
         serve(cache, rng)
