@@ -84,6 +84,13 @@ def test_batches_dropped_at_the_high_water_mark_are_replayed() -> None:
     pub = publisher(cache, hwm=2, buffer_steps=10_000)
     sub = ZmqSubscriber(index, sync_interval_s=0.2, rcvhwm=2)  # both ends hold 2: the rest must drop
     sub.connect(pub.endpoint, pub.replay_endpoint)
+    t0 = time.monotonic()  # joined (ZMQ's slow joiner) and in step: from here a lost batch is a gap in the stream
+    while sub.stats.batches - sub.stats.snapshots < 3:
+        assert time.monotonic() - t0 < BOUND_S, f"no live batch reached the subscriber: {sub.stats}"
+        serve(cache, rng)
+        pub.publish()
+        sub.poll(0.01)
+    converge(sub, index, "pod-0", cache)
     for _ in range(300):  # nobody reads meanwhile: PUB drops at 2 queued messages
         serve(cache, rng)
         pub.publish()
