@@ -3,7 +3,7 @@ production-shaped workloads (radixkv/bench/workloads.py) as tokens-format JSON l
 recorded answer; no timestamps, so the simulator draws Poisson arrivals at the requested load), and a
 Mooncake-shaped trace (radixkv/scheduling/synth.py). Generated, never committed.
 
-    python bench/sched_traces.py --out /tmp/traces --workloads gsp,chat,agent,tools --mooncake 12000
+    python bench/sched_traces.py --out bench/out/traces --workloads gsp,chat,agent,tools --mooncake 12000
 """
 
 from __future__ import annotations
