@@ -177,7 +177,7 @@ def _length(d: dict) -> int:
 
 
 def _record(d: dict, n: int) -> TraceRecord:
-    stamp = _timestamp(d)
+    stamp = timestamp_ms(d)
     if "tokens" in d:
         _check_ids(d["tokens"], "tokens", _MAX_ID)
         toks = np.array(d["tokens"], dtype=np.int32)
@@ -207,10 +207,11 @@ def _optional_int(d: dict, key: str) -> int | None:
     return None if d.get(key) is None else _int(d, key, 0, MAX_REQUEST_TOKENS, 0)
 
 
-def _timestamp(d: dict) -> float | None:
+def timestamp_ms(d: dict) -> float | None:
+    """A trace line's optional `timestamp` (milliseconds, finite, >= 0); TraceFormatError otherwise."""
     v = d.get("timestamp")
     if v is None:
         return None
     if type(v) not in (int, float) or not math.isfinite(v) or v < 0:
-        raise TraceFormatError(f"'timestamp' must be a number >= 0 (milliseconds), got {v!r:.40}")
+        raise TraceFormatError(f"'timestamp' must be a finite number >= 0 (milliseconds), got {v!r:.40}")
     return float(v)

@@ -27,10 +27,9 @@ radixkv/bench/traces.py's `read_trace` itself.
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass
 
-from radixkv.bench.traces import DEFAULT_BLOCK_SIZE, read_trace
+from radixkv.bench.traces import DEFAULT_BLOCK_SIZE, read_trace, timestamp_ms
 from radixkv.errors import TraceFormatError
 
 
@@ -87,12 +86,10 @@ def _json_lines(path: str) -> list[tuple[int, dict]]:
 
 
 def _timestamp(d: dict, where: str) -> float | None:
-    v = d.get("timestamp")
-    if v is None:
-        return None
-    if type(v) not in (int, float) or not math.isfinite(v) or v < 0:
-        raise TraceFormatError(f"{where}: 'timestamp' must be a finite number >= 0 (milliseconds), got {v!r:.40}")
-    return float(v)
+    try:
+        return timestamp_ms(d)
+    except TraceFormatError as e:
+        raise TraceFormatError(f"{where}: {e}") from None
 
 
 def _check_order(times: list[float | None], lines: list[tuple[int, dict]], path: str) -> None:
