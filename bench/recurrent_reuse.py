@@ -22,13 +22,15 @@ Qwen3-Next-80B-A3B, Falcon-H1), measured on one mixer built at full size and run
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 import torch
 
 from radixkv.integrations.layer_groups import layer_groups
 from radixkv.integrations.recurrent import RecurrentRunner
 from radixkv.integrations.recurrent_state import RecurrentState, StateCache
-from radixkv.integrations.transformers import Engine
+from radixkv.integrations.transformers import Engine, kv_layers
+from radixkv.pools import TokenToKVPool
 from radixkv.testing.hybrid_models import FAMILIES, build_hybrid
 
 
@@ -113,7 +115,17 @@ def full_size_state_bytes() -> None:
         per_layer = RecurrentState.take(cache, 0, 1).nbytes
         layers = sum(len(g.layers) for g in layer_groups(config) if g.kind == "recurrent")
         print(f"{name}: {per_layer:,} B per recurrent layer x {layers} of {config.num_hidden_layers} layers = "
-              f"{per_layer * layers / 2**20:.2f} MiB per request")
+              f"{per_layer * layers / 2**20:.2f} MiB per request; {pool_bytes(config)}")
+
+
+def pool_bytes(config: Any) -> str:
+    """KV bytes per token slot (bf16) of the Engine's pool, attention layers only vs every layer."""
+    cfg = config.get_text_config(decoder=True)
+    dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    shape = (1, cfg.num_hidden_layers, cfg.num_key_value_heads, dim, torch.bfloat16, "cpu")
+    ours, every = TokenToKVPool(*shape, kv_layers=kv_layers(config)), TokenToKVPool(*shape)
+    return (f"pool KV {ours.bytes_per_token:,} B per token ({len(ours.kv_layers)} attention layers) vs "
+            f"{every.bytes_per_token:,} B with a buffer for every layer ({ours.bytes_per_token / every.bytes_per_token:.3f})")
 
 
 def main(argv: list[str] | None = None) -> None:

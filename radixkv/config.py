@@ -37,6 +37,9 @@ class CacheConfig:
     # How KV events name blocks (radixkv.events.hashing): "xxh3" (radixkv's chain, the cheapest), or
     # vLLM's own "sha256_cbor" / "xxhash_cbor", so routers that hash prompts like vLLM find our blocks.
     event_hash: str = "xxh3"
+    # Decoder layers that hold KV, ascending (None: all num_layers). A hybrid model's recurrent-only
+    # layers (Jamba's Mamba, Qwen3-Next's gated delta net) hold none: the pool allocates no buffer for them.
+    kv_layers: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         for name in ("num_layers", "num_kv_heads", "head_dim", "num_slots", "page_size",
@@ -70,6 +73,8 @@ class CacheConfig:
         if self.event_hash not in EVENT_HASHES:
             raise ConfigError(f"CacheConfig.event_hash must be one of {EVENT_HASHES}, got {self.event_hash!r:.60}")
         _check_device(self.device)
+        if self.kv_layers is not None:
+            _check_kv_layers(self.kv_layers, self.num_layers)
 
     @property
     def pin_budget(self) -> int:
@@ -79,6 +84,13 @@ class CacheConfig:
     @property
     def num_pages(self) -> int:
         return self.num_slots // self.page_size
+
+
+def _check_kv_layers(layers: object, num_layers: int) -> None:
+    ok = isinstance(layers, tuple) and all(type(i) is int and 0 <= i < num_layers for i in layers)
+    if not ok or list(layers) != sorted(set(layers)):  # type: ignore[arg-type]
+        raise ConfigError(f"CacheConfig.kv_layers must be a tuple of distinct ascending layer indices in "
+                          f"[0, {num_layers}), got {layers!r:.80}")
 
 
 def _check_device(device: object) -> None:
