@@ -22,6 +22,7 @@ Qwen3-Next-80B-A3B, Falcon-H1), measured on one mixer built at full size and run
 from __future__ import annotations
 
 import argparse
+import time
 from typing import Any
 
 import torch
@@ -71,8 +72,8 @@ def conversations(args: argparse.Namespace) -> tuple[list[list[int]], list[list[
 
 
 def run(model: torch.nn.Module, policy: str, args: argparse.Namespace, budget: int) -> tuple[list, ...]:
-    """Every turn of every conversation under `policy`: per turn (reused, kv-matched, prompt) tokens, and
-    every answer."""
+    """Every turn of every conversation under `policy`: per turn (reused, kv-matched, prompt) tokens,
+    every answer, and (model forwards, seconds)."""
     engine = Engine(model, num_slots=8192, page_size=args.page_size, dtype=torch.float32, max_context_len=1024,
                     max_requests=args.convs, max_batch_tokens=256)
     if policy.startswith("align"):
@@ -81,9 +82,13 @@ def run(model: torch.nn.Module, policy: str, args: argparse.Namespace, budget: i
     else:
         engine.recurrent = MeasuredRunner(model, engine.cache, None, 0 if policy == "none" else budget)
     engine.step_hooks[:] = [engine.recurrent.flush]
+    engine.recurrent.resumes_chunks &= not args.token_by_token
     firsts, msgs = conversations(args)
     history = [list(s) for s in firsts]
     reused, kv, total, outputs = [], [], [], []
+    forwards: list[int] = []
+    hook = model.register_forward_hook(lambda *_: forwards.append(1))
+    start = time.perf_counter()
     for t in range(args.turns):
         prompts = [h + m[t] for h, m in zip(history, msgs)]
         before = engine.recurrent.kv_matched
@@ -93,7 +98,8 @@ def run(model: torch.nn.Module, policy: str, args: argparse.Namespace, budget: i
         total.append(engine.last_stats.prompt_tokens)
         outputs.extend(answers)
         history = [p + a for p, a in zip(prompts, answers)]
-    return reused, kv, total, outputs
+    hook.remove()
+    return reused, kv, total, outputs, (len(forwards), time.perf_counter() - start)
 
 
 def full_size_state_bytes() -> None:
@@ -141,6 +147,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--policies", default="snapshots,align-64,align-256,none")
     parser.add_argument("--snapshots-per-request", type=int, default=4, help="state budget, in states per conversation")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--token-by-token", action="store_true",
+                        help="run chunks that continue a state token by token (as Jamba did before recurrent_scan.py)")
     parser.add_argument("--state-bytes", action="store_true", help="print full-size configs' state bytes instead")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
@@ -156,13 +164,13 @@ def main(argv: list[str] | None = None) -> None:
           f"budget {budget:,} bytes for every policy")
     baseline = None
     for policy in args.policies.split(","):
-        reused, kv, total, outputs = run(model, policy, args, budget)
+        reused, kv, total, outputs, (forwards, seconds) = run(model, policy, args, budget)
         assert baseline is None or outputs == baseline, f"{policy} changed the greedy output"
         baseline = outputs
         later = sum(total[1:])
         print(f"{policy:>10}: hit rate {sum(reused) / sum(total):.3f} ({sum(reused)}/{sum(total)} prompt tokens), "
               f"turns>=2 {sum(reused[1:]) / later:.3f}; kv bound {sum(kv) / sum(total):.3f}, "
-              f"turns>=2 {sum(kv[1:]) / later:.3f}")
+              f"turns>=2 {sum(kv[1:]) / later:.3f}; {forwards} model forwards, {seconds:.1f} s")
 
 
 if __name__ == "__main__":
