@@ -63,7 +63,7 @@ class RadixCache:
         self.config = config
         self.page_size = ps = config.page_size
         self.kv_pool = TokenToKVPool(config.num_slots, config.num_layers, config.num_kv_heads,
-                                     config.head_dim, config.dtype, config.device)
+                                     config.head_dim, config.dtype, config.device, kv_layers=config.kv_layers)
         self.ledger = PageLedger(config.num_pages, ps)
         self.mm_keys = MultiModalKeys()  # multimodal items' tree ids, by whole content hash
         self.events = (EventRecorder(config.event_block_size, ps, config.event_hash, self.mm_keys)
