@@ -15,9 +15,9 @@ tokens with a host-tier copy. Where KV lives is kept in evictable indexes, order
     host_index   nodes with a host copy and no child with one                   (host leaves)
     group_index  per secondary layer group, the nodes holding a component       (components.py)
 
-Every residency change goes through gain_device / drop_device / set_host / lose_host / unlink, which
-keep the counters, the indexes, pins (pins.py: their own state; told of splits and drops) and the
-event listener in step.
+Every residency change goes through radix/residency.py (gain_device, drop_device, set_host,
+lose_host, unlink), which keeps the counters, the indexes, pins (pins.py: their own state; told of
+splits and drops) and the event listener in step.
 """
 
 from __future__ import annotations
@@ -29,11 +29,12 @@ import numpy as np
 
 from radixkv.errors import LockError
 from radixkv.eviction import EvictableIndex, EvictionPolicy, host_first
-from radixkv.radix.components import drop_component, split_components
+from radixkv.radix import residency
+from radixkv.radix.components import split_components
 from radixkv.radix.core import TreeCore
 from radixkv.radix.node import TreeNode
 from radixkv.radix.shadow import ShadowTree
-from radixkv.radix.types import DEVICE, HOST, USER, InsertResult, MatchInfo, PinKeeper, ResidencyListener
+from radixkv.radix.types import InsertResult, MatchInfo, PinKeeper, ResidencyListener
 
 _EMPTY = np.empty(0, dtype=np.int64)
 
@@ -245,7 +246,7 @@ class RadixTree(TreeCore):
             self.count_insert_use(path, leaf)
         if path:
             self._touch(path, hit=False)
-        self.gain_device(gained)
+        residency.gain_device(self, gained)
         if self._learns:
             if leaf is not None:
                 self.policy.on_insert(leaf)
@@ -289,80 +290,7 @@ class RadixTree(TreeCore):
         if node.tree is not self:
             raise LockError(f"{node} belongs to another RadixCache")
 
-    # ------------------------------------------------------------------ residency
-
-    def reindex(self, node: TreeNode) -> None:
-        """Recompute `node`'s membership of both evictable indexes."""
-        if node.parent is None:
-            return
-        children = node.children.values()
-        self.index.set(node, node.pages is not None and not node.lock_ref
-                       and not any(c.pages is not None for c in children))
-        if self.host_index is not None:
-            self.host_index.set(node, node.host_pages is not None
-                                and not any(c.host_pages is not None for c in children))
-
-    def device_changed(self, node: TreeNode) -> None:
-        """`node` gained or lost its device copy: its and its parent's index membership may
-        change, and so does its host-index key (host-only nodes go first)."""
-        self.reindex(node)
-        self.reindex(node.parent)
-        if self.host_index is not None:
-            self.host_index.refresh(node)
-
-    def gain_device(self, nodes: list[TreeNode]) -> None:
-        """`nodes` (unlocked, parents first) just got device pages."""
-        for node in nodes:
-            self.evictable_size += node.size
-            if node.children or self.host_index is not None:
-                self.device_changed(node)
-            else:  # a new leaf: the common case, without scanning siblings
-                self.index.add(node)
-                self.index.discard(node.parent)
-            if self.listener is not None:
-                self.listener.stored(node, DEVICE)
-
-    def drop_device(self, node: TreeNode) -> list[np.ndarray | None]:
-        """`node` (unlocked, no device child) loses its device KV, secondary components included;
-        returns those components' pages per secondary group (None: it had none)."""
-        if self.listener is not None:
-            self.listener.removed(node, DEVICE)
-        self.evictable_size -= node.size
-        if self.pins is not None:
-            self.pins.dropped(node)
-        node.pages = None
-        if not self.group_index:
-            return []
-        return [drop_component(self.group_index, node, g) for g in range(1, len(self.group_index) + 1)]
-
-    def set_host(self, node: TreeNode, host_pages: np.ndarray) -> None:
-        """`node` now has a host copy in `host_pages` (int64, one per page; the KV is copied)."""
-        node.host_pages = host_pages
-        self.host_size += node.size
-        self.reindex(node)
-        self.reindex(node.parent)
-        if self.listener is not None:
-            self.listener.stored(node, HOST)
-
-    def lose_host(self, node: TreeNode) -> None:
-        if self.listener is not None:
-            self.listener.removed(node, HOST)
-        self.host_size -= node.size
-        node.host_pages = None
-        self.reindex(node)
-        self.reindex(node.parent)
-
-    def unlink(self, node: TreeNode) -> None:
-        """Remove a node that no tier holds any more (it has no children)."""
-        self.index.discard(node)
-        if self.host_index is not None:
-            self.host_index.discard(node)
-        parent = node.parent
-        del parent.children[node.key[:self.page_bytes]]
-        node.evicted = True
-        self.reindex(parent)
-        if parent.parent is None:
-            self.release_root_if_idle(parent)
+    # ------------------------------------------------------------------ victims
 
     def pop_victim(self) -> TreeNode | None:
         """Remove and return the device leaf the policy evicts first (None when there is none)."""
@@ -377,6 +305,7 @@ class RadixTree(TreeCore):
         if self._learns:
             self.policy.on_evict(victim)
             self._follow_policy()
+
 
     # ------------------------------------------------------------------ iteration
 
