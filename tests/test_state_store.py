@@ -95,7 +95,9 @@ def test_full_group_gives_up_least_recently_used() -> None:
     cache.check_invariants()
 
 
-def test_locked_snapshots_stay_and_a_full_locked_group_refuses() -> None:
+def test_store_gives_up_locked_snapshots_the_tree_does_not() -> None:
+    """A lock keeps a snapshot from the tree's group eviction, not from the store's own choice (the
+    request holding the lock copied its state when it resumed)."""
     cache, store = make_store(snapshots=1)
     a, b = [1, 2, 3, 4], [5, 6, 7, 8]
     put_kv(cache, a)
@@ -103,10 +105,11 @@ def test_locked_snapshots_stay_and_a_full_locked_group_refuses() -> None:
     assert snapshot(cache, store, a, 2)
     node = cache.match_prefix(a[:2]).node
     cache.lock(node)
-    assert not snapshot(cache, store, b, 2)  # the only slot is under a lock: nothing stored, nothing changed
-    assert store.resume_point(cache, a) == 2 and store.resume_point(cache, b) == 0
+    assert cache.group(1).evict(1) == 0 and store.resume_point(cache, a) == 2  # the tree: protected
+    assert snapshot(cache, store, b, 2)  # the store: gives a's up for b's
+    assert store.resume_point(cache, a) == 0 and store.resume_point(cache, b) == 2
     cache.unlock(node)
-    assert snapshot(cache, store, b, 2) and store.resume_point(cache, a) == 0
+    assert cache.group(1).evict(1) == 1 and store.resume_point(cache, b) == 0  # evicted by the tree: gone
     store.check()
     cache.check_invariants()
 

@@ -10,9 +10,8 @@ snapshot there). As in SGLang's MambaRadixCache, that state is a component of th
   before full KV when the group runs short, drops a node's snapshot with its KV, and keeps a
   snapshot with the lower half of a split (the node keeps meaning the same prefix);
 - this store owns only what the tree cannot: the state tensors of each slot, and the order in which
-  it gives slots up (`put` into a full group first drops one of its snapshots that no lock protects,
-  spare ones never used first, then by `policy`); the tree's own order applies only when all of them
-  are locked. Policies (POLICIES):
+  it gives slots up (`put` into a full group first drops one of its snapshots, locked or not: spare
+  ones never used first, then by `policy`). Policies (POLICIES):
     "lru"    the least recently used;
     "flops"  Marconi's (arXiv 2411.19379): the lowest recency + alpha * FLOP efficiency, each scaled
              to [0, 1] over the candidates, FLOP efficiency being the prefill FLOPs a snapshot saves
@@ -115,7 +114,7 @@ class StateStore:
     def put(self, node: TreeNode, end: int, state: RecurrentState, spare: bool = False) -> bool:
         """Attach `state` (taken after `end` tokens; the store owns it now) to `node` as its snapshot,
         replacing any there; a `spare` one is given up before the others until it is used. Returns
-        False, storing nothing, if `node` does not end at `end` or every slot is held under a lock."""
+        False, storing nothing, if `node` does not end at `end` (or the group has no slot to give)."""
         if node.evicted or node.end != end:
             return False
         self._tick += 1
@@ -160,8 +159,10 @@ class StateStore:
             del self._entries[slot]
 
     def _give_up_one(self) -> None:
-        """Drop the snapshot `priority` ranks first among those no lock protects (none: the tree picks)."""
-        free = [e for e in self._entries.values() if not e.node.lock_ref]
+        """Drop one of this store's snapshots, by policy. Locks do not protect them here: a lock keeps a
+        running request's KV, and that request copied its state when it resumed (the tree's own
+        eviction, `group.evict`, still skips locked nodes)."""
+        free = list(self._entries.values())
         if not free:
             return
         spare = [e for e in free if e.spare]
