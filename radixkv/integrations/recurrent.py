@@ -38,8 +38,9 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from radixkv.errors import UnsupportedModelError
 from radixkv.integrations.attention import ForwardBatch
-from radixkv.integrations.layer_groups import check_served, layer_groups
+from radixkv.integrations.layer_groups import LayerGroup, check_served, layer_groups, layer_masks
 from radixkv.integrations.recurrent_batch import Span, Unit, one_token_spans, split_span, unit_inputs
 from radixkv.integrations.recurrent_scan import CONTINUED_SCANS, continued_scan
 from radixkv.integrations.recurrent_state import RecurrentState, StateCache
@@ -52,9 +53,13 @@ if TYPE_CHECKING:
     from radixkv.integrations.scheduler import Plan, Request
     from radixkv.results import LockHandle
 
+# "hybrid" layers (attention beside a recurrent mixer) are served for these families only: others that
+# declare them add what the attention function does not compute (Inkling: a relative-position bias and
+# other head shapes for sliding layers; Zamba: attention blocks shared across layers)
+HYBRID_FAMILIES = frozenset({"falcon_h1"})
 # model_type -> its recurrent mixers continue a cached state over several tokens in one forward
 # (Jamba's through recurrent_scan.continued_scan)
-RESUMES_CHUNKS = frozenset({"falcon_h1", "qwen3_next"}) | frozenset(CONTINUED_SCANS)
+RESUMES_CHUNKS = frozenset({"falcon_h1", "qwen3_next", "lfm2", "lfm3"}) | frozenset(CONTINUED_SCANS)
 DEFAULT_SNAPSHOTS = 4  # default store budget: this many states per request row
 
 
@@ -98,8 +103,11 @@ class RecurrentRunner:
     def __init__(self, model: PreTrainedModel, cache: RadixCache, namespace: Any,
                  budget_bytes: int | None = None) -> None:
         config = model.config.get_text_config(decoder=True)
-        groups = [g for g in layer_groups(config) if g.kind == "recurrent"]
+        every = layer_groups(config)
+        groups = [g for g in every if g.kind == "recurrent"]
         check_served(groups, type(model).__name__)
+        _check_hybrid(groups, config.model_type, type(model).__name__)
+        self.layer_masks = layer_masks(every, config.num_hidden_layers)  # sliding / chunked attention layers
         states = getattr(config, "number_of_conv_states", 1)
         self.recurrent_layers = {i: states for g in groups for i in g.layers}
         self.model, self.cache, self.namespace = model, cache, namespace
@@ -232,7 +240,7 @@ class RecurrentRunner:
         reqs = [plan.requests[s.index] for s in unit.spans]
         works = [self._work[r.seq] for r in reqs]
         sub = unit_inputs(step.inputs, step.kv_starts, unit)
-        fb = ForwardBatch(self.cache, sub, len(unit.spans) if unit.tokens == 1 else 0)
+        fb = ForwardBatch(self.cache, sub, len(unit.spans) if unit.tokens == 1 else 0, self.layer_masks)
         ids = torch.tensor([r.tokens[s.a:s.b] for r, s in zip(reqs, unit.spans)], device=device)
         positions = torch.stack([torch.arange(s.a, s.b, device=device) for s in unit.spans])
         kept = [(row, t) for row, s in enumerate(unit.spans)
@@ -254,3 +262,10 @@ class RecurrentRunner:
             self._pending.append(_Pending(req.tokens[:end], work.state.clone(), None, end in work.spare))
         elif end >= work.chain_from and end % self.page == 0 and end > 0:
             self._pending.append(_Pending(req.tokens[:end], work.state.clone(), req))
+
+
+def _check_hybrid(groups: list[LayerGroup], model_type: str, model_name: str) -> None:
+    hybrid = [i for g in groups if g.mixer == "hybrid" for i in g.layers]
+    if hybrid and model_type not in HYBRID_FAMILIES:
+        raise UnsupportedModelError(f"{model_name}: 'hybrid' layers {hybrid} (attention beside a recurrent mixer) are "
+                                    f"served exactly for {sorted(HYBRID_FAMILIES)} only; {model_type!r} is not one")
