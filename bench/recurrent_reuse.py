@@ -22,13 +22,16 @@ Qwen3-Next-80B-A3B, Falcon-H1), measured on one mixer built at full size and run
 from __future__ import annotations
 
 import argparse
+import time
+from typing import Any
 
 import torch
 
 from radixkv.integrations.layer_groups import layer_groups
 from radixkv.integrations.recurrent import RecurrentRunner
 from radixkv.integrations.recurrent_state import RecurrentState, StateCache
-from radixkv.integrations.transformers import Engine
+from radixkv.integrations.transformers import Engine, kv_layers
+from radixkv.pools import TokenToKVPool
 from radixkv.testing.hybrid_models import FAMILIES, build_hybrid
 
 
@@ -69,8 +72,8 @@ def conversations(args: argparse.Namespace) -> tuple[list[list[int]], list[list[
 
 
 def run(model: torch.nn.Module, policy: str, args: argparse.Namespace, budget: int) -> tuple[list, ...]:
-    """Every turn of every conversation under `policy`: per turn (reused, kv-matched, prompt) tokens, and
-    every answer."""
+    """Every turn of every conversation under `policy`: per turn (reused, kv-matched, prompt) tokens,
+    every answer, and (model forwards, seconds)."""
     engine = Engine(model, num_slots=8192, page_size=args.page_size, dtype=torch.float32, max_context_len=1024,
                     max_requests=args.convs, max_batch_tokens=256)
     if policy.startswith("align"):
@@ -79,9 +82,13 @@ def run(model: torch.nn.Module, policy: str, args: argparse.Namespace, budget: i
     else:
         engine.recurrent = MeasuredRunner(model, engine.cache, None, 0 if policy == "none" else budget)
     engine.step_hooks[:] = [engine.recurrent.flush]
+    engine.recurrent.resumes_chunks &= not args.token_by_token
     firsts, msgs = conversations(args)
     history = [list(s) for s in firsts]
     reused, kv, total, outputs = [], [], [], []
+    forwards: list[int] = []
+    hook = model.register_forward_hook(lambda *_: forwards.append(1))
+    start = time.perf_counter()
     for t in range(args.turns):
         prompts = [h + m[t] for h, m in zip(history, msgs)]
         before = engine.recurrent.kv_matched
@@ -91,7 +98,8 @@ def run(model: torch.nn.Module, policy: str, args: argparse.Namespace, budget: i
         total.append(engine.last_stats.prompt_tokens)
         outputs.extend(answers)
         history = [p + a for p, a in zip(prompts, answers)]
-    return reused, kv, total, outputs
+    hook.remove()
+    return reused, kv, total, outputs, (len(forwards), time.perf_counter() - start)
 
 
 def full_size_state_bytes() -> None:
@@ -113,7 +121,17 @@ def full_size_state_bytes() -> None:
         per_layer = RecurrentState.take(cache, 0, 1).nbytes
         layers = sum(len(g.layers) for g in layer_groups(config) if g.kind == "recurrent")
         print(f"{name}: {per_layer:,} B per recurrent layer x {layers} of {config.num_hidden_layers} layers = "
-              f"{per_layer * layers / 2**20:.2f} MiB per request")
+              f"{per_layer * layers / 2**20:.2f} MiB per request; {pool_bytes(config)}")
+
+
+def pool_bytes(config: Any) -> str:
+    """KV bytes per token slot (bf16) of the Engine's pool, attention layers only vs every layer."""
+    cfg = config.get_text_config(decoder=True)
+    dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    shape = (1, cfg.num_hidden_layers, cfg.num_key_value_heads, dim, torch.bfloat16, "cpu")
+    ours, every = TokenToKVPool(*shape, kv_layers=kv_layers(config)), TokenToKVPool(*shape)
+    return (f"pool KV {ours.bytes_per_token:,} B per token ({len(ours.kv_layers)} attention layers) vs "
+            f"{every.bytes_per_token:,} B with a buffer for every layer ({ours.bytes_per_token / every.bytes_per_token:.3f})")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -129,6 +147,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--policies", default="snapshots,align-64,align-256,none")
     parser.add_argument("--snapshots-per-request", type=int, default=4, help="state budget, in states per conversation")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--token-by-token", action="store_true",
+                        help="run chunks that continue a state token by token (as Jamba did before recurrent_scan.py)")
     parser.add_argument("--state-bytes", action="store_true", help="print full-size configs' state bytes instead")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
@@ -144,13 +164,13 @@ def main(argv: list[str] | None = None) -> None:
           f"budget {budget:,} bytes for every policy")
     baseline = None
     for policy in args.policies.split(","):
-        reused, kv, total, outputs = run(model, policy, args, budget)
+        reused, kv, total, outputs, (forwards, seconds) = run(model, policy, args, budget)
         assert baseline is None or outputs == baseline, f"{policy} changed the greedy output"
         baseline = outputs
         later = sum(total[1:])
         print(f"{policy:>10}: hit rate {sum(reused) / sum(total):.3f} ({sum(reused)}/{sum(total)} prompt tokens), "
               f"turns>=2 {sum(reused[1:]) / later:.3f}; kv bound {sum(kv) / sum(total):.3f}, "
-              f"turns>=2 {sum(kv[1:]) / later:.3f}")
+              f"turns>=2 {sum(kv[1:]) / later:.3f}; {forwards} model forwards, {seconds:.1f} s")
 
 
 if __name__ == "__main__":

@@ -64,7 +64,8 @@ class RadixCache:
         self.config = config
         self.page_size = ps = config.page_size
         self.kv_pool = TokenToKVPool(config.num_slots, config.num_layers, config.num_kv_heads, config.head_dim,
-                                     config.dtype, config.device, layer_slots=config.group_layer_slots)
+                                     config.dtype, config.device, kv_layers=config.kv_layers,
+                                     layer_slots=config.group_layer_slots)
         self.ledger = PageLedger(config.num_pages, ps)
         self.mm_keys = MultiModalKeys()  # multimodal items' tree ids, by whole content hash
         self.events = (EventRecorder(config.event_block_size, ps, config.event_hash, self.mm_keys)

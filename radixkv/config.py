@@ -70,6 +70,9 @@ class CacheConfig:
     # Secondary layer groups (GroupSpec): window KV and state snapshots in pools of their own; group g
     # is groups[g - 1] (group 0 is full KV, this config's num_slots). () : every layer keeps full KV.
     groups: tuple[GroupSpec, ...] = ()
+    # Decoder layers that hold KV, ascending (None: all num_layers). A hybrid model's recurrent-only
+    # layers (Jamba's Mamba, Qwen3-Next's gated delta net) hold none: the pool allocates no buffer for them.
+    kv_layers: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         for name in ("num_layers", "num_kv_heads", "head_dim", "num_slots", "page_size",
@@ -104,6 +107,8 @@ class CacheConfig:
             raise ConfigError(f"CacheConfig.event_hash must be one of {EVENT_HASHES}, got {self.event_hash!r:.60}")
         _check_device(self.device)
         self._check_groups()
+        if self.kv_layers is not None:
+            _check_kv_layers(self.kv_layers, self.num_layers)
 
     def _check_groups(self) -> None:
         if not isinstance(self.groups, tuple) or not all(isinstance(g, GroupSpec) for g in self.groups):
@@ -131,6 +136,13 @@ class CacheConfig:
     @property
     def num_pages(self) -> int:
         return self.num_slots // self.page_size
+
+
+def _check_kv_layers(layers: object, num_layers: int) -> None:
+    ok = isinstance(layers, tuple) and all(type(i) is int and 0 <= i < num_layers for i in layers)
+    if not ok or list(layers) != sorted(set(layers)):  # type: ignore[arg-type]
+        raise ConfigError(f"CacheConfig.kv_layers must be a tuple of distinct ascending layer indices in "
+                          f"[0, {num_layers}), got {layers!r:.80}")
 
 
 def _check_device(device: object) -> None:

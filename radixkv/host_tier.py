@@ -49,7 +49,7 @@ class HostTier:
         self.device_pool = device_pool
         self.pool = TokenToKVPool(config.host_slots, config.num_layers, config.num_kv_heads,
                                   config.head_dim, config.dtype, "cpu",
-                                  pin_memory=torch.cuda.is_available())
+                                  pin_memory=torch.cuda.is_available(), kv_layers=config.kv_layers)
         self.allocator = SlotAllocator(config.host_slots // config.page_size, config.page_size)
         self.write_back = config.host_write_policy == "write_back"
         self.backed_up_tokens = self.promoted_tokens = self.host_evicted_tokens = 0

@@ -17,9 +17,10 @@ transformers = pytest.importorskip("transformers")
 from hf_helpers import (assert_cache_idle, assert_same_tokens, no_interpreter, one_thread,  # noqa: E402, F401
                         reference, shared_prefix_prompts)
 
+from radixkv import CacheConfig, ConfigError  # noqa: E402
 from radixkv.integrations.layer_groups import SERVED_RECURRENT, LayerGroup, layer_groups  # noqa: E402
 from radixkv.integrations.state_store import StateStore  # noqa: E402
-from radixkv.integrations.transformers import Engine  # noqa: E402
+from radixkv.integrations.transformers import Engine, cache_config_for  # noqa: E402
 from radixkv.testing.hybrid_models import FAMILIES, build_hybrid  # noqa: E402
 
 @pytest.fixture(scope="module", params=FAMILIES)
@@ -116,3 +117,33 @@ def test_interpreted_triton_kernels() -> None:
     again = [p + [12] for p in prompts]
     assert_same_tokens(engine.generate(again, max_new_tokens=2), reference(model, again, 2))
     assert engine.last_stats.prefill_reused > 0
+
+
+# family -> the decoder layers with attention (the rest are recurrent-only: no KV)
+ATTENTION_LAYERS = {"jamba": (1, 3), "falcon_h1": (0, 1), "qwen3_next": (3,)}
+
+
+@pytest.mark.parametrize("kind", FAMILIES)
+def test_pool_holds_kv_of_attention_layers_only(kind: str) -> None:
+    """A recurrent-only layer gets no K/V buffer: the pool is smaller by exactly those layers' share."""
+    model = build_hybrid(kind)
+    engine = Engine(model, num_slots=64, page_size=4, dtype=torch.float32, max_context_len=64)
+    pool, cfg = engine.cache.kv_pool, engine.cache.config
+    attention = ATTENTION_LAYERS[kind]
+    assert pool.kv_layers == attention and len(pool.k_buffer) == len(pool.v_buffer) == len(attention)
+    assert cfg.kv_layers == (None if len(attention) == cfg.num_layers else attention)
+    per_layer = 2 * cfg.num_kv_heads * cfg.head_dim * 4  # K and V, fp32
+    assert pool.bytes_per_token == len(attention) * per_layer
+    held = sum(b.numel() * b.element_size() for b in pool.k_buffer + pool.v_buffer)
+    assert held == cfg.num_slots * len(attention) * per_layer
+
+
+def test_kv_layers_checked() -> None:
+    """A cache_config that leaves out an attention layer, or malformed kv_layers, raises ConfigError."""
+    model = build_hybrid("jamba")
+    with pytest.raises(ConfigError, match="leaves out attention layers \\[3\\]"):
+        Engine(model, cache_config_for(model, num_slots=64, kv_layers=(1,)))
+    for bad in ((3, 1), (1, 1), (4,), [1, 3], (True,)):
+        with pytest.raises(ConfigError, match="kv_layers"):
+            CacheConfig(num_layers=4, num_kv_heads=1, head_dim=4, num_slots=8, kv_layers=bad)
+    assert CacheConfig(num_layers=4, num_kv_heads=1, head_dim=4, num_slots=8, kv_layers=()).kv_layers == ()

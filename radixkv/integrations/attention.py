@@ -117,7 +117,8 @@ def radixkv_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.T
     start = time.perf_counter()
     variant = _variant(fb, module.layer_idx, kwargs)
     pool, li = fb.cache.kv_pool, fb.windowed.get(module.layer_idx, fb.full)
-    k_buf, v_buf = pool.k_buffer[module.layer_idx], pool.v_buffer[module.layer_idx]
+    buf = pool.buffer_index[module.layer_idx]  # recurrent-only layers have no buffer (kv_pool.py)
+    k_buf, v_buf = pool.k_buffer[buf], pool.v_buffer[buf]
     batch, heads, t, dim = query.shape  # batch > 1 only with t == 1 (one token of each request)
     q = query.transpose(1, 2).reshape(batch * t, heads, dim).contiguous()  # [T, H, D], batch order
     k = key.transpose(1, 2).reshape(batch * t, -1, dim).contiguous().to(k_buf.dtype)  # [T, Hkv, D]

@@ -8,11 +8,11 @@ requests as one. Attention layers still go through radixkv's attention function 
 A step runs as several forwards (recurrent_batch.py): the decode tokens of every request in one
 (`[B, 1]`), then each prefill chunk alone (`[1, T]`).
 
-A chunk that continues a state runs in one forward only where the model's multi-token path starts
-from the cached state (`RESUMES_CHUNKS`: Falcon-H1's Mamba2 chunk scan and Qwen3-Next's chunked
-gated delta rule take `initial_state`); elsewhere (Jamba: its Mamba scan always starts from zero) it
-runs token by token through the decode path, which is exact for any mixer that `model.generate` can
-decode with.
+A chunk that continues a state runs in one forward: Falcon-H1's Mamba2 chunk scan and Qwen3-Next's
+chunked gated delta rule take `initial_state`; Jamba's Mamba scan starts from zero, so its forward runs
+with a scan that adds the carried state's share (recurrent_scan.py). A model whose mixer is in neither
+(`RESUMES_CHUNKS`) runs such a chunk token by token through the decode path, which is exact for any
+mixer that `model.generate` can decode with.
 
 Prefix reuse (state_store.py). A request resumes at the longest position where both the tree holds
 the KV (the match) and the store holds a state snapshot (`reuse_limit`, given to `cache.open` as
@@ -41,6 +41,7 @@ import torch
 from radixkv.integrations.attention import ForwardBatch
 from radixkv.integrations.layer_groups import check_served, layer_groups
 from radixkv.integrations.recurrent_batch import Span, Unit, one_token_spans, split_span, unit_inputs
+from radixkv.integrations.recurrent_scan import CONTINUED_SCANS, continued_scan
 from radixkv.integrations.recurrent_state import RecurrentState, StateCache
 from radixkv.integrations.state_store import StateStore
 
@@ -52,7 +53,8 @@ if TYPE_CHECKING:
     from radixkv.results import LockHandle
 
 # model_type -> its recurrent mixers continue a cached state over several tokens in one forward
-RESUMES_CHUNKS = frozenset({"falcon_h1", "qwen3_next"})
+# (Jamba's through recurrent_scan.continued_scan)
+RESUMES_CHUNKS = frozenset({"falcon_h1", "qwen3_next"}) | frozenset(CONTINUED_SCANS)
 DEFAULT_SNAPSHOTS = 4  # default store budget: this many states per request row
 
 
@@ -102,6 +104,7 @@ class RecurrentRunner:
         self.recurrent_layers = {i: states for g in groups for i in g.layers}
         self.model, self.cache, self.namespace = model, cache, namespace
         self.num_layers = config.num_hidden_layers
+        self.model_type = config.model_type
         self.resumes_chunks = config.model_type in RESUMES_CHUNKS
         self.page = cache.config.page_size
         self.store: StateStore | None = None if budget_bytes is None else StateStore(budget_bytes)
@@ -236,8 +239,9 @@ class RecurrentRunner:
                 for t, q in enumerate(s.packed_range()) if q in step.keep]
         offsets = sorted({t for _, t in kept})
         state_cache = StateCache(self.recurrent_layers, self.num_layers, [w.state for w in works])
-        out = self.model(input_ids=ids, position_ids=positions, cache=state_cache, use_cache=True,
-                         logits_to_keep=torch.tensor(offsets, dtype=torch.int64, device=device), radixkv_batch=fb)
+        with continued_scan(self.model_type, state_cache):
+            out = self.model(input_ids=ids, position_ids=positions, cache=state_cache, use_cache=True,
+                             logits_to_keep=torch.tensor(offsets, dtype=torch.int64, device=device), radixkv_batch=fb)
         for row, t in kept:
             step.logits[unit.spans[row].packed_range()[t]] = out.logits[row, offsets.index(t)]
         for row, (req, work, span) in enumerate(zip(reqs, works, unit.spans)):

@@ -92,8 +92,15 @@ def cache_config_for(model: PreTrainedModel, **overrides: Any) -> CacheConfig:
     # 16k slots: a few dozen requests of a few hundred tokens each.
     base = dict(**model_layout(model), num_slots=16384, max_requests=64,
                 max_context_len=min(getattr(cfg, "max_position_embeddings", 4096), 4096),
-                dtype=model.dtype, device=model.device)
+                dtype=model.dtype, device=model.device, kv_layers=kv_layers(model.config))
     return CacheConfig(**{**base, **overrides})
+
+
+def kv_layers(config: Any) -> tuple[int, ...] | None:
+    """The decoder layers with attention in a model's config, when some have none (a hybrid model's
+    recurrent-only layers: the pool allocates no KV for them); None when every layer has attention."""
+    layers = tuple(sorted({i for g in layer_groups(config) if g.kind != "recurrent" for i in g.layers}))
+    return None if len(layers) == config.get_text_config(decoder=True).num_hidden_layers else layers
 
 
 class Engine:
@@ -164,6 +171,11 @@ class Engine:
             got = getattr(self.cache.config, name)
             if got != want:
                 raise ConfigError(f"cache_config.{name} = {got} but the model has {want}")
+        needed = kv_layers(self.model.config)
+        missing = sorted(set(range(self.cache.config.num_layers) if needed is None else needed)
+                         - set(self.cache.kv_pool.kv_layers))
+        if missing:
+            raise ConfigError(f"cache_config.kv_layers leaves out attention layers {missing} of the model")
         check_position_limit(self.model.config, max(self.cache.config.max_context_len, self.max_batch_tokens),
                              type(self.model).__name__)
 
