@@ -39,6 +39,7 @@ from radixkv.config import CacheConfig
 from radixkv.errors import ConfigError, InvalidArgumentError, InvalidSlotsError, OutOfSlotsError
 from radixkv.eviction import make_policy
 from radixkv.events import KVEvent
+from radixkv.events.groups import event_groups
 from radixkv.events.recorder import EventRecorder
 from radixkv.host_tier import HostTier
 from radixkv.insert_slots import InsertSlots
@@ -68,8 +69,7 @@ class RadixCache:
                                      layer_slots=config.group_layer_slots)
         self.ledger = PageLedger(config.num_pages, ps)
         self.mm_keys = MultiModalKeys()  # multimodal items' tree ids, by whole content hash
-        self.events = (EventRecorder(config.event_block_size, ps, config.event_hash, self.mm_keys)
-                       if config.kv_events else None)
+        self.events = self._recorder() if config.kv_events else None
         self.tree = RadixTree(ps, make_policy(config.eviction), config.host_slots > 0, self.events, len(config.groups),
                               tuple(g.size if g.kind == "window" else 0 for g in config.groups))
         self.pins = Pins(self.tree, config.pin_budget, clock)
@@ -335,9 +335,11 @@ class RadixCache:
     def block_snapshot(self) -> list[KVEvent]:
         """AllBlocksCleared, then BlockStored for every block cached now (a resync for routers)."""
         self._own()
-        recorder = self.events or EventRecorder(self.config.event_block_size, self.page_size, self.config.event_hash,
-                                                self.mm_keys)
-        return recorder.snapshot(self.tree)
+        return (self.events or self._recorder()).snapshot(self.tree)
+
+    def _recorder(self) -> EventRecorder:
+        cfg = self.config
+        return EventRecorder(cfg.event_block_size, cfg.page_size, cfg.event_hash, self.mm_keys, event_groups(cfg.groups))
 
     def adopt_thread(self) -> None:
         """Make the calling thread the cache's driver. The thread that built the cache hands it over

@@ -16,7 +16,8 @@ from event_trace import trace_digest
 from redis_fixtures import RedisServer, shared_redis  # noqa: F401  (fixtures)
 from test_events_wire import VKVEventBatch
 
-from radixkv.cluster import InMemoryIndex, KVIndex, Router
+from radixkv import CacheConfig, GroupSpec, RadixCache
+from radixkv.cluster import InMemoryIndex, KVIndex, Publisher, Router, longest_prefix
 from radixkv.cluster.redis_index import RedisIndex
 from radixkv.events import block_hashes
 from radixkv.events.groups import MAMBA, SLIDING_WINDOW, EventGroup
@@ -85,21 +86,25 @@ class Hybrid:
             evict_device(self.tree, self.rng.randrange(1, 40))
 
     def truth(self) -> set:
-        """(block, medium) the index must hold, from the tree alone, hashes computed from scratch."""
-        out: set = set()
-        for node in self.tree.nodes():
-            if node.parent is None or node.pages is None:
-                continue
-            path = _path(node)
-            hashes = block_hashes(path, None, self.bs)
-            first, last = node.depth // self.bs, node.end // self.bs
-            for b in range(first, last):
-                out.add((hashes[b], "GPU"))
-                if _covered(node, b * self.bs, WINDOW):
-                    out.add(((hashes[b], WINDOW), "GPU"))
-            if node.secondary[STATE - 1] is not None and node.end % self.bs == 0 and last > first:
-                out.add(((hashes[last - 1], STATE), "GPU"))
-        return out
+        return window_truth(self.tree, self.bs, state=STATE)
+
+
+def window_truth(tree: RadixTree, bs: int, state: int | None = None) -> set:
+    """(block, medium) the index must hold, from the tree alone, hashes computed from scratch:
+    group 0 and window group 1 per block, `state` (a state group) at block-aligned node ends."""
+    out: set = set()
+    for node in tree.nodes():
+        if node.parent is None or node.pages is None:
+            continue
+        hashes = block_hashes(_path(node), None, bs)
+        first, last = node.depth // bs, node.end // bs
+        for b in range(first, last):
+            out.add((hashes[b], "GPU"))
+            if _covered(node, b * bs, WINDOW):
+                out.add(((hashes[b], WINDOW), "GPU"))
+        if state and node.secondary[state - 1] is not None and node.end % bs == 0 and last > first:
+            out.add(((hashes[last - 1], state), "GPU"))
+    return out
 
 
 def _path(node: TreeNode) -> list[int]:
@@ -189,3 +194,34 @@ def test_the_router_never_predicts_a_hit_a_window_group_cannot_resume_from(index
     assert index.lookup(block_hashes(prompt, None, 4)) == {"pod-a": 0, "pod-b": 0}
     index.drop_instance("pod-a")
     assert index.lookup(block_hashes(prompt, None, 4)) == {"pod-b": 0}
+
+
+@pytest.mark.parametrize("page_size", [1, 4])
+def test_a_window_cache_publishes_what_it_holds_and_the_router_never_overpredicts(page_size: int) -> None:
+    """A RadixCache with a window group (its Sequences attach window KV on commit, free what the
+    window no longer sees, evict window KV before full KV) under random traffic: after every
+    request the index equals the tree's blocks per group, and the Router never predicts more
+    tokens than the cache then matches."""
+    cache = RadixCache(CacheConfig(num_layers=2, num_kv_heads=1, head_dim=4, num_slots=160, page_size=page_size,
+                                   kv_events=True, event_block_size=4,
+                                   groups=(GroupSpec("window", 96, size=8, layers=(1,)),)))
+    index, rng = InMemoryIndex(), random.Random(page_size)
+    Publisher("pod", cache, index).publish()
+    router = Router(index, block_size=4)
+    router.report_load("pod", 0)
+    base = [rng.randrange(1000) for _ in range(40)]
+    overpredicted_without_groups = 0
+    for _ in range(60):
+        toks = base[:rng.randrange(41)] + [rng.randrange(1000) for _ in range(rng.randrange(1, 24))]
+        predicted = router.route(toks).predicted_tokens
+        matched = cache.match_prefix(toks).length
+        assert predicted <= matched, (predicted, matched)
+        full = longest_prefix(index.holders(block_hashes(toks, None, 4))).get("pod", 0) * 4
+        overpredicted_without_groups += full > matched  # group 0 alone would have claimed more
+        seq = cache.open(toks)
+        cache.reserve(seq, len(toks) - seq.kv_len)
+        cache.commit(seq, toks[seq.committed_len:])
+        cache.close(seq)
+        index.ingest("pod", cache.take_events())
+        assert index.blocks_of("pod") == window_truth(cache.tree, 4)
+    assert overpredicted_without_groups  # the window group's cap was needed

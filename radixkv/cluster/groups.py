@@ -8,8 +8,8 @@ radixkv's announced in every resync; kept until the instance is dropped). A pref
 reusable on an instance only where every group can resume after block k (vLLM's fixed point):
 
     group 0                    blocks [0, k) held (the longest prefix the scorers see)
-    sliding_window W           blocks [k - ceil(W / B), k): the W tokens before the resume point
-                               (vLLM asks ceil((W - 1) / B); one token more never over-predicts)
+    sliding_window W           blocks [k - ceil((W - 1) / B), k): the W - 1 tokens before the
+                               resume point, which the next query sees (vLLM's and radixkv's rule)
     mamba                      block k - 1: the state after it
     anything else              blocks [0, k) (full attention in another group, chunked attention
                                whose chunk the events do not carry, unknown kinds: the safe rule)
@@ -73,7 +73,7 @@ def _group_point(k: int, spec: GroupSpec, marks: list[bool]) -> int:
     if spec.kind in STATE_KINDS:
         return next((j for j in range(k, 0, -1) if marks[j - 1]), 0)
     if spec.kind in WINDOW_KINDS and spec.sliding_window:
-        need = -(-spec.sliding_window // spec.block_size)
+        need = -(-(spec.sliding_window - 1) // spec.block_size)
         run = 0  # held blocks ending at j
         best = 0
         for j in range(1, k + 1):

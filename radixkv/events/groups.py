@@ -53,6 +53,12 @@ class EventGroup:
 FULL = EventGroup(FULL_ATTENTION)
 
 
+def event_groups(specs: Sequence[Any]) -> tuple[EventGroup, ...]:
+    """The EventGroups of a cache's secondary groups (CacheConfig.groups: GroupSpec kind "window"
+    with its `size`, or "state", which vLLM files under its MambaSpec kind, gated delta nets included)."""
+    return tuple(EventGroup(SLIDING_WINDOW, s.size) if s.kind == "window" else EventGroup(MAMBA) for s in specs)
+
+
 class Recorder(Protocol):
     """What GroupEvents uses of its EventRecorder (events/recorder.py)."""
 
