@@ -192,9 +192,9 @@ def test_adaptive_history_is_charged_its_real_bytes_from_the_first_lookup(key_le
         for i in range(n):
             policy.on_lookup(root, i.to_bytes(4, "little") * (key_len // 4), 0)
         measured = (tracemalloc.get_traced_memory()[0] - base) / n
-        charged = policy._history_bytes / n
+        charged = policy._history.bytes / n
         assert len(policy._history) == n and measured <= charged <= 1.25 * measured + 16, (measured, charged)
-        policy.HISTORY = policy._history_bytes + 1_000_000  # room for 1 MB more, then dropped
+        policy.HISTORY = policy._history.bytes + 1_000_000  # room for 1 MB more, then dropped
         peak = 0
         while policy._history is not None:
             policy.on_lookup(root, n.to_bytes(4, "little") * (key_len // 4), 0)
