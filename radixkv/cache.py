@@ -34,20 +34,22 @@ import torch
 from radixkv.cache_groups import SecondaryGroup
 from radixkv.cache_host import promote
 from radixkv.cache_thread import ThreadOwner
+from radixkv.cache_windows import WindowGroup, path_between
 from radixkv.config import CacheConfig
 from radixkv.errors import ConfigError, InvalidArgumentError, InvalidSlotsError, OutOfSlotsError
 from radixkv.eviction import make_policy
 from radixkv.events import KVEvent
+from radixkv.events.groups import event_groups
 from radixkv.events.recorder import EventRecorder
 from radixkv.host_tier import HostTier
 from radixkv.insert_slots import InsertSlots
-from radixkv.invariants import check_cache
+from radixkv.invariants import check_cache, check_groups
 from radixkv.keys import ExtraKeys, as_extra_keys, request_key
 from radixkv.multimodal import MultiModalKeys
 from radixkv.metrics import CacheStats, collect_metrics
 from radixkv.pools import CACHED, PRIVATE, RESERVED, PageLedger, TokenToKVPool, page_slots
 from radixkv.radix import SEQUENCE, USER, MatchInfo, RadixTree, TreeNode, evict_device
-from radixkv.radix import locks
+from radixkv.radix import locks, lookup
 from radixkv.radix.pins import Pins
 from radixkv.results import BatchInputs, MatchResult, SizeInfo
 from radixkv.sequences import Sequence, SequenceTable
@@ -62,13 +64,14 @@ class RadixCache:
             raise ConfigError(f"RadixCache takes a CacheConfig, got {type(config).__name__}")
         self.config = config
         self.page_size = ps = config.page_size
-        self.kv_pool = TokenToKVPool(config.num_slots, config.num_layers, config.num_kv_heads,
-                                     config.head_dim, config.dtype, config.device, kv_layers=config.kv_layers)
+        self.kv_pool = TokenToKVPool(config.num_slots, config.num_layers, config.num_kv_heads, config.head_dim,
+                                     config.dtype, config.device, kv_layers=config.kv_layers,
+                                     layer_slots=config.group_layer_slots)
         self.ledger = PageLedger(config.num_pages, ps)
         self.mm_keys = MultiModalKeys()  # multimodal items' tree ids, by whole content hash
-        self.events = (EventRecorder(config.event_block_size, ps, config.event_hash, self.mm_keys)
-                       if config.kv_events else None)
-        self.tree = RadixTree(ps, make_policy(config.eviction), config.host_slots > 0, self.events, len(config.groups))
+        self.events = self._recorder() if config.kv_events else None
+        self.tree = RadixTree(ps, make_policy(config.eviction), config.host_slots > 0, self.events, len(config.groups),
+                              tuple(g.size if g.kind == "window" else 0 for g in config.groups))
         self.pins = Pins(self.tree, config.pin_budget, clock)
         self.seqs = SequenceTable(config.max_requests, config.max_context_len, ps, config.device)
         self.req_pool = self.seqs.pool
@@ -77,8 +80,10 @@ class RadixCache:
         self._owner = ThreadOwner()
         self._own = self._owner.check
         # secondary layer groups (cache_groups.py): group g is groups[g - 1]
-        self.groups = tuple(SecondaryGroup(g, spec, ps, self.tree, self._own)
+        self.groups = tuple(WindowGroup(g, spec, ps, self.tree, self._own, config.num_pages, self.kv_pool.device)
+                            if spec.kind == "window" else SecondaryGroup(g, spec, ps, self.tree, self._own)
                             for g, spec in enumerate(config.groups, start=1))
+        self.windows = tuple(g for g in self.groups if isinstance(g, WindowGroup))
 
     # ------------------------------------------------------------------ tree level
 
@@ -181,7 +186,7 @@ class RadixCache:
         root = self.tree.root(ns)
         if until is not None:  # plan the pin before the match and promotion change anything
             key = toks[:reuse // self.page_size * self.page_size].tobytes()
-            self.pins.charge(sum(self.tree.peek(key, root)) - self.pins.pinned_length(key, root), "open(pin_ttl=...)")
+            self.pins.charge(sum(lookup.peek(self.tree, key, root)) - self.pins.pinned_length(key, root), "open(pin_ttl=...)")
         m = self._match(toks[:reuse], root, reuse)
         if m.host_length and self.host is not None:
             m = promote(self.tree, self.ledger, self.host, self._take, toks[:reuse], m)
@@ -205,7 +210,7 @@ class RadixCache:
         ns, toks = self._key(as_tokens(tokens), namespace, extra_keys)
         until = self.pins.deadline(ttl, "pin(ttl=...)")
         root = self.tree.root(ns)
-        node = self.tree.locate(toks[:len(toks) // self.page_size * self.page_size].tobytes(), root)
+        node = lookup.locate(self.tree, toks[:len(toks) // self.page_size * self.page_size].tobytes(), root)
         self.pins.pin(node, until, "pin(ttl=...)")
         return node.end
 
@@ -224,7 +229,12 @@ class RadixCache:
         n, ps, start = as_count(n, "reserve(n)"), self.page_size, rec.kv_len
         self.seqs.check_length(start + n, "reserve")
         fill = min(-start % ps, n)  # free positions left in the last private page
-        pages = self._take(-(-(n - fill) // ps), RESERVED)
+        k = -(-(n - fill) // ps)
+        for window in self.windows:  # window pages go with full pages: check first, change nothing
+            window.check_room(k)
+        pages = self._take(k, RESERVED)
+        for window in self.windows:
+            window.reserve(pages)
         head = rec.slots[start - 1] + 1 + np.arange(fill, dtype=np.int64)
         slots = np.concatenate([head, page_slots(pages, ps)[:n - fill]])
         self.seqs.extend(rec, slots)
@@ -247,6 +257,10 @@ class RadixCache:
         ps, node = self.page_size, rec.node
         pages = rec.slots[start:end][::ps] // ps
         result = self.tree.insert(rec.tokens[start:end].tobytes(), pages, node, rec.priority)
+        if self.windows:
+            nodes = path_between(node, result.node)
+            for window in self.windows:
+                window.commit(nodes, pages)
         k = result.cached_len // ps  # [start, start + k * ps): another request cached these first
         self.ledger.release(pages[:k])
         self.ledger.move(pages[k:], CACHED)
@@ -265,8 +279,10 @@ class RadixCache:
         rec = self.seqs.get(seq)
         node = rec.node
         self.pins.close_row(rec.row)
-        private = self.seqs.close(rec)
-        self.ledger.release(private[::self.page_size] // self.page_size)
+        private = self.seqs.close(rec)[::self.page_size] // self.page_size
+        for window in self.windows:
+            window.close(private)
+        self.ledger.release(private)
         locks.unlock(self.tree, node, SEQUENCE)
 
     def batch(self, seqs: list[Sequence], cascade: bool = False) -> BatchInputs:
@@ -296,8 +312,7 @@ class RadixCache:
         """Recompute every counter, page state and index from scratch; AssertionError on a mismatch."""
         self._own()
         check_cache(self.ledger, self.tree, self.seqs, self.host)
-        for group in self.groups:
-            group.check()
+        check_groups(self.groups, self.seqs)
         self.pins.check(self.tree.nodes())
 
     def group(self, g: int) -> SecondaryGroup:
@@ -320,9 +335,11 @@ class RadixCache:
     def block_snapshot(self) -> list[KVEvent]:
         """AllBlocksCleared, then BlockStored for every block cached now (a resync for routers)."""
         self._own()
-        recorder = self.events or EventRecorder(self.config.event_block_size, self.page_size, self.config.event_hash,
-                                                self.mm_keys)
-        return recorder.snapshot(self.tree)
+        return (self.events or self._recorder()).snapshot(self.tree)
+
+    def _recorder(self) -> EventRecorder:
+        cfg = self.config
+        return EventRecorder(cfg.event_block_size, cfg.page_size, cfg.event_hash, self.mm_keys, event_groups(cfg.groups))
 
     def adopt_thread(self) -> None:
         """Make the calling thread the cache's driver. The thread that built the cache hands it over

@@ -59,6 +59,7 @@ class SecondaryGroup:
         self.ledger = PageLedger(spec.num_slots // self.page_size, self.page_size)
         self._tree = tree
         self._own = own  # the cache's thread check
+        self.evicted_pages = 0  # components' pages taken back by this group's eviction (not full-KV eviction)
 
     # ------------------------------------------------------------------ public calls
 
@@ -113,6 +114,7 @@ class SecondaryGroup:
         plan, _ = secondary_victims(self._tree, self.index, as_count(n, "group evict(n)"), self.protected)
         pages = drop_victims(self._tree, self.index, plan)
         self.ledger.release(pages)
+        self.evicted_pages += len(pages)
         return len(pages)
 
     def sizes(self) -> GroupSizes:
@@ -133,7 +135,9 @@ class SecondaryGroup:
                 raise OutOfSlotsError(
                     f"group {self.index} ({self.spec.kind}): need {k} pages, {self.ledger.num_free_pages} free and "
                     f"{found} evictable; close Sequences or raise its GroupSpec.num_slots")
-            self.ledger.release(drop_victims(self._tree, self.index, plan))
+            pages = drop_victims(self._tree, self.index, plan)
+            self.ledger.release(pages)
+            self.evicted_pages += len(pages)
         return self.ledger.take(k, state, 0, _no_eviction)
 
     def protected(self, node: TreeNode) -> int:

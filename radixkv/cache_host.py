@@ -14,7 +14,7 @@ import numpy as np
 
 from radixkv.errors import OutOfSlotsError
 from radixkv.pools import CACHED, PRIVATE, PageLedger
-from radixkv.radix import USER, MatchInfo, RadixTree, locks
+from radixkv.radix import USER, MatchInfo, RadixTree, locks, lookup
 
 if TYPE_CHECKING:
     from radixkv.host_tier import HostTier
@@ -32,7 +32,7 @@ def promote(tree: RadixTree, ledger: PageLedger, host: HostTier, take: Callable[
         locks.unlock(tree, m.node, USER)
         return m
     key = toks[base:base + m.host_length].tobytes()
-    host_pages = tree.host_pages_below(key, m.node)  # making room may have dropped some
+    host_pages = lookup.host_pages_below(tree, key, m.node)  # making room may have dropped some
     avail = len(host_pages)
     ledger.release(pages[avail:])
     host.promote(host_pages, pages[:avail])

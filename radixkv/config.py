@@ -129,6 +129,11 @@ class CacheConfig:
         return self.num_slots // 2 if self.pin_budget_tokens is None else self.pin_budget_tokens
 
     @property
+    def group_layer_slots(self) -> dict[int, int]:
+        """Layers whose KV lives in a window group's pool -> that pool's slots."""
+        return {layer: g.num_slots for g in self.groups if g.kind == "window" for layer in g.layers}
+
+    @property
     def num_pages(self) -> int:
         return self.num_slots // self.page_size
 

@@ -53,7 +53,7 @@ import difflib
 import itertools
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import fields
+from dataclasses import fields, replace
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -63,7 +63,7 @@ from radixkv.errors import InvalidArgumentError
 from radixkv.integrations import generation_options
 from radixkv.integrations.attention import ATTN_IMPLEMENTATION, ForwardBatch
 from radixkv.integrations.layer_groups import (check_position_limit, check_served, layer_groups,
-                                               layer_masks)
+                                               layer_masks, window_specs)
 from radixkv.integrations.prompts import prompt_ids, to_batch
 from radixkv.integrations.recurrent import RecurrentRunner, state_groups
 from radixkv.integrations.sampling import SamplingParams, make_generator, sample
@@ -150,7 +150,13 @@ class Engine:
         self.tokenizer = tokenizer
         self.max_batch_tokens = max_batch_tokens
         self.namespace = namespace
-        self.cache = RadixCache(cache_config or cache_config_for(model, **cache_options))
+        if cache_config is None:  # window layers keep their KV in pools of their own (layer_groups.window_specs)
+            cache_config = cache_config_for(model, **cache_options)
+            if "groups" not in cache_options:
+                cache_config = replace(cache_config, groups=window_specs(
+                    self.layer_groups, cache_config.num_slots, cache_config.page_size, cache_config.max_requests,
+                    max_batch_tokens))
+        self.cache = RadixCache(cache_config)
         self._check_layout()
         self._layer_masks = layer_masks(self.layer_groups, self.cache.config.num_layers)
         # Models with recurrent layers (Mamba, linear attention): per-request state, state snapshots.

@@ -34,6 +34,7 @@ from radixkv.radix.components import split_components
 from radixkv.radix.core import TreeCore
 from radixkv.radix.node import TreeNode
 from radixkv.radix.shadow import ShadowTree
+from radixkv.radix.windows import resumable
 from radixkv.radix.types import InsertResult, MatchInfo, PinKeeper, ResidencyListener
 
 _EMPTY = np.empty(0, dtype=np.int64)
@@ -43,7 +44,8 @@ class RadixTree(TreeCore):
     node_type = TreeNode
 
     def __init__(self, page_size: int, policy: EvictionPolicy, host_tier: bool = False,
-                 listener: ResidencyListener | None = None, secondary_groups: int = 0) -> None:
+                 listener: ResidencyListener | None = None, secondary_groups: int = 0,
+                 windows: tuple[int, ...] = ()) -> None:
         super().__init__(page_size)
         self.policy = policy
         self.index = EvictableIndex(policy.key)
@@ -51,6 +53,7 @@ class RadixTree(TreeCore):
         self.host_index = EvictableIndex(host_first(policy, self.on_device)) if host_tier else None
         # secondary layer groups (radix/node.py): per group, the nodes holding a component, policy order
         self.group_index = tuple(EvictableIndex(policy.key) for _ in range(secondary_groups))
+        self.windows = windows  # per secondary group: its window W (0: not a window group); windows.py
         self.roots: dict[bytes, TreeNode] = {}  # namespace key -> root, while it has children or locks
         self._idle_roots: weakref.WeakValueDictionary[bytes, TreeNode] = weakref.WeakValueDictionary()
         self.listener = listener
@@ -109,7 +112,7 @@ class RadixTree(TreeCore):
 
     # ------------------------------------------------------------------ lookup
 
-    def _device_prefix(self, path: list[TreeNode], length: int, start: TreeNode) -> tuple[int, int]:
+    def device_prefix(self, path: list[TreeNode], length: int, start: TreeNode) -> tuple[int, int]:
         """How many nodes of a walked path, and how many of its `length` tokens, are on the device
         (device residency is prefix-closed: it stops at the first host-only node)."""
         if self.host_index is not None:
@@ -120,7 +123,8 @@ class RadixTree(TreeCore):
 
     def match(self, key: bytes, start: TreeNode) -> MatchInfo:
         """Longest device-cached prefix of `key` below `start`. Splits the edge where the device
-        match ends and refreshes the recency and hits of every node it matched whole."""
+        match ends and refreshes the recency and hits of every node it matched whole. With window
+        groups (`start` a root): the longest prefix every window group can resume from (windows.py)."""
         path, matched = self.walk(key, start)
         if not path:
             self._matched_tick = -1
@@ -128,7 +132,10 @@ class RadixTree(TreeCore):
                 self._learn_lookup(start, key, 0)
             return MatchInfo(start, 0, _EMPTY, 0)
         length = matched // 4
-        k, dev = self._device_prefix(path, length, start)
+        k, dev = self.device_prefix(path, length, start)
+        if self.windows and dev:  # from a root: shorten to where every window group can resume
+            length = dev = resumable(path[:k], dev, self.windows)
+            k = sum(n.depth < dev for n in path[:k])
         if k and path[k - 1].end > start.end + dev:  # split first: the unmatched tail is not a hit
             path[k - 1] = self.split(path[k - 1], start.end + dev - path[k - 1].depth)
         if k < len(path):
@@ -143,31 +150,6 @@ class RadixTree(TreeCore):
             return MatchInfo(start, 0, _EMPTY, length)
         node = path[k - 1]
         return MatchInfo(node, dev, np.concatenate([n.pages for n in path[:k]]), length - dev)
-
-    def peek(self, key: bytes, start: TreeNode) -> tuple[int, int]:
-        """Read-only: (device-cached tokens, further host-only tokens) of `key` (whole pages) below
-        `start`: what `match` would report, with nothing split or refreshed."""
-        path, matched = self.walk(key, start)
-        k, dev = self._device_prefix(path, matched // 4, start)
-        return dev, matched // 4 - dev
-
-    def host_pages_below(self, key: bytes, start: TreeNode) -> np.ndarray:
-        """Read-only: host pages of the host-only continuation of `key` below `start` (whole pages),
-        where `start` ends a device match of the tokens before `key`."""
-        path, matched = self.walk(key, start)
-        host = [n.host_pages for n in path if n.pages is None]
-        return np.concatenate(host)[:matched // self.page_bytes] if host else _EMPTY
-
-    def locate(self, key: bytes, start: TreeNode) -> TreeNode:
-        """The node ending the longest device-cached prefix of `key` below `start` (whole pages),
-        splitting the edge where it ends. Unlike `match`, refreshes no recency or hit count."""
-        path, matched = self.walk(key, start)
-        k, dev = self._device_prefix(path, matched // 4, start)
-        if not k:
-            return start
-        if path[k - 1].end > start.end + dev:
-            return self.split(path[k - 1], start.end + dev - path[k - 1].depth)
-        return path[k - 1]
 
     def pins_on(self, pins: PinKeeper) -> None:
         """Start keeping `pins` (before the first one): from now on the device index orders pinned
@@ -213,7 +195,7 @@ class RadixTree(TreeCore):
         used (they are the tree's own, or duplicates the caller frees); pages are copied."""
         path, matched = self.walk(key, start)
         length = matched // 4
-        k, dev = self._device_prefix(path, length, start)
+        k, dev = self.device_prefix(path, length, start)
         if k == 1:  # the usual case (a single edge matched): a view, read only below
             tree_pages = path[0].pages[:dev // self.page_size]
         else:
