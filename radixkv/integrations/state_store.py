@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from radixkv.errors import InvalidArgumentError, OutOfSlotsError
 
@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from radixkv import RadixCache
     from radixkv.integrations.recurrent_state import RecurrentState
     from radixkv.radix import TreeNode
+    from radixkv.results import LockHandle
 
 
 POLICIES = ("lru", "flops")
@@ -87,7 +88,7 @@ class StateStore:
         """Bytes of the snapshots the tree holds."""
         return sum(e.state.nbytes for s, e in self._entries.items() if self._valid(s, e))
 
-    def get(self, node: TreeNode, end: int) -> RecurrentState | None:
+    def get(self, node: LockHandle, end: int) -> RecurrentState | None:
         """The snapshot after `end` tokens held by `node`, or None. Copy it before extending it."""
         slot = self._slot(node)
         entry = None if slot is None else self._entries.get(slot)
@@ -98,7 +99,7 @@ class StateStore:
         self.hits += 1
         return entry.state
 
-    def has(self, node: TreeNode) -> bool:
+    def has(self, node: LockHandle) -> bool:
         """Whether `node` holds a snapshot; mutates nothing."""
         slot = self._slot(node)
         return slot is not None and slot in self._entries and self._entries[slot].node is node
@@ -111,11 +112,11 @@ class StateStore:
             node = node.parent
         return node.end
 
-    def put(self, node: TreeNode, end: int, state: RecurrentState, spare: bool = False) -> bool:
+    def put(self, node: LockHandle, end: int, state: RecurrentState, spare: bool = False) -> bool:
         """Attach `state` (taken after `end` tokens; the store owns it now) to `node` as its snapshot,
         replacing any there; a `spare` one is given up before the others until it is used. Returns
         False, storing nothing, if `node` does not end at `end` (or the group has no slot to give)."""
-        if node.evicted or node.end != end:
+        if _tree_node(node).evicted or node.end != end:
             return False
         self._tick += 1
         slot = self._slot(node)
@@ -127,16 +128,16 @@ class StateStore:
                 slot = int(self.group.alloc(1)[0])
             except OutOfSlotsError:
                 return False
-            self.group.attach(node, [slot])
-        self._entries[slot] = _Entry(node, end, state, self._tick, spare)
+            self.group.attach(_tree_node(node), [slot])
+        self._entries[slot] = _Entry(_tree_node(node), end, state, self._tick, spare)
         self.puts += 1
         return True
 
-    def discard(self, node: TreeNode) -> None:
+    def discard(self, node: LockHandle) -> None:
         """Drop `node`'s snapshot, if any."""
         slot = self._slot(node)
         if slot is not None:
-            self.group.drop(node)
+            self.group.drop(_tree_node(node))
             self._entries.pop(slot, None)
             self.dropped += 1
 
@@ -146,8 +147,8 @@ class StateStore:
         assert len(held) == self.group.sizes().cached, "a state slot the tree holds has no tensors here"
         assert all(self._entries[s].node.end == self._entries[s].end for s in held)
 
-    def _slot(self, node: TreeNode) -> int | None:
-        pages = None if node.evicted else self.group.component(node)
+    def _slot(self, node: LockHandle) -> int | None:
+        pages = self.group.component(_tree_node(node))  # an evicted node holds no component
         return None if pages is None else int(pages[0])
 
     def _valid(self, slot: int, entry: _Entry) -> bool:
@@ -171,6 +172,11 @@ class StateStore:
             return
         self.discard(free[marconi_victim([e.last_use for e in free],
                                          [self.flops(e.end) / e.state.nbytes for e in free])].node)
+
+
+def _tree_node(node: LockHandle) -> TreeNode:
+    """The tree's node behind a LockHandle (match_prefix's; the group's calls check it is this tree's)."""
+    return cast("TreeNode", node)
 
 
 def marconi_victim(last_use: list[int], efficiency: list[float], alpha: float = ALPHA) -> int:
