@@ -18,9 +18,8 @@ transformers = pytest.importorskip("transformers")
 from hf_helpers import (assert_cache_idle, assert_same_tokens, no_interpreter, one_thread,  # noqa: E402, F401
                         reference, shared_prefix_prompts)
 
-from radixkv import CacheConfig, ConfigError, UnsupportedModelError  # noqa: E402
+from radixkv import CacheConfig, ConfigError, GroupSpec, UnsupportedModelError  # noqa: E402
 from radixkv.integrations.layer_groups import SERVED_RECURRENT, LayerGroup, layer_groups  # noqa: E402
-from radixkv.integrations.state_store import StateStore  # noqa: E402
 from radixkv.integrations.transformers import Engine, cache_config_for  # noqa: E402
 from radixkv.testing.hybrid_models import FAMILIES, build_hybrid  # noqa: E402
 
@@ -68,20 +67,24 @@ def test_small_pool_preempts_and_evicts(model: torch.nn.Module, page_size: int, 
 
 
 def test_tiny_state_budget_stays_exact(no_interpreter: None) -> None:
-    """A store that holds one snapshot: it evicts all the time and reuse shrinks, output stays exact."""
+    """A state group of one slot: snapshots are given up all the time and reuse shrinks, output stays exact."""
     model = build_hybrid("qwen3_next")
-    probe = Engine(model, num_slots=1024, page_size=4, dtype=torch.float32, max_context_len=256)
-    probe.generate([[1, 2, 3, 4, 5]], max_new_tokens=1)
-    one_state = probe.recurrent.store.nbytes // len(probe.recurrent.store)
-    engine = Engine(model, num_slots=1024, page_size=4, dtype=torch.float32, max_context_len=256)
-    engine.recurrent.store = StateStore(one_state)
+    engine = Engine(model, num_slots=1024, page_size=4, dtype=torch.float32, max_context_len=256,
+                    groups=(GroupSpec("state", 1),))
     prompts = shared_prefix_prompts(seed=5, groups=2, per_group=3)
     for _ in range(2):
         got = engine.generate(prompts, max_new_tokens=6)
         assert_same_tokens(got, reference(model, prompts, 6))
         engine.recurrent.store.check()
+        engine.cache.check_invariants()
         assert len(engine.recurrent.store) <= 1
     assert engine.recurrent.store.dropped > 0
+
+
+def test_cache_config_without_a_state_group_is_refused() -> None:
+    model = build_hybrid("falcon_h1")
+    with pytest.raises(ConfigError, match="GroupSpec\\('state'"):
+        Engine(model, num_slots=64, groups=())
 
 
 def test_score_resumes_from_a_snapshot(no_interpreter: None) -> None:

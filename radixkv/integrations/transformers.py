@@ -65,7 +65,7 @@ from radixkv.integrations.attention import ATTN_IMPLEMENTATION, ForwardBatch
 from radixkv.integrations.layer_groups import (check_position_limit, check_served, layer_groups,
                                                layer_masks, window_specs)
 from radixkv.integrations.prompts import prompt_ids, to_batch
-from radixkv.integrations.recurrent import RecurrentRunner
+from radixkv.integrations.recurrent import RecurrentRunner, state_groups
 from radixkv.integrations.sampling import SamplingParams, make_generator, sample
 from radixkv.integrations.scheduler import Plan, Request, Scheduler
 from radixkv.integrations.stats import GenerateStats
@@ -93,7 +93,9 @@ def cache_config_for(model: PreTrainedModel, **overrides: Any) -> CacheConfig:
     base = dict(**model_layout(model), num_slots=16384, max_requests=64,
                 max_context_len=min(getattr(cfg, "max_position_embeddings", 4096), 4096),
                 dtype=model.dtype, device=model.device, kv_layers=kv_layers(model.config))
-    return CacheConfig(**{**base, **overrides})
+    fields = {**base, **overrides}
+    fields.setdefault("groups", state_groups(model.config, fields["max_requests"]))  # recurrent models' snapshots
+    return CacheConfig(**fields)
 
 
 def kv_layers(config: Any) -> tuple[int, ...] | None:

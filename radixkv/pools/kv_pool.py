@@ -8,8 +8,8 @@ Layers without attention (a hybrid model's recurrent-only layers: Jamba's Mamba,
 delta net) hold no KV: `kv_layers` lists the decoder layers that do, and buffers exist for those
 only, `k_buffer[buffer_index[layer]]` (identity when every layer holds KV). `layer_slots` gives some
 layers a pool of their own size: the layers of a sliding-window group (CacheConfig.groups) keep
-`[window_slots, num_kv_heads, head_dim]`, indexed by window slots (cache_windows.py translates full
-slots into them).
+`[window_slots, num_kv_heads, head_dim]`, indexed by window slots (cache_windows.py translates
+full slots into them).
 """
 
 from __future__ import annotations
@@ -29,16 +29,16 @@ class TokenToKVPool:
         self.device = torch.device(device)
         self.kv_layers = tuple(range(num_layers) if kv_layers is None else kv_layers)
         self.buffer_index = {layer: i for i, layer in enumerate(self.kv_layers)}  # decoder layer -> buffer
-        sizes = {layer: (layer_slots or {}).get(layer, num_slots) for layer in self.kv_layers}
+        sizes = [(layer_slots or {}).get(layer, num_slots) for layer in self.kv_layers]
 
         def buffer(n: int) -> torch.Tensor:
             return torch.zeros((n, num_kv_heads, head_dim), dtype=dtype, device=self.device, pin_memory=pin_memory)
 
-        self.k_buffer = [buffer(sizes[layer]) for layer in self.kv_layers]
-        self.v_buffer = [buffer(sizes[layer]) for layer in self.kv_layers]
+        self.k_buffer = [buffer(n) for n in sizes]
+        self.v_buffer = [buffer(n) for n in sizes]
         self._token_bytes = 2 * len(self.kv_layers) * num_kv_heads * head_dim * torch.empty(0, dtype=dtype).element_size()
 
     @property
     def bytes_per_token(self) -> int:
-        """K and V of one token over all layers that hold KV (a token of every layer's pool)."""
+        """K and V of one token over all layers that hold KV (a token of each layer's pool)."""
         return self._token_bytes
