@@ -37,16 +37,16 @@ from radixkv.events.recorder import EventRecorder
 from radixkv.host_tier import HostTier
 from radixkv.insert_slots import InsertSlots
 from radixkv.invariants import check_cache
-from radixkv.keys import ExtraKeys, as_extra_keys, request_key
+from radixkv.keys import as_extra_keys, request_key
 from radixkv.multimodal import MultiModalKeys
 from radixkv.metrics import CacheStats, collect_metrics
 from radixkv.pools import CACHED, PRIVATE, RESERVED, PageLedger, TokenToKVPool, page_slots
 from radixkv.radix import SEQUENCE, USER, MatchInfo, RadixTree, TreeNode, evict_device
 from radixkv.radix import locks
 from radixkv.radix.pins import Pins
-from radixkv.results import BatchInputs, MatchResult, SizeInfo
+from radixkv.results import BatchInputs, LockHandle, MatchResult, SizeInfo
 from radixkv.sequences import Sequence, SequenceTable
-from radixkv.tokens import TokensLike, as_count, as_priority, as_slots, as_tokens, slot_array
+from radixkv.tokens import ExtraKeysArg, IntArg, SecondsArg, SequenceArg, TokensLike, as_count, as_priority, as_slots, as_tokens, slot_array
 
 _get_ident = threading.get_ident
 
@@ -54,8 +54,9 @@ _get_ident = threading.get_ident
 class RadixCache:
     """A prefix-sharing KV cache over a radix tree (DESIGN.md has the whole contract)."""
 
-    def __init__(self, config: CacheConfig, clock: Callable[[], float] = time.monotonic) -> None:
-        """`clock` (seconds) times pins only; tests pass a fake one."""
+    def __init__(self, config: object, clock: Callable[[], object] = time.monotonic) -> None:
+        """`config`: a CacheConfig (checked here: ConfigError otherwise). `clock` (seconds) times pins
+        only; tests pass a fake one."""
         if not isinstance(config, CacheConfig):
             raise ConfigError(f"RadixCache takes a CacheConfig, got {type(config).__name__}")
         self.config = config
@@ -68,17 +69,17 @@ class RadixCache:
                        if config.kv_events else None)
         self.tree = RadixTree(ps, make_policy(config.eviction), config.host_slots > 0, self.events)
         self.pins = Pins(self.tree, config.pin_budget, clock)
-        self.seqs = SequenceTable(config.max_requests, config.max_context_len, ps, config.device)
+        self.seqs: SequenceTable[TreeNode] = SequenceTable(config.max_requests, config.max_context_len, ps, config.device)
         self.req_pool = self.seqs.pool
         self.host = HostTier(config, self.tree, self.kv_pool) if config.host_slots else None
         self.stats = CacheStats()
-        self._thread: int | None = _get_ident()
+        self._owner: int | None = _get_ident()
         self._adopted = False  # an adopt_thread() took the cache over: a second needs it released or ended
         self._adopt_lock = threading.Lock()
 
     # ------------------------------------------------------------------ tree level
 
-    def match_prefix(self, tokens: TokensLike, namespace: Any = None, extra_keys: ExtraKeys | dict | None = None
+    def match_prefix(self, tokens: TokensLike, namespace: Any = None, extra_keys: ExtraKeysArg = None
                      ) -> MatchResult:
         """Longest device-cached prefix of `tokens`, whole pages only, and how many more tokens the
         host tier holds (`host_length`). Does not lock; refreshes the recency of the matched path and
@@ -90,17 +91,17 @@ class RadixCache:
         m = self._match(toks, self.tree.root(ns), len(toks))
         return MatchResult(m.length, torch.from_numpy(page_slots(m.pages, self.page_size)), m.node, m.host_length)
 
-    def lock(self, node: TreeNode) -> None:
+    def lock(self, node: LockHandle) -> None:
         """Protect `node` and its ancestors from eviction; pairs with one unlock(node)."""
         self._own()
-        locks.lock(self.tree, node, USER)
+        locks.lock(self.tree, self.tree.check_node(node), USER)
 
-    def unlock(self, node: TreeNode) -> None:
+    def unlock(self, node: LockHandle) -> None:
         """Undo one earlier lock(node). LockError if there is none (a Sequence's lock is not one)."""
         self._own()
-        locks.unlock(self.tree, node, USER)
+        locks.unlock(self.tree, self.tree.check_node(node), USER)
 
-    def alloc(self, n: int) -> torch.Tensor:
+    def alloc(self, n: IntArg) -> torch.Tensor:
         """`n` private slots: the first n slots of ceil(n / page_size) fresh pages, evicting unlocked
         cached tokens as needed. OutOfSlotsError, nothing changed, if even full eviction cannot serve.
         Returns int64 `[n]`."""
@@ -120,8 +121,8 @@ class RadixCache:
             raise InvalidSlotsError(f"free() takes only slots from alloc(): {self.ledger.describe(pages, PRIVATE)}")
         self.ledger.release(pages)
 
-    def insert(self, tokens: TokensLike, slots: TokensLike, namespace: Any = None, priority: int = 0,
-               extra_keys: ExtraKeys | dict | None = None, pin_ttl: float | None = None) -> int:
+    def insert(self, tokens: TokensLike, slots: TokensLike, namespace: Any = None, priority: IntArg = 0,
+               extra_keys: ExtraKeysArg = None, pin_ttl: SecondsArg = None) -> int:
         """Cache `tokens` with their `slots`; returns how many leading tokens were already cached.
         The rules for `slots` are in insert_slots.py; anything else raises InvalidSlotsError with
         nothing changed. Afterwards the caller owns none of `slots`. With `pin_ttl` (seconds) the
@@ -147,7 +148,7 @@ class RadixCache:
             self.host.back_up(result.gained)
         return result.cached_len
 
-    def evict(self, n: int) -> int:
+    def evict(self, n: IntArg) -> int:
         """Evict at least `n` unlocked cached tokens if that many exist (trimming a leaf's tail page
         by page rather than dropping it whole). Returns tokens freed. evict(0) does nothing."""
         self._own()
@@ -157,8 +158,8 @@ class RadixCache:
 
     # ------------------------------------------------------------------ request level
 
-    def open(self, tokens: TokensLike, namespace: Any = None, max_reuse: int | None = None,
-             priority: int = 0, extra_keys: ExtraKeys | dict | None = None, pin_ttl: float | None = None) -> Sequence:
+    def open(self, tokens: TokensLike, namespace: Any = None, max_reuse: IntArg = None,
+             priority: IntArg = 0, extra_keys: ExtraKeysArg = None, pin_ttl: SecondsArg = None) -> Sequence:
         """Start a request: match at most `max_reuse` tokens (default all), promote any host-tier
         part, lock the match, take a req_to_token row and write the prefix slots into it. Afterwards
         cached_len == committed_len == kv_len (page-aligned). OutOfRowsError when every row is in
@@ -189,8 +190,8 @@ class RadixCache:
             self.pins.open_row(seq.row, until)
         return seq
 
-    def pin(self, tokens: TokensLike, namespace: Any = None, *, ttl: float,
-            extra_keys: ExtraKeys | dict | None = None) -> int:
+    def pin(self, tokens: TokensLike, namespace: Any = None, *, ttl: SecondsArg,
+            extra_keys: ExtraKeysArg = None) -> int:
         """Keep the cached prefix of `tokens` (whole pages) for `ttl` seconds of the cache's clock:
         until then its pages are evicted only when nothing unpinned is evictable (a pin never
         blocks an allocation). Pinning again extends the deadline. Returns the pinned length in
@@ -211,7 +212,7 @@ class RadixCache:
         self.pins.expire()
         return self.pins.pinned_size
 
-    def reserve(self, seq: Sequence, n: int) -> torch.Tensor:
+    def reserve(self, seq: SequenceArg, n: IntArg) -> torch.Tensor:
         """Slots for positions [kv_len, kv_len + n), filling the tail of the Sequence's last private
         page before taking new pages; written into its row. n = 0 is a no-op. OutOfSlotsError /
         ContextLengthError with nothing changed. Returns int64 `[n]`."""
@@ -226,7 +227,7 @@ class RadixCache:
         self.seqs.extend(rec, slots)
         return torch.from_numpy(slots.copy())
 
-    def commit(self, seq: Sequence, tokens: TokensLike) -> None:
+    def commit(self, seq: SequenceArg, tokens: TokensLike) -> None:
         """Declare the KV of positions [committed_len, committed_len + len(tokens)) written. They
         must lie below kv_len; `tokens` must equal seq.tokens where they overlap and extends it
         beyond. Full pages are inserted now (shareable) and the Sequence's lock moves down to them;
@@ -254,7 +255,7 @@ class RadixCache:
         if self.host is not None:
             self.host.back_up(result.gained)
 
-    def close(self, seq: Sequence) -> None:
+    def close(self, seq: SequenceArg) -> None:
         """End a request: unlock its prefix, free its private pages (the partial last page and every
         reserved-but-uncommitted page) and release its row. The Sequence is unusable afterwards."""
         self._own()
@@ -265,8 +266,8 @@ class RadixCache:
         self.ledger.release(private[::self.page_size] // self.page_size)
         locks.unlock(self.tree, node, SEQUENCE)
 
-    def batch(self, seqs: list[Sequence], cascade: bool = False) -> BatchInputs:
-        """Inputs of one forward over positions [committed_len, kv_len) of each Sequence, checked
+    def batch(self, seqs: Any, cascade: Any = False) -> BatchInputs:
+        """Inputs of one forward over positions [committed_len, kv_len) of each Sequence of `seqs` (a list), checked
         once here so the per-layer path needs no checks. Mutates nothing. With `cascade`, also the
         plan of cascade decode (`BatchInputs.cascade`, radixkv/cascade.py) over the leading
         Sequences that extend by exactly one position: None unless two of them share a tree node."""
@@ -276,7 +277,7 @@ class RadixCache:
     def sequences(self) -> list[Sequence]:
         """The open Sequences, by row."""
         self._own()
-        return [rec.handle for rec in self.seqs.records()]
+        return [rec.handle for rec in self.seqs.records() if rec.handle is not None]  # (never None once open)
 
     # ------------------------------------------------------------------ accounting
 
@@ -318,31 +319,32 @@ class RadixCache:
         threads adopting one cache would interleave its bookkeeping."""
         me = _get_ident()
         with self._adopt_lock:
-            owner = self._thread
+            owner = self._owner
             if self._adopted and owner not in (None, me) and any(t.ident == owner for t in threading.enumerate()):
                 raise ThreadOwnershipError(
                     f"adopt_thread: thread {owner} adopted this RadixCache and is still running; it must "
                     "call release_thread() before another thread adopts the cache")
-            self._thread, self._adopted = me, True
+            self._owner, self._adopted = me, True
 
     def release_thread(self) -> None:
         """Give the cache up (the owner thread only): until some thread calls adopt_thread(), every
         call raises ThreadOwnershipError."""
         self._own()
-        self._thread = None
+        self._owner = None
 
     # ------------------------------------------------------------------ helpers
 
     def _own(self) -> None:
-        if _get_ident() != self._thread:
+        if _get_ident() != self._owner:
             raise ThreadOwnershipError(
                 "a RadixCache is driven by one thread; this call came from another one. Call every "
                 "method from the scheduler thread (or hand the cache over: release_thread(), then adopt_thread())")
 
     def _key(self, toks: np.ndarray, namespace: Any, extra_keys: Any) -> tuple[bytes, np.ndarray]:
         ns, keyed = request_key(namespace, extra_keys, toks, self.mm_keys)
-        if keyed is not toks and self.events is not None:
-            self.events.learn(as_extra_keys(extra_keys), toks)  # the raw ids vLLM's block hashes see
+        extra = as_extra_keys(extra_keys) if keyed is not toks else None  # keyed anew only by extra keys
+        if extra is not None and self.events is not None:
+            self.events.learn(extra, toks)  # the raw ids vLLM's block hashes see
         return ns, keyed
 
     def _match(self, toks: np.ndarray, root: TreeNode, asked: int) -> MatchInfo:
@@ -357,7 +359,7 @@ class RadixCache:
         if self.tree.pins is not None:
             self.pins.expire()
         pages, host_pages, _ = evict_device(self.tree, n, None if self.host is None else self.host.keep)
-        if len(host_pages):
+        if len(host_pages) and self.host is not None:  # (host pages come only from a host tier)
             self.host.free(host_pages)
         self.stats.evicted_tokens += len(pages) * self.page_size
         return pages
@@ -365,7 +367,8 @@ class RadixCache:
     def _promote(self, toks: np.ndarray, m: MatchInfo) -> MatchInfo:
         """Copy the host-only continuation of a match into fresh device pages and hand them to the
         tree. Falls back to the device part alone when the device cannot make room."""
-        ps, base = self.page_size, m.length
+        ps, base, host = self.page_size, m.length, self.host
+        assert host is not None  # open() promotes only with a host tier
         locks.lock(self.tree, m.node, USER)  # the device prefix must survive the allocation
         try:
             pages = self._take(m.host_length // ps, PRIVATE)
@@ -376,7 +379,7 @@ class RadixCache:
         host_pages = self.tree.host_pages_below(key, m.node)  # making room may have dropped some
         avail = len(host_pages)
         self.ledger.release(pages[avail:])
-        self.host.promote(host_pages, pages[:avail])
+        host.promote(host_pages, pages[:avail])
         result = self.tree.insert(key[:avail * ps * 4], pages[:avail], m.node)
         self.ledger.move(pages[:avail], CACHED)
         locks.unlock(self.tree, m.node, USER)

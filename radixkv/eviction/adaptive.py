@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING
 from radixkv.eviction.policies import LFU, LRU, EvictionPolicy
 
 if TYPE_CHECKING:
-    from radixkv.eviction.view import NodeView, ShadowView, TreeView
+    from radixkv.eviction.view import CachedNodeView, NodeView, ShadowView, TreeView
 
 
 class Adaptive(EvictionPolicy):
@@ -85,7 +85,7 @@ class Adaptive(EvictionPolicy):
     def leader(self) -> str:
         return self.experts[self.mode].name
 
-    def on_evict(self, victim: NodeView) -> None:
+    def on_evict(self, victim: CachedNodeView) -> None:
         if not self._shadows:  # until now every expert held what the real cache holds
             self._tree = tree = victim.tree
             if self._history:
@@ -117,7 +117,7 @@ class Adaptive(EvictionPolicy):
         if hits[1 - self.mode] - hits[self.mode] > self.MARGIN * asked:
             self._follow(1 - self.mode)
 
-    def on_lookup(self, start: NodeView, key: bytes, length: int) -> None:
+    def on_lookup(self, start: CachedNodeView, key: bytes, length: int) -> None:
         if not self._shadows:
             if self._history is not None:
                 self._record(start.ns, _absolute(start, key), None)
@@ -134,7 +134,7 @@ class Adaptive(EvictionPolicy):
                 and lead * lead > self.Z * self.Z * self._var):
             self._switch()
 
-    def on_cache(self, start: NodeView, key: bytes, cached: int, use: bool) -> None:
+    def on_cache(self, start: CachedNodeView, key: bytes, cached: int, use: bool) -> None:
         if cached > self._capacity:
             self._capacity = cached
         if not self._shadows:

@@ -36,7 +36,9 @@ def evict_device(tree: RadixTree, num_tokens: int, keep: Callable[[TreeNode], np
     """Free at least `num_tokens` unlocked device tokens if that many exist; a victim larger than
     the remaining need loses only its tail pages. `keep(victim)` may return host pages now holding
     a copy of the victim's KV, which then stays as host-only."""
-    ps, freed, chunks, host_chunks = tree.page_size, 0, [], []
+    ps, freed = tree.page_size, 0
+    chunks: list[np.ndarray] = []
+    host_chunks: list[np.ndarray] = []
     groups: list[list[np.ndarray]] = [[] for _ in tree.group_index] if tree.group_index else []
     while freed < num_tokens:
         leaf = tree.pop_victim()
@@ -45,6 +47,7 @@ def evict_device(tree: RadixTree, num_tokens: int, keep: Callable[[TreeNode], np
         keep_tokens = leaf.size - -(-(num_tokens - freed) // ps) * ps
         if keep_tokens > 0:
             tree.split(leaf, keep_tokens)  # the upper part stays cached as a new node
+        assert leaf.pages is not None  # the device index holds device nodes only
         chunks.append(leaf.pages)
         freed += leaf.size
         tree.evicted(leaf)
@@ -67,13 +70,16 @@ def evict_device(tree: RadixTree, num_tokens: int, keep: Callable[[TreeNode], np
 def evict_secondary(tree: RadixTree, group: int, num_pages: int) -> np.ndarray:
     """Free at least `num_pages` of secondary group `group`'s pages if unlocked nodes hold that many,
     policy order, tombstoning whole components; every node keeps its full KV. Returns int64 pages."""
-    index, freed, chunks, locked = tree.group_index[group - 1], 0, [], []
+    index, freed = tree.group_index[group - 1], 0
+    chunks: list[np.ndarray] = []
+    locked: list[TreeNode] = []
     while freed < num_pages and len(index):
         node = index.pop()
         if node.lock_ref:  # a lock protects every component of its path: skip, keep its place
             locked.append(node)
             continue
         pages = drop_component(tree.group_index, node, group)
+        assert pages is not None  # the group's index holds only nodes with a component
         chunks.append(pages)
         freed += len(pages)
     for node in locked:
@@ -95,11 +101,13 @@ def _remove_subtree(tree: RadixTree, node: TreeNode, host_chunks: list[np.ndarra
 def evict_host(tree: RadixTree, num_tokens: int) -> np.ndarray:
     """Free at least `num_tokens` host-tier tokens if that many exist: host-only leaves first (the
     node goes), then host copies of device nodes (the node stays). Returns host pages, int64."""
-    freed, chunks = 0, []
+    freed = 0
+    chunks: list[np.ndarray] = []
     while freed < num_tokens:
         victim = tree.pop_host_victim()
         if victim is None:
             break
+        assert victim.host_pages is not None  # the host index holds host copies only
         chunks.append(victim.host_pages)
         freed += victim.size
         tree.lose_host(victim)

@@ -29,12 +29,11 @@ if TYPE_CHECKING:
     from radixkv.radix.node import TreeNode
 
 
-class ShadowNode(PrefixNode):
+class ShadowNode(PrefixNode["ShadowNode"]):
     __slots__ = ("hkey",)
 
-    def __init__(self, tree: TreeCore, node_id: int, ns: bytes, parent: PrefixNode | None, key: bytes,
-                 tick: int) -> None:
-        PrefixNode.__init__(self, tree, node_id, ns, parent, key, tick)
+    def __init__(self, node_id: int, ns: bytes, parent: ShadowNode | None, key: bytes, tick: int) -> None:
+        PrefixNode.__init__(self, node_id, ns, parent, key, tick)
         self.hkey: tuple | None = None  # current key in the shadow's leaf heap; None: not a member
 
 
@@ -74,10 +73,8 @@ class LeafHeap:
                 return node
 
 
-class ShadowTree(TreeCore):
+class ShadowTree(TreeCore[ShadowNode]):
     """A metadata-only prefix cache under `policy` (a fixed policy: its key reads node fields only)."""
-
-    node_type = ShadowNode
 
     def __init__(self, policy: EvictionPolicy, page_size: int) -> None:
         super().__init__(page_size)
@@ -89,6 +86,11 @@ class ShadowTree(TreeCore):
         self._held: ShadowNode | None = None  # the path end an insert protects while it evicts
         self._version = 0  # bumped by every insert: a remembered walk is valid only within one version
         self._matched: tuple | None = None  # (ns, key, path, matched bytes, version) of the last match
+
+    def make_node(self, ns: bytes, parent: ShadowNode | None, key: bytes) -> ShadowNode:
+        node = ShadowNode(self._next_id, ns, parent, key, self.tick)
+        self._next_id += 1
+        return node
 
     def _root(self, ns: bytes) -> ShadowNode:
         root = self.roots[ns] = self.make_node(ns, None, b"")
@@ -186,6 +188,7 @@ class ShadowTree(TreeCore):
                 self.split_edge(leaf, keep)
             freed += leaf.size
             parent = leaf.parent
+            assert parent is not None  # the heap holds no roots
             del parent.children[leaf.key[:self.page_bytes]]
             if parent.children:
                 continue
