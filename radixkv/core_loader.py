@@ -24,9 +24,12 @@ import sys
 # subclassed, and a subclass's class attributes (`learns`, `name`) would not override a compiled
 # base's; the tree calls them as Python objects either way. Not keys.py: ExtraKeys checks its
 # fields' types itself, which compiled field reads would do first (a TypeError, not the typed error).
-CORE = ("tokens", "results", "pools/allocator", "pools/ledger", "eviction/index", "radix/types", "radix/core", "radix/idle_roots", "radix/node",
-        "radix/components", "radix/shadow", "radix/tree", "radix/locks", "radix/evict", "radix/pins",
-        "radix/check", "sequences", "cache")
+# Not the layer-group and host-tier halves of the facade (cache_groups, cache_windows, cache_host):
+# off the common path, they run interpreted.
+CORE = ("tokens", "results", "pools/allocator", "pools/ledger", "eviction/index", "radix/types", "radix/core",
+        "radix/idle_roots", "radix/node", "radix/components", "radix/shadow", "radix/windows", "radix/residency",
+        "radix/tree", "radix/lookup", "radix/locks", "radix/evict", "radix/pins", "radix/check", "sequences",
+        "cache_thread", "cache")
 SHARED = "core__mypyc"  # mypyc's shared library of the whole group (radixkv/core__mypyc.*.so)
 STAMP = "_core_build.txt"  # written by a successful build: one "sha256 path" line per CORE source
 PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
