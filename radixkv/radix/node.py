@@ -36,7 +36,8 @@ returns the secondary pages of the nodes it drops (`Evicted.secondary`, per grou
 Owner of the pages: RadixCache builds the tree with `secondary_groups=len(config.groups)` and one
 PageLedger per group (cache_groups.py: `cache.group(g)` allocates, attaches a component to a node,
 reads one at a match, evicts), and gives each group's pages back to its own ledger on eviction.
-A model with one group (full KV) has `secondary == ()` and nothing of this runs.
+A model with one group (full KV) has an empty `secondary` (one list all its nodes share) and
+nothing of this runs.
 """
 
 from __future__ import annotations
@@ -48,19 +49,24 @@ import numpy as np
 from radixkv.radix.core import PrefixNode
 
 if TYPE_CHECKING:
-    from radixkv.radix.core import TreeCore
+    from radixkv.radix.tree import RadixTree
+
+# The components of a node when the tree has no secondary groups: shared and empty (writing
+# `secondary[g]` into it raises IndexError; a tree with groups gives each node its own list).
+_NO_GROUPS: list[np.ndarray | None] = []
 
 
-class TreeNode(PrefixNode):
-    __slots__ = ("pages", "host_pages", "secondary", "lock_ref", "user_locks", "seq_locks",
-                 "evicted", "__weakref__")
+class TreeNode(PrefixNode["TreeNode"]):
+    __slots__ = ("tree", "pages", "host_pages", "secondary", "lock_ref", "user_locks", "seq_locks", "evicted",
+                 "__weakref__")
 
-    def __init__(self, tree: TreeCore, node_id: int, ns: bytes, parent: TreeNode | None, key: bytes,
+    def __init__(self, tree: RadixTree, node_id: int, ns: bytes, parent: TreeNode | None, key: bytes,
                  tick: int) -> None:
-        PrefixNode.__init__(self, tree, node_id, ns, parent, key, tick)
+        PrefixNode.__init__(self, node_id, ns, parent, key, tick)
+        self.tree = tree  # the owning tree: a node of another tree is rejected, never used
         self.pages: np.ndarray | None = None  # int64 [size // page_size]: device full KV; None: host only
         self.host_pages: np.ndarray | None = None  # int64 [size // page_size]: host-tier copy, if any
-        self.secondary: tuple | list = ()  # secondary group components (module docstring); None: tombstone
+        self.secondary: list[np.ndarray | None] = _NO_GROUPS  # secondary group components (module docstring); None: tombstone
         self.lock_ref = 0  # locks on this node or any descendant: > 0 means protected
         self.user_locks = 0  # lock() calls on exactly this node not yet unlocked
         self.seq_locks = 0  # open Sequences whose committed prefix ends exactly here
