@@ -4,7 +4,10 @@
     RadixTree     (radix/tree.py)     nodes, locks, counters, evictable indexes; returns what changed hands
     SequenceTable (sequences.py)      rows, open Sequences, req_to_token
 
-plus the KV pool, the optional host tier and KV-event recorder. Each public call validates its whole
+plus the KV pool, the optional host tier and KV-event recorder, and one SecondaryGroup per secondary
+layer group (cache_groups.py: `CacheConfig.groups`, window KV or state snapshots, each with its own
+PageLedger; `cache.group(g)` is its public calls; device eviction gives each group's pages back to
+its own ledger). With no groups (one model kind, full KV) the cache is exactly the one-group cache. Each public call validates its whole
 input, then asks the owners to change, in an order that cannot fail halfway: a raising call leaves
 the cache exactly as it was. A cache is driven by one thread (the one that built it, or the one
 that called `adopt_thread()`); a call from any other thread raises ThreadOwnershipError.
@@ -22,34 +25,35 @@ the request level is what a generation loop calls (open, reserve, commit, close,
 
 from __future__ import annotations
 
-import threading
 import time
 from typing import Any, Callable
 
 import numpy as np
 import torch
 
+from radixkv.cache_groups import SecondaryGroup
+from radixkv.cache_host import promote
+from radixkv.cache_thread import ThreadOwner
+from radixkv.cache_windows import WindowGroup, path_between
 from radixkv.config import CacheConfig
-from radixkv.errors import ConfigError, InvalidSlotsError, OutOfSlotsError, ThreadOwnershipError
+from radixkv.errors import ConfigError, InvalidArgumentError, InvalidSlotsError, OutOfSlotsError
 from radixkv.eviction import make_policy
 from radixkv.events import KVEvent
+from radixkv.events.groups import event_groups
 from radixkv.events.recorder import EventRecorder
 from radixkv.host_tier import HostTier
 from radixkv.insert_slots import InsertSlots
-from radixkv.invariants import check_cache
+from radixkv.invariants import check_cache, check_groups
 from radixkv.keys import ExtraKeys, as_extra_keys, request_key
 from radixkv.multimodal import MultiModalKeys
 from radixkv.metrics import CacheStats, collect_metrics
 from radixkv.pools import CACHED, PRIVATE, RESERVED, PageLedger, TokenToKVPool, page_slots
 from radixkv.radix import SEQUENCE, USER, MatchInfo, RadixTree, TreeNode, evict_device
-from radixkv.radix import locks
+from radixkv.radix import locks, lookup
 from radixkv.radix.pins import Pins
 from radixkv.results import BatchInputs, MatchResult, SizeInfo
 from radixkv.sequences import Sequence, SequenceTable
 from radixkv.tokens import TokensLike, as_count, as_priority, as_slots, as_tokens, slot_array
-
-_get_ident = threading.get_ident
-
 
 class RadixCache:
     """A prefix-sharing KV cache over a radix tree (DESIGN.md has the whole contract)."""
@@ -60,21 +64,26 @@ class RadixCache:
             raise ConfigError(f"RadixCache takes a CacheConfig, got {type(config).__name__}")
         self.config = config
         self.page_size = ps = config.page_size
-        self.kv_pool = TokenToKVPool(config.num_slots, config.num_layers, config.num_kv_heads,
-                                     config.head_dim, config.dtype, config.device)
+        self.kv_pool = TokenToKVPool(config.num_slots, config.num_layers, config.num_kv_heads, config.head_dim,
+                                     config.dtype, config.device, kv_layers=config.kv_layers,
+                                     layer_slots=config.group_layer_slots)
         self.ledger = PageLedger(config.num_pages, ps)
         self.mm_keys = MultiModalKeys()  # multimodal items' tree ids, by whole content hash
-        self.events = (EventRecorder(config.event_block_size, ps, config.event_hash, self.mm_keys)
-                       if config.kv_events else None)
-        self.tree = RadixTree(ps, make_policy(config.eviction), config.host_slots > 0, self.events)
+        self.events = self._recorder() if config.kv_events else None
+        self.tree = RadixTree(ps, make_policy(config.eviction), config.host_slots > 0, self.events, len(config.groups),
+                              tuple(g.size if g.kind == "window" else 0 for g in config.groups))
         self.pins = Pins(self.tree, config.pin_budget, clock)
         self.seqs = SequenceTable(config.max_requests, config.max_context_len, ps, config.device)
         self.req_pool = self.seqs.pool
         self.host = HostTier(config, self.tree, self.kv_pool) if config.host_slots else None
         self.stats = CacheStats()
-        self._thread: int | None = _get_ident()
-        self._adopted = False  # an adopt_thread() took the cache over: a second needs it released or ended
-        self._adopt_lock = threading.Lock()
+        self._owner = ThreadOwner()
+        self._own = self._owner.check
+        # secondary layer groups (cache_groups.py): group g is groups[g - 1]
+        self.groups = tuple(WindowGroup(g, spec, ps, self.tree, self._own, config.num_pages, self.kv_pool.device)
+                            if spec.kind == "window" else SecondaryGroup(g, spec, ps, self.tree, self._own)
+                            for g, spec in enumerate(config.groups, start=1))
+        self.windows = tuple(g for g in self.groups if isinstance(g, WindowGroup))
 
     # ------------------------------------------------------------------ tree level
 
@@ -177,10 +186,10 @@ class RadixCache:
         root = self.tree.root(ns)
         if until is not None:  # plan the pin before the match and promotion change anything
             key = toks[:reuse // self.page_size * self.page_size].tobytes()
-            self.pins.charge(sum(self.tree.peek(key, root)) - self.pins.pinned_length(key, root), "open(pin_ttl=...)")
+            self.pins.charge(sum(lookup.peek(self.tree, key, root)) - self.pins.pinned_length(key, root), "open(pin_ttl=...)")
         m = self._match(toks[:reuse], root, reuse)
         if m.host_length and self.host is not None:
-            m = self._promote(toks[:reuse], m)
+            m = promote(self.tree, self.ledger, self.host, self._take, toks[:reuse], m)
         if until is not None:
             self.pins.pin(m.node, until, "open(pin_ttl=...)")  # within the charge above: cannot fail
         locks.lock(self.tree, m.node, SEQUENCE)
@@ -201,7 +210,7 @@ class RadixCache:
         ns, toks = self._key(as_tokens(tokens), namespace, extra_keys)
         until = self.pins.deadline(ttl, "pin(ttl=...)")
         root = self.tree.root(ns)
-        node = self.tree.locate(toks[:len(toks) // self.page_size * self.page_size].tobytes(), root)
+        node = lookup.locate(self.tree, toks[:len(toks) // self.page_size * self.page_size].tobytes(), root)
         self.pins.pin(node, until, "pin(ttl=...)")
         return node.end
 
@@ -220,7 +229,12 @@ class RadixCache:
         n, ps, start = as_count(n, "reserve(n)"), self.page_size, rec.kv_len
         self.seqs.check_length(start + n, "reserve")
         fill = min(-start % ps, n)  # free positions left in the last private page
-        pages = self._take(-(-(n - fill) // ps), RESERVED)
+        k = -(-(n - fill) // ps)
+        for window in self.windows:  # window pages go with full pages: check first, change nothing
+            window.check_room(k)
+        pages = self._take(k, RESERVED)
+        for window in self.windows:
+            window.reserve(pages)
         head = rec.slots[start - 1] + 1 + np.arange(fill, dtype=np.int64)
         slots = np.concatenate([head, page_slots(pages, ps)[:n - fill]])
         self.seqs.extend(rec, slots)
@@ -243,6 +257,10 @@ class RadixCache:
         ps, node = self.page_size, rec.node
         pages = rec.slots[start:end][::ps] // ps
         result = self.tree.insert(rec.tokens[start:end].tobytes(), pages, node, rec.priority)
+        if self.windows:
+            nodes = path_between(node, result.node)
+            for window in self.windows:
+                window.commit(nodes, pages)
         k = result.cached_len // ps  # [start, start + k * ps): another request cached these first
         self.ledger.release(pages[:k])
         self.ledger.move(pages[k:], CACHED)
@@ -261,8 +279,10 @@ class RadixCache:
         rec = self.seqs.get(seq)
         node = rec.node
         self.pins.close_row(rec.row)
-        private = self.seqs.close(rec)
-        self.ledger.release(private[::self.page_size] // self.page_size)
+        private = self.seqs.close(rec)[::self.page_size] // self.page_size
+        for window in self.windows:
+            window.close(private)
+        self.ledger.release(private)
         locks.unlock(self.tree, node, SEQUENCE)
 
     def batch(self, seqs: list[Sequence], cascade: bool = False) -> BatchInputs:
@@ -292,7 +312,15 @@ class RadixCache:
         """Recompute every counter, page state and index from scratch; AssertionError on a mismatch."""
         self._own()
         check_cache(self.ledger, self.tree, self.seqs, self.host)
+        check_groups(self.groups, self.seqs)
         self.pins.check(self.tree.nodes())
+
+    def group(self, g: int) -> SecondaryGroup:
+        """Secondary layer group `g` (1 <= g <= len(config.groups)): its pool's calls (cache_groups.py)."""
+        self._own()
+        if isinstance(g, bool) or not isinstance(g, int) or not 1 <= g <= len(self.groups):
+            raise InvalidArgumentError(f"group({g!r}): this cache has secondary groups 1..{len(self.groups)}")
+        return self.groups[g - 1]
 
     def metrics(self) -> dict[str, float]:
         """Counters and gauges with vLLM-style names (`radixkv_` prefix); mutates nothing."""
@@ -307,37 +335,29 @@ class RadixCache:
     def block_snapshot(self) -> list[KVEvent]:
         """AllBlocksCleared, then BlockStored for every block cached now (a resync for routers)."""
         self._own()
-        recorder = self.events or EventRecorder(self.config.event_block_size, self.page_size, self.config.event_hash,
-                                                self.mm_keys)
-        return recorder.snapshot(self.tree)
+        return (self.events or self._recorder()).snapshot(self.tree)
+
+    def _recorder(self) -> EventRecorder:
+        cfg = self.config
+        return EventRecorder(cfg.event_block_size, cfg.page_size, cfg.event_hash, self.mm_keys, event_groups(cfg.groups))
 
     def adopt_thread(self) -> None:
         """Make the calling thread the cache's driver. The thread that built the cache hands it over
         to the first adopter; after that, a thread adopts only a cache whose owner released it
         (release_thread()) or has ended. ThreadOwnershipError, nothing changed, otherwise: two
         threads adopting one cache would interleave its bookkeeping."""
-        me = _get_ident()
-        with self._adopt_lock:
-            owner = self._thread
-            if self._adopted and owner not in (None, me) and any(t.ident == owner for t in threading.enumerate()):
-                raise ThreadOwnershipError(
-                    f"adopt_thread: thread {owner} adopted this RadixCache and is still running; it must "
-                    "call release_thread() before another thread adopts the cache")
-            self._thread, self._adopted = me, True
+        self._owner.adopt()
 
     def release_thread(self) -> None:
         """Give the cache up (the owner thread only): until some thread calls adopt_thread(), every
         call raises ThreadOwnershipError."""
-        self._own()
-        self._thread = None
+        self._owner.release()
+
+    @property
+    def _thread(self) -> int | None:  # the owning thread's ident, for fingerprints in tests
+        return self._owner.thread
 
     # ------------------------------------------------------------------ helpers
-
-    def _own(self) -> None:
-        if _get_ident() != self._thread:
-            raise ThreadOwnershipError(
-                "a RadixCache is driven by one thread; this call came from another one. Call every "
-                "method from the scheduler thread (or hand the cache over: release_thread(), then adopt_thread())")
 
     def _key(self, toks: np.ndarray, namespace: Any, extra_keys: Any) -> tuple[bytes, np.ndarray]:
         ns, keyed = request_key(namespace, extra_keys, toks, self.mm_keys)
@@ -356,29 +376,10 @@ class RadixCache:
     def _evict_pages(self, n: int) -> np.ndarray:
         if self.tree.pins is not None:
             self.pins.expire()
-        pages, host_pages, _ = evict_device(self.tree, n, None if self.host is None else self.host.keep)
+        pages, host_pages, secondary = evict_device(self.tree, n, None if self.host is None else self.host.keep)
         if len(host_pages):
             self.host.free(host_pages)
+        for group, group_pages in zip(self.groups, secondary):
+            group.ledger.release(group_pages)
         self.stats.evicted_tokens += len(pages) * self.page_size
         return pages
-
-    def _promote(self, toks: np.ndarray, m: MatchInfo) -> MatchInfo:
-        """Copy the host-only continuation of a match into fresh device pages and hand them to the
-        tree. Falls back to the device part alone when the device cannot make room."""
-        ps, base = self.page_size, m.length
-        locks.lock(self.tree, m.node, USER)  # the device prefix must survive the allocation
-        try:
-            pages = self._take(m.host_length // ps, PRIVATE)
-        except OutOfSlotsError:
-            locks.unlock(self.tree, m.node, USER)
-            return m
-        key = toks[base:base + m.host_length].tobytes()
-        host_pages = self.tree.host_pages_below(key, m.node)  # making room may have dropped some
-        avail = len(host_pages)
-        self.ledger.release(pages[avail:])
-        self.host.promote(host_pages, pages[:avail])
-        result = self.tree.insert(key[:avail * ps * 4], pages[:avail], m.node)
-        self.ledger.move(pages[:avail], CACHED)
-        locks.unlock(self.tree, m.node, USER)
-        return MatchInfo(result.node, base + avail * ps, np.concatenate([m.pages, pages[:avail]]),
-                         m.host_length - avail * ps)

@@ -11,6 +11,7 @@ Each costs the nodes it walks: lock and unlock the depth, move_lock only the nod
 from __future__ import annotations
 
 from radixkv.errors import LockError
+from radixkv.radix import residency
 from radixkv.radix.node import TreeNode
 from radixkv.radix.tree import RadixTree
 from radixkv.radix.types import USER
@@ -58,7 +59,7 @@ def unlock(tree: RadixTree, node: TreeNode, holder: int) -> None:
     tree.protected_size -= moved
     tree.evictable_size += moved
     if not node.lock_ref:
-        tree.reindex(node)
+        residency.reindex(tree, node)
     tree.release_root_if_idle(root)
 
 def move_lock(tree: RadixTree, old: TreeNode, new: TreeNode, holder: int) -> None:

@@ -25,14 +25,18 @@ the tree says, per node, which pages of each group hold the node's tokens:
 
 Invariants (check_tree): len(secondary) == the tree's secondary group count; a secondary component
 exists only on a node with device KV; its pages are int64 and no page of a group is held by two
-nodes; locks protect every component of a locked path.
+nodes; by default a lock protects every component of a locked path (a window group protects only
+the last W tokens before each lock: cache_groups.py).
 Calls (radix/components.py, radix/evict.py), `groups` being `tree.group_index`:
 `set_component(groups, node, g, pages)` gives a device node group g's pages;
 `drop_component(groups, node, g)` tombstones it and returns the pages;
-`evict_secondary(tree, g, n)` drops group g's components of unlocked nodes, policy order, before
-any full KV goes; device eviction returns the secondary pages of the nodes it drops (per group) so
-the caller gives each group's pages back to that group's ledger. Today every model has one group
-(full KV) and `secondary` is the empty tuple.
+`evict_secondary(tree, g, n)` (= `secondary_victims` to plan, read only, then `drop_victims`) drops
+group g's components of unprotected nodes, policy order, before any full KV goes; device eviction
+returns the secondary pages of the nodes it drops (`Evicted.secondary`, per group).
+Owner of the pages: RadixCache builds the tree with `secondary_groups=len(config.groups)` and one
+PageLedger per group (cache_groups.py: `cache.group(g)` allocates, attaches a component to a node,
+reads one at a match, evicts), and gives each group's pages back to its own ledger on eviction.
+A model with one group (full KV) has `secondary == ()` and nothing of this runs.
 """
 
 from __future__ import annotations
