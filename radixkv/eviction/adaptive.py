@@ -110,8 +110,7 @@ class Adaptive(EvictionPolicy):
             self._follow(1 - self.mode)
 
     def on_insert(self, leaf: NodeView) -> None:
-        if self._history is not None:
-            self._leaf = leaf
+        self._leaf = leaf  # the history keeps it; a shadow's new leaf shares its key bytes
 
     def on_lookup(self, start: NodeView, key: bytes, length: int) -> None:
         shadows = self._shadows
@@ -148,10 +147,12 @@ class Adaptive(EvictionPolicy):
                 if history.bytes > self.HISTORY:
                     self._history = None
             return
-        mode = self.mode
-        added = shadows[1 - mode].insert(start.ns, full, cached, use)
+        mode, leaf = self.mode, self._leaf
+        tail = leaf.key if leaf is not None else None
+        self._leaf = None
+        added = shadows[1 - mode].insert(start.ns, full, cached, use, tail)
         if mode in shadows:
-            own = shadows[mode].insert(start.ns, full, cached, use)
+            own = shadows[mode].insert(start.ns, full, cached, use, tail)
             added = own if own > added else added
             self._settle -= added
             if self._settle <= 0:  # the real cache now holds what its expert would: it counts

@@ -49,7 +49,8 @@ class ShadowView(Protocol):
 
     def match(self, ns: bytes, key: bytes) -> int: ...  # tokens held of key (from the ns root); refreshes
 
-    def insert(self, ns: bytes, key: bytes, capacity: int, use: bool) -> int: ...  # evict down to capacity, add
+    def insert(self, ns: bytes, key: bytes, capacity: int, use: bool, tail: bytes | None = None) -> int: ...
+    # evict down to capacity, add; `tail`: an object equal to key's end that a new leaf may keep instead of a copy
 
 
 class TreeView(Protocol):
