@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Iterable
 from radixkv.radix.core import PrefixNode, TreeCore
 
 if TYPE_CHECKING:
-    from radixkv.eviction import EvictionPolicy
+    from radixkv.eviction.view import FixedPolicyView
     from radixkv.radix.node import TreeNode
 
 
@@ -44,7 +44,7 @@ class ShadowTree(TreeCore[ShadowNode]):
     node itself (`hkey`; None: not a member), so the hot path needs no dicts and no method calls
     beyond the walk, a split and a leaf."""
 
-    def __init__(self, policy: EvictionPolicy, page_size: int) -> None:
+    def __init__(self, policy: FixedPolicyView, page_size: int) -> None:
         super().__init__(page_size)
         self.policy = policy
         self._key = policy.key
