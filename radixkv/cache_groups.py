@@ -13,6 +13,7 @@ cache's own ledger and `kv_pool`); group g >= 1 is `CacheConfig.groups[g - 1]` (
     cache.group(g).attach(node, pages)     # a node (from match_prefix / a Sequence) takes them
     cache.group(g).component(node)         # the pages a node holds (None: a tombstone)
     cache.group(g).free(pages)             # private pages back
+    cache.group(g).drop(node)              # tombstone one node's component (its owner's choice)
     cache.group(g).evict(n), .sizes()
 
 Page states per group are the ledger's (FREE, CACHED: one node's component, PRIVATE: from
@@ -33,7 +34,7 @@ from radixkv.config import GroupSpec
 from radixkv.errors import InvalidSlotsError, OutOfSlotsError
 from radixkv.pools import CACHED, PRIVATE, PageLedger
 from radixkv.radix import RadixTree, TreeNode
-from radixkv.radix.components import set_component
+from radixkv.radix.components import drop_component, set_component
 from radixkv.radix.evict import drop_victims, secondary_victims
 from radixkv.tokens import TokensLike, as_count, slot_array
 
@@ -94,6 +95,17 @@ class SecondaryGroup:
         self._tree.check_node(node)
         pages = node.secondary[self.index - 1] if node.secondary else None
         return None if pages is None else torch.from_numpy(pages.copy())
+
+    def drop(self, node: TreeNode) -> int:
+        """Tombstone `node`'s component in this group, locked or not (its owner's choice: a state
+        snapshot replaced by a later one); returns pages freed (0: it had none). Full KV stays."""
+        self._own()
+        self._tree.check_node(node)
+        pages = drop_component(self._tree.group_index, node, self.index) if node.secondary else None
+        if pages is None:
+            return 0
+        self.ledger.release(pages)
+        return len(pages)
 
     def evict(self, n: int) -> int:
         """Tombstone unprotected components holding at least `n` pages if that many exist (else

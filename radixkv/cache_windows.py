@@ -1,7 +1,7 @@
 """WindowGroup: a sliding-window layer group with KV of its own, freed where no query reads it.
 
 The window layers of a model (GroupSpec kind "window", window W) keep their K/V in a smaller pool
-of their own (`kv_pool.k_buffer[layer]` is `[window_slots, heads, dim]` for them), in window
+of their own (`kv_pool.k_buffer[kv_pool.buffer_index[layer]]` is `[window_slots, heads, dim]` for them), in window
 pages: one window page per full page of positions it holds. There is still ONE req_to_token table,
 of full slots; `full_to_window[full_slot] -> window_slot` (int64, SGLang's
 full_to_swa_index_mapping) translates it, so the attention kernels are unchanged: a window layer

@@ -50,7 +50,7 @@ class LayerGroup:
 SERVED_ATTENTION: frozenset[str] = frozenset({"full", "sliding", "chunked"})  # kinds the Engine serves exactly
 # Recurrent mixers the Engine serves exactly (integrations/recurrent.py: each request's state through
 # transformers' Cache API, as Jamba and Qwen3-Next ("linear_attention") and Falcon-H1 ("hybrid") keep it).
-SERVED_RECURRENT: frozenset[str] = frozenset({"linear_attention", "hybrid"})
+SERVED_RECURRENT: frozenset[str] = frozenset({"linear_attention", "hybrid", "conv"})
 
 # layer_types value -> (attention kind or "", recurrent mixer or "")
 _KINDS = {

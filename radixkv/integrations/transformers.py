@@ -65,7 +65,7 @@ from radixkv.integrations.attention import ATTN_IMPLEMENTATION, ForwardBatch
 from radixkv.integrations.layer_groups import (check_position_limit, check_served, layer_groups,
                                                layer_masks, window_specs)
 from radixkv.integrations.prompts import prompt_ids, to_batch
-from radixkv.integrations.recurrent import RecurrentRunner
+from radixkv.integrations.recurrent import RecurrentRunner, state_groups
 from radixkv.integrations.sampling import SamplingParams, make_generator, sample
 from radixkv.integrations.scheduler import Plan, Request, Scheduler
 from radixkv.integrations.stats import GenerateStats
@@ -93,7 +93,9 @@ def cache_config_for(model: PreTrainedModel, **overrides: Any) -> CacheConfig:
     base = dict(**model_layout(model), num_slots=16384, max_requests=64,
                 max_context_len=min(getattr(cfg, "max_position_embeddings", 4096), 4096),
                 dtype=model.dtype, device=model.device, kv_layers=kv_layers(model.config))
-    return CacheConfig(**{**base, **overrides})
+    fields = {**base, **overrides}
+    fields.setdefault("groups", state_groups(model.config, fields["max_requests"]))  # recurrent models' snapshots
+    return CacheConfig(**fields)
 
 
 def kv_layers(config: Any) -> tuple[int, ...] | None:
@@ -151,7 +153,7 @@ class Engine:
         if cache_config is None:  # window layers keep their KV in pools of their own (layer_groups.window_specs)
             cache_config = cache_config_for(model, **cache_options)
             if "groups" not in cache_options:
-                cache_config = replace(cache_config, groups=window_specs(
+                cache_config = replace(cache_config, groups=cache_config.groups + window_specs(
                     self.layer_groups, cache_config.num_slots, cache_config.page_size, cache_config.max_requests,
                     max_batch_tokens))
         self.cache = RadixCache(cache_config)
