@@ -113,15 +113,16 @@ class WindowGroup(SecondaryGroup):
         protected by another lock. Each node is decided once (`_trimmed[row]`), so a commit walks
         only the nodes since the last one."""
         lo, done, g = bottom.end - self.window + 1, self._trimmed.get(row, cached_len), self.index - 1
-        node, branch, decided, chunks = bottom, None, done, []
+        node, branch, decided, chunks = bottom, None, done, list[np.ndarray]()
         while node.parent is not None and node.depth >= done:
             if len(node.children) > 1:
                 branch = node.end
             if node.end <= lo:
                 decided = max(decided, node.end)
-                if (node.secondary[g] is not None and (branch is None or branch - node.end >= self.window - 1)
-                        and not self.protected(node)):
-                    chunks.append(drop_component(self._tree.group_index, node, self.index))
+                if (branch is None or branch - node.end >= self.window - 1) and not self.protected(node):
+                    pages = drop_component(self._tree.group_index, node, self.index)  # None: a tombstone already
+                    if pages is not None:
+                        chunks.append(pages)
             node = node.parent  # type: ignore[assignment]  # a TreeNode's parent is a TreeNode
         self._trimmed[row] = decided
         if chunks:
