@@ -269,6 +269,8 @@ class RadixCache:
             self.seqs.repoint(rec, start, page_slots(result.tree_pages, ps))
         locks.move_lock(self.tree, node, result.node, SEQUENCE)
         self.seqs.move_lock(rec, result.node)
+        for window in self.windows:
+            window.trim(rec.row, result.node, rec.cached_len)
         self.pins.extend(rec.row, result.node)
         if self.host is not None:
             self.host.back_up(result.gained)
@@ -282,7 +284,7 @@ class RadixCache:
         self.pins.close_row(rec.row)
         private = self.seqs.close(rec)[::self.page_size] // self.page_size
         for window in self.windows:
-            window.close(private)
+            window.close(rec.row, private)
         self.ledger.release(private)
         locks.unlock(self.tree, node, SEQUENCE)
 

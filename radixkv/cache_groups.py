@@ -148,7 +148,7 @@ class SecondaryGroup:
         """The ledger's CACHED pages are exactly the components the tree holds in this group."""
         self.ledger.check()
         g = self.index - 1
-        held = [n.secondary[g] for n in self._tree.nodes() if n.parent is not None and n.secondary[g] is not None]
+        held = [c for n in self._tree.nodes() if n.parent is not None and (c := n.secondary[g]) is not None]
         cached = np.flatnonzero(self.ledger.state == CACHED)
         if not np.array_equal(np.sort(np.concatenate(held)) if held else cached[:0], cached):
             raise AssertionError(f"group {self.index}: CACHED pages differ from the tree's components")
