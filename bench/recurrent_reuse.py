@@ -3,10 +3,12 @@
 A hybrid model can resume a cached prefix only where it has the recurrent state too, so the hit rate
 depends on where states are kept:
 
-- `snapshots`: radixkv's policy (integrations/recurrent.py): branch points, and per request a
-  chain from the prompt's last page boundary through decode of which the latest is kept;
+- `snapshots-flops`: radixkv's policy (integrations/recurrent.py): branch points, and per request a
+  chain from the prompt's last page boundary through decode of which the latest is kept; a full
+  state group gives up the snapshot with the lowest recency + FLOPs saved per byte (Marconi's
+  choice, state_store.py); `snapshots-lru`: the same, giving up the least recently used;
 - `align-B`: vLLM's "align" mode: a state at every multiple of a block of B tokens, nowhere else;
-- `none`: no state kept (a state store of 0 bytes), so nothing is reused;
+- `none`: no state kept (no snapshot taken), so nothing is reused;
 - `kv bound`: what the tree's KV alone would give (each request's KV match at admission): the rate
   a pure attention model would see with the same arrivals, an upper bound for the others.
 
@@ -22,13 +24,17 @@ Qwen3-Next-80B-A3B, Falcon-H1), measured on one mixer built at full size and run
 from __future__ import annotations
 
 import argparse
+import time
+from typing import Any
 
 import torch
 
+from radixkv import GroupSpec
 from radixkv.integrations.layer_groups import layer_groups
 from radixkv.integrations.recurrent import RecurrentRunner
 from radixkv.integrations.recurrent_state import RecurrentState, StateCache
-from radixkv.integrations.transformers import Engine
+from radixkv.integrations.transformers import Engine, kv_layers
+from radixkv.pools import TokenToKVPool
 from radixkv.testing.hybrid_models import FAMILIES, build_hybrid
 
 
@@ -58,6 +64,17 @@ class AlignedRunner(MeasuredRunner):
         return self.cache.config.max_context_len + 1  # no chain: block multiples only
 
 
+class NoStateRunner(MeasuredRunner):
+    """Takes no snapshot at all."""
+
+    def snapshot_points(self, tokens: list[int], start: int) -> frozenset[int]:
+        super().snapshot_points(tokens, start)
+        return frozenset()
+
+    def chain_start(self, tokens: list[int]) -> int:
+        return self.cache.config.max_context_len + 1
+
+
 def conversations(args: argparse.Namespace) -> tuple[list[list[int]], list[list[list[int]]]]:
     """System prompt of each conversation, and its user messages per turn."""
     g = torch.Generator().manual_seed(args.seed)
@@ -69,19 +86,24 @@ def conversations(args: argparse.Namespace) -> tuple[list[list[int]], list[list[
 
 
 def run(model: torch.nn.Module, policy: str, args: argparse.Namespace, budget: int) -> tuple[list, ...]:
-    """Every turn of every conversation under `policy`: per turn (reused, kv-matched, prompt) tokens, and
-    every answer."""
+    """Every turn of every conversation under `policy`: per turn (reused, kv-matched, prompt) tokens,
+    every answer, and (model forwards, seconds)."""
     engine = Engine(model, num_slots=8192, page_size=args.page_size, dtype=torch.float32, max_context_len=1024,
-                    max_requests=args.convs, max_batch_tokens=256)
+                    max_requests=args.convs, max_batch_tokens=256, groups=(GroupSpec("state", budget),))
     if policy.startswith("align"):
         AlignedRunner.block = int(policy.split("-")[1])
-        engine.recurrent = AlignedRunner(model, engine.cache, None, budget)
+        engine.recurrent = AlignedRunner(model, engine.cache, None)
     else:
-        engine.recurrent = MeasuredRunner(model, engine.cache, None, 0 if policy == "none" else budget)
+        engine.recurrent = (NoStateRunner if policy == "none" else MeasuredRunner)(model, engine.cache, None)
+    engine.recurrent.store.policy = "lru" if policy == "snapshots-lru" else "flops"
     engine.step_hooks[:] = [engine.recurrent.flush]
+    engine.recurrent.resumes_chunks &= not args.token_by_token
     firsts, msgs = conversations(args)
     history = [list(s) for s in firsts]
     reused, kv, total, outputs = [], [], [], []
+    forwards: list[int] = []
+    hook = model.register_forward_hook(lambda *_: forwards.append(1))
+    start = time.perf_counter()
     for t in range(args.turns):
         prompts = [h + m[t] for h, m in zip(history, msgs)]
         before = engine.recurrent.kv_matched
@@ -91,7 +113,8 @@ def run(model: torch.nn.Module, policy: str, args: argparse.Namespace, budget: i
         total.append(engine.last_stats.prompt_tokens)
         outputs.extend(answers)
         history = [p + a for p, a in zip(prompts, answers)]
-    return reused, kv, total, outputs
+    hook.remove()
+    return reused, kv, total, outputs, (len(forwards), time.perf_counter() - start)
 
 
 def full_size_state_bytes() -> None:
@@ -113,7 +136,17 @@ def full_size_state_bytes() -> None:
         per_layer = RecurrentState.take(cache, 0, 1).nbytes
         layers = sum(len(g.layers) for g in layer_groups(config) if g.kind == "recurrent")
         print(f"{name}: {per_layer:,} B per recurrent layer x {layers} of {config.num_hidden_layers} layers = "
-              f"{per_layer * layers / 2**20:.2f} MiB per request")
+              f"{per_layer * layers / 2**20:.2f} MiB per request; {pool_bytes(config)}")
+
+
+def pool_bytes(config: Any) -> str:
+    """KV bytes per token slot (bf16) of the Engine's pool, attention layers only vs every layer."""
+    cfg = config.get_text_config(decoder=True)
+    dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    shape = (1, cfg.num_hidden_layers, cfg.num_key_value_heads, dim, torch.bfloat16, "cpu")
+    ours, every = TokenToKVPool(*shape, kv_layers=kv_layers(config)), TokenToKVPool(*shape)
+    return (f"pool KV {ours.bytes_per_token:,} B per token ({len(ours.kv_layers)} attention layers) vs "
+            f"{every.bytes_per_token:,} B with a buffer for every layer ({ours.bytes_per_token / every.bytes_per_token:.3f})")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -126,9 +159,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--turns", type=int, default=4)
     parser.add_argument("--answer", type=int, default=16, help="new tokens per turn")
     parser.add_argument("--page-size", type=int, default=16)
-    parser.add_argument("--policies", default="snapshots,align-64,align-256,none")
+    parser.add_argument("--policies", default="snapshots-flops,snapshots-lru,align-64,align-256,none")
     parser.add_argument("--snapshots-per-request", type=int, default=4, help="state budget, in states per conversation")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--token-by-token", action="store_true",
+                        help="run chunks that continue a state token by token (as Jamba did before recurrent_scan.py)")
     parser.add_argument("--state-bytes", action="store_true", help="print full-size configs' state bytes instead")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
@@ -139,18 +174,18 @@ def main(argv: list[str] | None = None) -> None:
     probe = Engine(model, num_slots=256, page_size=1, dtype=torch.float32, max_context_len=64)
     probe.generate([[1, 2, 3]], max_new_tokens=1)
     one = probe.recurrent.store.nbytes // len(probe.recurrent.store)
-    budget = args.snapshots_per_request * args.convs * one
+    budget = args.snapshots_per_request * args.convs
     print(f"{args.model} (tests' tiny config): {one:,} bytes of recurrent state per request; "
-          f"budget {budget:,} bytes for every policy")
+          f"a state group of {budget} snapshots ({budget * one:,} bytes) for every policy")
     baseline = None
     for policy in args.policies.split(","):
-        reused, kv, total, outputs = run(model, policy, args, budget)
+        reused, kv, total, outputs, (forwards, seconds) = run(model, policy, args, budget)
         assert baseline is None or outputs == baseline, f"{policy} changed the greedy output"
         baseline = outputs
         later = sum(total[1:])
         print(f"{policy:>10}: hit rate {sum(reused) / sum(total):.3f} ({sum(reused)}/{sum(total)} prompt tokens), "
               f"turns>=2 {sum(reused[1:]) / later:.3f}; kv bound {sum(kv) / sum(total):.3f}, "
-              f"turns>=2 {sum(kv[1:]) / later:.3f}")
+              f"turns>=2 {sum(kv[1:]) / later:.3f}; {forwards} model forwards, {seconds:.1f} s")
 
 
 if __name__ == "__main__":

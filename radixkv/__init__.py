@@ -10,20 +10,23 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from radixkv import core_loader
+
 __version__ = "0.1.0"
+COMPILED_CORE = core_loader.choose()  # the mypyc-built core (radixkv/build.py) runs, or the same .py files
 
 _ERRORS = ("RadixKVError", "ConfigError", "OutOfSlotsError", "OutOfRowsError", "InvalidTokensError",
            "InvalidSlotsError", "InvalidArgumentError", "ContextLengthError", "LockError", "SequenceError",
            "KernelInputError", "ThreadOwnershipError", "PinBudgetError", "UnsupportedModelError")
-_HOME = {"RadixCache": "radixkv.cache", "CacheConfig": "radixkv.config", "Sequence": "radixkv.sequences",
+_HOME = {"RadixCache": "radixkv.cache", "CacheConfig": "radixkv.config", "GroupSpec": "radixkv.config", "Sequence": "radixkv.sequences",
          "MatchResult": "radixkv.results", "SizeInfo": "radixkv.results", "BatchInputs": "radixkv.results",
          **{name: "radixkv.errors" for name in _ERRORS}}
 
-__all__ = ["RadixCache", "CacheConfig", "Sequence", "MatchResult", "SizeInfo", "BatchInputs", *_ERRORS]
+__all__ = ["RadixCache", "CacheConfig", "GroupSpec", "Sequence", "MatchResult", "SizeInfo", "BatchInputs", *_ERRORS]
 
 if TYPE_CHECKING:
     from radixkv.cache import RadixCache
-    from radixkv.config import CacheConfig
+    from radixkv.config import CacheConfig, GroupSpec
     from radixkv.errors import (ConfigError, ContextLengthError, InvalidArgumentError, InvalidSlotsError,
                                 InvalidTokensError, KernelInputError, LockError, OutOfRowsError, OutOfSlotsError,
                                 PinBudgetError, RadixKVError, SequenceError, ThreadOwnershipError,

@@ -4,7 +4,10 @@
     RadixTree     (radix/tree.py)     nodes, locks, counters, evictable indexes; returns what changed hands
     SequenceTable (sequences.py)      rows, open Sequences, req_to_token
 
-plus the KV pool, the optional host tier and KV-event recorder. Each public call validates its whole
+plus the KV pool, the optional host tier and KV-event recorder, and one SecondaryGroup per secondary
+layer group (cache_groups.py: `CacheConfig.groups`, window KV or state snapshots, each with its own
+PageLedger; `cache.group(g)` is its public calls; device eviction gives each group's pages back to
+its own ledger). With no groups (one model kind, full KV) the cache is exactly the one-group cache. Each public call validates its whole
 input, then asks the owners to change, in an order that cannot fail halfway: a raising call leaves
 the cache exactly as it was. A cache is driven by one thread (the one that built it, or the one
 that called `adopt_thread()`); a call from any other thread raises ThreadOwnershipError.
@@ -22,63 +25,70 @@ the request level is what a generation loop calls (open, reserve, commit, close,
 
 from __future__ import annotations
 
-import threading
 import time
 from typing import Any, Callable
 
 import numpy as np
 import torch
 
+from radixkv.cache_groups import SecondaryGroup
+from radixkv.cache_host import promote
+from radixkv.cache_thread import ThreadOwner
+from radixkv.cache_windows import WindowGroup, path_between
 from radixkv.config import CacheConfig
-from radixkv.errors import ConfigError, InvalidSlotsError, OutOfSlotsError, ThreadOwnershipError
+from radixkv.errors import ConfigError, InvalidArgumentError, InvalidSlotsError, OutOfSlotsError
 from radixkv.eviction import make_policy
 from radixkv.events import KVEvent
+from radixkv.events.groups import event_groups
 from radixkv.events.recorder import EventRecorder
 from radixkv.host_tier import HostTier
 from radixkv.insert_slots import InsertSlots
-from radixkv.invariants import check_cache
-from radixkv.keys import ExtraKeys, as_extra_keys, request_key
+from radixkv.invariants import check_cache, check_groups
+from radixkv.keys import as_extra_keys, request_key
 from radixkv.multimodal import MultiModalKeys
 from radixkv.metrics import CacheStats, collect_metrics
 from radixkv.pools import CACHED, PRIVATE, RESERVED, PageLedger, TokenToKVPool, page_slots
 from radixkv.radix import SEQUENCE, USER, MatchInfo, RadixTree, TreeNode, evict_device
-from radixkv.radix import locks
+from radixkv.radix import locks, lookup
 from radixkv.radix.pins import Pins
-from radixkv.results import BatchInputs, MatchResult, SizeInfo
+from radixkv.results import BatchInputs, LockHandle, MatchResult, SizeInfo
 from radixkv.sequences import Sequence, SequenceTable
-from radixkv.tokens import TokensLike, as_count, as_priority, as_slots, as_tokens, slot_array
-
-_get_ident = threading.get_ident
-
+from radixkv.tokens import ExtraKeysArg, IntArg, SecondsArg, SequenceArg, TokensLike, as_count, as_priority, as_slots, as_tokens, slot_array
 
 class RadixCache:
     """A prefix-sharing KV cache over a radix tree (DESIGN.md has the whole contract)."""
 
-    def __init__(self, config: CacheConfig, clock: Callable[[], float] = time.monotonic) -> None:
-        """`clock` (seconds) times pins only; tests pass a fake one."""
+    def __init__(self, config: object, clock: Callable[[], object] = time.monotonic) -> None:
+        """`config`: a CacheConfig (checked here: ConfigError otherwise). `clock` (seconds) times pins
+        only; tests pass a fake one."""
         if not isinstance(config, CacheConfig):
             raise ConfigError(f"RadixCache takes a CacheConfig, got {type(config).__name__}")
         self.config = config
         self.page_size = ps = config.page_size
-        self.kv_pool = TokenToKVPool(config.num_slots, config.num_layers, config.num_kv_heads,
-                                     config.head_dim, config.dtype, config.device)
+        self.kv_pool = TokenToKVPool(config.num_slots, config.num_layers, config.num_kv_heads, config.head_dim,
+                                     config.dtype, config.device, kv_layers=config.kv_layers,
+                                     layer_slots=config.group_layer_slots)
         self.ledger = PageLedger(config.num_pages, ps)
         self.mm_keys = MultiModalKeys()  # multimodal items' tree ids, by whole content hash
-        self.events = (EventRecorder(config.event_block_size, ps, config.event_hash, self.mm_keys)
-                       if config.kv_events else None)
-        self.tree = RadixTree(ps, make_policy(config.eviction), config.host_slots > 0, self.events)
+        self.events = self._recorder() if config.kv_events else None
+        self.tree = RadixTree(ps, make_policy(config.eviction), config.host_slots > 0, self.events, len(config.groups),
+                              tuple(g.size if g.kind == "window" else 0 for g in config.groups))
         self.pins = Pins(self.tree, config.pin_budget, clock)
-        self.seqs = SequenceTable(config.max_requests, config.max_context_len, ps, config.device)
+        self.seqs: SequenceTable[TreeNode] = SequenceTable(config.max_requests, config.max_context_len, ps, config.device)
         self.req_pool = self.seqs.pool
         self.host = HostTier(config, self.tree, self.kv_pool) if config.host_slots else None
         self.stats = CacheStats()
-        self._thread: int | None = _get_ident()
-        self._adopted = False  # an adopt_thread() took the cache over: a second needs it released or ended
-        self._adopt_lock = threading.Lock()
+        self._owner = ThreadOwner()
+        self._own = self._owner.check
+        # secondary layer groups (cache_groups.py): group g is groups[g - 1]
+        self.groups = tuple(WindowGroup(g, spec, ps, self.tree, self._own, config.num_pages, self.kv_pool.device)
+                            if spec.kind == "window" else SecondaryGroup(g, spec, ps, self.tree, self._own)
+                            for g, spec in enumerate(config.groups, start=1))
+        self.windows = tuple(g for g in self.groups if isinstance(g, WindowGroup))
 
     # ------------------------------------------------------------------ tree level
 
-    def match_prefix(self, tokens: TokensLike, namespace: Any = None, extra_keys: ExtraKeys | dict | None = None
+    def match_prefix(self, tokens: TokensLike, namespace: Any = None, extra_keys: ExtraKeysArg = None
                      ) -> MatchResult:
         """Longest device-cached prefix of `tokens`, whole pages only, and how many more tokens the
         host tier holds (`host_length`). Does not lock; refreshes the recency of the matched path and
@@ -90,17 +100,17 @@ class RadixCache:
         m = self._match(toks, self.tree.root(ns), len(toks))
         return MatchResult(m.length, torch.from_numpy(page_slots(m.pages, self.page_size)), m.node, m.host_length)
 
-    def lock(self, node: TreeNode) -> None:
+    def lock(self, node: LockHandle) -> None:
         """Protect `node` and its ancestors from eviction; pairs with one unlock(node)."""
         self._own()
-        locks.lock(self.tree, node, USER)
+        locks.lock(self.tree, self.tree.check_node(node), USER)
 
-    def unlock(self, node: TreeNode) -> None:
+    def unlock(self, node: LockHandle) -> None:
         """Undo one earlier lock(node). LockError if there is none (a Sequence's lock is not one)."""
         self._own()
-        locks.unlock(self.tree, node, USER)
+        locks.unlock(self.tree, self.tree.check_node(node), USER)
 
-    def alloc(self, n: int) -> torch.Tensor:
+    def alloc(self, n: IntArg) -> torch.Tensor:
         """`n` private slots: the first n slots of ceil(n / page_size) fresh pages, evicting unlocked
         cached tokens as needed. OutOfSlotsError, nothing changed, if even full eviction cannot serve.
         Returns int64 `[n]`."""
@@ -120,8 +130,8 @@ class RadixCache:
             raise InvalidSlotsError(f"free() takes only slots from alloc(): {self.ledger.describe(pages, PRIVATE)}")
         self.ledger.release(pages)
 
-    def insert(self, tokens: TokensLike, slots: TokensLike, namespace: Any = None, priority: int = 0,
-               extra_keys: ExtraKeys | dict | None = None, pin_ttl: float | None = None) -> int:
+    def insert(self, tokens: TokensLike, slots: TokensLike, namespace: Any = None, priority: IntArg = 0,
+               extra_keys: ExtraKeysArg = None, pin_ttl: SecondsArg = None) -> int:
         """Cache `tokens` with their `slots`; returns how many leading tokens were already cached.
         The rules for `slots` are in insert_slots.py; anything else raises InvalidSlotsError with
         nothing changed. Afterwards the caller owns none of `slots`. With `pin_ttl` (seconds) the
@@ -147,7 +157,7 @@ class RadixCache:
             self.host.back_up(result.gained)
         return result.cached_len
 
-    def evict(self, n: int) -> int:
+    def evict(self, n: IntArg) -> int:
         """Evict at least `n` unlocked cached tokens if that many exist (trimming a leaf's tail page
         by page rather than dropping it whole). Returns tokens freed. evict(0) does nothing."""
         self._own()
@@ -157,8 +167,8 @@ class RadixCache:
 
     # ------------------------------------------------------------------ request level
 
-    def open(self, tokens: TokensLike, namespace: Any = None, max_reuse: int | None = None,
-             priority: int = 0, extra_keys: ExtraKeys | dict | None = None, pin_ttl: float | None = None) -> Sequence:
+    def open(self, tokens: TokensLike, namespace: Any = None, max_reuse: IntArg = None,
+             priority: IntArg = 0, extra_keys: ExtraKeysArg = None, pin_ttl: SecondsArg = None) -> Sequence:
         """Start a request: match at most `max_reuse` tokens (default all), promote any host-tier
         part, lock the match, take a req_to_token row and write the prefix slots into it. Afterwards
         cached_len == committed_len == kv_len (page-aligned). OutOfRowsError when every row is in
@@ -177,10 +187,10 @@ class RadixCache:
         root = self.tree.root(ns)
         if until is not None:  # plan the pin before the match and promotion change anything
             key = toks[:reuse // self.page_size * self.page_size].tobytes()
-            self.pins.charge(sum(self.tree.peek(key, root)) - self.pins.pinned_length(key, root), "open(pin_ttl=...)")
+            self.pins.charge(sum(lookup.peek(self.tree, key, root)) - self.pins.pinned_length(key, root), "open(pin_ttl=...)")
         m = self._match(toks[:reuse], root, reuse)
         if m.host_length and self.host is not None:
-            m = self._promote(toks[:reuse], m)
+            m = promote(self.tree, self.ledger, self.host, self._take, toks[:reuse], m)
         if until is not None:
             self.pins.pin(m.node, until, "open(pin_ttl=...)")  # within the charge above: cannot fail
         locks.lock(self.tree, m.node, SEQUENCE)
@@ -189,8 +199,8 @@ class RadixCache:
             self.pins.open_row(seq.row, until)
         return seq
 
-    def pin(self, tokens: TokensLike, namespace: Any = None, *, ttl: float,
-            extra_keys: ExtraKeys | dict | None = None) -> int:
+    def pin(self, tokens: TokensLike, namespace: Any = None, *, ttl: SecondsArg,
+            extra_keys: ExtraKeysArg = None) -> int:
         """Keep the cached prefix of `tokens` (whole pages) for `ttl` seconds of the cache's clock:
         until then its pages are evicted only when nothing unpinned is evictable (a pin never
         blocks an allocation). Pinning again extends the deadline. Returns the pinned length in
@@ -201,7 +211,7 @@ class RadixCache:
         ns, toks = self._key(as_tokens(tokens), namespace, extra_keys)
         until = self.pins.deadline(ttl, "pin(ttl=...)")
         root = self.tree.root(ns)
-        node = self.tree.locate(toks[:len(toks) // self.page_size * self.page_size].tobytes(), root)
+        node = lookup.locate(self.tree, toks[:len(toks) // self.page_size * self.page_size].tobytes(), root)
         self.pins.pin(node, until, "pin(ttl=...)")
         return node.end
 
@@ -211,7 +221,7 @@ class RadixCache:
         self.pins.expire()
         return self.pins.pinned_size
 
-    def reserve(self, seq: Sequence, n: int) -> torch.Tensor:
+    def reserve(self, seq: SequenceArg, n: IntArg) -> torch.Tensor:
         """Slots for positions [kv_len, kv_len + n), filling the tail of the Sequence's last private
         page before taking new pages; written into its row. n = 0 is a no-op. OutOfSlotsError /
         ContextLengthError with nothing changed. Returns int64 `[n]`."""
@@ -220,13 +230,18 @@ class RadixCache:
         n, ps, start = as_count(n, "reserve(n)"), self.page_size, rec.kv_len
         self.seqs.check_length(start + n, "reserve")
         fill = min(-start % ps, n)  # free positions left in the last private page
-        pages = self._take(-(-(n - fill) // ps), RESERVED)
+        k = -(-(n - fill) // ps)
+        for window in self.windows:  # window pages go with full pages: check first, change nothing
+            window.check_room(k)
+        pages = self._take(k, RESERVED)
+        for window in self.windows:
+            window.reserve(pages)
         head = rec.slots[start - 1] + 1 + np.arange(fill, dtype=np.int64)
         slots = np.concatenate([head, page_slots(pages, ps)[:n - fill]])
         self.seqs.extend(rec, slots)
         return torch.from_numpy(slots.copy())
 
-    def commit(self, seq: Sequence, tokens: TokensLike) -> None:
+    def commit(self, seq: SequenceArg, tokens: TokensLike) -> None:
         """Declare the KV of positions [committed_len, committed_len + len(tokens)) written. They
         must lie below kv_len; `tokens` must equal seq.tokens where they overlap and extends it
         beyond. Full pages are inserted now (shareable) and the Sequence's lock moves down to them;
@@ -243,6 +258,10 @@ class RadixCache:
         ps, node = self.page_size, rec.node
         pages = rec.slots[start:end][::ps] // ps
         result = self.tree.insert(rec.tokens[start:end].tobytes(), pages, node, rec.priority)
+        if self.windows:
+            nodes = path_between(node, result.node)
+            for window in self.windows:
+                window.commit(nodes, pages)
         k = result.cached_len // ps  # [start, start + k * ps): another request cached these first
         self.ledger.release(pages[:k])
         self.ledger.move(pages[k:], CACHED)
@@ -250,23 +269,27 @@ class RadixCache:
             self.seqs.repoint(rec, start, page_slots(result.tree_pages, ps))
         locks.move_lock(self.tree, node, result.node, SEQUENCE)
         self.seqs.move_lock(rec, result.node)
+        for window in self.windows:
+            window.trim(rec.row, result.node, rec.cached_len)
         self.pins.extend(rec.row, result.node)
         if self.host is not None:
             self.host.back_up(result.gained)
 
-    def close(self, seq: Sequence) -> None:
+    def close(self, seq: SequenceArg) -> None:
         """End a request: unlock its prefix, free its private pages (the partial last page and every
         reserved-but-uncommitted page) and release its row. The Sequence is unusable afterwards."""
         self._own()
         rec = self.seqs.get(seq)
         node = rec.node
         self.pins.close_row(rec.row)
-        private = self.seqs.close(rec)
-        self.ledger.release(private[::self.page_size] // self.page_size)
+        private = self.seqs.close(rec)[::self.page_size] // self.page_size
+        for window in self.windows:
+            window.close(rec.row, private)
+        self.ledger.release(private)
         locks.unlock(self.tree, node, SEQUENCE)
 
-    def batch(self, seqs: list[Sequence], cascade: bool = False) -> BatchInputs:
-        """Inputs of one forward over positions [committed_len, kv_len) of each Sequence, checked
+    def batch(self, seqs: Any, cascade: Any = False) -> BatchInputs:
+        """Inputs of one forward over positions [committed_len, kv_len) of each Sequence of `seqs` (a list), checked
         once here so the per-layer path needs no checks. Mutates nothing. With `cascade`, also the
         plan of cascade decode (`BatchInputs.cascade`, radixkv/cascade.py) over the leading
         Sequences that extend by exactly one position: None unless two of them share a tree node."""
@@ -276,7 +299,7 @@ class RadixCache:
     def sequences(self) -> list[Sequence]:
         """The open Sequences, by row."""
         self._own()
-        return [rec.handle for rec in self.seqs.records()]
+        return [rec.handle for rec in self.seqs.records() if rec.handle is not None]  # (never None once open)
 
     # ------------------------------------------------------------------ accounting
 
@@ -292,7 +315,15 @@ class RadixCache:
         """Recompute every counter, page state and index from scratch; AssertionError on a mismatch."""
         self._own()
         check_cache(self.ledger, self.tree, self.seqs, self.host)
+        check_groups(self.groups, self.seqs)
         self.pins.check(self.tree.nodes())
+
+    def group(self, g: int) -> SecondaryGroup:
+        """Secondary layer group `g` (1 <= g <= len(config.groups)): its pool's calls (cache_groups.py)."""
+        self._own()
+        if isinstance(g, bool) or not isinstance(g, int) or not 1 <= g <= len(self.groups):
+            raise InvalidArgumentError(f"group({g!r}): this cache has secondary groups 1..{len(self.groups)}")
+        return self.groups[g - 1]
 
     def metrics(self) -> dict[str, float]:
         """Counters and gauges with vLLM-style names (`radixkv_` prefix); mutates nothing."""
@@ -307,42 +338,35 @@ class RadixCache:
     def block_snapshot(self) -> list[KVEvent]:
         """AllBlocksCleared, then BlockStored for every block cached now (a resync for routers)."""
         self._own()
-        recorder = self.events or EventRecorder(self.config.event_block_size, self.page_size, self.config.event_hash,
-                                                self.mm_keys)
-        return recorder.snapshot(self.tree)
+        return (self.events or self._recorder()).snapshot(self.tree)
+
+    def _recorder(self) -> EventRecorder:
+        cfg = self.config
+        return EventRecorder(cfg.event_block_size, cfg.page_size, cfg.event_hash, self.mm_keys, event_groups(cfg.groups))
 
     def adopt_thread(self) -> None:
         """Make the calling thread the cache's driver. The thread that built the cache hands it over
         to the first adopter; after that, a thread adopts only a cache whose owner released it
         (release_thread()) or has ended. ThreadOwnershipError, nothing changed, otherwise: two
         threads adopting one cache would interleave its bookkeeping."""
-        me = _get_ident()
-        with self._adopt_lock:
-            owner = self._thread
-            if self._adopted and owner not in (None, me) and any(t.ident == owner for t in threading.enumerate()):
-                raise ThreadOwnershipError(
-                    f"adopt_thread: thread {owner} adopted this RadixCache and is still running; it must "
-                    "call release_thread() before another thread adopts the cache")
-            self._thread, self._adopted = me, True
+        self._owner.adopt()
 
     def release_thread(self) -> None:
         """Give the cache up (the owner thread only): until some thread calls adopt_thread(), every
         call raises ThreadOwnershipError."""
-        self._own()
-        self._thread = None
+        self._owner.release()
+
+    @property
+    def _thread(self) -> int | None:  # the owning thread's ident, for fingerprints in tests
+        return self._owner.thread
 
     # ------------------------------------------------------------------ helpers
 
-    def _own(self) -> None:
-        if _get_ident() != self._thread:
-            raise ThreadOwnershipError(
-                "a RadixCache is driven by one thread; this call came from another one. Call every "
-                "method from the scheduler thread (or hand the cache over: release_thread(), then adopt_thread())")
-
     def _key(self, toks: np.ndarray, namespace: Any, extra_keys: Any) -> tuple[bytes, np.ndarray]:
         ns, keyed = request_key(namespace, extra_keys, toks, self.mm_keys)
-        if keyed is not toks and self.events is not None:
-            self.events.learn(as_extra_keys(extra_keys), toks)  # the raw ids vLLM's block hashes see
+        extra = as_extra_keys(extra_keys) if keyed is not toks else None  # keyed anew only by extra keys
+        if extra is not None and self.events is not None:
+            self.events.learn(extra, toks)  # the raw ids vLLM's block hashes see
         return ns, keyed
 
     def _match(self, toks: np.ndarray, root: TreeNode, asked: int) -> MatchInfo:
@@ -356,29 +380,10 @@ class RadixCache:
     def _evict_pages(self, n: int) -> np.ndarray:
         if self.tree.pins is not None:
             self.pins.expire()
-        pages, host_pages, _ = evict_device(self.tree, n, None if self.host is None else self.host.keep)
-        if len(host_pages):
+        pages, host_pages, secondary = evict_device(self.tree, n, None if self.host is None else self.host.keep)
+        if len(host_pages) and self.host is not None:  # (host pages come only from a host tier)
             self.host.free(host_pages)
+        for group, group_pages in zip(self.groups, secondary):
+            group.ledger.release(group_pages)
         self.stats.evicted_tokens += len(pages) * self.page_size
         return pages
-
-    def _promote(self, toks: np.ndarray, m: MatchInfo) -> MatchInfo:
-        """Copy the host-only continuation of a match into fresh device pages and hand them to the
-        tree. Falls back to the device part alone when the device cannot make room."""
-        ps, base = self.page_size, m.length
-        locks.lock(self.tree, m.node, USER)  # the device prefix must survive the allocation
-        try:
-            pages = self._take(m.host_length // ps, PRIVATE)
-        except OutOfSlotsError:
-            locks.unlock(self.tree, m.node, USER)
-            return m
-        key = toks[base:base + m.host_length].tobytes()
-        host_pages = self.tree.host_pages_below(key, m.node)  # making room may have dropped some
-        avail = len(host_pages)
-        self.ledger.release(pages[avail:])
-        self.host.promote(host_pages, pages[:avail])
-        result = self.tree.insert(key[:avail * ps * 4], pages[:avail], m.node)
-        self.ledger.move(pages[:avail], CACHED)
-        locks.unlock(self.tree, m.node, USER)
-        return MatchInfo(result.node, base + avail * ps, np.concatenate([m.pages, pages[:avail]]),
-                         m.host_length - avail * ps)

@@ -11,6 +11,36 @@ from radixkv.events.hashing import EVENT_HASHES
 from radixkv.eviction import POLICIES
 
 _FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
+GROUP_KINDS = ("window", "state")
+
+
+@dataclass(frozen=True)
+class GroupSpec:
+    """A secondary layer group (radixkv/cache_groups.py): its own pool, priced on its own.
+
+    kind "window": sliding-window KV of `layers` (window `size`, transformers' sliding_window), in a
+    pool of `num_slots` token slots (a multiple of page_size), one window page per page of positions.
+    kind "state": recurrent-state snapshots, `num_slots` snapshot slots (one per snapshot); the
+    state tensors live with their owner (radixkv/integrations), the cache keeps the slot ids."""
+
+    kind: str
+    num_slots: int
+    size: int = 0  # window: W tokens a query sees, itself included; state: 0
+    layers: tuple[int, ...] = ()  # window: layers whose KV lives in this pool; state: ()
+
+    def __post_init__(self) -> None:
+        if self.kind not in GROUP_KINDS:
+            raise ConfigError(f"GroupSpec.kind must be one of {GROUP_KINDS}, got {self.kind!r:.40}")
+        for name in ("num_slots", "size"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < (name == "num_slots"):
+                raise ConfigError(f"GroupSpec.{name} must be a {'positive' if name == 'num_slots' else 'non-negative'} "
+                                  f"int, got {value!r:.40}")
+        if not isinstance(self.layers, tuple) or not all(type(i) is int and i >= 0 for i in self.layers):
+            raise ConfigError(f"GroupSpec.layers must be a tuple of layer indices, got {self.layers!r:.60}")
+        if (self.kind == "window") != (self.size > 0 and bool(self.layers)):
+            raise ConfigError(f"GroupSpec: a window group needs size > 0 and layers; a state group neither "
+                              f"(got kind {self.kind!r}, size {self.size}, layers {self.layers})")
 
 
 @dataclass(frozen=True)
@@ -37,6 +67,12 @@ class CacheConfig:
     # How KV events name blocks (radixkv.events.hashing): "xxh3" (radixkv's chain, the cheapest), or
     # vLLM's own "sha256_cbor" / "xxhash_cbor", so routers that hash prompts like vLLM find our blocks.
     event_hash: str = "xxh3"
+    # Secondary layer groups (GroupSpec): window KV and state snapshots in pools of their own; group g
+    # is groups[g - 1] (group 0 is full KV, this config's num_slots). () : every layer keeps full KV.
+    groups: tuple[GroupSpec, ...] = ()
+    # Decoder layers that hold KV, ascending (None: all num_layers). A hybrid model's recurrent-only
+    # layers (Jamba's Mamba, Qwen3-Next's gated delta net) hold none: the pool allocates no buffer for them.
+    kv_layers: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         for name in ("num_layers", "num_kv_heads", "head_dim", "num_slots", "page_size",
@@ -70,6 +106,25 @@ class CacheConfig:
         if self.event_hash not in EVENT_HASHES:
             raise ConfigError(f"CacheConfig.event_hash must be one of {EVENT_HASHES}, got {self.event_hash!r:.60}")
         _check_device(self.device)
+        if self.kv_layers is not None:
+            _check_kv_layers(self.kv_layers, self.num_layers)
+        self._check_groups()
+
+    def _check_groups(self) -> None:
+        if not isinstance(self.groups, tuple) or not all(isinstance(g, GroupSpec) for g in self.groups):
+            raise ConfigError(f"CacheConfig.groups must be a tuple of GroupSpec, got {self.groups!r:.80}")
+        layers = [i for g in self.groups for i in g.layers]
+        if len(set(layers)) != len(layers) or any(i >= self.num_layers for i in layers):
+            raise ConfigError(f"CacheConfig.groups: layers must be distinct and below num_layers ({self.num_layers})")
+        if self.kv_layers is not None and not set(layers) <= set(self.kv_layers):
+            raise ConfigError(f"CacheConfig.groups: window layers {sorted(set(layers) - set(self.kv_layers))} hold no KV "
+                              "(not in kv_layers)")
+        for g in self.groups:
+            if g.kind == "window" and g.num_slots % self.page_size:
+                raise ConfigError(f"GroupSpec.num_slots ({g.num_slots}) of a window group must be a multiple of "
+                                  f"page_size ({self.page_size})")
+        if self.groups and self.host_slots:
+            raise ConfigError("CacheConfig: a host tier (host_slots) with secondary groups is not supported yet")
 
     @property
     def pin_budget(self) -> int:
@@ -77,8 +132,20 @@ class CacheConfig:
         return self.num_slots // 2 if self.pin_budget_tokens is None else self.pin_budget_tokens
 
     @property
+    def group_layer_slots(self) -> dict[int, int]:
+        """Layers whose KV lives in a window group's pool -> that pool's slots."""
+        return {layer: g.num_slots for g in self.groups if g.kind == "window" for layer in g.layers}
+
+    @property
     def num_pages(self) -> int:
         return self.num_slots // self.page_size
+
+
+def _check_kv_layers(layers: object, num_layers: int) -> None:
+    ok = isinstance(layers, tuple) and all(type(i) is int and 0 <= i < num_layers for i in layers)
+    if not ok or list(layers) != sorted(set(layers)):  # type: ignore[arg-type]
+        raise ConfigError(f"CacheConfig.kv_layers must be a tuple of distinct ascending layer indices in "
+                          f"[0, {num_layers}), got {layers!r:.80}")
 
 
 def _check_device(device: object) -> None:

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from radixkv.pools import SlotAllocator, TokenToKVPool, page_slots
-from radixkv.radix import evict_host
+from radixkv.radix import evict_host, residency
 
 if TYPE_CHECKING:
     from radixkv.config import CacheConfig
@@ -49,7 +49,7 @@ class HostTier:
         self.device_pool = device_pool
         self.pool = TokenToKVPool(config.host_slots, config.num_layers, config.num_kv_heads,
                                   config.head_dim, config.dtype, "cpu",
-                                  pin_memory=torch.cuda.is_available())
+                                  pin_memory=torch.cuda.is_available(), kv_layers=config.kv_layers)
         self.allocator = SlotAllocator(config.host_slots // config.page_size, config.page_size)
         self.write_back = config.host_write_policy == "write_back"
         self.backed_up_tokens = self.promoted_tokens = self.host_evicted_tokens = 0
@@ -62,7 +62,7 @@ class HostTier:
                 if node.host_pages is None and node.pages is not None:
                     host = self._copy_out(node)
                     if host is not None:
-                        self.tree.set_host(node, host)
+                        residency.set_host(self.tree, node, host)
 
     def keep(self, node: TreeNode) -> np.ndarray | None:
         """Write-back, called by device eviction for a victim with no host copy: host pages now

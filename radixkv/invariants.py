@@ -4,6 +4,8 @@
     check_tree(tree)    edges, locks by holder, counters, evictable indexes (radix/check.py)
     host.check(...)     host pages: free, or one node's copy
     seqs.check()        rows in use, handles, lengths in order, req_to_token == each row's mirror
+    check_groups        each secondary group's ledger against the tree (and a window group's
+                        against the open Sequences: cache_windows.py)
     cross-check         every page's state re-derived from who actually holds it (allocator, tree
                         nodes, open Sequences; whatever remains must be alloc-private); each open
                         Sequence's row: [0, tree_len) equals the slots along its locked path and
@@ -18,10 +20,12 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from radixkv.cache_windows import WindowGroup
 from radixkv.pools import CACHED, FREE, PRIVATE, RESERVED, PageLedger, page_slots
 from radixkv.radix import RadixTree, check_tree
 
 if TYPE_CHECKING:
+    from radixkv.cache_groups import SecondaryGroup
     from radixkv.host_tier import HostTier
     from radixkv.sequences import SequenceTable
 
@@ -74,3 +78,17 @@ def check_cache(ledger: PageLedger, tree: RadixTree, seqs: SequenceTable, host: 
         raise AssertionError(f"page states disagree with their holders at pages {bad.tolist()}")
     if tree.evictable_size + tree.protected_size != len(cached_pages) * ps:
         raise AssertionError("tree counters disagree with the pages its nodes hold")
+
+
+def check_groups(groups: tuple[SecondaryGroup, ...], seqs: SequenceTable) -> None:
+    """Each secondary group's ledger against the tree; a window group's also against the open
+    Sequences: their private pages' window pages, and window KV for every position they still read."""
+    for group in groups:
+        if not isinstance(group, WindowGroup):
+            group.check()
+            continue
+        ps, window, private, needed = group.page_size, group.window, [], []
+        for rec in seqs.records():
+            private.append(rec.slots[rec.node.end:rec.kv_len][::ps] // ps)
+            needed.append(np.unique(rec.slots[max(0, rec.committed_len - window + 1):rec.kv_len] // ps))
+        group.check_window(private, needed)

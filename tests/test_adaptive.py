@@ -13,6 +13,8 @@ from radixkv.bench.runner import replay, sim_config
 from radixkv.bench.workloads import Request, agent, chat, gsp, tot
 from radixkv.eviction import make_policy
 from radixkv.eviction.adaptive import Adaptive
+from radixkv.eviction.history import History
+from radixkv.eviction.view import NodeView
 from radixkv.eviction.lrfu import LRFU
 from radixkv.radix.shadow import ShadowTree
 
@@ -192,9 +194,9 @@ def test_adaptive_history_is_charged_its_real_bytes_from_the_first_lookup(key_le
         for i in range(n):
             policy.on_lookup(root, i.to_bytes(4, "little") * (key_len // 4), 0)
         measured = (tracemalloc.get_traced_memory()[0] - base) / n
-        charged = policy._history_bytes / n
+        charged = policy._history.bytes / n
         assert len(policy._history) == n and measured <= charged <= 1.25 * measured + 16, (measured, charged)
-        policy.HISTORY = policy._history_bytes + 1_000_000  # room for 1 MB more, then dropped
+        policy.HISTORY = policy._history.bytes + 1_000_000  # room for 1 MB more, then dropped
         peak = 0
         while policy._history is not None:
             policy.on_lookup(root, n.to_bytes(4, "little") * (key_len // 4), 0)
@@ -204,3 +206,36 @@ def test_adaptive_history_is_charged_its_real_bytes_from_the_first_lookup(key_le
         assert 0 < peak <= policy.HISTORY, (peak, policy.HISTORY)
     finally:
         tracemalloc.stop()
+
+
+def test_history_replays_the_traffic_before_the_first_eviction_without_its_key_bytes() -> None:
+    """Before the first eviction the prior's history keeps, per request of the bench lifecycle, a
+    length (the lookup) and a leaf (the insert) instead of key bytes, and replays exactly the
+    (ns, key, use) entries the policy saw; lookups no insert extends and inserts that made no leaf
+    keep their bytes (before: every entry kept its whole key, 20x the bytes on this small trace)."""
+    reqs = SESSIONS["chat"]
+    cache = RadixCache(sim_config(sum(len(r.tokens) for r in reqs), 1, "adaptive", 4096))  # never evicts
+    policy = cache.tree.policy
+    assert isinstance(policy, Adaptive) and policy._history is not None
+    seen: list[tuple[bytes, bytes, bool | None]] = []
+    lookup, cached = policy.on_lookup, policy.on_cache
+
+    def on_lookup(start: NodeView, key: bytes, length: int) -> None:
+        seen.append((start.ns, key, None))
+        lookup(start, key, length)
+
+    def on_cache(start: NodeView, key: bytes, n: int, use: bool) -> None:
+        seen.append((start.ns, key, use))
+        cached(start, key, n, use)
+
+    policy.on_lookup, policy.on_cache = on_lookup, on_cache  # type: ignore[method-assign]
+    for r in reqs:
+        _serve(cache, r)
+    history = policy._history
+    assert history is not None and list(history) == seen
+    assert history.bytes == History.ENTRY_BYTES * len(seen)
+    assert sum(len(key) for _, key, _ in seen) > 10 * history.bytes
+    for r in reqs[:20]:  # a lookup alone, then a request whose insert makes no leaf (all cached)
+        cache.match_prefix(r.tokens[:3])
+        _serve(cache, r)
+    assert list(history) == seen and policy._shadows == {}

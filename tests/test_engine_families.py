@@ -15,7 +15,8 @@ import torch
 
 from hf_helpers import (VOCAB, assert_cache_idle, assert_same_tokens, no_interpreter, one_thread,  # noqa: F401
                         reference, shared_prefix_prompts, transformers)
-from radixkv import UnsupportedModelError
+from radixkv import GroupSpec, UnsupportedModelError
+from radixkv.integrations.layer_groups import layer_groups
 from radixkv.integrations.transformers import Engine
 
 WINDOW = 8  # sliding window and chunk size: every prompt and every shared prefix is longer
@@ -96,6 +97,34 @@ def test_greedy_equals_generate_and_second_round_reuses(model: torch.nn.Module, 
         assert engine.last_stats.prefill_reused > 0
     assert engine.cache.stats.evicted_tokens > 0  # the pool was too small to keep everything
     assert model.config._attn_implementation == "eager"  # restored after generate
+
+
+WINDOWED = [f for f in FAMILIES if f != "llama4"]  # sliding windows (Llama 4's chunked layers stay on full KV)
+
+
+@pytest.mark.parametrize("family", WINDOWED)
+@pytest.mark.parametrize("page_size,num_slots,window_slots", [(1, 192, 56), (16, 160, 96)])
+def test_window_kv_in_small_pools_of_its_own(family: str, page_size: int, num_slots: int, window_slots: int,
+                                             no_interpreter: None, one_thread: None) -> None:  # noqa: F811
+    """Window layers keep K/V in a pool of their own, far smaller than what the requests read
+    (each request's window is held, older window KV is freed for others, the tree keeps what fits
+    for reuse): greedy output still equals model.generate, invariants hold (every open Sequence
+    kept the window KV it reads), and a second round reuses cached prefixes."""
+    model = build(family)
+    groups = tuple(GroupSpec("window", window_slots, size=g.window, layers=g.layers)
+                   for g in layer_groups(model.config) if g.kind == "sliding")
+    engine = Engine(model, num_slots=num_slots, page_size=page_size, max_batch_tokens=40, max_context_len=128,
+                    groups=groups)
+    assert all(engine.cache.kv_pool.k_buffer[i].shape[0] == window_slots for g in groups for i in g.layers)
+    first = shared_prefix_prompts(3, groups=2, per_group=3, system=20, own=(1, 12))
+    second = [p[:20] + [t % VOCAB for t in range(9 + i, 9 + i + 5 + i)] for i, p in enumerate(first[::2])]
+    for prompts in (first, second):
+        got = engine.generate(prompts, max_new_tokens=14, do_sample=False)
+        assert_same_tokens(got, reference(model, prompts, 14))
+        engine.cache.check_invariants()
+    assert engine.last_stats.prefill_reused > 0
+    assert all(g.evicted_pages > 0 for g in engine.cache.groups)  # window KV was freed for other tokens
+    assert engine.cache.stats.evicted_tokens > 0
 
 
 def test_logits_over_a_cached_prefix_equal_a_full_forward(model: torch.nn.Module,

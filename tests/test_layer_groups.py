@@ -22,7 +22,7 @@ from radixkv.integrations.transformers import Engine  # noqa: E402
 
 # What the Engine serves exactly, written out here rather than read from the module under test.
 SERVED = {"full_attention": "full", "attention": "full", "sliding_attention": "sliding", "chunked_attention": "chunked",
-          "linear_attention": "recurrent", "mamba": "recurrent", "hybrid": "full + recurrent"}
+          "linear_attention": "recurrent", "mamba": "recurrent", "hybrid": "full + recurrent", "conv": "recurrent"}
 
 
 def _transformers_layer_kinds() -> list[str]:
@@ -118,14 +118,17 @@ def test_inconsistent_or_non_causal_configs_are_refused(config: object) -> None:
 
 def test_check_served_names_the_first_unserved_group() -> None:
     check_served([LayerGroup("full", (0, 1))])
-    with pytest.raises(UnsupportedModelError, match=r"recurrent mixer 'conv' in layers \[1\]"):
-        check_served([LayerGroup("full", (0,)), LayerGroup("recurrent", (1,), mixer="conv")], "Lfm2")
+    with pytest.raises(UnsupportedModelError, match=r"recurrent mixer 'hybrid_sliding' in layers \[1\]"):
+        check_served([LayerGroup("full", (0,)), LayerGroup("recurrent", (1,), mixer="hybrid_sliding")], "Inkling")
 
 
 def test_engine_refuses_an_unserved_recurrent_mixer_before_touching_a_cache() -> None:
     torch.manual_seed(0)
-    config = transformers.Lfm2Config(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                     num_attention_heads=2, num_key_value_heads=1, full_attn_idxs=[1])
-    model = transformers.Lfm2ForCausalLM(config)  # short-convolution layers ("conv"): not served yet
-    with pytest.raises(UnsupportedModelError, match=r"'conv' in layers \[0\]"):
+    config = transformers.InklingTextConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                            num_attention_heads=2, num_key_value_heads=1, head_dim=16,
+                                            swa_num_attention_heads=2, swa_num_key_value_heads=1, swa_head_dim=16,
+                                            moe_intermediate_size=16, n_routed_experts=4, num_experts_per_tok=2,
+                                            n_shared_experts=1, local_layer_ids=[0])
+    model = transformers.AutoModelForCausalLM.from_config(config)  # "hybrid_sliding": not served
+    with pytest.raises(UnsupportedModelError, match=r"'hybrid_sliding' in layers \[0\]"):
         Engine(model, num_slots=64)

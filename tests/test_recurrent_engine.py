@@ -1,5 +1,6 @@
 """Engine vs transformers for models with recurrent layers (Jamba: Mamba; Falcon-H1: Mamba2 beside
-attention in every layer; Qwen3-Next: gated delta net): greedy output equals `model.generate` token for
+attention in every layer; Qwen3-Next: gated delta net; LFM3: short convolutions, sliding and full
+attention; LFM2: short convolutions): greedy output equals `model.generate` token for
 token, with chunked prefill, decode batched across requests, preemption, eviction, and prefix reuse
 through state snapshots. Before radixkv carried each request's state, every one of these failed at the
 second new token (the recurrent layers restarted from zero state each step and ran over packed requests
@@ -17,9 +18,9 @@ transformers = pytest.importorskip("transformers")
 from hf_helpers import (assert_cache_idle, assert_same_tokens, no_interpreter, one_thread,  # noqa: E402, F401
                         reference, shared_prefix_prompts)
 
+from radixkv import CacheConfig, ConfigError, GroupSpec, UnsupportedModelError  # noqa: E402
 from radixkv.integrations.layer_groups import SERVED_RECURRENT, LayerGroup, layer_groups  # noqa: E402
-from radixkv.integrations.state_store import StateStore  # noqa: E402
-from radixkv.integrations.transformers import Engine  # noqa: E402
+from radixkv.integrations.transformers import Engine, cache_config_for  # noqa: E402
 from radixkv.testing.hybrid_models import FAMILIES, build_hybrid  # noqa: E402
 
 @pytest.fixture(scope="module", params=FAMILIES)
@@ -66,20 +67,24 @@ def test_small_pool_preempts_and_evicts(model: torch.nn.Module, page_size: int, 
 
 
 def test_tiny_state_budget_stays_exact(no_interpreter: None) -> None:
-    """A store that holds one snapshot: it evicts all the time and reuse shrinks, output stays exact."""
+    """A state group of one slot: snapshots are given up all the time and reuse shrinks, output stays exact."""
     model = build_hybrid("qwen3_next")
-    probe = Engine(model, num_slots=1024, page_size=4, dtype=torch.float32, max_context_len=256)
-    probe.generate([[1, 2, 3, 4, 5]], max_new_tokens=1)
-    one_state = probe.recurrent.store.nbytes // len(probe.recurrent.store)
-    engine = Engine(model, num_slots=1024, page_size=4, dtype=torch.float32, max_context_len=256)
-    engine.recurrent.store = StateStore(one_state)
+    engine = Engine(model, num_slots=1024, page_size=4, dtype=torch.float32, max_context_len=256,
+                    groups=(GroupSpec("state", 1),))
     prompts = shared_prefix_prompts(seed=5, groups=2, per_group=3)
     for _ in range(2):
         got = engine.generate(prompts, max_new_tokens=6)
         assert_same_tokens(got, reference(model, prompts, 6))
         engine.recurrent.store.check()
+        engine.cache.check_invariants()
         assert len(engine.recurrent.store) <= 1
     assert engine.recurrent.store.dropped > 0
+
+
+def test_cache_config_without_a_state_group_is_refused() -> None:
+    model = build_hybrid("falcon_h1")
+    with pytest.raises(ConfigError, match="GroupSpec\\('state'"):
+        Engine(model, num_slots=64, groups=())
 
 
 def test_score_resumes_from_a_snapshot(no_interpreter: None) -> None:
@@ -96,13 +101,15 @@ def test_score_resumes_from_a_snapshot(no_interpreter: None) -> None:
 
 
 def test_layer_groups_of_hybrid_models() -> None:
-    jamba, falcon, qwen = (build_hybrid(k).config for k in FAMILIES)
+    jamba, falcon, qwen, lfm3 = (build_hybrid(k).config for k in FAMILIES)
     assert layer_groups(jamba) == (LayerGroup("recurrent", (0, 2), mixer="linear_attention"),
                                    LayerGroup("full", (1, 3)))
     assert layer_groups(falcon) == (LayerGroup("full", (0, 1)), LayerGroup("recurrent", (0, 1), mixer="hybrid"))
     assert layer_groups(qwen) == (LayerGroup("recurrent", (0, 1, 2), mixer="linear_attention"),
                                   LayerGroup("full", (3,)))
-    assert {"linear_attention", "hybrid"} <= SERVED_RECURRENT
+    assert layer_groups(lfm3) == (LayerGroup("recurrent", (0, 3), mixer="conv"), LayerGroup("sliding", (1,), window=8),
+                                  LayerGroup("full", (2,)))
+    assert {"linear_attention", "hybrid", "conv"} <= SERVED_RECURRENT
 
 
 def test_interpreted_triton_kernels() -> None:
@@ -116,3 +123,59 @@ def test_interpreted_triton_kernels() -> None:
     again = [p + [12] for p in prompts]
     assert_same_tokens(engine.generate(again, max_new_tokens=2), reference(model, again, 2))
     assert engine.last_stats.prefill_reused > 0
+
+
+# family -> the decoder layers with attention (the rest are recurrent-only: no KV)
+ATTENTION_LAYERS = {"jamba": (1, 3), "falcon_h1": (0, 1), "qwen3_next": (3,), "lfm3": (1, 2)}
+
+
+@pytest.mark.parametrize("kind", FAMILIES)
+def test_pool_holds_kv_of_attention_layers_only(kind: str) -> None:
+    """A recurrent-only layer gets no K/V buffer: the pool is smaller by exactly those layers' share."""
+    model = build_hybrid(kind)
+    engine = Engine(model, num_slots=64, page_size=4, dtype=torch.float32, max_context_len=64)
+    pool, cfg = engine.cache.kv_pool, engine.cache.config
+    attention = ATTENTION_LAYERS[kind]
+    assert pool.kv_layers == attention and len(pool.k_buffer) == len(pool.v_buffer) == len(attention)
+    assert cfg.kv_layers == (None if len(attention) == cfg.num_layers else attention)
+    per_layer = 2 * cfg.num_kv_heads * cfg.head_dim * 4  # K and V, fp32
+    assert pool.bytes_per_token == len(attention) * per_layer
+    held = sum(b.numel() * b.element_size() for b in pool.k_buffer + pool.v_buffer)
+    assert held == cfg.num_slots * len(attention) * per_layer
+
+
+def test_kv_layers_checked() -> None:
+    """A cache_config that leaves out an attention layer, or malformed kv_layers, raises ConfigError."""
+    model = build_hybrid("jamba")
+    with pytest.raises(ConfigError, match="leaves out attention layers \\[3\\]"):
+        Engine(model, cache_config_for(model, num_slots=64, kv_layers=(1,)))
+    for bad in ((3, 1), (1, 1), (4,), [1, 3], (True,)):
+        with pytest.raises(ConfigError, match="kv_layers"):
+            CacheConfig(num_layers=4, num_kv_heads=1, head_dim=4, num_slots=8, kv_layers=bad)
+    assert CacheConfig(num_layers=4, num_kv_heads=1, head_dim=4, num_slots=8, kv_layers=()).kv_layers == ()
+
+
+def test_lfm2_short_convolutions(no_interpreter: None) -> None:
+    """LFM2's short convolutions (`conv` layers: a state of the last kernel - 1 inputs) beside full attention:
+    exact, and a next turn reuses the cached prefix."""
+    model = build_hybrid("lfm2")
+    engine = Engine(model, num_slots=512, page_size=4, dtype=torch.float32, max_context_len=128, max_batch_tokens=16)
+    prompts = shared_prefix_prompts(seed=3, groups=1, per_group=2)
+    answers = engine.generate(prompts, max_new_tokens=6)
+    assert_same_tokens(answers, reference(model, prompts, 6))
+    again = [p + a + [4, 5] for p, a in zip(prompts, answers)]
+    assert_same_tokens(engine.generate(again, max_new_tokens=6), reference(model, again, 6))
+    assert engine.last_stats.prefill_reused > 0
+    assert_cache_idle(engine)
+
+
+def test_hybrid_layers_of_other_families_are_refused() -> None:
+    """Inkling declares "hybrid" layers too (attention beside short convolutions), but its attention adds a
+    relative-position bias the Engine does not compute: refused by name, not served wrong."""
+    config = transformers.InklingTextConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                            num_attention_heads=2, num_key_value_heads=1, head_dim=16,
+                                            moe_intermediate_size=16, n_routed_experts=4, num_experts_per_tok=2,
+                                            n_shared_experts=1, local_layer_ids=[])
+    model = transformers.AutoModelForCausalLM.from_config(config)
+    with pytest.raises(UnsupportedModelError, match=r"'hybrid' layers \[0, 1\].*'inkling_text' is not one"):
+        Engine(model, num_slots=64)

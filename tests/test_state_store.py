@@ -1,10 +1,12 @@
-"""StateStore: recurrent-state snapshots keyed by radix-tree node, on a real RadixCache.
+"""StateStore: recurrent-state snapshots as a RadixCache's "state" layer group (the tree holds which node
+has which slot, the store the tensors), on a real RadixCache.
 
 The property that matters: a resume point never claims a position where some group cannot resume,
 i.e. `resume_point(tokens) = p` only where the tree holds the KV of `tokens[:p]` and the store holds
 the state taken after exactly `tokens[:p]` (each test state encodes the prefix it was taken after,
 so a snapshot served for the wrong prefix shows up as a mismatch). Driven by a Hypothesis state
-machine through inserts, snapshots, splits (matches), evictions and a small byte budget.
+machine through inserts, snapshots, splits (matches), evictions and a group of 4 slots; the cache's
+check_invariants() checks the group's slots against the tree after every step.
 """
 
 from __future__ import annotations
@@ -15,17 +17,20 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from radixkv import CacheConfig, OutOfSlotsError, RadixCache
+from radixkv import CacheConfig, GroupSpec, OutOfSlotsError, RadixCache
 from radixkv.errors import InvalidArgumentError
 from radixkv.integrations.recurrent_state import LayerState, RecurrentState
-from radixkv.integrations.state_store import StateStore
+from radixkv.integrations.state_store import StateStore, marconi_victim, prefill_flops
 
 PAGE = 2
 
 
-def make_cache(num_slots: int = 48) -> RadixCache:
-    return RadixCache(CacheConfig(num_layers=1, num_kv_heads=1, head_dim=4, num_slots=num_slots, page_size=PAGE,
-                                  max_requests=4, max_context_len=32, dtype=torch.float32, device="cpu"))
+def make_store(snapshots: int = 16, num_slots: int = 48) -> tuple[RadixCache, StateStore]:
+    """A cache with a state group of `snapshots` slots (group 1), and its store."""
+    cache = RadixCache(CacheConfig(num_layers=1, num_kv_heads=1, head_dim=4, num_slots=num_slots, page_size=PAGE,
+                                   max_requests=4, max_context_len=32, dtype=torch.float32, device="cpu",
+                                   groups=(GroupSpec("state", snapshots),)))
+    return cache, StateStore(cache, 1)
 
 
 def state_of(prefix: list[int]) -> RecurrentState:
@@ -53,7 +58,7 @@ def snapshot(cache: RadixCache, store: StateStore, tokens: list[int], p: int) ->
 
 
 def test_snapshot_dies_with_its_kv() -> None:
-    cache, store = make_cache(), StateStore(10_000)
+    cache, store = make_store()
     tokens = list(range(1, 11))
     put_kv(cache, tokens)
     assert snapshot(cache, store, tokens, 6)
@@ -69,16 +74,14 @@ def test_snapshot_dies_with_its_kv() -> None:
 
 
 def test_put_rejects_a_node_that_does_not_end_there() -> None:
-    cache, store = make_cache(), StateStore(10_000)
+    cache, store = make_store()
     put_kv(cache, list(range(1, 9)))
     node = cache.match_prefix(list(range(1, 9))).node
     assert not store.put(node, 4, state_of([1, 2, 3, 4])) and len(store) == 0
 
 
-def test_budget_drops_least_recently_used() -> None:
-    cache = make_cache()
-    size = state_of([1, 2]).nbytes
-    store = StateStore(2 * size)
+def test_full_group_gives_up_least_recently_used() -> None:
+    cache, store = make_store(snapshots=2)
     a, b, c = [1, 2, 3, 4], [5, 6, 7, 8], [9, 10, 11, 12]
     for t in (a, b, c):
         put_kv(cache, t)
@@ -87,26 +90,46 @@ def test_budget_drops_least_recently_used() -> None:
     store.get(cache.match_prefix(a[:2]).node, 2)
     assert snapshot(cache, store, c, 2)
     assert [store.resume_point(cache, t) for t in (a, b, c)] == [2, 0, 2]
-    assert not store.put(cache.match_prefix(a[:4]).node, 4, state_of(a + [0] * 20))  # larger than the budget
+    assert cache.group(1).sizes().cached == 2
     store.check()
+    cache.check_invariants()
 
 
-@pytest.mark.parametrize("budget", [-1, 1.5, True, "1"])
-def test_bad_budget_is_rejected(budget: object) -> None:
+def test_store_gives_up_locked_snapshots_the_tree_does_not() -> None:
+    """A lock keeps a snapshot from the tree's group eviction, not from the store's own choice (the
+    request holding the lock copied its state when it resumed)."""
+    cache, store = make_store(snapshots=1)
+    a, b = [1, 2, 3, 4], [5, 6, 7, 8]
+    put_kv(cache, a)
+    put_kv(cache, b)
+    assert snapshot(cache, store, a, 2)
+    node = cache.match_prefix(a[:2]).node
+    cache.lock(node)
+    assert cache.group(1).evict(1) == 0 and store.resume_point(cache, a) == 2  # the tree: protected
+    assert snapshot(cache, store, b, 2)  # the store: gives a's up for b's
+    assert store.resume_point(cache, a) == 0 and store.resume_point(cache, b) == 2
+    cache.unlock(node)
+    assert cache.group(1).evict(1) == 1 and store.resume_point(cache, b) == 0  # evicted by the tree: gone
+    store.check()
+    cache.check_invariants()
+
+
+@pytest.mark.parametrize("group", [0, 2, 1.5, True, "1"])
+def test_a_group_that_is_not_a_state_group_is_rejected(group: object) -> None:
+    cache, _ = make_store()
     with pytest.raises(InvalidArgumentError):
-        StateStore(budget)  # type: ignore[arg-type]
+        StateStore(cache, group)  # type: ignore[arg-type]
 
 
 tokens_st = st.lists(st.integers(0, 3), min_size=1, max_size=14)
 
 
 class StoreMachine(RuleBasedStateMachine):
-    """Random inserts, snapshots, matches (which split edges), evictions; a budget of ~4 snapshots."""
+    """Random inserts, snapshots, matches (which split edges), evictions; a group of 4 snapshot slots."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.cache = make_cache()
-        self.store = StateStore(4 * state_of([0] * 8).nbytes)
+        self.cache, self.store = make_store(snapshots=4)
         self.nodes: dict[tuple[int, ...], object] = {}  # prefix -> the node its snapshot was put under
 
     @rule(tokens=tokens_st)
@@ -150,8 +173,7 @@ TestStoreMachine.settings = settings(max_examples=60, stateful_step_count=40, de
 
 
 def test_spare_snapshots_go_first_until_used() -> None:
-    cache = make_cache()
-    store = StateStore(2 * state_of([1, 2]).nbytes)
+    cache, store = make_store(snapshots=2)
     a, b, c, d = [1, 2, 3, 4], [5, 6, 7, 8], [9, 10, 11, 12], [13, 14, 15, 16]
     for t in (a, b, c, d):
         put_kv(cache, t)
@@ -165,3 +187,29 @@ def test_spare_snapshots_go_first_until_used() -> None:
     assert store.put(node[tuple(d)], 2, state_of(d[:2]))  # drops c (least recently used), not a
     assert [store.has(node[tuple(t)]) for t in (a, b, c, d)] == [True, False, False, True]
     store.check()
+
+
+def test_flops_policy_keeps_an_old_long_prefix() -> None:
+    """Marconi's choice: a full group gives up the snapshot with the lowest recency + FLOP efficiency, so an
+    old snapshot of a long prefix outlives a newer one of a short prefix; LRU gives up the oldest."""
+    for policy, gone in (("lru", "long"), ("flops", "short")):
+        cache = RadixCache(CacheConfig(num_layers=1, num_kv_heads=1, head_dim=4, num_slots=64, page_size=PAGE,
+                                       max_requests=4, max_context_len=32, dtype=torch.float32, device="cpu",
+                                       groups=(GroupSpec("state", 3),)))
+        store = StateStore(cache, 1, policy, prefill_flops(1000, 1, 16))
+        prompts = {"long": list(range(1, 13)), "short": [20, 21], "newer": [22, 23], "new": [30, 31]}
+        for name, t in prompts.items():
+            put_kv(cache, t)
+            assert snapshot(cache, store, t, len(t))  # in this order: long is the oldest
+        kept = {name for name, t in prompts.items() if store.resume_point(cache, t) == len(t)}
+        assert kept == set(prompts) - {gone}, (policy, kept)
+        store.check()
+        cache.check_invariants()
+
+
+def test_marconi_victim_weighs_recency_and_efficiency() -> None:
+    assert marconi_victim([1, 2, 3], [5.0, 5.0, 5.0]) == 0  # same efficiency: the oldest
+    assert marconi_victim([1, 2, 3], [9.0, 1.0, 5.0]) == 1  # old but efficient stays; the cheap one goes
+    assert marconi_victim([1, 2, 3], [3.0, 1.0, 0.0], alpha=0.1) == 0  # recency dominates at small alpha
+    with pytest.raises(InvalidArgumentError):
+        StateStore(make_store()[0], 1, "mru")

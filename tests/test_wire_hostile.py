@@ -73,6 +73,17 @@ def joined(sub: ZmqSubscriber, forged: ForgedPublisher, topic: bytes) -> None:
         sub.poll(0.02)
 
 
+def forged_feed(instance: str, replay: bool = True, **options: object
+                ) -> tuple[ForgedPublisher, InMemoryIndex, ZmqSubscriber, bytes]:
+    """A forged publisher of `instance` and a subscriber (`options`) into an index that took its first snapshot."""
+    forged, index = ForgedPublisher(), InMemoryIndex()
+    sub = ZmqSubscriber(index, **options)  # type: ignore[arg-type]
+    sub.connect(forged.endpoint, forged.replay_endpoint if replay else None)
+    topic = kv_topic(instance, "m").encode()
+    joined(sub, forged, topic)
+    return forged, index, sub, topic
+
+
 # ---------------------------------------------------------------------------------------- item 7
 
 def test_deep_nesting_is_an_event_format_error() -> None:
@@ -89,11 +100,7 @@ def test_deep_nesting_is_an_event_format_error() -> None:
 
 
 def test_the_largest_sequence_number_is_malformed_not_an_overflow() -> None:
-    forged, index = ForgedPublisher(), InMemoryIndex()
-    sub = ZmqSubscriber(index, sync_interval_s=0.05, replay_timeout_s=0.05)
-    sub.connect(forged.endpoint, forged.replay_endpoint)
-    topic = kv_topic("pod-x", "m").encode()
-    joined(sub, forged, topic)
+    forged, index, sub, topic = forged_feed("pod-x", sync_interval_s=0.05, replay_timeout_s=0.05)
     snap = encode_batch([AllBlocksCleared()], 1.0)
     t0 = time.monotonic()
     while time.monotonic() - t0 < 0.4:  # several sync intervals: each used to raise OverflowError again
@@ -134,11 +141,7 @@ def test_a_dead_sender_thread_is_an_error_at_the_next_publish_and_at_close() -> 
 # ---------------------------------------------------------------------------------------- item 8
 
 def test_poll_holds_its_timeout_against_a_silent_replay_socket() -> None:
-    forged, index = ForgedPublisher(), InMemoryIndex()
-    sub = ZmqSubscriber(index, replay_timeout_s=5.0, sync_interval_s=0.05)
-    sub.connect(forged.endpoint, forged.replay_endpoint)
-    topic = kv_topic("pod-g", "m").encode()
-    joined(sub, forged, topic)
+    forged, index, sub, topic = forged_feed("pod-g", replay_timeout_s=5.0, sync_interval_s=0.05)
     over: dict[float, list[float]] = {0.0: [], 0.1: []}  # seconds past the timeout
     for i in range(10):
         forged.send(topic, 10 + i, encode_batch([BlockStored([20 + i], None, [2] * 4, 4)], 1.0))  # gaps
@@ -174,11 +177,7 @@ def _raised(fn, *args: object) -> object:
 
 
 def test_frames_over_the_size_limit_are_dropped_and_counted() -> None:
-    forged, index = ForgedPublisher(), InMemoryIndex()
-    sub = ZmqSubscriber(index, max_message_bytes=1 << 20)
-    sub.connect(forged.endpoint)
-    topic = kv_topic("pod-s", "m").encode()
-    joined(sub, forged, topic)
+    forged, index, sub, topic = forged_feed("pod-s", replay=False, max_message_bytes=1 << 20)
     big = encode_batch([BlockStored(list(range(100, 100 + 2**15)), 11, [3] * 2**20, 32)], 1.0)
     assert len(big) > 1 << 20
     forged.send(topic, 1, big)

@@ -8,7 +8,9 @@ index keeps, per block hash, the set of (instance, medium) pairs that hold it, a
     lookup(block_hashes)   -> {instance: longest run of consecutive blocks held from block 0}
 
 for the block hashes of a request (radixkv.events.block_hashes, namespace included). A block counts
-as held when it is on any medium (GPU or CPU tier).
+as held when it is on any medium (GPU or CPU tier). Hybrid models (cluster/groups.py): blocks of
+KV-cache groups other than 0 are kept per (hash, group), `holders` reports group 0, and `lookup` /
+`resumable` cap an instance's prefix where one of its groups cannot resume.
 
 Batch contract (both backends): a batch is validated whole before anything is applied. If any
 payload is malformed, `ingest` raises EventFormatError naming the instance, the position in the
@@ -28,6 +30,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from radixkv.cluster.groups import GroupSpec, group_of, resume_point, spec_of
 from radixkv.errors import InvalidArgumentError, RadixKVError
 from radixkv.events import HASH_LIMIT, AllBlocksCleared, BlockStored, EventFormatError, KVEvent, parse_event
 
@@ -56,6 +59,8 @@ class KVIndex(Protocol):
     def holders(self, block_hashes: Sequence[int]) -> list[frozenset[str]]: ...
 
     def lookup(self, block_hashes: Sequence[int]) -> dict[str, int]: ...
+
+    def resumable(self, block_hashes: Sequence[int], prefix: dict[str, int]) -> dict[str, int]: ...
 
     def drop_instance(self, instance_id: str) -> None: ...
 
@@ -122,11 +127,13 @@ def parse_batch(instance_id: str, events: object, stats: IndexStats) -> list[KVE
 
 
 class InMemoryIndex:
-    """A KVIndex in this process: block hash -> {instance: set of media}, plus each instance's blocks."""
+    """A KVIndex in this process: block -> {instance: set of media}, plus each instance's blocks. A
+    block is its hash (group 0) or (hash, group) for a hybrid model's other groups."""
 
     def __init__(self) -> None:
-        self._blocks: dict[int, dict[str, set[str]]] = {}  # hash -> instance -> media
-        self._owned: dict[str, set[tuple[int, str]]] = {}  # instance -> {(hash, medium)}
+        self._blocks: dict[int | tuple[int, int], dict[str, set[str]]] = {}  # block -> instance -> media
+        self._owned: dict[str, set[tuple[int | tuple[int, int], str]]] = {}  # instance -> {(block, medium)}
+        self._specs: dict[str, dict[int, GroupSpec]] = {}  # instance -> its groups >= 1 (kept over clears)
         self._stats = IndexStats()
 
     def ingest(self, instance_id: str, events: Iterable[KVEvent | dict]) -> bool:
@@ -138,19 +145,23 @@ class InMemoryIndex:
         for ev in batch:
             if isinstance(ev, AllBlocksCleared):
                 self._clear(instance_id, owned)
-            elif isinstance(ev, BlockStored):
-                for h in ev.block_hashes:
-                    self._blocks.setdefault(h, {}).setdefault(instance_id, set()).add(ev.medium)
-                    owned.add((h, ev.medium))
-            else:
-                for h in ev.block_hashes:
-                    self._remove(instance_id, h, ev.medium)
-                    owned.discard((h, ev.medium))
+                continue
+            g = group_of(ev)
+            if g and isinstance(ev, BlockStored):
+                self._specs.setdefault(instance_id, {})[g] = spec_of(ev)
+            for h in ev.block_hashes:
+                block = (h, g) if g else h
+                if isinstance(ev, BlockStored):
+                    self._blocks.setdefault(block, {}).setdefault(instance_id, set()).add(ev.medium)
+                    owned.add((block, ev.medium))
+                else:
+                    self._remove(instance_id, block, ev.medium)
+                    owned.discard((block, ev.medium))
         self._stats.applied += len(batch)
         return known
 
-    def _remove(self, instance_id: str, h: int, medium: str) -> None:
-        per = self._blocks.get(h)
+    def _remove(self, instance_id: str, block: int | tuple[int, int], medium: str) -> None:
+        per = self._blocks.get(block)
         media = per.get(instance_id) if per else None
         if media is None:
             return
@@ -158,11 +169,11 @@ class InMemoryIndex:
         if not media:
             del per[instance_id]
             if not per:
-                del self._blocks[h]
+                del self._blocks[block]
 
-    def _clear(self, instance_id: str, owned: set[tuple[int, str]]) -> None:
-        for h, medium in owned:
-            self._remove(instance_id, h, medium)
+    def _clear(self, instance_id: str, owned: set[tuple[int | tuple[int, int], str]]) -> None:
+        for block, medium in owned:
+            self._remove(instance_id, block, medium)
         owned.clear()
 
     def holders(self, block_hashes: Sequence[int]) -> list[frozenset[str]]:
@@ -172,24 +183,40 @@ class InMemoryIndex:
         return [frozenset(self._blocks.get(h, empty)) for h in block_hashes]
 
     def lookup(self, block_hashes: Sequence[int]) -> dict[str, int]:
-        """{instance: longest consecutive hit in blocks from block 0}. Does not mutate."""
-        return longest_prefix(self.holders(block_hashes))
+        """{instance: longest consecutive hit in blocks from block 0 where every group can resume}.
+        Does not mutate."""
+        return self.resumable(block_hashes, longest_prefix(self.holders(block_hashes)))
+
+    def resumable(self, block_hashes: Sequence[int], prefix: dict[str, int]) -> dict[str, int]:
+        """`prefix` ({instance: blocks}) capped, per hybrid instance, where all its groups can resume
+        (cluster/groups.py); other instances unchanged. Does not mutate."""
+        check_hashes(block_hashes)
+        out = dict(prefix)
+        empty: dict[str, set[str]] = {}
+        for inst, k in prefix.items():
+            specs = self._specs.get(inst)
+            if specs:
+                out[inst] = resume_point(min(k, len(block_hashes)), specs,
+                                         lambda g, b, i=inst: i in self._blocks.get((block_hashes[b], g), empty))  # type: ignore[misc]
+        return out
 
     def drop_instance(self, instance_id: str) -> None:
         """Forget everything about an instance (it left the fleet); a no-op for an unknown one."""
         check_instance_id(instance_id)
         owned = self._owned.pop(instance_id, None)
+        self._specs.pop(instance_id, None)
         if owned is not None:
             self._clear(instance_id, owned)
 
     def stats(self) -> IndexStats:
         return IndexStats(**vars(self._stats))
 
-    def blocks_of(self, instance_id: str) -> set[tuple[int, str]]:
-        """(block hash, medium) of everything the index says `instance_id` holds (a copy)."""
+    def blocks_of(self, instance_id: str) -> set[tuple[int | tuple[int, int], str]]:
+        """(block, medium) of everything the index says `instance_id` holds (a copy); a block is its
+        hash, or (hash, group) for a group other than 0."""
         check_instance_id(instance_id)
         return set(self._owned.get(instance_id, ()))
 
     def num_blocks(self) -> int:
-        """Distinct block hashes held by any instance."""
+        """Distinct blocks (hash, and group other than 0) held by any instance."""
         return len(self._blocks)

@@ -5,6 +5,12 @@ Keys (`p` = key_prefix, hashes in hex, `m` = medium "GPU" or "CPU"):
     p + "b:" + hash       SET of "m:instance"   who holds the block (the only key a lookup reads)
     p + "i:" + instance   SET of "m:hash"       what the instance holds (to clear it in one call)
     p + "k:" + instance   "1"                   the index holds state for this instance
+    p + "g:" + instance   HASH group -> spec    a hybrid model's groups >= 1 (cluster/groups.py)
+
+A hybrid model's blocks of group g >= 1 live under p + "b:" + hash + "/" + g (and "m:hash/g" in the
+instance's set), so they never touch group 0's keys; `resumable` reads them for the instances that
+have groups (one more round trip for the specs, one for the group keys, only when a lookup found
+candidates).
 
 So a cached block costs one key however many instances hold it, plus one member per holder in
 that key and one in the holder's own set. Writes: one `ingest` batch is one EVALSHA of a Lua script
@@ -38,91 +44,15 @@ from redis.backoff import NoBackoff
 from redis.commands.core import Script
 from redis.retry import Retry
 
+from radixkv.cluster.groups import GroupSpec, group_of, parse_spec, resume_point, spec_of, spec_text
 from radixkv.cluster.index import (INSTANCE_ID_CHARS, IndexStats, IndexUnavailableError, check_hashes,
                                    check_instance_id, longest_prefix, parse_batch)
+from radixkv.cluster.redis_scripts import HOLDERS_LUA, INGEST_LUA, REFRESH_LUA
 from radixkv.errors import ConfigError
 from radixkv.events import MEDIA, AllBlocksCleared, BlockStored, KVEvent
 
-# ARGV = key prefix, instance id, ttl seconds (0: none), then ops, each `kind medium count hash...`
-# with kind S (stored), R (removed), C (all cleared: count 0) or D (dropped: cleared, and the marker
-# deleted in the same call, so no reader sees one without the other). Applies the batch atomically and
-# returns whether the instance's marker existed before it.
-_INGEST_LUA = """
-local p, inst, ttl = ARGV[1], ARGV[2], tonumber(ARGV[3])
-local own, marker = p .. 'i:' .. inst, p .. 'k:' .. inst
-local function own_key(key)  -- a value of another type at one of our keys (WRONGTYPE) is dropped
-  local t = redis.call('TYPE', key).ok
-  if t ~= 'set' and t ~= 'none' then redis.call('DEL', key) end
-end
-local known, dropped = redis.call('EXISTS', marker), false
-own_key(own)
-local i = 4
-while i <= #ARGV do
-  local kind, medium, n = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2])
-  i = i + 3
-  if kind == 'C' or kind == 'D' then
-    dropped = dropped or kind == 'D'
-    for _, m in ipairs(redis.call('SMEMBERS', own)) do
-      local md, h = string.match(m, '^([^:]+):(.+)$')
-      if md then redis.call('SREM', p .. 'b:' .. h, md .. ':' .. inst) end  -- a malformed member: skipped
-    end
-    redis.call('DEL', own)
-  else
-    local member = medium .. ':' .. inst
-    for j = i, i + n - 1 do
-      local key = p .. 'b:' .. ARGV[j]
-      if kind == 'S' then
-        own_key(key)
-        redis.call('SADD', key, member)
-        redis.call('SADD', own, medium .. ':' .. ARGV[j])
-        if ttl > 0 then redis.call('EXPIRE', key, ttl) end
-      elseif redis.call('TYPE', key).ok == 'set' then
-        redis.call('SREM', key, member)
-        redis.call('SREM', own, medium .. ':' .. ARGV[j])
-      end
-    end
-    i = i + n
-  end
-end
-if dropped then  -- drop_instance: the marker goes with the blocks, in the same call
-  redis.call('DEL', marker)
-  return known
-end
-redis.call('SET', marker, 1)
-if ttl > 0 then
-  redis.call('EXPIRE', marker, ttl)
-  redis.call('EXPIRE', own, ttl)
-end
-return known
-"""
-
-# KEYS = block keys. Returns one string: per block, its members joined by ',', blocks joined by
-# newlines (one small reply instead of one array per block: parsing is most of a lookup's cost).
-_HOLDERS_LUA = """
-local out = {}
-for i, k in ipairs(KEYS) do  -- a key of another type (WRONGTYPE) reads as empty
-  out[i] = redis.call('TYPE', k).ok == 'set' and table.concat(redis.call('SMEMBERS', k), ',') or ''
-end
-return table.concat(out, '\\n')
-"""
-
-# ARGV = key prefix, instance id, ttl seconds. Gives every key the instance holds its TTL again, so
-# blocks it still holds never expire while it keeps publishing (one call, no payload).
-_REFRESH_LUA = """
-local p, inst, ttl = ARGV[1], ARGV[2], tonumber(ARGV[3])
-local own, marker = p .. 'i:' .. inst, p .. 'k:' .. inst
-if redis.call('TYPE', own).ok ~= 'set' then return 0 end
-local n = 0
-for _, m in ipairs(redis.call('SMEMBERS', own)) do
-  local h = string.match(m, '^[^:]+:(.+)$')
-  if h then n = n + redis.call('EXPIRE', p .. 'b:' .. h, ttl) end
-end
-redis.call('EXPIRE', own, ttl)
-redis.call('EXPIRE', marker, ttl)
-return n
-"""
-
 _EMPTY: frozenset[str] = frozenset()
+
 _DOWN = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError)
 
 
@@ -160,10 +90,11 @@ class RedisIndex:
         except ValueError as e:  # redis-py's URL parser
             raise ConfigError(f"RedisIndex url {url!r:.60}: {e}") from None
         self._stats = IndexStats()
-        self._ingest = self.client.register_script(_INGEST_LUA)
-        self._holders = self.client.register_script(_HOLDERS_LUA)
+        self._ingest = self.client.register_script(INGEST_LUA)
+        self._holders = self.client.register_script(HOLDERS_LUA)
 
-        self._refresh = self.client.register_script(_REFRESH_LUA)
+        self._refresh = self.client.register_script(REFRESH_LUA)
+        self._hybrid: tuple[tuple[int, ...], set[str]] = ((), set())  # the last holders(): its hashes, hybrid holders
 
     def _block_key(self, h: int) -> str:
         return f"{self.key_prefix}b:{h:x}"
@@ -190,13 +121,15 @@ class RedisIndex:
             if isinstance(ev, AllBlocksCleared):
                 calls[-1] += ["C", "", 0]
                 continue
-            kind, hashes = ("S" if isinstance(ev, BlockStored) else "R"), ev.block_hashes
+            kind, hashes, g = ("S" if isinstance(ev, BlockStored) else "R"), ev.block_hashes, group_of(ev)
+            if g and isinstance(ev, BlockStored):
+                calls[-1] += ["G", str(g), 1, spec_text(spec_of(ev))]
             while hashes:
                 if room == 0:
                     calls.append([])
                     room = self.max_hashes_per_call
                 part, hashes = hashes[:room], hashes[room:]
-                calls[-1] += [kind, ev.medium, len(part), *(f"{h:x}" for h in part)]
+                calls[-1] += [kind, ev.medium, len(part), *(f"{h:x}/{g}" if g else f"{h:x}" for h in part)]
                 room -= len(part)
         return calls
 
@@ -204,13 +137,20 @@ class RedisIndex:
         """Instances holding each block (any medium), in order; one round trip. Does not mutate."""
         if not check_hashes(block_hashes):
             return []
-        reply = self._call(self._holders, [self._block_key(h) for h in block_hashes], [])
+        found = self._read([self._block_key(h) for h in block_hashes], specs=True)
+        self._hybrid = (tuple(block_hashes), set(found.pop().split(",")) if found else set())
+        return [self._members(line) if line else _EMPTY for line in found]
+
+    def _read(self, keys: list[str], specs: bool = False) -> list[str]:
+        """One line of members per block key in `keys` (one round trip); with `specs`, one more line:
+        the holders that have group specs. All empty for a reply that is not the script's."""
+        reply = self._call(self._holders, keys, [self.key_prefix] if specs else [])
         text = reply if isinstance(reply, str) else bytes(reply).decode("utf-8", "replace")
         lines = text.split("\n")
-        if len(lines) != len(block_hashes):  # not this script's reply: read as no holders
+        if len(lines) != len(keys) + specs:  # not this script's reply: read as no holders
             self._stats.malformed_members += 1
-            return [_EMPTY] * len(block_hashes)
-        return [self._members(line) if line else _EMPTY for line in lines]
+            return [""] * (len(keys) + specs)
+        return lines
 
     def _members(self, line: str) -> frozenset[str]:
         """Instances of one block's "medium:instance" members; any other member is skipped and counted
@@ -225,8 +165,50 @@ class RedisIndex:
         return frozenset(out)
 
     def lookup(self, block_hashes: Sequence[int]) -> dict[str, int]:
-        """{instance: longest consecutive hit in blocks from block 0}; one round trip."""
-        return longest_prefix(self.holders(block_hashes))
+        """{instance: longest consecutive hit in blocks from block 0 where every group can resume};
+        one round trip, or three when an instance that has one has groups."""
+        return self.resumable(block_hashes, longest_prefix(self.holders(block_hashes)))
+
+    def resumable(self, block_hashes: Sequence[int], prefix: dict[str, int]) -> dict[str, int]:
+        """`prefix` ({instance: blocks}) capped, per hybrid instance, where all its groups can resume
+        (cluster/groups.py). Right after holders() of the same hashes (what lookup and the Router
+        do), no round trip unless a candidate has groups; then one for their specs and one for
+        their groups' block keys. Does not mutate the index."""
+        check_hashes(block_hashes)
+        out = dict(prefix)
+        candidates = [i for i, k in prefix.items() if k > 0]
+        if self._hybrid[0] == tuple(block_hashes):  # holders() just said which of them have groups
+            candidates = [i for i in candidates if i in self._hybrid[1]]
+        specs = self._specs(candidates)
+        if not specs:
+            return out
+        groups = sorted({g for s in specs.values() for g in s})
+        k_max = min(len(block_hashes), max(prefix[i] for i in specs))
+        keys = [f"{self._block_key(block_hashes[b])}/{g}" for g in groups for b in range(k_max)]
+        lines = self._read(keys)
+        held = dict(zip(((g, b) for g in groups for b in range(k_max)),
+                        (self._members(line) if line else _EMPTY for line in lines)))
+        for inst, mine in specs.items():
+            out[inst] = resume_point(min(prefix[inst], k_max), mine,
+                                     lambda g, b, i=inst: i in held[(g, b)])  # type: ignore[misc]
+        return out
+
+    def _specs(self, instances: list[str]) -> dict[str, dict[int, GroupSpec]]:
+        """{instance: its groups' specs} of those of `instances` that have groups."""
+        if not instances:
+            return {}
+        pipe = self.client.pipeline(transaction=False)
+        for inst in instances:
+            pipe.hgetall(f"{self.key_prefix}g:{inst}")
+        try:
+            replies = pipe.execute(raise_on_error=False)
+        except _DOWN as e:
+            raise IndexUnavailableError(f"KV index at {self._where()} unreachable: {e}") from e
+        out = {}
+        for inst, raw in zip(instances, replies):
+            if isinstance(raw, dict) and raw:
+                out[inst] = {g: s for g, s in (parse_spec(k, v) for k, v in raw.items()) if g}
+        return {i: s for i, s in out.items() if s}
 
     def drop_instance(self, instance_id: str) -> None:
         """Forget everything about an instance (it left the fleet); one round trip, atomic: its blocks

@@ -18,6 +18,10 @@ Scorers (scores are in blocks; `holders[b]` = instances holding block b of the p
     highest_block_hit  1 + index of the last block held, whatever lies before it
     coverage           how many of the prompt's blocks are held, anywhere
 
+Hybrid models (cluster/groups.py): an instance's score never exceeds the prefix where every one of
+its KV-cache groups can resume (a sliding-window group needs the window before that point, a state
+group a snapshot at it), so a window whose blocks were removed is never predicted as a hit.
+
 Load is what instances report (`report_load`: their open requests); the router also counts each
 request it routes as one more open request on its instance until the next report, so a burst between
 reports spreads out. An index outage is logged once (warning) and its end once (info).
@@ -182,6 +186,8 @@ class Router:
             return {}
         try:
             holders = self.index.holders(hashes)
+            full = longest_prefix(holders)
+            capped = self.index.resumable(hashes, full)  # hybrid instances: where every group resumes
         except IndexUnavailableError as e:
             self.stats.index_errors += 1
             if self.index_available:
@@ -191,8 +197,9 @@ class Router:
         if not self.index_available:
             log.info("KV index reachable again; routing by prefix")
             self.index_available = True
-        prefix.update(longest_prefix(holders) if self._score is not longest_prefix else {})
+        prefix.update(capped)
         scores = {i: s for i, s in self._score(holders).items() if i in self._load}
-        if self._score is longest_prefix:
-            prefix.update(scores)
+        for i, k in capped.items():
+            if k < full[i] and i in scores:
+                scores[i] = min(scores[i], k)
         return scores

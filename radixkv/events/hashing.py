@@ -122,7 +122,7 @@ def chain_hashes(tokens: np.ndarray | list[int], ns: bytes, block_size: int,
                  parent_hash: int | None = None) -> list[int]:
     """XXH3 `block_hashes` for tokens already keyed (placeholders replaced) and a canonical key `ns`."""
     xxh3 = _xxh3 or hash_function()
-    raw = memoryview(np.ascontiguousarray(tokens, dtype="<i4").tobytes())
+    raw = memoryview(np.ascontiguousarray(tokens, dtype="<i4")).cast("B")  # no copy of a contiguous int32 array
     step = 4 * block_size
     h = xxh3(ns, SEED) if parent_hash is None else parent_hash
     out = []

@@ -6,21 +6,29 @@ start in an ancestor's edge. A block belongs to the node whose edge holds its la
     node edge covers positions [depth, end);  its blocks are b with depth < (b + 1) * E <= end
 
 A block is reported on a medium when its node holds its KV there (the rest of the prefix is then
-resident too: on the device, since device residency is prefix-closed, or on the host).
+resident too: on the device, since device residency is prefix-closed, or on the host). A hybrid
+model's secondary layer groups (radix/node.py) are reported by events/groups.py: the same block
+hashes with their group index, as vLLM 0.33 keys blocks by (hash, group). With groups, group 0's
+(full KV) events carry `group_idx=0` and its spec; a one-group model's events carry no group
+fields at all (byte for byte what they were before groups existed).
 
 The recorder owns the block digests (radixkv.events.hashing.BlockHasher, `event_hash` scheme): they
 are computed the first time a node's blocks are needed, kept in `_digests` keyed by node, cut in two
 when the tree splits a node, and dropped when the node leaves its last medium. It reads nodes
-through their public fields (tokens(), depth, end, parent, ns, pages, host_pages) and never writes
-them: the tree (radixkv.radix) is the only writer of nodes and never imports this package.
+through their public fields (tokens(), depth, end, parent, ns, pages, host_pages, secondary) and
+never writes them: the tree (radixkv.radix) is the only writer of nodes and never imports this package.
+
+Cost: per stored node, one gather of its blocks' tokens, one hash call per new block, one `tolist`
+for the event; multimodal checks run only once a multimodal request was seen (`learn`).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
+from radixkv.events.groups import FULL, EventGroup, GroupEvents
 from radixkv.events.hashing import BlockHasher, Digest
 from radixkv.events.records import DEVICE, HOST, AllBlocksCleared, BlockRemoved, BlockStored, KVEvent
 from radixkv.keys import ExtraKeys, hash_root, whole_request_keys
@@ -36,7 +44,8 @@ _MAX_RAW = 1 << 16  # items whose raw placeholder ids are remembered (vLLM's sch
 
 class EventRecorder:
     def __init__(self, block_size: int, page_size: int = 1, scheme: str = "xxh3",
-                 mm_keys: MultiModalKeys | None = None) -> None:
+                 mm_keys: MultiModalKeys | None = None, groups: Sequence[EventGroup] = ()) -> None:
+        """`groups`: the specs of the secondary layer groups 1..n (none: a one-group model)."""
         self.hasher = BlockHasher(scheme)  # fails here, at construction, if a package is missing
         self.block_size = block_size
         self.events: list[KVEvent] = []
@@ -45,6 +54,7 @@ class EventRecorder:
         self._lora: dict[bytes, tuple[int | None, str | None, str | None]] = {}  # root key -> its keys
         self.mm_keys = mm_keys if mm_keys is not None else MultiModalKeys()  # the cache's: names item ids
         self._raw: dict[tuple[str, int], list[int]] = {}  # (identifier, length) -> the raw ids a request gave
+        self._mm = False  # a multimodal request was seen: item ids (negative) may be in the tree
         # Siblings diverge at page boundaries, their first pages differing somewhere inside. When
         # block_size is a multiple of page_size, that page lies inside one block, which therefore
         # differs too: every block has one holder. Otherwise (page 16, block 6; or page 32, block
@@ -54,7 +64,10 @@ class EventRecorder:
         # hold one block: counted too.
         self.page_size = page_size
         self._counted = bool(block_size % page_size) or self.hasher.vllm
-        self._holders: dict[tuple[int, str], int] = {}
+        self._holders: dict[tuple, int] = {}
+        self.groups = GroupEvents(self, groups) if groups else None
+        # the group fields of each group's events: none at all for a one-group model
+        self.fields: list[tuple] = [()] if not groups else [FULL.fields(0)] + [s.fields(g + 1) for g, s in enumerate(groups)]
 
     def take(self) -> list[KVEvent]:
         out, self.events = self.events, []
@@ -64,33 +77,18 @@ class EventRecorder:
 
     def stored(self, node: TreeNode, medium: str) -> None:
         size = self.block_size
-        if node.end // size <= node.depth // size:  # no block ends in this edge
+        first, last = node.depth // size, node.end // size
+        if last <= first:  # no block ends in this edge
             return
-        first = node.depth // size * size
-        tokens = _path_tokens(node, first)  # gathered once, for the digests and the event
-        hashes = self.digests(node, tokens)[1]
-        parent = self._parent_int(node, first)
-        if not self._counted:
-            self._emit(node, hashes, parent, tokens[:len(hashes) * size], first // size, medium)
-            return
-        run: list[int] = []  # consecutive blocks new to this medium, reported as one event
-        run_parent = parent
-        for i, h in enumerate(hashes + [None]):
-            if h is not None and self._hold(h, medium, +1) == 1:
-                run_parent = parent if not run else run_parent
-                run.append(h)
-            elif run:
-                start = i - len(run)
-                self._emit(node, run, run_parent, tokens[start * size:i * size], first // size + start, medium)
-                run = []
-            parent = h
+        tokens = path_tokens(node, first * size)  # gathered once, for the digests and the event
+        parent = self._parent_digest(node, first * size)
+        hashes = self.digests(node, tokens, parent)[1]
+        self.publish(node, hashes, self._int(parent), tokens, first, medium, 0)
 
     def removed(self, node: TreeNode, medium: str) -> None:
-        gone = self.digests(node)[1]
-        if self._counted:
-            gone = [h for h in gone if self._hold(h, medium, -1) == 0]
-        if gone:
-            self.events.append(BlockRemoved(gone, medium))
+        self.withdraw(self.digests(node)[1], medium, 0)
+        if medium == DEVICE and self.groups is not None:
+            self.groups.dropped(node)  # its components go with its full KV
         other = node.host_pages if medium == DEVICE else node.pages
         if other is None:  # the node leaves the tree: its digests go with it
             self._digests.pop(node, None)
@@ -102,17 +100,65 @@ class EventRecorder:
         if old is not None:
             (d, h), j = old, upper.end // self.block_size - upper.depth // self.block_size
             self._digests[upper], self._digests[lower] = (d[:j], h[:j]), (d[j:], h[j:])
+        if self.groups is not None:
+            self.groups.split(upper, lower)
+
+    def attached(self, node: TreeNode, group: int) -> None:
+        """`node` just got a component of secondary group `group` (>= 1)."""
+        if self.groups is not None:
+            self.groups.changed(node, group)
+
+    def detached(self, node: TreeNode, group: int) -> None:
+        """`node` just lost its group-`group` component (a tombstone now)."""
+        if self.groups is not None and node.pages is not None:  # else removed() reported it with the full KV
+            self.groups.changed(node, group)
 
     def learn(self, extra: ExtraKeys, tokens: np.ndarray) -> None:
         """Remember the raw placeholder ids `tokens` (the request as given) holds at `extra`'s
         multimodal items: vLLM's schemes hash them (the tree keys item positions by its own ids)."""
+        self._mm = True
         if len(self._raw) > _MAX_RAW:
             self._raw.clear()  # forgetting only misnames blocks of vLLM's schemes: a missed route
         for item in extra.mm:
             self._raw[(item.identifier, item.length)] = tokens[item.offset:item.offset + item.length].tolist()
 
-    def _hold(self, h: int, medium: str, delta: int) -> int:
-        key = (h, medium)
+    # ------------------------------------------------------------------ events
+
+    def publish(self, node: TreeNode, hashes: list[int], parent: int | None, tokens: np.ndarray, first: int,
+                medium: str, group: int) -> None:
+        """BlockStored for blocks [first, first + len(hashes)) of `node`'s path (`tokens` from the
+        start of block `first`, `parent` the int of block first - 1); counted: only blocks new to
+        (medium, group), in runs of consecutive ones."""
+        size = self.block_size
+        if not self._counted:
+            self._emit(node, hashes, parent, tokens[:len(hashes) * size], first, medium, group)
+            return
+        run: list[int] = []  # consecutive blocks new to this medium, reported as one event
+        run_parent = parent
+        for i, h in enumerate(hashes + [None]):  # type: ignore[operator]
+            if h is not None and self._hold(h, medium, group, +1) == 1:
+                run_parent = parent if not run else run_parent
+                run.append(h)
+            elif run:
+                start = i - len(run)
+                self._emit(node, run, run_parent, tokens[start * size:i * size], first + start, medium, group)
+                run = []
+            parent = h
+
+    def store_blocks(self, node: TreeNode, hashes: list[int], first: int, group: int) -> None:
+        """`publish` on the device for blocks [first, first + len(hashes)) of `node`'s edge."""
+        pos = first * self.block_size
+        self.publish(node, hashes, self.parent_int(node, pos), path_tokens(node, pos), first, DEVICE, group)
+
+    def withdraw(self, hashes: list[int], medium: str, group: int) -> None:
+        """BlockRemoved for `hashes` (counted: those whose last holder this was)."""
+        if self._counted:
+            hashes = [h for h in hashes if self._hold(h, medium, group, -1) == 0]
+        if hashes:
+            self.events.append(BlockRemoved(hashes, medium, *self.fields[group][:1]))
+
+    def _hold(self, h: int, medium: str, group: int, delta: int) -> int:
+        key = (h, medium, group) if group else (h, medium)
         n = self._holders.get(key, 0) + delta
         if n:
             self._holders[key] = n
@@ -120,14 +166,14 @@ class EventRecorder:
             del self._holders[key]
         return n
 
-    # ------------------------------------------------------------------ events
-
     def _emit(self, node: TreeNode, hashes: list[int], parent: int | None, toks: np.ndarray, first_block: int,
-              medium: str) -> None:
+              medium: str, group: int) -> None:
         lora_id, lora_name, salt = self._whole(node.ns)
-        extra = self._extra_keys(toks, first_block, lora_name, salt)
-        self.events.append(BlockStored(hashes, parent, self._event_tokens(toks).tolist(), self.block_size, lora_id,
-                                       medium, lora_name, extra))
+        extra = None if lora_name is None and not salt and not self._mm else \
+            self._extra_keys(toks, first_block, lora_name, salt)
+        ids = self._event_tokens(toks) if self._mm else toks
+        self.events.append(BlockStored(hashes, parent, ids.tolist(), self.block_size, lora_id, medium, lora_name,
+                                       extra, *self.fields[group]))
 
     def _whole(self, ns: bytes) -> tuple[int | None, str | None, str | None]:
         keys = self._lora.get(ns)
@@ -140,7 +186,7 @@ class EventRecorder:
         """vLLM's per-block extra_keys (its generate_block_hash_extra_keys): the LoRA name,
         (item identifier, item offset - block start) per multimodal item the block overlaps, and
         the cache salt on the sequence's first block; None when no block has any."""
-        has_mm = int(toks.min(initial=0)) < 0  # item ids are negative (radixkv.multimodal)
+        has_mm = self._mm and int(toks.min(initial=0)) < 0  # item ids are negative (radixkv.multimodal)
         if lora_name is None and not salt and not has_mm:
             return None
         size, out = self.block_size, []
@@ -160,7 +206,7 @@ class EventRecorder:
         """The ids events carry and the hash sees, from the tree's (item positions keyed by negative
         ids): xxh3 puts each item's stateless hash ids there (the same on every instance); vLLM's
         schemes put back the raw ids the request gave (its extra keys name the item)."""
-        if not len(toks) or int(toks.min()) >= 0:
+        if not self._mm or not len(toks) or int(toks.min()) >= 0:
             return toks
         if not self.hasher.vllm:
             return self.mm_keys.hash_form(toks)
@@ -174,10 +220,11 @@ class EventRecorder:
 
     # ------------------------------------------------------------------ digests
 
-    def digests(self, node: TreeNode, tokens: np.ndarray | None = None) -> tuple[list[Digest], list[int]]:
+    def digests(self, node: TreeNode, tokens: np.ndarray | None = None,
+                parent: Digest | None | bool = False) -> tuple[list[Digest], list[int]]:
         """Digests of the blocks whose last token lies in `node`'s edge, and the ints events carry for
-        them (computed once, then kept).
-        `tokens`: the path's tokens from the first such block's start, when the caller has them."""
+        them (computed once, then kept). `tokens`: the path's tokens from the first such block's
+        start, and `parent`: the digest of the block before it, when the caller has them."""
         got = self._digests.get(node)
         if got is None:
             size = self.block_size
@@ -185,45 +232,68 @@ class EventRecorder:
             if first >= last:
                 got = ([], [])
             else:
-                tree_toks = (_path_tokens(node, first * size) if tokens is None else tokens)[:(last - first) * size]
-                parent = self._digest_ending_at(node.parent, first * size)
+                tree_toks = (path_tokens(node, first * size) if tokens is None else tokens)[:(last - first) * size]
+                if parent is False:
+                    parent = self._parent_digest(node, first * size)
                 extra = None
                 if self.hasher.vllm:
                     _, lora_name, salt = self._whole(node.ns)
                     extra = self._extra_keys(tree_toks, first, lora_name, salt)
-                digests = self.hasher.digests(self._event_tokens(tree_toks), hash_root(node.ns), size, parent, extra)
+                digests = self.hasher.digests(self._event_tokens(tree_toks), hash_root(node.ns), size,
+                                              parent, extra)  # type: ignore[arg-type]
                 got = (digests, self.hasher.ints(digests))
             self._digests[node] = got
         return got
 
-    def _digest_ending_at(self, node: TreeNode | None, pos: int) -> Digest | None:
-        """Digest of the block that ends at `pos`, held by `node` or an ancestor (None at pos 0)."""
-        if pos == 0 or node is None:
+    def _parent_digest(self, node: TreeNode, pos: int) -> Digest | None:
+        """Digest of the block that ends at `pos` (<= node.depth), held by an ancestor (None at 0)."""
+        if pos == 0:
             return None
-        while not node.depth < pos <= node.end:
-            node = node.parent  # type: ignore[assignment]
-        return self.digests(node)[0][pos // self.block_size - 1 - node.depth // self.block_size]
+        anc: TreeNode = node.parent  # type: ignore[assignment]
+        while not anc.depth < pos <= anc.end:
+            anc = anc.parent  # type: ignore[assignment]
+        return self.digests(anc)[0][pos // self.block_size - 1 - anc.depth // self.block_size]
 
-    def _parent_int(self, node: TreeNode, pos: int) -> int | None:
-        parent = self._digest_ending_at(node.parent, pos)
-        return None if parent is None else self.hasher.ints([parent])[0]
+    def parent_int(self, node: TreeNode, pos: int) -> int | None:
+        """The event int of the block ending at `pos` (block-aligned, <= node.end) on `node`'s path."""
+        first = node.depth // self.block_size
+        if pos // self.block_size <= first:
+            return self._int(self._parent_digest(node, pos))
+        return self.digests(node)[1][pos // self.block_size - 1 - first]
+
+    def _int(self, digest: Digest | None) -> int | None:
+        return None if digest is None else self.hasher.ints([digest])[0]
 
     def snapshot(self, tree: RadixTree) -> list[KVEvent]:
-        """AllBlocksCleared, then BlockStored for everything cached now, parents first (for resync).
-        Shares this recorder's digests and multimodal names; records nothing here."""
+        """AllBlocksCleared, then BlockStored for everything cached now, parents first (for resync),
+        each secondary group's blocks after their node's full KV. A hybrid model first announces its
+        groups: one BlockStored per group >= 1 with no blocks and the group's fields, so an index
+        knows every group before any of its blocks (cluster/groups.py). Shares this recorder's
+        digests and multimodal names; records nothing here."""
         fresh = EventRecorder.__new__(EventRecorder)
         fresh.__dict__.update(self.__dict__)
-        fresh.events, fresh._holders, fresh._counted = [AllBlocksCleared()], {}, True  # each block once
+        fresh._holders, fresh._counted = {}, True  # each block once
+        fresh.events = [AllBlocksCleared()]
+        fresh.events += [BlockStored([], None, [], self.block_size, None, DEVICE, None, None, *f)
+                         for f in self.fields[1:]]
+        fresh._mm = True  # this recorder may not have seen the requests (kv_events off): check every id
+        fresh.groups = None if self.groups is None else GroupEvents(fresh, self.groups.specs)
         for node in tree.nodes():
             if node.parent is not None:
                 for medium, resident in ((DEVICE, node.pages is not None), (HOST, node.host_pages is not None)):
                     if resident:
                         fresh.stored(node, medium)
+                if fresh.groups is not None and node.pages is not None:
+                    for g, comp in enumerate(node.secondary, 1):
+                        if comp is not None:
+                            fresh.groups.changed(node, g)
         return fresh.events
 
 
-def _path_tokens(node: TreeNode, start: int) -> np.ndarray:
-    """Tokens of positions [start, node.end) along the path to `node`."""
+def path_tokens(node: TreeNode, start: int) -> np.ndarray:
+    """Tokens of positions [start, node.end) along the path to `node` (int32)."""
+    if start >= node.depth:
+        return node.tokens()[start - node.depth:]
     chunks = []
     while node.end > start:
         chunks.append(node.tokens()[max(0, start - node.depth):])

@@ -36,10 +36,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from radixkv.eviction.history import History, absolute_key
 from radixkv.eviction.policies import LFU, LRU, EvictionPolicy
 
 if TYPE_CHECKING:
-    from radixkv.eviction.view import NodeView, ShadowView, TreeView
+    from radixkv.eviction.view import CachedNodeView, NodeView, ShadowView, TreeView
 
 
 class Adaptive(EvictionPolicy):
@@ -51,10 +52,8 @@ class Adaptive(EvictionPolicy):
     insert_is_use = True  # its LFU expert reads hit_count
     PRIOR = True  # choose the first expert by replaying the traffic before the first eviction in small caches
     PRIOR_SIZE = 0.25  # ... of this share of the real cache's size
-    HISTORY = 1 << 24  # bytes that replay's history may take (16 MiB, freed at the first eviction); past it, START
-    ENTRY_BYTES = 112  # per history entry besides len(key): its 3-tuple (64), list slot (8, 9 amortized) and
-    # the key's bytes header (33), rounded up; the namespace is the root's own object, shared
-    # (tests/test_adaptive.py measures it with tracemalloc: ~99-106 + len(key))
+    HISTORY = 1 << 24  # bytes that replay's history (eviction/history.py) may take (16 MiB, freed at the
+    # first eviction); past it, START. Kept compactly, it holds ~112 bytes per request
     START = 0  # the expert followed until the evidence says otherwise: LRU (SGLang's default)
     WINDOW = 8.0  # decay horizon: tokens newly cached, as a multiple of the cache's size
     WARMUP = 1.0  # after a switch, turnovers before the real cache stands for its expert
@@ -65,7 +64,7 @@ class Adaptive(EvictionPolicy):
     def __init__(self) -> None:
         self.experts: tuple[EvictionPolicy, ...] = (LRU(), LFU())
         self.mode = self.START  # the expert the real cache follows
-        self.key = self.experts[self.START].key  # type: ignore[method-assign] - the current expert's key
+        self.key = self.experts[self.START].key  # type: ignore[method-assign]  # the current expert's key
         self.switches = 0
         self._tree: TreeView | None = None
         self._shadows: dict[int, ShadowView] = {}  # expert -> its shadow (none before the first eviction)
@@ -76,29 +75,22 @@ class Adaptive(EvictionPolicy):
         self._asked = 0.0  # tokens asked
         self._capacity = 1  # the most tokens the real cache has held
         self._settle = 0  # tokens the real cache must still cache after a switch before it counts
-        # (ns, key, None for a lookup or an insert's `use`) of the traffic before the first eviction,
-        # and the bytes it takes, counted from the first entry:
-        self._history: list[tuple[bytes, bytes, bool | None]] | None = [] if self.PRIOR else None
-        self._history_bytes = 0
+        # the traffic before the first eviction (eviction/history.py), and the leaf its last insert made:
+        self._history: History | None = History() if self.PRIOR else None
+        self._leaf: NodeView | None = None
 
     @property
     def leader(self) -> str:
         return self.experts[self.mode].name
 
-    def on_evict(self, victim: NodeView) -> None:
+    def on_evict(self, victim: CachedNodeView) -> None:
         if not self._shadows:  # until now every expert held what the real cache holds
             self._tree = tree = victim.tree
             if self._history:
                 self._choose_start(tree.evictable_size + tree.protected_size)
             self._history = None
+            self._leaf = None
             self._copy_real(1 - self.mode)
-
-    def _record(self, ns: bytes, key: bytes, use: bool | None) -> None:
-        self._history_bytes += self.ENTRY_BYTES + len(key)
-        if self._history_bytes > self.HISTORY:
-            self._history = None
-        else:
-            self._history.append((ns, key, use))
 
     def _choose_start(self, capacity: int) -> None:
         """Replay the traffic seen before the first eviction through both experts in caches of
@@ -117,41 +109,60 @@ class Adaptive(EvictionPolicy):
         if hits[1 - self.mode] - hits[self.mode] > self.MARGIN * asked:
             self._follow(1 - self.mode)
 
-    def on_lookup(self, start: NodeView, key: bytes, length: int) -> None:
-        if not self._shadows:
-            if self._history is not None:
-                self._record(start.ns, _absolute(start, key), None)
+    def on_insert(self, leaf: CachedNodeView) -> None:
+        self._leaf = leaf  # the history keeps it; a shadow's new leaf shares its key bytes
+
+    def on_lookup(self, start: CachedNodeView, key: bytes, length: int) -> None:
+        shadows = self._shadows
+        full = key if start.parent is None else absolute_key(start, key)
+        if not shadows:
+            history = self._history
+            if history is not None:
+                history.lookup(start.ns, full)
+                if history.bytes > self.HISTORY:
+                    self._history = None
             return
-        full, hits = _absolute(start, key), [length, length]
-        for e, shadow in self._shadows.items():
-            hits[e] = max(0, shadow.match(start.ns, full) - start.end)
-        lead = hits[1 - self.mode] - hits[self.mode]
+        mode, end = self.mode, start.end
+        other = shadows[1 - mode].match(start.ns, full) - end  # the expert left always has a shadow
+        own = shadows[mode].match(start.ns, full) - end if mode in shadows else length
+        lead = (other if other > 0 else 0) - (own if own > 0 else 0)
         self._lead += lead
         self._var += lead * lead
         self._asked += len(key) // 4
-        lead = self._lead
-        if (lead > self.MARGIN * self._asked and lead > self.MIN_LEAD * self._capacity
-                and lead * lead > self.Z * self.Z * self._var):
+        total = self._lead
+        if (total > self.MARGIN * self._asked and total > self.MIN_LEAD * self._capacity
+                and total * total > self.Z * self.Z * self._var):
             self._switch()
 
-    def on_cache(self, start: NodeView, key: bytes, cached: int, use: bool) -> None:
+    def on_cache(self, start: CachedNodeView, key: bytes, cached: int, use: bool) -> None:
         if cached > self._capacity:
             self._capacity = cached
-        if not self._shadows:
-            if self._history is not None:
-                self._record(start.ns, _absolute(start, key), use)
+        shadows = self._shadows
+        full = key if start.parent is None else absolute_key(start, key)
+        if not shadows:
+            history = self._history
+            if history is not None:
+                history.insert(start.ns, full, self._leaf, use)
+                self._leaf = None
+                if history.bytes > self.HISTORY:
+                    self._history = None
             return
-        full, added = _absolute(start, key), 0
-        for shadow in self._shadows.values():
-            added = max(added, shadow.insert(start.ns, full, cached, use))
-        decay = max(0.0, 1.0 - added / (self.WINDOW * self._capacity))
-        self._lead *= decay
-        self._var *= decay * decay
-        self._asked *= decay
-        if self.mode in self._shadows:
+        mode, leaf = self.mode, self._leaf
+        tail = leaf.key if leaf is not None else None
+        self._leaf = None
+        added = shadows[1 - mode].insert(start.ns, full, cached, use, tail)
+        if mode in shadows:
+            own = shadows[mode].insert(start.ns, full, cached, use, tail)
+            added = own if own > added else added
             self._settle -= added
             if self._settle <= 0:  # the real cache now holds what its expert would: it counts
-                del self._shadows[self.mode]
+                del shadows[mode]
+        decay = 1.0 - added / (self.WINDOW * self._capacity)
+        if decay < 1.0:
+            decay = decay if decay > 0.0 else 0.0
+            self._lead *= decay
+            self._var *= decay * decay
+            self._asked *= decay
 
     def _switch(self) -> None:
         """Follow the other expert. Its shadow stays as its reference until the real cache has
@@ -172,13 +183,3 @@ class Adaptive(EvictionPolicy):
         assert self._tree is not None
         self._shadows[expert] = self._tree.shadow_copy(self.experts[expert])
 
-
-def _absolute(start: NodeView, key: bytes) -> bytes:
-    """`key` below `start` as a key from its namespace's root."""
-    if start.parent is None:
-        return key
-    parts, node = [key], start
-    while node.parent is not None:
-        parts.append(node.key)
-        node = node.parent
-    return b"".join(reversed(parts))

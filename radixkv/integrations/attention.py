@@ -13,13 +13,18 @@ Layer variants: a sliding or chunked layer's window / chunk comes from the model
 (`softcap=`, Gemma 2; `s_aux=`, gpt-oss's per-head sink logits). A `sliding_window=` the model
 passes must agree with the layer's group, else UnsupportedModelError (never a silent wrong mask).
 Masked layers decode with `decode_attention` (it reads only the window) even in a cascade step.
+
+Window groups (CacheConfig.groups, cache_windows.py): the layers of a sliding-window group keep
+their K/V in the group's own, smaller pool. ForwardBatch asks the group once per step for the
+step's rows of req_to_token translated to window slots (`window_inputs`) and the window out_slots;
+those layers run the same kernels over their own buffers with that table (rows 0..batch-1).
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 from transformers import AttentionInterface
@@ -31,6 +36,16 @@ if TYPE_CHECKING:
     from radixkv import BatchInputs
 
 ATTN_IMPLEMENTATION = "radixkv"
+
+
+class LayerInputs(NamedTuple):
+    """What one layer's kernels read: full KV (the step's BatchInputs) or a window group's translation."""
+
+    req_to_token: torch.Tensor  # int32 [rows, positions] -> slot of this layer's pool
+    out_slots: torch.Tensor  # int64 [T]: where the new K/V go in this layer's pool
+    decode_inputs: tuple[torch.Tensor, torch.Tensor]  # rows, seq_lens [num_decode]
+    extend_inputs: tuple[torch.Tensor, ...]  # rows, prefix_lens, extend_lens of the rest
+    extend_host: kernels.ExtendLens  # the same three on the host
 
 
 @dataclass
@@ -49,6 +64,8 @@ class ForwardBatch:
     max_decode_len: int = field(init=False)  # longest seq_len among the decode requests (0: none)
     extend_inputs: tuple[torch.Tensor, ...] = field(init=False)  # rows, prefix_lens, extend_lens of the rest
     extend_host: kernels.ExtendLens = field(init=False)  # the same three on the host
+    full: LayerInputs = field(init=False)  # full-KV layers' inputs
+    windowed: dict[int, LayerInputs] = field(init=False)  # layer -> its window group's inputs
 
     def __post_init__(self) -> None:
         b, d = self.inputs, self.num_decode
@@ -58,6 +75,21 @@ class ForwardBatch:
         self.extend_inputs = (b.rows[d:], b.prefix_lens[d:], b.extend_lens[d:])
         ext = host.extend_lens[d:]
         self.extend_host = kernels.ExtendLens(host.rows[d:], host.prefix_lens[d:], ext, max(ext, default=0))
+        table = self.cache.req_pool.req_to_token
+        self.full = LayerInputs(table, b.out_slots, self.decode_inputs, self.extend_inputs, self.extend_host)
+        self.windowed = {}
+        longest = max((p + e for p, e in zip(host.prefix_lens, host.extend_lens)), default=0)
+        for group in self.cache.groups:
+            if group.spec.kind == "window":
+                view = self._window_view(group.window_inputs(b, table, longest))
+                self.windowed.update(dict.fromkeys(group.spec.layers, view))
+
+    def _window_view(self, w: Any) -> LayerInputs:
+        b, d, host = self.inputs, self.num_decode, self.extend_host
+        lens = kernels.ExtendLens(list(range(d, d + len(host.rows))), host.prefix_lens, host.extend_lens,
+                                  host.max_extend_len)
+        return LayerInputs(w.req_to_token, w.out_slots, (w.rows[:d], b.seq_lens[:d]),
+                           (w.rows[d:], b.prefix_lens[d:], b.extend_lens[d:]), lens)
 
 
 def radixkv_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
@@ -84,25 +116,26 @@ def radixkv_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.T
         raise ValueError("radixkv attention is inference only: put the model in eval() mode")
     start = time.perf_counter()
     variant = _variant(fb, module.layer_idx, kwargs)
-    pool, req_to_token = fb.cache.kv_pool, fb.cache.req_pool.req_to_token
-    k_buf, v_buf = pool.k_buffer[module.layer_idx], pool.v_buffer[module.layer_idx]
+    pool, li = fb.cache.kv_pool, fb.windowed.get(module.layer_idx, fb.full)
+    buf = pool.buffer_index[module.layer_idx]  # recurrent-only layers have no buffer (kv_pool.py)
+    k_buf, v_buf = pool.k_buffer[buf], pool.v_buffer[buf]
     batch, heads, t, dim = query.shape  # batch > 1 only with t == 1 (one token of each request)
     q = query.transpose(1, 2).reshape(batch * t, heads, dim).contiguous()  # [T, H, D], batch order
     k = key.transpose(1, 2).reshape(batch * t, -1, dim).contiguous().to(k_buf.dtype)  # [T, Hkv, D]
     v = value.transpose(1, 2).reshape(batch * t, -1, dim).contiguous().to(v_buf.dtype)
-    kernels.store_kv_unchecked(k_buf, v_buf, fb.inputs.out_slots, k, v)  # before decode reads it back
+    kernels.store_kv_unchecked(k_buf, v_buf, li.out_slots, k, v)  # before decode reads it back
     d = fb.num_decode  # packed layout: [d decode tokens | prefill chunks]
     parts = []
     t0 = time.perf_counter()
     if d and fb.inputs.cascade is not None and not variant.masked:  # the plan covers the d leading rows
         parts.append(kernels.cascade_decode_launch(q[:d], k_buf, v_buf, fb.inputs.cascade, scaling, variant))
     elif d:
-        parts.append(kernels.decode_attention_unchecked(q[:d], k_buf, v_buf, req_to_token, *fb.decode_inputs,
+        parts.append(kernels.decode_attention_unchecked(q[:d], k_buf, v_buf, li.req_to_token, *li.decode_inputs,
                                                         scaling, fb.max_decode_len, variant))
     t1 = time.perf_counter()
     if fb.extend_host.rows:
-        parts.append(kernels.extend_attention_unchecked(q[d:], k[d:], v[d:], k_buf, v_buf, req_to_token,
-                                                        *fb.extend_inputs, scaling, fb.extend_host, variant))
+        parts.append(kernels.extend_attention_unchecked(q[d:], k[d:], v[d:], k_buf, v_buf, li.req_to_token,
+                                                        *li.extend_inputs, scaling, li.extend_host, variant))
     t2 = time.perf_counter()
     out = parts[0] if len(parts) == 1 else torch.cat(parts)
     fb.decode_s += t1 - t0

@@ -34,6 +34,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from radixkv.config import GroupSpec
 from radixkv.errors import UnsupportedModelError
 
 
@@ -49,7 +50,7 @@ class LayerGroup:
 SERVED_ATTENTION: frozenset[str] = frozenset({"full", "sliding", "chunked"})  # kinds the Engine serves exactly
 # Recurrent mixers the Engine serves exactly (integrations/recurrent.py: each request's state through
 # transformers' Cache API, as Jamba and Qwen3-Next ("linear_attention") and Falcon-H1 ("hybrid") keep it).
-SERVED_RECURRENT: frozenset[str] = frozenset({"linear_attention", "hybrid"})
+SERVED_RECURRENT: frozenset[str] = frozenset({"linear_attention", "hybrid", "conv"})
 
 # layer_types value -> (attention kind or "", recurrent mixer or "")
 _KINDS = {
@@ -111,6 +112,22 @@ def layer_masks(groups: Sequence[LayerGroup], num_layers: int) -> tuple[tuple[in
             for i in g.layers:
                 masks[i] = (g.window, g.chunk)
     return tuple(masks)
+
+
+def window_specs(groups: Sequence[LayerGroup], num_slots: int, page_size: int, max_requests: int,
+                 max_batch_tokens: int) -> tuple[GroupSpec, ...]:
+    """One window group (CacheConfig.groups) per sliding layer group: its layers keep KV in a pool
+    of their own, sized to hold every request's window at once (W + 2 pages each: the window, the
+    page it starts in and the private tail) plus one forward's chunk, at most `num_slots`. What
+    the pool holds beyond the running windows is reuse, evicted first when it runs short. Chunked
+    layers (Llama 4) stay on full KV, masked in attention."""
+    specs = []
+    for g in groups:
+        if g.kind == "sliding":
+            want = max_requests * (g.window + 2 * page_size) + max_batch_tokens + page_size
+            slots = min(num_slots, -(-want // page_size) * page_size)
+            specs.append(GroupSpec("window", slots, size=g.window, layers=g.layers))
+    return tuple(specs)
 
 
 def check_position_limit(config: Any, longest: int, model_name: str = "the model") -> None:

@@ -8,15 +8,15 @@ requests as one. Attention layers still go through radixkv's attention function 
 A step runs as several forwards (recurrent_batch.py): the decode tokens of every request in one
 (`[B, 1]`), then each prefill chunk alone (`[1, T]`).
 
-A chunk that continues a state runs in one forward only where the model's multi-token path starts
-from the cached state (`RESUMES_CHUNKS`: Falcon-H1's Mamba2 chunk scan and Qwen3-Next's chunked
-gated delta rule take `initial_state`); elsewhere (Jamba: its Mamba scan always starts from zero) it
-runs token by token through the decode path, which is exact for any mixer that `model.generate` can
-decode with.
+A chunk that continues a state runs in one forward: Falcon-H1's Mamba2 chunk scan and Qwen3-Next's
+chunked gated delta rule take `initial_state`; Jamba's Mamba scan starts from zero, so its forward runs
+with a scan that adds the carried state's share (recurrent_scan.py). A model whose mixer is in neither
+(`RESUMES_CHUNKS`) runs such a chunk token by token through the decode path, which is exact for any
+mixer that `model.generate` can decode with.
 
 Prefix reuse (state_store.py). A request resumes at the longest position where both the tree holds
-the KV (the match) and the store holds a state snapshot (`reuse_limit`, given to `cache.open` as
-`max_reuse`). Snapshots are taken where a prefill chunk reaches a chosen page-aligned position (the
+the KV (the match) and a state snapshot (the node's component in the cache's "state" group, whose
+tensors the store keeps; `reuse_limit`, given to `cache.open` as `max_reuse`). Snapshots are taken where a prefill chunk reaches a chosen page-aligned position (the
 chunk is split there, as SGLang's MambaRadixCache and vLLM do):
 
 - the branch point: the end of the KV match at admission, where later requests that share the
@@ -34,15 +34,19 @@ from __future__ import annotations
 
 import weakref
 from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import torch
 
+from radixkv.config import GroupSpec
+from radixkv.errors import ConfigError, UnsupportedModelError
 from radixkv.integrations.attention import ForwardBatch
-from radixkv.integrations.layer_groups import check_served, layer_groups
+from radixkv.integrations.layer_groups import LayerGroup, check_served, layer_groups, layer_masks
 from radixkv.integrations.recurrent_batch import Span, Unit, one_token_spans, split_span, unit_inputs
+from radixkv.integrations.recurrent_scan import CONTINUED_SCANS, continued_scan
 from radixkv.integrations.recurrent_state import RecurrentState, StateCache
-from radixkv.integrations.state_store import StateStore
+from radixkv.integrations.state_store import StateStore, prefill_flops
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -51,9 +55,17 @@ if TYPE_CHECKING:
     from radixkv.integrations.scheduler import Plan, Request
     from radixkv.results import LockHandle
 
+# "hybrid" layers (attention beside a recurrent mixer) are served for these families only: others that
+# declare them add what the attention function does not compute (Inkling: a relative-position bias and
+# other head shapes for sliding layers; Zamba: attention blocks shared across layers)
+HYBRID_FAMILIES = frozenset({"falcon_h1"})
 # model_type -> its recurrent mixers continue a cached state over several tokens in one forward
-RESUMES_CHUNKS = frozenset({"falcon_h1", "qwen3_next"})
-DEFAULT_SNAPSHOTS = 4  # default store budget: this many states per request row
+# (Jamba's through recurrent_scan.continued_scan)
+RESUMES_CHUNKS = frozenset({"falcon_h1", "qwen3_next", "lfm2", "lfm3"}) | frozenset(CONTINUED_SCANS)
+DEFAULT_SNAPSHOTS = 4  # default state group: this many snapshot slots per request row
+# which snapshot a full state group gives up (state_store.POLICIES): Marconi's beat LRU's hit rate, or tied
+# it, on every bench/recurrent_reuse.py run (bench/RESULTS.md, issue 21 round 2)
+STATE_POLICY = "flops"
 
 
 @dataclass
@@ -90,41 +102,40 @@ class RecurrentRunner:
         model: a transformers causal LM with a recurrent layer group.
         cache: the Engine's RadixCache.
         namespace: the namespace the Engine matches and inserts under.
-        budget_bytes: the state store's budget (None: DEFAULT_SNAPSHOTS states per request row).
     """
 
-    def __init__(self, model: PreTrainedModel, cache: RadixCache, namespace: Any,
-                 budget_bytes: int | None = None) -> None:
+    def __init__(self, model: PreTrainedModel, cache: RadixCache, namespace: Any) -> None:
         config = model.config.get_text_config(decoder=True)
-        groups = [g for g in layer_groups(config) if g.kind == "recurrent"]
+        every = layer_groups(config)
+        groups = [g for g in every if g.kind == "recurrent"]
         check_served(groups, type(model).__name__)
+        _check_hybrid(groups, config.model_type, type(model).__name__)
+        self.layer_masks = layer_masks(every, config.num_hidden_layers)  # sliding / chunked attention layers
         states = getattr(config, "number_of_conv_states", 1)
         self.recurrent_layers = {i: states for g in groups for i in g.layers}
         self.model, self.cache, self.namespace = model, cache, namespace
         self.num_layers = config.num_hidden_layers
+        self.model_type = config.model_type
         self.resumes_chunks = config.model_type in RESUMES_CHUNKS
         self.page = cache.config.page_size
-        self.store: StateStore | None = None if budget_bytes is None else StateStore(budget_bytes)
+        self.store = StateStore(cache, _state_group(cache, type(model).__name__), STATE_POLICY, _flops(model))
         self._work: dict[Sequence, _Work] = {}
         self._pending: list[_Pending] = []
         self._chain: weakref.WeakKeyDictionary[Request, LockHandle] = weakref.WeakKeyDictionary()
 
     @staticmethod
-    def for_model(model: PreTrainedModel, cache: RadixCache, namespace: Any,
-                  budget_bytes: int | None = None) -> RecurrentRunner | None:
+    def for_model(model: PreTrainedModel, cache: RadixCache, namespace: Any) -> RecurrentRunner | None:
         """A runner when `model` has a recurrent layer group, else None; UnsupportedModelError when
         it has one the Engine does not serve exactly (layer_groups.check_served)."""
         config = model.config.get_text_config(decoder=True)
         if not any(g.kind == "recurrent" for g in layer_groups(config)):
             return None
-        return RecurrentRunner(model, cache, namespace, budget_bytes)
+        return RecurrentRunner(model, cache, namespace)
 
     def reuse_limit(self, tokens: list[int]) -> int:
         """`max_reuse` for `cache.open(tokens)`: the longest position (at most `len(tokens) - 1`) where
         the tree holds the KV and the store a snapshot. May split the tree's edge at the match."""
         self.flush()
-        if self.store is None:
-            return 0
         return self.store.resume_point(self.cache, tokens[:len(tokens) - 1], self.namespace)
 
     def flush(self) -> None:
@@ -133,7 +144,7 @@ class RecurrentRunner:
         self._work = {s: w for s, w in self._work.items() if not s.closed}
         pending, self._pending = self._pending, []
         for p in pending:
-            store = self._store(p.state.nbytes)
+            store = self.store
             match = self.cache.match_prefix(p.tokens, namespace=self.namespace)
             if match.length != len(p.tokens):
                 continue  # its KV was evicted already (or never became a whole page)
@@ -162,11 +173,6 @@ class RecurrentRunner:
             return torch.empty(0, vocab, device=self.model.device), total
         return torch.stack([step.logits[q] for q in keep]), total
 
-    def _store(self, state_bytes: int) -> StateStore:
-        if self.store is None:  # sized on first use, from the first snapshot's bytes
-            self.store = StateStore(DEFAULT_SNAPSHOTS * self.cache.config.max_requests * state_bytes)
-        return self.store
-
     def _load(self, req: Request) -> None:
         """Give a newly opened request its state: a copy of the snapshot it resumes from, or none."""
         seq = req.seq
@@ -175,7 +181,7 @@ class RecurrentRunner:
         start = seq.committed_len
         state = RecurrentState()
         if start > 0:
-            snapshot = None if self.store is None else self.store.get(seq.node, start)
+            snapshot = self.store.get(seq.node, start)
             if snapshot is None:
                 raise RuntimeError(f"a request resumed at {start} without a state snapshot there (radixkv bug)")
             state = snapshot.clone()
@@ -229,15 +235,16 @@ class RecurrentRunner:
         reqs = [plan.requests[s.index] for s in unit.spans]
         works = [self._work[r.seq] for r in reqs]
         sub = unit_inputs(step.inputs, step.kv_starts, unit)
-        fb = ForwardBatch(self.cache, sub, len(unit.spans) if unit.tokens == 1 else 0)
+        fb = ForwardBatch(self.cache, sub, len(unit.spans) if unit.tokens == 1 else 0, self.layer_masks)
         ids = torch.tensor([r.tokens[s.a:s.b] for r, s in zip(reqs, unit.spans)], device=device)
         positions = torch.stack([torch.arange(s.a, s.b, device=device) for s in unit.spans])
         kept = [(row, t) for row, s in enumerate(unit.spans)
                 for t, q in enumerate(s.packed_range()) if q in step.keep]
         offsets = sorted({t for _, t in kept})
         state_cache = StateCache(self.recurrent_layers, self.num_layers, [w.state for w in works])
-        out = self.model(input_ids=ids, position_ids=positions, cache=state_cache, use_cache=True,
-                         logits_to_keep=torch.tensor(offsets, dtype=torch.int64, device=device), radixkv_batch=fb)
+        with continued_scan(self.model_type, state_cache):
+            out = self.model(input_ids=ids, position_ids=positions, cache=state_cache, use_cache=True,
+                             logits_to_keep=torch.tensor(offsets, dtype=torch.int64, device=device), radixkv_batch=fb)
         for row, t in kept:
             step.logits[unit.spans[row].packed_range()[t]] = out.logits[row, offsets.index(t)]
         for row, (req, work, span) in enumerate(zip(reqs, works, unit.spans)):
@@ -250,3 +257,37 @@ class RecurrentRunner:
             self._pending.append(_Pending(req.tokens[:end], work.state.clone(), None, end in work.spare))
         elif end >= work.chain_from and end % self.page == 0 and end > 0:
             self._pending.append(_Pending(req.tokens[:end], work.state.clone(), req))
+
+
+def _check_hybrid(groups: list[LayerGroup], model_type: str, model_name: str) -> None:
+    hybrid = [i for g in groups if g.mixer == "hybrid" for i in g.layers]
+    if hybrid and model_type not in HYBRID_FAMILIES:
+        raise UnsupportedModelError(f"{model_name}: 'hybrid' layers {hybrid} (attention beside a recurrent mixer) are "
+                                    f"served exactly for {sorted(HYBRID_FAMILIES)} only; {model_type!r} is not one")
+
+
+def state_groups(config: Any, max_requests: int) -> tuple[GroupSpec, ...]:
+    """The secondary group a model's cache needs for its recurrent-state snapshots (DEFAULT_SNAPSHOTS
+    slots per request row), or () for a model without recurrent layers."""
+    if not any(g.kind == "recurrent" for g in layer_groups(config)):
+        return ()
+    return (GroupSpec("state", DEFAULT_SNAPSHOTS * max_requests),)
+
+
+def _state_group(cache: RadixCache, model_name: str) -> int:
+    for g, spec in enumerate(cache.config.groups, start=1):
+        if spec.kind == "state":
+            return g
+    raise ConfigError(f"{model_name} has recurrent layers: its cache_config.groups needs a GroupSpec('state', "
+                      f"num_slots) for the state snapshots (cache_config_for adds one)")
+
+
+def _flops(model: PreTrainedModel) -> Callable[[int], float]:
+    """Prefill FLOPs of an n-token prefix (state_store.prefill_flops): every decoder-layer weight (MoE: all
+    experts, an overcount of the linear term) and the attention layers' QK / AV."""
+    config = model.config.get_text_config(decoder=True)
+    layers = getattr(getattr(model, "model", model), "layers", None)
+    params = sum(p.numel() for p in layers.parameters()) if layers is not None else model.num_parameters()
+    attention = {i for g in layer_groups(config) if g.kind != "recurrent" for i in g.layers}
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    return prefill_flops(params, len(attention), config.num_attention_heads * head_dim)

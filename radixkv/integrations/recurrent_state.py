@@ -113,6 +113,18 @@ class StateCache(Cache):
             else:
                 layers.append(_NoKV())
         super().__init__(layers=layers)
+        self._last_read: torch.Tensor | None = None
+
+    def get_recurrent_state(self, layer_idx: int, state_idx: int = 0) -> torch.Tensor | None:
+        """transformers' read of a layer's state; remembered for `last_read` (recurrent_scan.py)."""
+        state = super().get_recurrent_state(layer_idx, state_idx)
+        self._last_read = state
+        return state
+
+    def last_read(self) -> torch.Tensor | None:
+        """The recurrent state the model read last (None: that layer had none yet), as it is until the
+        model updates it: the state a mixer that reads, then scans, starts its scan from."""
+        return self._last_read
 
     def state_layers(self) -> dict[int, _StateLayer]:
         return {i: layer for i, layer in enumerate(self.layers) if isinstance(layer, _StateLayer)}

@@ -53,7 +53,7 @@ import difflib
 import itertools
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import fields
+from dataclasses import fields, replace
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -63,9 +63,9 @@ from radixkv.errors import InvalidArgumentError
 from radixkv.integrations import generation_options
 from radixkv.integrations.attention import ATTN_IMPLEMENTATION, ForwardBatch
 from radixkv.integrations.layer_groups import (check_position_limit, check_served, layer_groups,
-                                               layer_masks)
+                                               layer_masks, window_specs)
 from radixkv.integrations.prompts import prompt_ids, to_batch
-from radixkv.integrations.recurrent import RecurrentRunner
+from radixkv.integrations.recurrent import RecurrentRunner, state_groups
 from radixkv.integrations.sampling import SamplingParams, make_generator, sample
 from radixkv.integrations.scheduler import Plan, Request, Scheduler
 from radixkv.integrations.stats import GenerateStats
@@ -92,8 +92,17 @@ def cache_config_for(model: PreTrainedModel, **overrides: Any) -> CacheConfig:
     # 16k slots: a few dozen requests of a few hundred tokens each.
     base = dict(**model_layout(model), num_slots=16384, max_requests=64,
                 max_context_len=min(getattr(cfg, "max_position_embeddings", 4096), 4096),
-                dtype=model.dtype, device=model.device)
-    return CacheConfig(**{**base, **overrides})
+                dtype=model.dtype, device=model.device, kv_layers=kv_layers(model.config))
+    fields = {**base, **overrides}
+    fields.setdefault("groups", state_groups(model.config, fields["max_requests"]))  # recurrent models' snapshots
+    return CacheConfig(**fields)
+
+
+def kv_layers(config: Any) -> tuple[int, ...] | None:
+    """The decoder layers with attention in a model's config, when some have none (a hybrid model's
+    recurrent-only layers: the pool allocates no KV for them); None when every layer has attention."""
+    layers = tuple(sorted({i for g in layer_groups(config) if g.kind != "recurrent" for i in g.layers}))
+    return None if len(layers) == config.get_text_config(decoder=True).num_hidden_layers else layers
 
 
 class Engine:
@@ -141,7 +150,13 @@ class Engine:
         self.tokenizer = tokenizer
         self.max_batch_tokens = max_batch_tokens
         self.namespace = namespace
-        self.cache = RadixCache(cache_config or cache_config_for(model, **cache_options))
+        if cache_config is None:  # window layers keep their KV in pools of their own (layer_groups.window_specs)
+            cache_config = cache_config_for(model, **cache_options)
+            if "groups" not in cache_options:
+                cache_config = replace(cache_config, groups=cache_config.groups + window_specs(
+                    self.layer_groups, cache_config.num_slots, cache_config.page_size, cache_config.max_requests,
+                    max_batch_tokens))
+        self.cache = RadixCache(cache_config)
         self._check_layout()
         self._layer_masks = layer_masks(self.layer_groups, self.cache.config.num_layers)
         # Models with recurrent layers (Mamba, linear attention): per-request state, state snapshots.
@@ -158,6 +173,11 @@ class Engine:
             got = getattr(self.cache.config, name)
             if got != want:
                 raise ConfigError(f"cache_config.{name} = {got} but the model has {want}")
+        needed = kv_layers(self.model.config)
+        missing = sorted(set(range(self.cache.config.num_layers) if needed is None else needed)
+                         - set(self.cache.kv_pool.kv_layers))
+        if missing:
+            raise ConfigError(f"cache_config.kv_layers leaves out attention layers {missing} of the model")
         check_position_limit(self.model.config, max(self.cache.config.max_context_len, self.max_batch_tokens),
                              type(self.model).__name__)
 

@@ -28,6 +28,8 @@ def set_component(groups: tuple[EvictableIndex, ...], node: TreeNode, group: int
         raise InvalidSlotsError("set_component: pages must be a non-empty 1-D int64 array")
     node.secondary[group - 1] = pages
     groups[group - 1].add(node)
+    if node.tree.listener is not None:  # KV events of the group (radixkv/events/groups.py)
+        node.tree.listener.attached(node, group)
 
 
 def drop_component(groups: tuple[EvictableIndex, ...], node: TreeNode, group: int) -> np.ndarray | None:
@@ -36,6 +38,8 @@ def drop_component(groups: tuple[EvictableIndex, ...], node: TreeNode, group: in
     if pages is not None:
         node.secondary[group - 1] = None
         groups[group - 1].discard(node)
+        if node.tree.listener is not None:
+            node.tree.listener.detached(node, group)
     return pages
 
 

@@ -18,6 +18,7 @@ from typing import Callable, NamedTuple
 
 import numpy as np
 
+from radixkv.radix import residency
 from radixkv.radix.components import drop_component
 from radixkv.radix.node import TreeNode
 from radixkv.radix.tree import RadixTree
@@ -36,7 +37,9 @@ def evict_device(tree: RadixTree, num_tokens: int, keep: Callable[[TreeNode], np
     """Free at least `num_tokens` unlocked device tokens if that many exist; a victim larger than
     the remaining need loses only its tail pages. `keep(victim)` may return host pages now holding
     a copy of the victim's KV, which then stays as host-only."""
-    ps, freed, chunks, host_chunks = tree.page_size, 0, [], []
+    ps, freed = tree.page_size, 0
+    chunks: list[np.ndarray] = []
+    host_chunks: list[np.ndarray] = []
     groups: list[list[np.ndarray]] = [[] for _ in tree.group_index] if tree.group_index else []
     while freed < num_tokens:
         leaf = tree.pop_victim()
@@ -45,39 +48,65 @@ def evict_device(tree: RadixTree, num_tokens: int, keep: Callable[[TreeNode], np
         keep_tokens = leaf.size - -(-(num_tokens - freed) // ps) * ps
         if keep_tokens > 0:
             tree.split(leaf, keep_tokens)  # the upper part stays cached as a new node
+        assert leaf.pages is not None  # the device index holds device nodes only
         chunks.append(leaf.pages)
         freed += leaf.size
         tree.evicted(leaf)
         if leaf.host_pages is None and keep is not None:
             host_pages = keep(leaf)
             if host_pages is not None:
-                tree.set_host(leaf, host_pages)
-        dropped = tree.drop_device(leaf)
+                residency.set_host(tree, leaf, host_pages)
+        dropped = residency.drop_device(tree, leaf)
         if dropped:
             for g, pages in enumerate(dropped):
                 if pages is not None:
                     groups[g].append(pages)
         if leaf.host_pages is not None:  # host-only from now on
-            tree.device_changed(leaf)
+            residency.device_changed(tree, leaf)
         else:
             _remove_subtree(tree, leaf, host_chunks)
     return tuple.__new__(Evicted, (_cat(chunks), _cat(host_chunks), tuple(map(_cat, groups))))  # no Python-level __new__
 
 
-def evict_secondary(tree: RadixTree, group: int, num_pages: int) -> np.ndarray:
-    """Free at least `num_pages` of secondary group `group`'s pages if unlocked nodes hold that many,
-    policy order, tombstoning whole components; every node keeps its full KV. Returns int64 pages."""
-    index, freed, chunks, locked = tree.group_index[group - 1], 0, [], []
-    while freed < num_pages and len(index):
+def evict_secondary(tree: RadixTree, group: int, num_pages: int,
+                    protected: Callable[[TreeNode], int] | None = None) -> np.ndarray:
+    """Free at least `num_pages` of secondary group `group`'s pages if unprotected components hold
+    that many (else all they hold), policy order, tombstoning components; every node keeps its full
+    KV. `protected` as in secondary_victims. Returns int64 pages."""
+    return drop_victims(tree, group, secondary_victims(tree, group, num_pages, protected)[0])
+
+
+def secondary_victims(tree: RadixTree, group: int, num_pages: int, protected: Callable[[TreeNode], int] | None = None
+                      ) -> tuple[list[tuple[TreeNode, int]], int]:
+    """Read-only: the components evict_secondary would drop, as (node, tokens it keeps), and how
+    many pages they free. `protected(node)` says how many trailing tokens of the node's edge must
+    keep their component (default: all of a locked node's, none of an unlocked one's); a per-page
+    component loses only the rest (drop_victims splits the edge there)."""
+    index, ps, g = tree.group_index[group - 1], tree.page_size, group - 1
+    plan: list[tuple[TreeNode, int]] = []
+    popped: list[TreeNode] = []
+    found = 0
+    while found < num_pages and len(index):
         node = index.pop()
-        if node.lock_ref:  # a lock protects every component of its path: skip, keep its place
-            locked.append(node)
-            continue
-        pages = drop_component(tree.group_index, node, group)
-        chunks.append(pages)
-        freed += len(pages)
-    for node in locked:
+        popped.append(node)
+        keep = (node.size if node.lock_ref else 0) if protected is None else protected(node)
+        pages = node.secondary[g]
+        if keep < node.size and pages is not None:  # (the group's index holds only nodes with a component)
+            plan.append((node, keep))
+            found += len(pages) - keep // ps
+    for node in popped:  # put back: the index is as it was
         index.add(node)
+    return plan, found
+
+
+def drop_victims(tree: RadixTree, group: int, plan: list[tuple[TreeNode, int]]) -> np.ndarray:
+    """Tombstone what secondary_victims planned (nothing changed since); returns int64 pages."""
+    chunks: list[np.ndarray] = []
+    for node, keep in plan:
+        victim = tree.split(node, node.size - keep) if keep else node  # the upper part goes
+        pages = drop_component(tree.group_index, victim, group)
+        if pages is not None:  # (planned nodes hold a component)
+            chunks.append(pages)
     return _cat(chunks)
 
 
@@ -88,23 +117,25 @@ def _remove_subtree(tree: RadixTree, node: TreeNode, host_chunks: list[np.ndarra
     for n in reversed(below):  # children first, so each is a leaf when unlinked
         if n.host_pages is not None:
             host_chunks.append(n.host_pages)
-            tree.lose_host(n)
-        tree.unlink(n)
+            residency.lose_host(tree, n)
+        residency.unlink(tree, n)
 
 
 def evict_host(tree: RadixTree, num_tokens: int) -> np.ndarray:
     """Free at least `num_tokens` host-tier tokens if that many exist: host-only leaves first (the
     node goes), then host copies of device nodes (the node stays). Returns host pages, int64."""
-    freed, chunks = 0, []
+    freed = 0
+    chunks: list[np.ndarray] = []
     while freed < num_tokens:
         victim = tree.pop_host_victim()
         if victim is None:
             break
+        assert victim.host_pages is not None  # the host index holds host copies only
         chunks.append(victim.host_pages)
         freed += victim.size
-        tree.lose_host(victim)
+        residency.lose_host(tree, victim)
         if victim.pages is None:
-            tree.unlink(victim)
+            residency.unlink(tree, victim)
     return _cat(chunks)
 
 

@@ -20,93 +20,65 @@ leaf touched or evicted.
 from __future__ import annotations
 
 import heapq
-from typing import TYPE_CHECKING, Callable, Iterable
+from typing import TYPE_CHECKING, Iterable
 
 from radixkv.radix.core import PrefixNode, TreeCore
 
 if TYPE_CHECKING:
-    from radixkv.eviction import EvictionPolicy
+    from radixkv.eviction.view import FixedPolicyView
     from radixkv.radix.node import TreeNode
 
 
-class ShadowNode(PrefixNode):
+class ShadowNode(PrefixNode["ShadowNode"]):
     __slots__ = ("hkey",)
 
-    def __init__(self, tree: TreeCore, node_id: int, ns: bytes, parent: PrefixNode | None, key: bytes,
-                 tick: int) -> None:
-        PrefixNode.__init__(self, tree, node_id, ns, parent, key, tick)
+    def __init__(self, node_id: int, ns: bytes, parent: ShadowNode | None, key: bytes, tick: int) -> None:
+        PrefixNode.__init__(self, node_id, ns, parent, key, tick)
         self.hkey: tuple | None = None  # current key in the shadow's leaf heap; None: not a member
 
 
-class LeafHeap:
-    """The shadow's evictable leaves by policy key: a heap of (key, node) with lazy deletion, the
-    current key kept on the node itself (no dicts: this is the shadow's hot path)."""
+class ShadowTree(TreeCore[ShadowNode]):
+    """A metadata-only prefix cache under `policy` (a fixed policy: its key reads node fields only).
 
-    def __init__(self, key: Callable[[ShadowNode], tuple]) -> None:
-        self.key = key
-        self._heap: list[tuple[tuple, ShadowNode]] = []
-        self._live = 0
+    Its evictable leaves sit in a heap of (key, node) with lazy deletion, the current key kept on the
+    node itself (`hkey`; None: not a member), so the hot path needs no dicts and no method calls
+    beyond the walk, a split and a leaf."""
 
-    def __len__(self) -> int:
-        return self._live
-
-    def add(self, node: ShadowNode) -> None:
-        if node.hkey is None:
-            self._live += 1
-        node.hkey = k = self.key(node)
-        heapq.heappush(self._heap, (k, node))
-        if len(self._heap) > 2 * self._live + 64:
-            self._heap = [e for e in self._heap if e[1].hkey is e[0]]
-            heapq.heapify(self._heap)
-
-    def discard(self, node: ShadowNode) -> None:
-        if node.hkey is not None:
-            node.hkey = None
-            self._live -= 1
-
-    def pop(self) -> ShadowNode:
-        heap = self._heap
-        while True:
-            k, node = heapq.heappop(heap)
-            if node.hkey is k:
-                node.hkey = None
-                self._live -= 1
-                return node
-
-
-class ShadowTree(TreeCore):
-    """A metadata-only prefix cache under `policy` (a fixed policy: its key reads node fields only)."""
-
-    node_type = ShadowNode
-
-    def __init__(self, policy: EvictionPolicy, page_size: int) -> None:
+    def __init__(self, policy: FixedPolicyView, page_size: int) -> None:
         super().__init__(page_size)
         self.policy = policy
-        self.index = LeafHeap(policy.key)
+        self._key = policy.key
+        self._heap: list[tuple[tuple, ShadowNode]] = []  # an entry is live iff node.hkey is its key
+        self._live = 0  # leaves in the heap
         self._counts_uses = policy.insert_is_use
         self.roots: dict[bytes, ShadowNode] = {}  # namespace key -> root, while it has children
         self.used = 0  # tokens held
         self._held: ShadowNode | None = None  # the path end an insert protects while it evicts
         self._version = 0  # bumped by every insert: a remembered walk is valid only within one version
-        self._matched: tuple | None = None  # (ns, key, path, matched bytes, version) of the last match
+        self._matched: tuple[bytes, bytes, list[ShadowNode], int, int] | None = None  # the last match's walk
+
+    def __len__(self) -> int:
+        return self._live  # evictable leaves
+
+    def _push(self, node: ShadowNode) -> None:
+        """(Re-)key leaf `node` in the heap."""
+        if node.hkey is None:
+            self._live += 1
+        node.hkey = k = self._key(node)
+        heap = self._heap
+        heapq.heappush(heap, (k, node))
+        if len(heap) > 2 * self._live + 64:
+            self._heap = [e for e in heap if e[1].hkey is e[0]]
+            heapq.heapify(self._heap)
+
+    def make_node(self, ns: bytes, parent: ShadowNode | None, key: bytes) -> ShadowNode:
+        node = ShadowNode(self._next_id, ns, parent, key, self.tick)
+        self._next_id += 1
+        return node
 
     def _root(self, ns: bytes) -> ShadowNode:
         root = self.roots[ns] = self.make_node(ns, None, b"")
         return root
-
-    def _touch(self, path: list[ShadowNode], hit: bool) -> None:
-        self.tick += 1
-        for node in path:
-            node.last_access = self.tick
-            node.hit_count += hit
-        if path[-1].hkey is not None:  # only the last node of a path can be a leaf
-            self.index.add(path[-1])
-
-    def _cut(self, path: list[ShadowNode], pos: int) -> None:
-        """Split the path's last node where a walk that matched `pos` bytes from the root ended."""
-        last = path[-1]
-        if (last.depth + last.size) * 4 > pos:  # ends past the match (`end`, without a property call)
-            path[-1] = self.split_edge(last, pos // 4 - last.depth)
 
     def match(self, ns: bytes, key: bytes) -> int:
         """Tokens of `key` (whole pages) the shadow holds below namespace `ns`; refreshes them."""
@@ -119,80 +91,102 @@ class ShadowTree(TreeCore):
         if not path:
             self.tick += 1
             return 0
-        self._cut(path, pos)
-        self._touch(path, hit=True)
-        self._matched_tick = self.tick
+        last = path[-1]
+        if (last.depth + last.size) * 4 > pos:  # the walk ended inside it: split where the match ends
+            last = path[-1] = self.split_edge(last, pos // 4 - last.depth)
+        self.tick = tick = self.tick + 1
+        for node in path:
+            node.last_access = tick
+            node.hit_count += 1
+        if last.hkey is not None:  # only the last node of a path can be a leaf
+            self._push(last)
+        self._matched_tick = tick
         self._matched = (ns, key, path, pos, self._version)
         return pos // 4
 
-    def _resume(self, ns: bytes, key: bytes) -> tuple[list[ShadowNode], int] | None:
-        """The walk of `key` continued from the last match when `key` extends it and nothing changed
+    def _walk_on(self, ns: bytes, key: bytes, root: ShadowNode) -> tuple[list[ShadowNode], int]:
+        """The walk of `key`, continued from the last match when `key` extends it and nothing changed
         since (the lifecycle match(prompt) -> insert(prompt + output) walks the prompt once)."""
-        if self._matched is None:
-            return None
-        m_ns, m_key, path, pos, version = self._matched
-        self._matched = None
-        if version != self._version or m_ns != ns or not key.startswith(m_key[:pos]):
-            return None
-        more, end = self.walk(key[pos:], path[-1])
-        return path + more, pos + end
+        matched, self._matched = self._matched, None
+        if matched is not None:
+            m_ns, m_key, path, pos, version = matched
+            if version == self._version and m_ns == ns and key.startswith(m_key if pos == len(m_key) else m_key[:pos]):
+                more, end = self.walk(key[pos:], path[-1])
+                return path + more, pos + end
+        return self.walk(key, root)
 
-    def insert(self, ns: bytes, key: bytes, capacity: int, use: bool = True) -> int:
+    def insert(self, ns: bytes, key: bytes, capacity: int, use: bool = True, tail: bytes | None = None) -> int:
         """Cache `key` (whole pages) below `ns`, first evicting down to `capacity` tokens in all
-        (never the path of `key` itself); `use` counts it as RadixTree.insert(use=True) does.
-        Returns the tokens added."""
+        (never the path of `key` itself); `use` counts it as RadixTree.insert(use=True) does. A new
+        leaf keeps `tail` as its key when it equals the end of `key` it needs (the real tree's new
+        leaf's key: one bytes object for both trees instead of a copy each). Returns the tokens added."""
         root = self.roots.get(ns)
         if root is None:
             root = self._root(ns)
-        walked = self._resume(ns, key)
-        path, pos = walked if walked is not None else self.walk(key, root)
+        path, pos = self._walk_on(ns, key, root)
         self._version += 1
+        node = root
         if path:
-            self._cut(path, pos)
-        node = path[-1] if path else root
+            node = path[-1]
+            if (node.depth + node.size) * 4 > pos:
+                node = path[-1] = self.split_edge(node, pos // 4 - node.depth)
         excess = self.used + (len(key) - pos) // 4 - capacity
         if excess > 0:
             self._held = node
-            self.index.discard(node)
+            if node.hkey is not None:
+                node.hkey = None
+                self._live -= 1
             self.evict(excess)
             self._held = None
             if node.parent is not None and not node.children:
-                self.index.add(node)
+                self._push(node)
             if ns not in self.roots:  # eviction drops emptied roots, this one included
                 self.roots[ns] = root
         leaf = None
         if pos < len(key):
-            leaf = self.add_leaf(node, key[pos:])
+            share = tail is not None and len(tail) == len(key) - pos and key.endswith(tail)
+            leaf = self.add_leaf(node, tail if share and tail is not None else key[pos:])
             self.used += leaf.size
             path.append(leaf)
-            self.index.discard(node)
+            if node.hkey is not None:
+                node.hkey = None
+                self._live -= 1
         if use and self._counts_uses:
             self.count_insert_use(path, leaf)
         if path:
-            self._touch(path, hit=False)
+            self.tick = tick = self.tick + 1
+            for n in path:
+                n.last_access = tick
+            if leaf is None and node.hkey is not None:
+                self._push(node)
         if leaf is None:
             return 0
-        self.index.add(leaf)
+        self._push(leaf)
         return leaf.size
 
     def evict(self, num_tokens: int) -> int:
         """Drop at least `num_tokens` tokens if held, smallest key first, trimming a leaf's tail
         pages when fewer are needed than it holds. Returns tokens dropped."""
-        ps, freed, index = self.page_size, 0, self.index
-        while freed < num_tokens and len(index):
-            leaf = index.pop()
+        ps, freed = self.page_size, 0
+        while freed < num_tokens and self._live:
+            k, leaf = heapq.heappop(self._heap)
+            if leaf.hkey is not k:  # a stale entry
+                continue
+            leaf.hkey = None
+            self._live -= 1
             keep = leaf.size - -(-(num_tokens - freed) // ps) * ps
             if keep > 0:
                 self.split_edge(leaf, keep)
             freed += leaf.size
             parent = leaf.parent
+            assert parent is not None  # a leaf in the heap is never a root
             del parent.children[leaf.key[:self.page_bytes]]
             if parent.children:
                 continue
             if parent.parent is None:
                 del self.roots[parent.ns]
             elif parent is not self._held:
-                index.add(parent)
+                self._push(parent)
         self.used -= freed
         return freed
 
@@ -213,6 +207,6 @@ class ShadowTree(TreeCore):
             self.tick = max(self.tick, real.last_access)
         for node in copies.values():
             if node.parent is not None and not node.children:
-                self.index.add(node)
+                self._push(node)
         for ns in [ns for ns, r in self.roots.items() if not r.children]:
             del self.roots[ns]

@@ -15,43 +15,51 @@ tokens with a host-tier copy. Where KV lives is kept in evictable indexes, order
     host_index   nodes with a host copy and no child with one                   (host leaves)
     group_index  per secondary layer group, the nodes holding a component       (components.py)
 
-Every residency change goes through gain_device / drop_device / set_host / lose_host / unlink, which
-keep the counters, the indexes, pins (pins.py: their own state; told of splits and drops) and the
-event listener in step.
+Every residency change goes through radix/residency.py (gain_device, drop_device, set_host,
+lose_host, unlink), which keeps the counters, the indexes, pins (pins.py: their own state; told of
+splits and drops) and the event listener in step.
 """
 
 from __future__ import annotations
 
-import weakref
-from typing import Callable
+from typing import TYPE_CHECKING, Callable, cast
 
 import numpy as np
 
 from radixkv.errors import LockError
 from radixkv.eviction import EvictableIndex, EvictionPolicy, host_first
-from radixkv.radix.components import drop_component, split_components
+from radixkv.radix import residency
+from radixkv.radix.components import split_components
 from radixkv.radix.core import TreeCore
+from radixkv.radix.idle_roots import IdleRoots
 from radixkv.radix.node import TreeNode
 from radixkv.radix.shadow import ShadowTree
-from radixkv.radix.types import DEVICE, HOST, USER, InsertResult, MatchInfo, PinKeeper, ResidencyListener
+from radixkv.radix.windows import resumable
+from radixkv.radix.types import InsertResult, MatchInfo, PinKeeper, ResidencyListener
 
 _EMPTY = np.empty(0, dtype=np.int64)
 
 
-class RadixTree(TreeCore):
-    node_type = TreeNode
+if TYPE_CHECKING:
+    from radixkv.eviction.view import FixedPolicyView, NodeView
 
+
+class RadixTree(TreeCore[TreeNode]):
     def __init__(self, page_size: int, policy: EvictionPolicy, host_tier: bool = False,
-                 listener: ResidencyListener | None = None, secondary_groups: int = 0) -> None:
+                 listener: ResidencyListener | None = None, secondary_groups: int = 0,
+                 windows: tuple[int, ...] = ()) -> None:
         super().__init__(page_size)
         self.policy = policy
-        self.index = EvictableIndex(policy.key)
+        self.index: EvictableIndex[TreeNode] = EvictableIndex(policy.key)
         self.pins: PinKeeper | None = None  # pins with a deadline (radix/pins.py), from pins_on() on
-        self.host_index = EvictableIndex(host_first(policy, self.on_device)) if host_tier else None
+        self.host_index: EvictableIndex[TreeNode] | None = (
+            EvictableIndex(host_first(policy, self.on_device)) if host_tier else None)
         # secondary layer groups (radix/node.py): per group, the nodes holding a component, policy order
-        self.group_index = tuple(EvictableIndex(policy.key) for _ in range(secondary_groups))
+        self.group_index: tuple[EvictableIndex[TreeNode], ...] = tuple(
+            EvictableIndex(policy.key) for _ in range(secondary_groups))
+        self.windows = windows  # per secondary group: its window W (0: not a window group); windows.py
         self.roots: dict[bytes, TreeNode] = {}  # namespace key -> root, while it has children or locks
-        self._idle_roots: weakref.WeakValueDictionary[bytes, TreeNode] = weakref.WeakValueDictionary()
+        self._idle_roots = IdleRoots()  # roots with no children and no locks, while held elsewhere
         self.listener = listener
         self.evictable_size = 0
         self.protected_size = 0
@@ -68,18 +76,24 @@ class RadixTree(TreeCore):
         if root is None:
             root = self._idle_roots.get(ns)
             if root is None:
-                root = self._idle_roots[ns] = self.new_node(ns, None, b"", _EMPTY)
+                root = self.new_node(ns, None, b"", _EMPTY)
+                self._idle_roots.put(ns, root)
         return root
 
     def hold_root(self, root: TreeNode) -> None:
         if root.ns not in self.roots:
             self.roots[root.ns] = root
-            self._idle_roots.pop(root.ns, None)
+            self._idle_roots.pop(root.ns)
 
     def release_root_if_idle(self, root: TreeNode) -> None:
         if not root.children and not root.lock_ref and self.roots.get(root.ns) is root:
             del self.roots[root.ns]
-            self._idle_roots[root.ns] = root
+            self._idle_roots.put(root.ns, root)
+
+    def make_node(self, ns: bytes, parent: TreeNode | None, key: bytes) -> TreeNode:
+        node = TreeNode(self, self._next_id, ns, parent, key, self.tick)
+        self._next_id += 1
+        return node
 
     def new_node(self, ns: bytes, parent: TreeNode | None, key: bytes, pages: np.ndarray | None) -> TreeNode:
         node = self.make_node(ns, parent, key)
@@ -108,7 +122,7 @@ class RadixTree(TreeCore):
 
     # ------------------------------------------------------------------ lookup
 
-    def _device_prefix(self, path: list[TreeNode], length: int, start: TreeNode) -> tuple[int, int]:
+    def device_prefix(self, path: list[TreeNode], length: int, start: TreeNode) -> tuple[int, int]:
         """How many nodes of a walked path, and how many of its `length` tokens, are on the device
         (device residency is prefix-closed: it stops at the first host-only node)."""
         if self.host_index is not None:
@@ -119,7 +133,8 @@ class RadixTree(TreeCore):
 
     def match(self, key: bytes, start: TreeNode) -> MatchInfo:
         """Longest device-cached prefix of `key` below `start`. Splits the edge where the device
-        match ends and refreshes the recency and hits of every node it matched whole."""
+        match ends and refreshes the recency and hits of every node it matched whole. With window
+        groups (`start` a root): the longest prefix every window group can resume from (windows.py)."""
         path, matched = self.walk(key, start)
         if not path:
             self._matched_tick = -1
@@ -127,7 +142,10 @@ class RadixTree(TreeCore):
                 self._learn_lookup(start, key, 0)
             return MatchInfo(start, 0, _EMPTY, 0)
         length = matched // 4
-        k, dev = self._device_prefix(path, length, start)
+        k, dev = self.device_prefix(path, length, start)
+        if self.windows and dev:  # from a root: shorten to where every window group can resume
+            length = dev = resumable(path[:k], dev, self.windows)
+            k = sum(n.depth < dev for n in path[:k])
         if k and path[k - 1].end > start.end + dev:  # split first: the unmatched tail is not a hit
             path[k - 1] = self.split(path[k - 1], start.end + dev - path[k - 1].depth)
         if k < len(path):
@@ -141,32 +159,7 @@ class RadixTree(TreeCore):
         if k == 0:
             return MatchInfo(start, 0, _EMPTY, length)
         node = path[k - 1]
-        return MatchInfo(node, dev, np.concatenate([n.pages for n in path[:k]]), length - dev)
-
-    def peek(self, key: bytes, start: TreeNode) -> tuple[int, int]:
-        """Read-only: (device-cached tokens, further host-only tokens) of `key` (whole pages) below
-        `start`: what `match` would report, with nothing split or refreshed."""
-        path, matched = self.walk(key, start)
-        k, dev = self._device_prefix(path, matched // 4, start)
-        return dev, matched // 4 - dev
-
-    def host_pages_below(self, key: bytes, start: TreeNode) -> np.ndarray:
-        """Read-only: host pages of the host-only continuation of `key` below `start` (whole pages),
-        where `start` ends a device match of the tokens before `key`."""
-        path, matched = self.walk(key, start)
-        host = [n.host_pages for n in path if n.pages is None]
-        return np.concatenate(host)[:matched // self.page_bytes] if host else _EMPTY
-
-    def locate(self, key: bytes, start: TreeNode) -> TreeNode:
-        """The node ending the longest device-cached prefix of `key` below `start` (whole pages),
-        splitting the edge where it ends. Unlike `match`, refreshes no recency or hit count."""
-        path, matched = self.walk(key, start)
-        k, dev = self._device_prefix(path, matched // 4, start)
-        if not k:
-            return start
-        if path[k - 1].end > start.end + dev:
-            return self.split(path[k - 1], start.end + dev - path[k - 1].depth)
-        return path[k - 1]
+        return MatchInfo(node, dev, np.concatenate([n.pages for n in path[:k] if n.pages is not None]), length - dev)
 
     def pins_on(self, pins: PinKeeper) -> None:
         """Start keeping `pins` (before the first one): from now on the device index orders pinned
@@ -212,11 +205,13 @@ class RadixTree(TreeCore):
         used (they are the tree's own, or duplicates the caller frees); pages are copied."""
         path, matched = self.walk(key, start)
         length = matched // 4
-        k, dev = self._device_prefix(path, length, start)
-        if k == 1:  # the usual case (a single edge matched): a view, read only below
-            tree_pages = path[0].pages[:dev // self.page_size]
+        k, dev = self.device_prefix(path, length, start)
+        first = path[0].pages if k else None
+        if k == 1 and first is not None:  # the usual case (a single edge matched): a view, read only below
+            tree_pages = first[:dev // self.page_size]
         else:
-            tree_pages = np.concatenate([n.pages for n in path[:k]])[:dev // self.page_size] if k else _EMPTY
+            tree_pages = (np.concatenate([n.pages for n in path[:k] if n.pages is not None])[:dev // self.page_size]
+                          if k else _EMPTY)
         if accept is not None:
             accept(dev, tree_pages)
         node, gained, ps = start, [], self.page_size
@@ -245,7 +240,7 @@ class RadixTree(TreeCore):
             self.count_insert_use(path, leaf)
         if path:
             self._touch(path, hit=False)
-        self.gain_device(gained)
+        residency.gain_device(self, gained)
         if self._learns:
             if leaf is not None:
                 self.policy.on_insert(leaf)
@@ -256,14 +251,14 @@ class RadixTree(TreeCore):
     # ------------------------------------------------------------------ learning policies
 
     @staticmethod
-    def on_device(node: TreeNode) -> bool:
-        return node.pages is not None
+    def on_device(node: NodeView) -> bool:
+        return cast(TreeNode, node).pages is not None  # policies hold this tree's nodes as NodeViews
 
-    def shadow(self, policy: EvictionPolicy) -> ShadowTree:
+    def shadow(self, policy: FixedPolicyView) -> ShadowTree:
         """An empty metadata-only replay of this tree's core under `policy` (radix/shadow.py)."""
         return ShadowTree(policy, self.page_size)
 
-    def shadow_copy(self, policy: EvictionPolicy) -> ShadowTree:
+    def shadow_copy(self, policy: FixedPolicyView) -> ShadowTree:
         """A shadow under `policy` that starts from what this tree holds on the device now."""
         shadow = ShadowTree(policy, self.page_size)
         shadow.load(self.nodes())
@@ -283,86 +278,15 @@ class RadixTree(TreeCore):
             for group in self.group_index:
                 group.rekey(self.policy.key)
 
-    def check_node(self, node: object) -> None:
+    def check_node(self, node: object) -> TreeNode:
+        """`node` itself, checked to be one of this tree's nodes (LockError otherwise)."""
         if not isinstance(node, TreeNode):
             raise LockError(f"expected a TreeNode from match_prefix, got {type(node).__name__}")
         if node.tree is not self:
             raise LockError(f"{node} belongs to another RadixCache")
+        return node
 
-    # ------------------------------------------------------------------ residency
-
-    def reindex(self, node: TreeNode) -> None:
-        """Recompute `node`'s membership of both evictable indexes."""
-        if node.parent is None:
-            return
-        children = node.children.values()
-        self.index.set(node, node.pages is not None and not node.lock_ref
-                       and not any(c.pages is not None for c in children))
-        if self.host_index is not None:
-            self.host_index.set(node, node.host_pages is not None
-                                and not any(c.host_pages is not None for c in children))
-
-    def device_changed(self, node: TreeNode) -> None:
-        """`node` gained or lost its device copy: its and its parent's index membership may
-        change, and so does its host-index key (host-only nodes go first)."""
-        self.reindex(node)
-        self.reindex(node.parent)
-        if self.host_index is not None:
-            self.host_index.refresh(node)
-
-    def gain_device(self, nodes: list[TreeNode]) -> None:
-        """`nodes` (unlocked, parents first) just got device pages."""
-        for node in nodes:
-            self.evictable_size += node.size
-            if node.children or self.host_index is not None:
-                self.device_changed(node)
-            else:  # a new leaf: the common case, without scanning siblings
-                self.index.add(node)
-                self.index.discard(node.parent)
-            if self.listener is not None:
-                self.listener.stored(node, DEVICE)
-
-    def drop_device(self, node: TreeNode) -> list[np.ndarray | None]:
-        """`node` (unlocked, no device child) loses its device KV, secondary components included;
-        returns those components' pages per secondary group (None: it had none)."""
-        if self.listener is not None:
-            self.listener.removed(node, DEVICE)
-        self.evictable_size -= node.size
-        if self.pins is not None:
-            self.pins.dropped(node)
-        node.pages = None
-        if not self.group_index:
-            return []
-        return [drop_component(self.group_index, node, g) for g in range(1, len(self.group_index) + 1)]
-
-    def set_host(self, node: TreeNode, host_pages: np.ndarray) -> None:
-        """`node` now has a host copy in `host_pages` (int64, one per page; the KV is copied)."""
-        node.host_pages = host_pages
-        self.host_size += node.size
-        self.reindex(node)
-        self.reindex(node.parent)
-        if self.listener is not None:
-            self.listener.stored(node, HOST)
-
-    def lose_host(self, node: TreeNode) -> None:
-        if self.listener is not None:
-            self.listener.removed(node, HOST)
-        self.host_size -= node.size
-        node.host_pages = None
-        self.reindex(node)
-        self.reindex(node.parent)
-
-    def unlink(self, node: TreeNode) -> None:
-        """Remove a node that no tier holds any more (it has no children)."""
-        self.index.discard(node)
-        if self.host_index is not None:
-            self.host_index.discard(node)
-        parent = node.parent
-        del parent.children[node.key[:self.page_bytes]]
-        node.evicted = True
-        self.reindex(parent)
-        if parent.parent is None:
-            self.release_root_if_idle(parent)
+    # ------------------------------------------------------------------ victims
 
     def pop_victim(self) -> TreeNode | None:
         """Remove and return the device leaf the policy evicts first (None when there is none)."""
@@ -377,6 +301,7 @@ class RadixTree(TreeCore):
         if self._learns:
             self.policy.on_evict(victim)
             self._follow_policy()
+
 
     # ------------------------------------------------------------------ iteration
 

@@ -38,6 +38,10 @@ class ResidencyListener(Protocol):
 
     def split(self, upper: TreeNode, lower: TreeNode) -> None: ...
 
+    def attached(self, node: TreeNode, group: int) -> None: ...  # a secondary group's component appeared
+
+    def detached(self, node: TreeNode, group: int) -> None: ...  # ... and went (a tombstone now)
+
 
 class PinKeeper(Protocol):
     """What the tree tells the pin owner (radix/pins.py's Pins) and asks of it."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 import transformers
 
-FAMILIES = ("jamba", "falcon_h1", "qwen3_next")
+FAMILIES = ("jamba", "falcon_h1", "qwen3_next", "lfm3")  # lfm2 (conv + full) is lfm3 without sliding layers
 VOCAB = 256
 # initializer_range 0.2 (HF default 0.02) spreads the logits of a random model, so greedy argmax has
 # clear winners (as in tests/hf_helpers.py).
@@ -16,7 +16,8 @@ _COMMON = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_atte
 
 
 def build_hybrid(kind: str) -> torch.nn.Module:
-    """A tiny seeded random model of family `kind`: 2-4 layers, hidden 64, 4 experts where it has MoE."""
+    """A tiny seeded random model of family `kind` (FAMILIES or "lfm2"): 2-4 layers, hidden 64, 4 experts
+    where it has MoE."""
     torch.manual_seed(7)
     if kind == "jamba":  # layers: mamba, attention(+MoE), mamba, attention(+MoE)
         config = transformers.JambaConfig(**_COMMON, num_hidden_layers=4, attn_layer_period=2, attn_layer_offset=1,
@@ -29,6 +30,12 @@ def build_hybrid(kind: str) -> torch.nn.Module:
         config = transformers.Qwen3NextConfig(**_COMMON, moe_intermediate_size=32, num_hidden_layers=4, head_dim=16,
                                               linear_num_value_heads=4, linear_num_key_heads=2, linear_key_head_dim=16,
                                               linear_value_head_dim=16, num_experts=4, num_experts_per_tok=2)
+    elif kind == "lfm2":  # layers: short conv, attention, short conv, attention
+        config = transformers.Lfm2Config(**_COMMON, num_hidden_layers=4, conv_L_cache=3,
+                                         layer_types=["conv", "full_attention", "conv", "full_attention"])
+    elif kind == "lfm3":  # short conv, sliding (window 8), full attention, short conv
+        config = transformers.Lfm3Config(**_COMMON, num_hidden_layers=4, head_dim=16, conv_L_cache=3, sliding_window=8,
+                                         layer_types=["conv", "sliding_attention", "full_attention", "conv"])
     else:
         raise ValueError(f"unknown hybrid family {kind!r}; one of {FAMILIES}")
     return transformers.AutoModelForCausalLM.from_config(config).eval()

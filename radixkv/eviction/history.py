@@ -1,0 +1,91 @@
+"""The traffic a learning policy sees before the real cache first evicts, kept compactly for a replay.
+
+Until its first eviction the real cache holds every key it was asked to cache, so most of the history
+need not keep key bytes (before: every entry kept its whole key from the namespace's root, so a chat
+trace's history grew with the sum of its prompt lengths, up to 16 MiB, about 16 bytes per cached
+token of a 1M-token cache):
+
+    an insert that made a new leaf ending its key    -> that leaf: the key is the path from its root,
+                                                        rebuilt at replay (a node keeps meaning the same
+                                                        prefix after splits; none is removed before the
+                                                        first eviction)
+    a lookup that the next insert's key extends       -> its length (the lifecycle match(prompt) then
+                                                        insert(prompt + output))
+    anything else                                     -> its key bytes
+
+`bytes` charges ENTRY_BYTES per entry plus the key bytes kept, from the first entry (the policy drops
+the history past its budget). Replay yields the same (ns, key, use) entries the full copy held.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Iterator, Union
+
+if TYPE_CHECKING:
+    from radixkv.eviction.view import NodeView
+
+Item = Union[bytes, int, "NodeView"]  # key bytes, a length into the next entry's key, or a leaf
+
+
+class History:
+    ENTRY_BYTES = 112  # per entry besides the key bytes it keeps: its 3-tuple (64), list slot (8, 9 amortized)
+    # and a kept key's bytes header (33), rounded up; the namespace is the root's own object, shared
+    # (tests/test_adaptive.py measures it with tracemalloc: ~99-106 + len(key))
+
+    def __init__(self) -> None:
+        self.entries: list[tuple[bytes, Item, bool | None]] = []  # (ns, item, None: a lookup | the insert's use)
+        self.bytes = 0
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def lookup(self, ns: bytes, key: bytes) -> None:
+        """A lookup of `key` (from the root of namespace `ns`)."""
+        self.entries.append((ns, key, None))
+        self.bytes += self.ENTRY_BYTES + len(key)
+
+    def insert(self, ns: bytes, key: bytes, leaf: NodeView | None, use: bool) -> None:
+        """`key` (from the root of `ns`) is cached now; `leaf` is the leaf this insert made, if any."""
+        entries = self.entries
+        if entries:
+            last_ns, last, last_use = entries[-1]
+            if last_use is None and isinstance(last, bytes) and last_ns == ns and key.startswith(last):
+                entries[-1] = (ns, len(last), None)
+                self.bytes -= len(last)
+        if leaf is not None and leaf.end * 4 == len(key):
+            entries.append((ns, leaf, use))
+            self.bytes += self.ENTRY_BYTES
+        else:
+            entries.append((ns, key, use))
+            self.bytes += self.ENTRY_BYTES + len(key)
+
+    def __iter__(self) -> Iterator[tuple[bytes, bytes, bool | None]]:
+        """(ns, key from the root, None for a lookup or the insert's use), in order. Valid until the
+        tree first evicts (leaves are read then)."""
+        entries, ahead = self.entries, b""
+        for i, (ns, item, use) in enumerate(entries):
+            if isinstance(item, int):  # a prefix of the next entry's key (an insert: bytes or a leaf)
+                ahead = _resolve(entries[i + 1][1])
+                yield ns, ahead[:item], use
+                continue
+            key, ahead = (ahead, b"") if ahead else (_resolve(item), b"")
+            yield ns, key, use
+
+
+def _resolve(item: Item) -> bytes:
+    if isinstance(item, bytes):
+        return item
+    if isinstance(item, int):
+        raise AssertionError("history: a length follows a length")
+    return absolute_key(item, b"")
+
+
+def absolute_key(start: NodeView, key: bytes) -> bytes:
+    """`key` below `start` as a key from its namespace's root."""
+    if start.parent is None:
+        return key
+    parts, node = [key], start
+    while node.parent is not None:
+        parts.append(node.key)
+        node = node.parent
+    return b"".join(reversed(parts))

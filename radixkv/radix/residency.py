@@ -1,0 +1,120 @@
+"""Residency primitives of a RadixTree: where a node's copies live, and the counters, evictable
+indexes, pins and event listener that follow from it.
+
+Part of the radix index (only radix/ writes nodes). Every residency change (a node gains or loses
+its device KV or host copy, or leaves the tree) goes through one of these functions, which keep in
+step the tree's counters (`evictable_size`, `host_size`), its indexes (radix/tree.py's table:
+device leaves, host leaves, per-group components), pins (told of drops) and the KV-event listener.
+Eviction walks (radix/evict.py), locks (radix/locks.py), insert and the host tier call them.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Protocol
+
+import numpy as np
+
+from radixkv.radix.components import drop_component
+from radixkv.radix.types import DEVICE, HOST, PinKeeper, ResidencyListener
+
+if TYPE_CHECKING:
+    from radixkv.eviction import EvictableIndex
+    from radixkv.radix.node import TreeNode
+
+
+class RadixTree(Protocol):
+    """What these functions read and write of radix/tree.py's RadixTree (which imports this module)."""
+
+    index: EvictableIndex
+    host_index: EvictableIndex | None
+    group_index: tuple[EvictableIndex, ...]
+    listener: ResidencyListener | None
+    pins: PinKeeper | None
+    evictable_size: int
+    host_size: int
+    page_bytes: int
+
+    def release_root_if_idle(self, root: TreeNode) -> None: ...
+
+
+def reindex(tree: RadixTree, node: TreeNode | None) -> None:
+    """Recompute `node`'s membership of both evictable indexes (None, a root's parent: nothing)."""
+    if node is None or node.parent is None:
+        return
+    children = node.children.values()
+    tree.index.set(node, node.pages is not None and not node.lock_ref
+                   and not any(c.pages is not None for c in children))
+    if tree.host_index is not None:
+        tree.host_index.set(node, node.host_pages is not None
+                            and not any(c.host_pages is not None for c in children))
+
+
+def device_changed(tree: RadixTree, node: TreeNode) -> None:
+    """`node` gained or lost its device copy: its and its parent's index membership may
+    change, and so does its host-index key (host-only nodes go first)."""
+    reindex(tree, node)
+    reindex(tree, node.parent)
+    if tree.host_index is not None:
+        tree.host_index.refresh(node)
+
+
+def gain_device(tree: RadixTree, nodes: list[TreeNode]) -> None:
+    """`nodes` (unlocked, parents first) just got device pages."""
+    for node in nodes:
+        tree.evictable_size += node.size
+        if node.children or tree.host_index is not None:
+            device_changed(tree, node)
+        else:  # a new leaf: the common case, without scanning siblings
+            tree.index.add(node)
+            parent = node.parent
+            assert parent is not None  # nodes that gain pages are below a root
+            tree.index.discard(parent)
+        if tree.listener is not None:
+            tree.listener.stored(node, DEVICE)
+
+
+def drop_device(tree: RadixTree, node: TreeNode) -> list[np.ndarray | None]:
+    """`node` (unlocked, no device child) loses its device KV, secondary components included;
+    returns those components' pages per secondary group (None: it had none)."""
+    if tree.listener is not None:
+        tree.listener.removed(node, DEVICE)
+    tree.evictable_size -= node.size
+    if tree.pins is not None:
+        tree.pins.dropped(node)
+    node.pages = None
+    if not tree.group_index:
+        return []
+    return [drop_component(tree.group_index, node, g) for g in range(1, len(tree.group_index) + 1)]
+
+
+def set_host(tree: RadixTree, node: TreeNode, host_pages: np.ndarray) -> None:
+    """`node` now has a host copy in `host_pages` (int64, one per page; the KV is copied)."""
+    node.host_pages = host_pages
+    tree.host_size += node.size
+    reindex(tree, node)
+    reindex(tree, node.parent)
+    if tree.listener is not None:
+        tree.listener.stored(node, HOST)
+
+
+def lose_host(tree: RadixTree, node: TreeNode) -> None:
+    if tree.listener is not None:
+        tree.listener.removed(node, HOST)
+    tree.host_size -= node.size
+    node.host_pages = None
+    reindex(tree, node)
+    reindex(tree, node.parent)
+
+
+def unlink(tree: RadixTree, node: TreeNode) -> None:
+    """Remove a node that no tier holds any more (it has no children)."""
+    tree.index.discard(node)
+    if tree.host_index is not None:
+        tree.host_index.discard(node)
+    parent = node.parent
+    assert parent is not None  # a root is never unlinked
+    del parent.children[node.key[:tree.page_bytes]]
+    node.evicted = True
+    reindex(tree, parent)
+    if parent.parent is None:
+        tree.release_root_if_idle(parent)
