@@ -40,7 +40,7 @@ from radixkv.eviction.history import History, absolute_key
 from radixkv.eviction.policies import LFU, LRU, EvictionPolicy
 
 if TYPE_CHECKING:
-    from radixkv.eviction.view import NodeView, ShadowView, TreeView
+    from radixkv.eviction.view import CachedNodeView, NodeView, ShadowView, TreeView
 
 
 class Adaptive(EvictionPolicy):
@@ -83,7 +83,7 @@ class Adaptive(EvictionPolicy):
     def leader(self) -> str:
         return self.experts[self.mode].name
 
-    def on_evict(self, victim: NodeView) -> None:
+    def on_evict(self, victim: CachedNodeView) -> None:
         if not self._shadows:  # until now every expert held what the real cache holds
             self._tree = tree = victim.tree
             if self._history:
@@ -109,11 +109,10 @@ class Adaptive(EvictionPolicy):
         if hits[1 - self.mode] - hits[self.mode] > self.MARGIN * asked:
             self._follow(1 - self.mode)
 
-    def on_insert(self, leaf: NodeView) -> None:
-        if self._history is not None:
-            self._leaf = leaf
+    def on_insert(self, leaf: CachedNodeView) -> None:
+        self._leaf = leaf  # the history keeps it; a shadow's new leaf shares its key bytes
 
-    def on_lookup(self, start: NodeView, key: bytes, length: int) -> None:
+    def on_lookup(self, start: CachedNodeView, key: bytes, length: int) -> None:
         shadows = self._shadows
         full = key if start.parent is None else absolute_key(start, key)
         if not shadows:
@@ -135,7 +134,7 @@ class Adaptive(EvictionPolicy):
                 and total * total > self.Z * self.Z * self._var):
             self._switch()
 
-    def on_cache(self, start: NodeView, key: bytes, cached: int, use: bool) -> None:
+    def on_cache(self, start: CachedNodeView, key: bytes, cached: int, use: bool) -> None:
         if cached > self._capacity:
             self._capacity = cached
         shadows = self._shadows
@@ -148,10 +147,12 @@ class Adaptive(EvictionPolicy):
                 if history.bytes > self.HISTORY:
                     self._history = None
             return
-        mode = self.mode
-        added = shadows[1 - mode].insert(start.ns, full, cached, use)
+        mode, leaf = self.mode, self._leaf
+        tail = leaf.key if leaf is not None else None
+        self._leaf = None
+        added = shadows[1 - mode].insert(start.ns, full, cached, use, tail)
         if mode in shadows:
-            own = shadows[mode].insert(start.ns, full, cached, use)
+            own = shadows[mode].insert(start.ns, full, cached, use, tail)
             added = own if own > added else added
             self._settle -= added
             if self._settle <= 0:  # the real cache now holds what its expert would: it counts

@@ -8,10 +8,7 @@ reads, which is all a shadow's fixed policy asks of it. Hooks see CachedNodeView
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Mapping, Protocol
-
-if TYPE_CHECKING:
-    from radixkv.eviction.policies import EvictionPolicy
+from typing import Mapping, Protocol
 
 
 class NodeView(Protocol):
@@ -44,12 +41,21 @@ class CachedNodeView(NodeView, Protocol):
     def tree(self) -> TreeView: ...
 
 
+class FixedPolicyView(Protocol):
+    """A fixed policy as a shadow runs it (eviction/policies.py's EvictionPolicy satisfies it)."""
+
+    insert_is_use: bool  # a direct insert counts as a use
+
+    def key(self, node: NodeView) -> tuple: ...  # eviction order: smallest first
+
+
 class ShadowView(Protocol):
     """A metadata-only replay of a tree under one fixed policy (radix/shadow.py's ShadowTree)."""
 
     def match(self, ns: bytes, key: bytes) -> int: ...  # tokens held of key (from the ns root); refreshes
 
-    def insert(self, ns: bytes, key: bytes, capacity: int, use: bool) -> int: ...  # evict down to capacity, add
+    def insert(self, ns: bytes, key: bytes, capacity: int, use: bool, tail: bytes | None = None) -> int: ...
+    # evict down to capacity, add; `tail`: an object equal to key's end that a new leaf may keep instead of a copy
 
 
 class TreeView(Protocol):
@@ -61,6 +67,6 @@ class TreeView(Protocol):
 
     def on_device(self, node: NodeView) -> bool: ...  # does node have device KV now
 
-    def shadow(self, policy: EvictionPolicy) -> ShadowView: ...  # an empty shadow under policy
+    def shadow(self, policy: FixedPolicyView) -> ShadowView: ...  # an empty shadow under policy
 
-    def shadow_copy(self, policy: EvictionPolicy) -> ShadowView: ...  # a shadow holding what the tree holds now
+    def shadow_copy(self, policy: FixedPolicyView) -> ShadowView: ...  # a shadow holding what the tree holds now

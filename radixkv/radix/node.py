@@ -42,14 +42,28 @@ nothing of this runs.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 
+from radixkv.eviction.view import TreeView
 from radixkv.radix.core import PrefixNode
 
-if TYPE_CHECKING:
-    from radixkv.radix.tree import RadixTree
+
+class GroupListener(Protocol):
+    """Who hears of secondary components (radix/types.py's ResidencyListener is one)."""
+
+    def attached(self, node: TreeNode, group: int) -> None: ...
+
+    def detached(self, node: TreeNode, group: int) -> None: ...
+
+
+class NodeOwner(TreeView, Protocol):
+    """A node's tree as the node's own modules and the policies' hooks see it (RadixTree is one;
+    named here, not imported, so that node.py needs nothing of tree.py: no import cycle)."""
+
+    @property
+    def listener(self) -> GroupListener | None: ...
 
 # The components of a node when the tree has no secondary groups: shared and empty (writing
 # `secondary[g]` into it raises IndexError; a tree with groups gives each node its own list).
@@ -60,7 +74,7 @@ class TreeNode(PrefixNode["TreeNode"]):
     __slots__ = ("tree", "pages", "host_pages", "secondary", "lock_ref", "user_locks", "seq_locks", "evicted",
                  "__weakref__")
 
-    def __init__(self, tree: RadixTree, node_id: int, ns: bytes, parent: TreeNode | None, key: bytes,
+    def __init__(self, tree: NodeOwner, node_id: int, ns: bytes, parent: TreeNode | None, key: bytes,
                  tick: int) -> None:
         PrefixNode.__init__(self, node_id, ns, parent, key, tick)
         self.tree = tree  # the owning tree: a node of another tree is rejected, never used

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Iterable
 from radixkv.radix.core import PrefixNode, TreeCore
 
 if TYPE_CHECKING:
-    from radixkv.eviction import EvictionPolicy
+    from radixkv.eviction.view import FixedPolicyView
     from radixkv.radix.node import TreeNode
 
 
@@ -44,7 +44,7 @@ class ShadowTree(TreeCore[ShadowNode]):
     node itself (`hkey`; None: not a member), so the hot path needs no dicts and no method calls
     beyond the walk, a split and a leaf."""
 
-    def __init__(self, policy: EvictionPolicy, page_size: int) -> None:
+    def __init__(self, policy: FixedPolicyView, page_size: int) -> None:
         super().__init__(page_size)
         self.policy = policy
         self._key = policy.key
@@ -115,10 +115,11 @@ class ShadowTree(TreeCore[ShadowNode]):
                 return path + more, pos + end
         return self.walk(key, root)
 
-    def insert(self, ns: bytes, key: bytes, capacity: int, use: bool = True) -> int:
+    def insert(self, ns: bytes, key: bytes, capacity: int, use: bool = True, tail: bytes | None = None) -> int:
         """Cache `key` (whole pages) below `ns`, first evicting down to `capacity` tokens in all
-        (never the path of `key` itself); `use` counts it as RadixTree.insert(use=True) does.
-        Returns the tokens added."""
+        (never the path of `key` itself); `use` counts it as RadixTree.insert(use=True) does. A new
+        leaf keeps `tail` as its key when it equals the end of `key` it needs (the real tree's new
+        leaf's key: one bytes object for both trees instead of a copy each). Returns the tokens added."""
         root = self.roots.get(ns)
         if root is None:
             root = self._root(ns)
@@ -143,7 +144,8 @@ class ShadowTree(TreeCore[ShadowNode]):
                 self.roots[ns] = root
         leaf = None
         if pos < len(key):
-            leaf = self.add_leaf(node, key[pos:])
+            share = tail is not None and len(tail) == len(key) - pos and key.endswith(tail)
+            leaf = self.add_leaf(node, tail if share and tail is not None else key[pos:])
             self.used += leaf.size
             path.append(leaf)
             if node.hkey is not None:

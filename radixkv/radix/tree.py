@@ -41,7 +41,7 @@ _EMPTY = np.empty(0, dtype=np.int64)
 
 
 if TYPE_CHECKING:
-    from radixkv.eviction.view import NodeView
+    from radixkv.eviction.view import FixedPolicyView, NodeView
 
 
 class RadixTree(TreeCore[TreeNode]):
@@ -254,11 +254,11 @@ class RadixTree(TreeCore[TreeNode]):
     def on_device(node: NodeView) -> bool:
         return cast(TreeNode, node).pages is not None  # policies hold this tree's nodes as NodeViews
 
-    def shadow(self, policy: EvictionPolicy) -> ShadowTree:
+    def shadow(self, policy: FixedPolicyView) -> ShadowTree:
         """An empty metadata-only replay of this tree's core under `policy` (radix/shadow.py)."""
         return ShadowTree(policy, self.page_size)
 
-    def shadow_copy(self, policy: EvictionPolicy) -> ShadowTree:
+    def shadow_copy(self, policy: FixedPolicyView) -> ShadowTree:
         """A shadow under `policy` that starts from what this tree holds on the device now."""
         shadow = ShadowTree(policy, self.page_size)
         shadow.load(self.nodes())
