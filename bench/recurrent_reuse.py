@@ -3,10 +3,10 @@
 A hybrid model can resume a cached prefix only where it has the recurrent state too, so the hit rate
 depends on where states are kept:
 
-- `snapshots`: radixkv's policy (integrations/recurrent.py): branch points, and per request a
+- `snapshots-flops`: radixkv's policy (integrations/recurrent.py): branch points, and per request a
   chain from the prompt's last page boundary through decode of which the latest is kept; a full
-  state group gives up the least recently used snapshot (`snapshots-flops`: Marconi's choice, the
-  lowest recency + FLOPs saved per byte, state_store.py);
+  state group gives up the snapshot with the lowest recency + FLOPs saved per byte (Marconi's
+  choice, state_store.py); `snapshots-lru`: the same, giving up the least recently used;
 - `align-B`: vLLM's "align" mode: a state at every multiple of a block of B tokens, nowhere else;
 - `none`: no state kept (no snapshot taken), so nothing is reused;
 - `kv bound`: what the tree's KV alone would give (each request's KV match at admission): the rate
@@ -95,8 +95,7 @@ def run(model: torch.nn.Module, policy: str, args: argparse.Namespace, budget: i
         engine.recurrent = AlignedRunner(model, engine.cache, None)
     else:
         engine.recurrent = (NoStateRunner if policy == "none" else MeasuredRunner)(model, engine.cache, None)
-    if policy == "snapshots-flops":
-        engine.recurrent.store.policy = "flops"
+    engine.recurrent.store.policy = "lru" if policy == "snapshots-lru" else "flops"
     engine.step_hooks[:] = [engine.recurrent.flush]
     engine.recurrent.resumes_chunks &= not args.token_by_token
     firsts, msgs = conversations(args)
@@ -160,7 +159,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--turns", type=int, default=4)
     parser.add_argument("--answer", type=int, default=16, help="new tokens per turn")
     parser.add_argument("--page-size", type=int, default=16)
-    parser.add_argument("--policies", default="snapshots,align-64,align-256,none")
+    parser.add_argument("--policies", default="snapshots-flops,snapshots-lru,align-64,align-256,none")
     parser.add_argument("--snapshots-per-request", type=int, default=4, help="state budget, in states per conversation")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--token-by-token", action="store_true",

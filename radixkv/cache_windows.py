@@ -40,6 +40,7 @@ from radixkv.radix.components import set_component
 from radixkv.radix.evict import secondary_victims
 from radixkv.radix.windows import protected
 from radixkv.results import BatchInputs
+from radixkv.tokens import TokensLike
 
 
 class WindowInputs(NamedTuple):
@@ -62,9 +63,11 @@ class WindowGroup(SecondaryGroup):
     def protected(self, node: TreeNode) -> int:
         return protected(node, self.window, self.page_size)
 
-    def attach(self, node: TreeNode, pages: object) -> None:
-        super().attach(node, pages)  # type: ignore[arg-type]
-        self._map(node.pages, node.secondary[self.index - 1])
+    def attach(self, node: TreeNode, pages: TokensLike) -> None:
+        super().attach(node, pages)
+        full, window = node.pages, node.secondary[self.index - 1]
+        assert full is not None and window is not None  # attach checked both
+        self._map(full, window)
 
     # ------------------------------------------------------------------ Sequence hooks (RadixCache)
 
@@ -85,12 +88,14 @@ class WindowGroup(SecondaryGroup):
         for its edge; where the tree had window KV already, the Sequence's copy is freed."""
         mine, g, off = self.page_map[full_pages], self.index - 1, 0
         for node in nodes:
-            part = mine[off:off + len(node.pages)]
+            tree_pages = node.pages
+            assert tree_pages is not None  # the nodes a commit just inserted or matched are on the device
+            part = mine[off:off + len(tree_pages)]
             off += len(part)
             if node.secondary[g] is None:
                 set_component(self._tree.group_index, node, self.index, part.copy())
                 self.ledger.move(part, CACHED)
-                self._map(node.pages, part)  # the tree's full pages, when the Sequence's were duplicates
+                self._map(tree_pages, part)  # the tree's full pages, when the Sequence's were duplicates
             else:
                 self.ledger.release(part)
 
@@ -154,8 +159,9 @@ class WindowGroup(SecondaryGroup):
 
 def path_between(top: TreeNode, bottom: TreeNode) -> list[TreeNode]:
     """The nodes below `top` down to `bottom` (its descendant, included), top to bottom."""
-    out = []
-    while bottom is not top:
-        out.append(bottom)
-        bottom = bottom.parent
+    out: list[TreeNode] = []
+    node: TreeNode | None = bottom
+    while node is not top and node is not None:
+        out.append(node)
+        node = node.parent  # type: ignore[assignment]  # a TreeNode's parent is a TreeNode
     return out[::-1]

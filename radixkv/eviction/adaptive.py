@@ -41,7 +41,7 @@ from radixkv.eviction.history import History, absolute_key
 from radixkv.eviction.policies import LFU, LRU, EvictionPolicy
 
 if TYPE_CHECKING:
-    from radixkv.eviction.view import NodeView, ShadowView, TreeView
+    from radixkv.eviction.view import CachedNodeView, NodeView, ShadowView, TreeView
 
 
 class Adaptive(EvictionPolicy):
@@ -84,7 +84,7 @@ class Adaptive(EvictionPolicy):
     def leader(self) -> str:
         return self.experts[self.mode].name
 
-    def on_evict(self, victim: NodeView) -> None:
+    def on_evict(self, victim: CachedNodeView) -> None:
         if not self._shadows:  # until now every expert held what the real cache holds
             self._tree = tree = victim.tree
             if self._history:
@@ -110,10 +110,10 @@ class Adaptive(EvictionPolicy):
         if hits[1 - self.mode] - hits[self.mode] > self.MARGIN * asked:
             self._follow(1 - self.mode)
 
-    def on_insert(self, leaf: NodeView) -> None:
+    def on_insert(self, leaf: CachedNodeView) -> None:
         self._leaf = leaf  # the history keeps it; a shadow's new leaf shares its key bytes
 
-    def on_lookup(self, start: NodeView, key: bytes, length: int) -> None:
+    def on_lookup(self, start: CachedNodeView, key: bytes, length: int) -> None:
         shadows = self._shadows
         full = key if start.parent is None else absolute_key(start, key)
         if not shadows:
@@ -135,7 +135,7 @@ class Adaptive(EvictionPolicy):
                 and total * total > self.Z * self.Z * self._var):
             self._switch()
 
-    def on_cache(self, start: NodeView, key: bytes, cached: int, use: bool) -> None:
+    def on_cache(self, start: CachedNodeView, key: bytes, cached: int, use: bool) -> None:
         if cached > self._capacity:
             self._capacity = cached
         shadows = self._shadows

@@ -63,7 +63,9 @@ HYBRID_FAMILIES = frozenset({"falcon_h1"})
 # (Jamba's through recurrent_scan.continued_scan)
 RESUMES_CHUNKS = frozenset({"falcon_h1", "qwen3_next", "lfm2", "lfm3"}) | frozenset(CONTINUED_SCANS)
 DEFAULT_SNAPSHOTS = 4  # default state group: this many snapshot slots per request row
-STATE_POLICY = "lru"  # which snapshot a full state group gives up (state_store.POLICIES; bench/RESULTS.md)
+# which snapshot a full state group gives up (state_store.POLICIES): Marconi's beat LRU's hit rate, or tied
+# it, on every bench/recurrent_reuse.py run (bench/RESULTS.md, issue 21 round 2)
+STATE_POLICY = "flops"
 
 
 @dataclass

@@ -37,7 +37,7 @@ from radixkv.errors import InvalidArgumentError, OutOfSlotsError
 if TYPE_CHECKING:
     from radixkv import RadixCache
     from radixkv.integrations.recurrent_state import RecurrentState
-    from radixkv.radix import TreeNode
+    from radixkv.results import LockHandle
 
 
 POLICIES = ("lru", "flops")
@@ -46,7 +46,7 @@ ALPHA = 1.0  # weight of FLOP efficiency against recency in "flops" (Marconi tun
 
 @dataclass
 class _Entry:
-    node: TreeNode
+    node: LockHandle
     end: int  # tokens from the root: the position the state was taken at
     state: RecurrentState
     last_use: int
@@ -87,7 +87,7 @@ class StateStore:
         """Bytes of the snapshots the tree holds."""
         return sum(e.state.nbytes for s, e in self._entries.items() if self._valid(s, e))
 
-    def get(self, node: TreeNode, end: int) -> RecurrentState | None:
+    def get(self, node: LockHandle, end: int) -> RecurrentState | None:
         """The snapshot after `end` tokens held by `node`, or None. Copy it before extending it."""
         slot = self._slot(node)
         entry = None if slot is None else self._entries.get(slot)
@@ -98,7 +98,7 @@ class StateStore:
         self.hits += 1
         return entry.state
 
-    def has(self, node: TreeNode) -> bool:
+    def has(self, node: LockHandle) -> bool:
         """Whether `node` holds a snapshot; mutates nothing."""
         slot = self._slot(node)
         return slot is not None and slot in self._entries and self._entries[slot].node is node
@@ -111,7 +111,7 @@ class StateStore:
             node = node.parent
         return node.end
 
-    def put(self, node: TreeNode, end: int, state: RecurrentState, spare: bool = False) -> bool:
+    def put(self, node: LockHandle, end: int, state: RecurrentState, spare: bool = False) -> bool:
         """Attach `state` (taken after `end` tokens; the store owns it now) to `node` as its snapshot,
         replacing any there; a `spare` one is given up before the others until it is used. Returns
         False, storing nothing, if `node` does not end at `end` (or the group has no slot to give)."""
@@ -132,7 +132,7 @@ class StateStore:
         self.puts += 1
         return True
 
-    def discard(self, node: TreeNode) -> None:
+    def discard(self, node: LockHandle) -> None:
         """Drop `node`'s snapshot, if any."""
         slot = self._slot(node)
         if slot is not None:
@@ -146,7 +146,7 @@ class StateStore:
         assert len(held) == self.group.sizes().cached, "a state slot the tree holds has no tensors here"
         assert all(self._entries[s].node.end == self._entries[s].end for s in held)
 
-    def _slot(self, node: TreeNode) -> int | None:
+    def _slot(self, node: LockHandle) -> int | None:
         pages = None if node.evicted else self.group.component(node)
         return None if pages is None else int(pages[0])
 

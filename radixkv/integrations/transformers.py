@@ -153,7 +153,7 @@ class Engine:
         if cache_config is None:  # window layers keep their KV in pools of their own (layer_groups.window_specs)
             cache_config = cache_config_for(model, **cache_options)
             if "groups" not in cache_options:
-                cache_config = replace(cache_config, groups=window_specs(
+                cache_config = replace(cache_config, groups=cache_config.groups + window_specs(
                     self.layer_groups, cache_config.num_slots, cache_config.page_size, cache_config.max_requests,
                     max_batch_tokens))
         self.cache = RadixCache(cache_config)
