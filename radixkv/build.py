@@ -86,8 +86,7 @@ def build() -> str:
     if os.environ.get("RADIXKV_PURE_PYTHON") == "1":
         return "radixkv: RADIXKV_PURE_PYTHON=1: the core runs as pure Python (nothing compiled)"
     lack = missing()
-    if lack is not None:
-        clean()
+    if lack is not None:  # (an earlier build, if any, stays: core_loader uses it only while its stamp holds)
         return f"radixkv: {lack}: the core runs as pure Python"
     clean()
     t0, log = time.perf_counter(), io.StringIO()

@@ -94,7 +94,9 @@ class RadixCache:
         host tier holds (`host_length`). Does not lock; refreshes the recency of the matched path and
         may split the edge where the match ends. `slots` is a fresh int64 tensor the caller owns.
         `extra_keys` (radixkv.keys.ExtraKeys: LoRA, cache salt, multimodal items) partition the
-        cache like the namespace does, multimodal items from their offset on."""
+        cache like the namespace does, multimodal items from their offset on. With window groups,
+        the match stops where every group can resume (radix/windows.py), never claims more.
+        Prefixes given to `insert()` have no window KV until `group(g).attach` gives them some."""
         self._own()
         ns, toks = self._key(as_tokens(tokens), namespace, extra_keys)
         m = self._match(toks, self.tree.root(ns), len(toks))

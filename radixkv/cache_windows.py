@@ -43,7 +43,7 @@ from radixkv.radix import RadixTree, TreeNode
 from radixkv.radix.components import drop_component, set_component
 from radixkv.radix.evict import secondary_victims
 from radixkv.radix.windows import protected
-from radixkv.results import BatchInputs
+from radixkv.results import BatchInputs, LockHandle
 from radixkv.tokens import TokensLike
 
 
@@ -68,8 +68,9 @@ class WindowGroup(SecondaryGroup):
     def protected(self, node: TreeNode) -> int:
         return protected(node, self.window, self.page_size)
 
-    def attach(self, node: TreeNode, pages: TokensLike) -> None:
-        super().attach(node, pages)
+    def attach(self, handle: LockHandle, pages: TokensLike) -> None:
+        super().attach(handle, pages)
+        node = self._tree.check_node(handle)
         full, window = node.pages, node.secondary[self.index - 1]
         assert full is not None and window is not None  # attach checked both
         self._map(full, window)

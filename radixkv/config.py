@@ -142,8 +142,8 @@ class CacheConfig:
 
 
 def _check_kv_layers(layers: object, num_layers: int) -> None:
-    ok = isinstance(layers, tuple) and all(type(i) is int and 0 <= i < num_layers for i in layers)
-    if not ok or list(layers) != sorted(set(layers)):  # type: ignore[arg-type]
+    if not (isinstance(layers, tuple) and all(type(i) is int and 0 <= i < num_layers for i in layers)
+            and list(layers) == sorted(set(layers))):
         raise ConfigError(f"CacheConfig.kv_layers must be a tuple of distinct ascending layer indices in "
                           f"[0, {num_layers}), got {layers!r:.80}")
 
