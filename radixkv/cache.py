@@ -94,7 +94,9 @@ class RadixCache:
         host tier holds (`host_length`). Does not lock; refreshes the recency of the matched path and
         may split the edge where the match ends. `slots` is a fresh int64 tensor the caller owns.
         `extra_keys` (radixkv.keys.ExtraKeys: LoRA, cache salt, multimodal items) partition the
-        cache like the namespace does, multimodal items from their offset on."""
+        cache like the namespace does, multimodal items from their offset on. With window groups,
+        the match stops where every group can resume (radix/windows.py), never claims more.
+        Prefixes given to `insert()` have no window KV until `group(g).attach` gives them some."""
         self._own()
         ns, toks = self._key(as_tokens(tokens), namespace, extra_keys)
         m = self._match(toks, self.tree.root(ns), len(toks))
@@ -269,6 +271,8 @@ class RadixCache:
             self.seqs.repoint(rec, start, page_slots(result.tree_pages, ps))
         locks.move_lock(self.tree, node, result.node, SEQUENCE)
         self.seqs.move_lock(rec, result.node)
+        for window in self.windows:
+            window.trim(rec.row, result.node, rec.cached_len)
         self.pins.extend(rec.row, result.node)
         if self.host is not None:
             self.host.back_up(result.gained)
@@ -282,7 +286,7 @@ class RadixCache:
         self.pins.close_row(rec.row)
         private = self.seqs.close(rec)[::self.page_size] // self.page_size
         for window in self.windows:
-            window.close(private)
+            window.close(rec.row, private)
         self.ledger.release(private)
         locks.unlock(self.tree, node, SEQUENCE)
 

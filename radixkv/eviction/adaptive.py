@@ -18,10 +18,11 @@ its reference until the real cache has turned over once (WARMUP), so the compari
 steady expert against one in transient.
 
 Before the first eviction both experts hold exactly what the real cache holds, so no shadow runs;
-the keys of that traffic are kept and, at the first eviction, replayed through both experts in
-caches of PRIOR_SIZE x the real size, where they already differ: the first expert followed is the
-one that matched more there (LRU when they tie). That history is charged its real bytes from the
-first lookup (entry and key objects); past HISTORY bytes it is dropped and START is followed.
+that traffic is kept (eviction/history.py: as leaves of the real tree and lengths, not key bytes) and,
+at the first eviction, replayed through both experts in caches of PRIOR_SIZE x the real size, where
+they already differ: the first expert followed is the one that matched more there (LRU when they
+tie). That history is charged its real bytes from the first lookup; past HISTORY bytes it is dropped
+and START is followed.
 
 It cannot stay behind the better expert for long: a clear lead is acted on, and a switch that was a
 mistake is undone the same way. What it pays is the lag before it has evidence: the consequences of
@@ -53,7 +54,7 @@ class Adaptive(EvictionPolicy):
     PRIOR = True  # choose the first expert by replaying the traffic before the first eviction in small caches
     PRIOR_SIZE = 0.25  # ... of this share of the real cache's size
     HISTORY = 1 << 24  # bytes that replay's history (eviction/history.py) may take (16 MiB, freed at the
-    # first eviction); past it, START. Kept compactly, it holds ~112 bytes per request
+    # first eviction); past it, START. A request of the bench lifecycle costs two entries, 224 bytes
     START = 0  # the expert followed until the evidence says otherwise: LRU (SGLang's default)
     WINDOW = 8.0  # decay horizon: tokens newly cached, as a multiple of the cache's size
     WARMUP = 1.0  # after a switch, turnovers before the real cache stands for its expert

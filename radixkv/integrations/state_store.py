@@ -147,7 +147,7 @@ class StateStore:
         assert all(self._entries[s].node.end == self._entries[s].end for s in held)
 
     def _slot(self, node: LockHandle) -> int | None:
-        pages = None if node.evicted else self.group.component(node)
+        pages = self.group.component(node)  # an evicted node holds no component
         return None if pages is None else int(pages[0])
 
     def _valid(self, slot: int, entry: _Entry) -> bool:

@@ -26,7 +26,7 @@ the tree says, per node, which pages of each group hold the node's tokens:
 Invariants (check_tree): len(secondary) == the tree's secondary group count; a secondary component
 exists only on a node with device KV; its pages are int64 and no page of a group is held by two
 nodes; by default a lock protects every component of a locked path (a window group protects only
-the last W tokens before each lock: cache_groups.py).
+the last W tokens before each lock: radix/windows.py, cache_windows.py).
 Calls (radix/components.py, radix/evict.py), `groups` being `tree.group_index`:
 `set_component(groups, node, g, pages)` gives a device node group g's pages;
 `drop_component(groups, node, g)` tombstones it and returns the pages;

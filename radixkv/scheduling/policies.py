@@ -108,12 +108,8 @@ class DfsWeight(Policy):
 class ResponseRatio(Policy):
     name = "hrrn"
 
-    def service(self, req: Queued) -> int:
-        return len(req.tokens)
-
     def order(self, window: list[Queued], now: float) -> list[Queued]:
-        service = self.service
-        return sorted(window, key=lambda r: (-(now - r.arrival + (s := service(r))) / s, s))
+        return sorted(window, key=lambda r: (-(now - r.arrival + (s := len(r.tokens))) / s, s))
 
 
 class Auto(Policy):
