@@ -41,6 +41,7 @@ def test_idle_roots_stay_while_held_and_go_when_not() -> None:
 
 def test_build_without_a_compiler_is_one_line_and_changes_nothing(monkeypatch) -> None:
     before = sorted(artefacts())
+    monkeypatch.delenv("RADIXKV_PURE_PYTHON", raising=False)
     monkeypatch.setenv("CC", os.path.join(ROOT, "no-such-compiler"))
     line = build()
     assert "\n" not in line and line.endswith("the core runs as pure Python"), line

@@ -11,17 +11,21 @@ lazily, when the table has doubled since the last sweep (amortized O(1) per root
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Mapping
 
 if TYPE_CHECKING:
     from radixkv.radix.node import TreeNode
 
 
+def _refs(table: Mapping[bytes, object], key: bytes) -> int:
+    """The reference count of `table[key]`. Both the baseline and the sweep read it through this one
+    function, so they count the same temporaries, interpreted or compiled."""
+    return sys.getrefcount(table[key])
+
+
 def _refs_when_unheld() -> int:
-    """What `sys.getrefcount(table[key])` reads for a value only the table holds (the same
-    expression as in `sweep`, so it counts the same temporaries, interpreted or compiled)."""
-    table = {b"": object()}
-    return sys.getrefcount(table[b""])
+    """What `_refs` reads for a value only its table holds."""
+    return _refs({b"": object()}, b"")
 
 
 class IdleRoots:
@@ -47,6 +51,6 @@ class IdleRoots:
     def sweep(self) -> None:
         """Drop every root that only this table references."""
         table, unheld = self._roots, self._unheld
-        for ns in [ns for ns in table if sys.getrefcount(table[ns]) <= unheld]:
+        for ns in [ns for ns in table if _refs(table, ns) <= unheld]:
             del table[ns]
         self._kept = len(table)
