@@ -72,4 +72,5 @@ test: $(STAMP)
 	$(BIN)/python -m pytest
 
 clean:
-	rm -rf $(VENV) $(SGLANG_VENV) build *.egg-info
+	rm -rf $(VENV) $(SGLANG_VENV) build *.egg-info radixkv/_core_build.txt
+	find radixkv -name '*.so' -delete  # a compiled core (python -m radixkv.build), if one was built

@@ -1,14 +1,16 @@
-"""What compiling the bookkeeping core buys (issue 23): the same .py files, compiled by Cython (pure-Python
-mode) or mypyc, against the interpreter, on the bench lifecycle (`radixkv.bench.runner.replay`).
+"""What compiling the bookkeeping core buys (issue 23): the same .py files, compiled by mypyc (the
+shipped build, `python -m radixkv.build`) or Cython's pure-Python mode, against the interpreter, on
+the bench lifecycle (`radixkv.bench.runner.replay`).
 
-Copies this checkout's `radixkv/` into a scratch folder, compiles the CORE files there in place, then
-replays each cell in fresh processes, pure and compiled alternating round by round. A cell's speed is
-requests per CPU second (process time, the best of --repeats replays): on a shared machine CPU time is
-steadier than wall time. Hit rates must be identical, or the script fails. Needs a C compiler, the
-Python headers and `pip install cython` (or `mypy` for mypyc): not in any extra, since nothing ships compiled.
+Copies this checkout's `radixkv/` (and pyproject.toml, whose [tool.mypy] the build reads) into a
+scratch folder, compiles there in place, then replays each cell in fresh processes, pure and compiled
+alternating round by round. A cell's speed is requests per CPU second (process time, the best of
+--repeats replays): on a shared machine CPU time is steadier than wall time. Hit rates must be
+identical, or the script fails. Needs a C compiler, the Python headers and the `build` extra (mypyc)
+or `pip install cython`.
 
-    .venv/bin/python bench/compile_gain.py --compiler cython
     .venv/bin/python bench/compile_gain.py --compiler mypyc --workloads tools,agent --rounds 3
+    .venv/bin/python bench/compile_gain.py --compiler cython
 """
 
 from __future__ import annotations
@@ -25,27 +27,31 @@ import time
 
 from radixkv.cli_args import HelpFormatter
 
-CORE = ["radix/check.py", "radix/components.py", "radix/core.py", "radix/evict.py", "radix/locks.py",
+CYTHON_CORE = ["radix/check.py", "radix/components.py", "radix/core.py", "radix/evict.py", "radix/locks.py",
         "radix/node.py", "radix/pins.py", "radix/shadow.py", "radix/tree.py", "radix/types.py",
         "pools/ledger.py", "pools/allocator.py", "sequences.py", "eviction/adaptive.py", "eviction/index.py",
         "eviction/lrfu.py", "eviction/policies.py", "eviction/view.py", "cache.py", "keys.py", "tokens.py"]
-COMMANDS = {"cython": [sys.executable, "-m", "Cython.Build.Cythonize", "-i", "-3", "-j", "2"],
-            "mypyc": [sys.executable, "-m", "mypyc"]}
+COMMANDS = {"cython": [sys.executable, "-m", "Cython.Build.Cythonize", "-i", "-3", "-j", "2"]
+            + [f"radixkv/{m}" for m in CYTHON_CORE],
+            "mypyc": [sys.executable, "-m", "radixkv.build"]}
 
 
 def copy_package(root: str) -> None:
     """This checkout's radixkv/ under `root`, sources only."""
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     shutil.copytree(os.path.join(here, "radixkv"), os.path.join(root, "radixkv"),
-                    ignore=shutil.ignore_patterns("__pycache__", "*.so", "*.c"))
+                    ignore=shutil.ignore_patterns("__pycache__", "*.so", "*.c", "_core_build.txt"))
+    shutil.copy(os.path.join(here, "pyproject.toml"), root)
 
 
 def compile_copy(compiler: str, root: str) -> float:
-    """Copy radixkv/ under `root`, compile CORE there in place; the build's wall seconds."""
+    """Copy radixkv/ under `root`, compile the core there in place; the build's wall seconds."""
     copy_package(root)
     t0 = time.perf_counter()
-    subprocess.run(COMMANDS[compiler] + [f"radixkv/{m}" for m in CORE], cwd=root, check=True,
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    out = subprocess.run(COMMANDS[compiler], cwd=root, env={**os.environ, "PYTHONPATH": root}, check=True,
+                         capture_output=True, text=True).stdout
+    if compiler == "mypyc" and "compiled core built" not in out:
+        raise SystemExit(out.strip())
     return time.perf_counter() - t0
 
 
@@ -80,7 +86,7 @@ def run_round(root: str, args: argparse.Namespace) -> dict:
 def compare(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory() as pure, tempfile.TemporaryDirectory() as built:
         copy_package(pure)
-        print(f"{args.compiler}: built {len(CORE)} modules in {compile_copy(args.compiler, built):.0f} s wall")
+        print(f"{args.compiler}: built the core in {compile_copy(args.compiler, built):.0f} s wall")
         runs: dict[str, list[dict]] = {"pure": [], "compiled": []}
         for _ in range(args.rounds):
             runs["pure"].append(run_round(pure, args))
@@ -97,7 +103,7 @@ def compare(args: argparse.Namespace) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=HelpFormatter)
-    p.add_argument("--compiler", choices=sorted(COMMANDS), default="cython")
+    p.add_argument("--compiler", choices=sorted(COMMANDS), default="mypyc")
     p.add_argument("--workloads", default="tools,agent,rag")
     p.add_argument("--requests", type=int, default=400, help="first N requests of each workload")
     p.add_argument("--repeats", type=int, default=3, help="replays per cell and process (the best counts)")

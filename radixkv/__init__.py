@@ -10,7 +10,10 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from radixkv import core_loader
+
 __version__ = "0.1.0"
+COMPILED_CORE = core_loader.choose()  # the mypyc-built core (radixkv/build.py) runs, or the same .py files
 
 _ERRORS = ("RadixKVError", "ConfigError", "OutOfSlotsError", "OutOfRowsError", "InvalidTokensError",
            "InvalidSlotsError", "InvalidArgumentError", "ContextLengthError", "LockError", "SequenceError",

@@ -44,22 +44,23 @@ from radixkv.events.recorder import EventRecorder
 from radixkv.host_tier import HostTier
 from radixkv.insert_slots import InsertSlots
 from radixkv.invariants import check_cache, check_groups
-from radixkv.keys import ExtraKeys, as_extra_keys, request_key
+from radixkv.keys import as_extra_keys, request_key
 from radixkv.multimodal import MultiModalKeys
 from radixkv.metrics import CacheStats, collect_metrics
 from radixkv.pools import CACHED, PRIVATE, RESERVED, PageLedger, TokenToKVPool, page_slots
 from radixkv.radix import SEQUENCE, USER, MatchInfo, RadixTree, TreeNode, evict_device
 from radixkv.radix import locks, lookup
 from radixkv.radix.pins import Pins
-from radixkv.results import BatchInputs, MatchResult, SizeInfo
+from radixkv.results import BatchInputs, LockHandle, MatchResult, SizeInfo
 from radixkv.sequences import Sequence, SequenceTable
-from radixkv.tokens import TokensLike, as_count, as_priority, as_slots, as_tokens, slot_array
+from radixkv.tokens import ExtraKeysArg, IntArg, SecondsArg, SequenceArg, TokensLike, as_count, as_priority, as_slots, as_tokens, slot_array
 
 class RadixCache:
     """A prefix-sharing KV cache over a radix tree (DESIGN.md has the whole contract)."""
 
-    def __init__(self, config: CacheConfig, clock: Callable[[], float] = time.monotonic) -> None:
-        """`clock` (seconds) times pins only; tests pass a fake one."""
+    def __init__(self, config: object, clock: Callable[[], object] = time.monotonic) -> None:
+        """`config`: a CacheConfig (checked here: ConfigError otherwise). `clock` (seconds) times pins
+        only; tests pass a fake one."""
         if not isinstance(config, CacheConfig):
             raise ConfigError(f"RadixCache takes a CacheConfig, got {type(config).__name__}")
         self.config = config
@@ -73,7 +74,7 @@ class RadixCache:
         self.tree = RadixTree(ps, make_policy(config.eviction), config.host_slots > 0, self.events, len(config.groups),
                               tuple(g.size if g.kind == "window" else 0 for g in config.groups))
         self.pins = Pins(self.tree, config.pin_budget, clock)
-        self.seqs = SequenceTable(config.max_requests, config.max_context_len, ps, config.device)
+        self.seqs: SequenceTable[TreeNode] = SequenceTable(config.max_requests, config.max_context_len, ps, config.device)
         self.req_pool = self.seqs.pool
         self.host = HostTier(config, self.tree, self.kv_pool) if config.host_slots else None
         self.stats = CacheStats()
@@ -87,29 +88,31 @@ class RadixCache:
 
     # ------------------------------------------------------------------ tree level
 
-    def match_prefix(self, tokens: TokensLike, namespace: Any = None, extra_keys: ExtraKeys | dict | None = None
+    def match_prefix(self, tokens: TokensLike, namespace: Any = None, extra_keys: ExtraKeysArg = None
                      ) -> MatchResult:
         """Longest device-cached prefix of `tokens`, whole pages only, and how many more tokens the
         host tier holds (`host_length`). Does not lock; refreshes the recency of the matched path and
         may split the edge where the match ends. `slots` is a fresh int64 tensor the caller owns.
         `extra_keys` (radixkv.keys.ExtraKeys: LoRA, cache salt, multimodal items) partition the
-        cache like the namespace does, multimodal items from their offset on."""
+        cache like the namespace does, multimodal items from their offset on. With window groups,
+        the match stops where every group can resume (radix/windows.py), never claims more.
+        Prefixes given to `insert()` have no window KV until `group(g).attach` gives them some."""
         self._own()
         ns, toks = self._key(as_tokens(tokens), namespace, extra_keys)
         m = self._match(toks, self.tree.root(ns), len(toks))
         return MatchResult(m.length, torch.from_numpy(page_slots(m.pages, self.page_size)), m.node, m.host_length)
 
-    def lock(self, node: TreeNode) -> None:
+    def lock(self, node: LockHandle) -> None:
         """Protect `node` and its ancestors from eviction; pairs with one unlock(node)."""
         self._own()
-        locks.lock(self.tree, node, USER)
+        locks.lock(self.tree, self.tree.check_node(node), USER)
 
-    def unlock(self, node: TreeNode) -> None:
+    def unlock(self, node: LockHandle) -> None:
         """Undo one earlier lock(node). LockError if there is none (a Sequence's lock is not one)."""
         self._own()
-        locks.unlock(self.tree, node, USER)
+        locks.unlock(self.tree, self.tree.check_node(node), USER)
 
-    def alloc(self, n: int) -> torch.Tensor:
+    def alloc(self, n: IntArg) -> torch.Tensor:
         """`n` private slots: the first n slots of ceil(n / page_size) fresh pages, evicting unlocked
         cached tokens as needed. OutOfSlotsError, nothing changed, if even full eviction cannot serve.
         Returns int64 `[n]`."""
@@ -129,8 +132,8 @@ class RadixCache:
             raise InvalidSlotsError(f"free() takes only slots from alloc(): {self.ledger.describe(pages, PRIVATE)}")
         self.ledger.release(pages)
 
-    def insert(self, tokens: TokensLike, slots: TokensLike, namespace: Any = None, priority: int = 0,
-               extra_keys: ExtraKeys | dict | None = None, pin_ttl: float | None = None) -> int:
+    def insert(self, tokens: TokensLike, slots: TokensLike, namespace: Any = None, priority: IntArg = 0,
+               extra_keys: ExtraKeysArg = None, pin_ttl: SecondsArg = None) -> int:
         """Cache `tokens` with their `slots`; returns how many leading tokens were already cached.
         The rules for `slots` are in insert_slots.py; anything else raises InvalidSlotsError with
         nothing changed. Afterwards the caller owns none of `slots`. With `pin_ttl` (seconds) the
@@ -156,7 +159,7 @@ class RadixCache:
             self.host.back_up(result.gained)
         return result.cached_len
 
-    def evict(self, n: int) -> int:
+    def evict(self, n: IntArg) -> int:
         """Evict at least `n` unlocked cached tokens if that many exist (trimming a leaf's tail page
         by page rather than dropping it whole). Returns tokens freed. evict(0) does nothing."""
         self._own()
@@ -166,8 +169,8 @@ class RadixCache:
 
     # ------------------------------------------------------------------ request level
 
-    def open(self, tokens: TokensLike, namespace: Any = None, max_reuse: int | None = None,
-             priority: int = 0, extra_keys: ExtraKeys | dict | None = None, pin_ttl: float | None = None) -> Sequence:
+    def open(self, tokens: TokensLike, namespace: Any = None, max_reuse: IntArg = None,
+             priority: IntArg = 0, extra_keys: ExtraKeysArg = None, pin_ttl: SecondsArg = None) -> Sequence:
         """Start a request: match at most `max_reuse` tokens (default all), promote any host-tier
         part, lock the match, take a req_to_token row and write the prefix slots into it. Afterwards
         cached_len == committed_len == kv_len (page-aligned). OutOfRowsError when every row is in
@@ -198,8 +201,8 @@ class RadixCache:
             self.pins.open_row(seq.row, until)
         return seq
 
-    def pin(self, tokens: TokensLike, namespace: Any = None, *, ttl: float,
-            extra_keys: ExtraKeys | dict | None = None) -> int:
+    def pin(self, tokens: TokensLike, namespace: Any = None, *, ttl: SecondsArg,
+            extra_keys: ExtraKeysArg = None) -> int:
         """Keep the cached prefix of `tokens` (whole pages) for `ttl` seconds of the cache's clock:
         until then its pages are evicted only when nothing unpinned is evictable (a pin never
         blocks an allocation). Pinning again extends the deadline. Returns the pinned length in
@@ -220,7 +223,7 @@ class RadixCache:
         self.pins.expire()
         return self.pins.pinned_size
 
-    def reserve(self, seq: Sequence, n: int) -> torch.Tensor:
+    def reserve(self, seq: SequenceArg, n: IntArg) -> torch.Tensor:
         """Slots for positions [kv_len, kv_len + n), filling the tail of the Sequence's last private
         page before taking new pages; written into its row. n = 0 is a no-op. OutOfSlotsError /
         ContextLengthError with nothing changed. Returns int64 `[n]`."""
@@ -240,7 +243,7 @@ class RadixCache:
         self.seqs.extend(rec, slots)
         return torch.from_numpy(slots.copy())
 
-    def commit(self, seq: Sequence, tokens: TokensLike) -> None:
+    def commit(self, seq: SequenceArg, tokens: TokensLike) -> None:
         """Declare the KV of positions [committed_len, committed_len + len(tokens)) written. They
         must lie below kv_len; `tokens` must equal seq.tokens where they overlap and extends it
         beyond. Full pages are inserted now (shareable) and the Sequence's lock moves down to them;
@@ -268,11 +271,13 @@ class RadixCache:
             self.seqs.repoint(rec, start, page_slots(result.tree_pages, ps))
         locks.move_lock(self.tree, node, result.node, SEQUENCE)
         self.seqs.move_lock(rec, result.node)
+        for window in self.windows:
+            window.trim(rec.row, result.node, rec.cached_len)
         self.pins.extend(rec.row, result.node)
         if self.host is not None:
             self.host.back_up(result.gained)
 
-    def close(self, seq: Sequence) -> None:
+    def close(self, seq: SequenceArg) -> None:
         """End a request: unlock its prefix, free its private pages (the partial last page and every
         reserved-but-uncommitted page) and release its row. The Sequence is unusable afterwards."""
         self._own()
@@ -281,12 +286,12 @@ class RadixCache:
         self.pins.close_row(rec.row)
         private = self.seqs.close(rec)[::self.page_size] // self.page_size
         for window in self.windows:
-            window.close(private)
+            window.close(rec.row, private)
         self.ledger.release(private)
         locks.unlock(self.tree, node, SEQUENCE)
 
-    def batch(self, seqs: list[Sequence], cascade: bool = False) -> BatchInputs:
-        """Inputs of one forward over positions [committed_len, kv_len) of each Sequence, checked
+    def batch(self, seqs: Any, cascade: Any = False) -> BatchInputs:
+        """Inputs of one forward over positions [committed_len, kv_len) of each Sequence of `seqs` (a list), checked
         once here so the per-layer path needs no checks. Mutates nothing. With `cascade`, also the
         plan of cascade decode (`BatchInputs.cascade`, radixkv/cascade.py) over the leading
         Sequences that extend by exactly one position: None unless two of them share a tree node."""
@@ -296,7 +301,7 @@ class RadixCache:
     def sequences(self) -> list[Sequence]:
         """The open Sequences, by row."""
         self._own()
-        return [rec.handle for rec in self.seqs.records()]
+        return [rec.handle for rec in self.seqs.records() if rec.handle is not None]  # (never None once open)
 
     # ------------------------------------------------------------------ accounting
 
@@ -361,8 +366,9 @@ class RadixCache:
 
     def _key(self, toks: np.ndarray, namespace: Any, extra_keys: Any) -> tuple[bytes, np.ndarray]:
         ns, keyed = request_key(namespace, extra_keys, toks, self.mm_keys)
-        if keyed is not toks and self.events is not None:
-            self.events.learn(as_extra_keys(extra_keys), toks)  # the raw ids vLLM's block hashes see
+        extra = as_extra_keys(extra_keys) if keyed is not toks else None  # keyed anew only by extra keys
+        if extra is not None and self.events is not None:
+            self.events.learn(extra, toks)  # the raw ids vLLM's block hashes see
         return ns, keyed
 
     def _match(self, toks: np.ndarray, root: TreeNode, asked: int) -> MatchInfo:
@@ -377,7 +383,7 @@ class RadixCache:
         if self.tree.pins is not None:
             self.pins.expire()
         pages, host_pages, secondary = evict_device(self.tree, n, None if self.host is None else self.host.keep)
-        if len(host_pages):
+        if len(host_pages) and self.host is not None:  # (host pages come only from a host tier)
             self.host.free(host_pages)
         for group, group_pages in zip(self.groups, secondary):
             group.ledger.release(group_pages)

@@ -33,6 +33,7 @@ import torch
 from radixkv.config import GroupSpec
 from radixkv.errors import InvalidSlotsError, OutOfSlotsError
 from radixkv.pools import CACHED, PRIVATE, PageLedger
+from radixkv.results import LockHandle
 from radixkv.radix import RadixTree, TreeNode
 from radixkv.radix.components import drop_component, set_component
 from radixkv.radix.evict import drop_victims, secondary_victims
@@ -76,12 +77,12 @@ class SecondaryGroup:
         arr = self._pages(pages, "free")
         self.ledger.release(arr)
 
-    def attach(self, node: TreeNode, pages: TokensLike) -> None:
+    def attach(self, handle: LockHandle, pages: TokensLike) -> None:
         """`node` (on the device, its component here a tombstone) takes private `pages` from
         alloc() as its component: one per page of its edge (window), or one (state). Afterwards
         the tree owns them. InvalidSlotsError / LockError, nothing changed, otherwise."""
         self._own()
-        self._tree.check_node(node)
+        node = self._tree.check_node(handle)
         arr = self._pages(pages, "attach")
         want = node.size // self._tree.page_size if self.spec.kind == "window" else 1
         if len(arr) != want:
@@ -89,18 +90,18 @@ class SecondaryGroup:
         set_component(self._tree.group_index, node, self.index, arr.copy())
         self.ledger.move(arr, CACHED)
 
-    def component(self, node: TreeNode) -> torch.Tensor | None:
+    def component(self, handle: LockHandle) -> torch.Tensor | None:
         """The pages `node` holds in this group (int64, a copy), or None (a tombstone). Mutates nothing."""
         self._own()
-        self._tree.check_node(node)
+        node = self._tree.check_node(handle)
         pages = node.secondary[self.index - 1] if node.secondary else None
         return None if pages is None else torch.from_numpy(pages.copy())
 
-    def drop(self, node: TreeNode) -> int:
+    def drop(self, handle: LockHandle) -> int:
         """Tombstone `node`'s component in this group, locked or not (its owner's choice: a state
         snapshot replaced by a later one); returns pages freed (0: it had none). Full KV stays."""
         self._own()
-        self._tree.check_node(node)
+        node = self._tree.check_node(handle)
         pages = drop_component(self._tree.group_index, node, self.index) if node.secondary else None
         if pages is None:
             return 0
@@ -148,7 +149,7 @@ class SecondaryGroup:
         """The ledger's CACHED pages are exactly the components the tree holds in this group."""
         self.ledger.check()
         g = self.index - 1
-        held = [n.secondary[g] for n in self._tree.nodes() if n.parent is not None and n.secondary[g] is not None]
+        held = [c for n in self._tree.nodes() if n.parent is not None and (c := n.secondary[g]) is not None]
         cached = np.flatnonzero(self.ledger.state == CACHED)
         if not np.array_equal(np.sort(np.concatenate(held)) if held else cached[:0], cached):
             raise AssertionError(f"group {self.index}: CACHED pages differ from the tree's components")

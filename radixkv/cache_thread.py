@@ -17,17 +17,17 @@ _get_ident = threading.get_ident
 
 class ThreadOwner:
     def __init__(self) -> None:
-        self._thread: int | None = _get_ident()
+        self._ident: int | None = _get_ident()  # (not `_thread`: mypyc 2.4 names its C field __thread, a C keyword)
         self._adopted = False  # an adopt() took the cache over: a second needs it released or ended
         self._adopt_lock = threading.Lock()
 
     @property
     def thread(self) -> int | None:
         """The owning thread's ident (None: released)."""
-        return self._thread
+        return self._ident
 
     def check(self) -> None:
-        if _get_ident() != self._thread:
+        if _get_ident() != self._ident:
             raise ThreadOwnershipError(
                 "a RadixCache is driven by one thread; this call came from another one. Call every "
                 "method from the scheduler thread (or hand the cache over: release_thread(), then adopt_thread())")
@@ -35,13 +35,13 @@ class ThreadOwner:
     def adopt(self) -> None:
         me = _get_ident()
         with self._adopt_lock:
-            owner = self._thread
+            owner = self._ident
             if self._adopted and owner not in (None, me) and any(t.ident == owner for t in threading.enumerate()):
                 raise ThreadOwnershipError(
                     f"adopt_thread: thread {owner} adopted this RadixCache and is still running; it must "
                     "call release_thread() before another thread adopts the cache")
-            self._thread, self._adopted = me, True
+            self._ident, self._adopted = me, True
 
     def release(self) -> None:
         self.check()
-        self._thread = None
+        self._ident = None

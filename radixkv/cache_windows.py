@@ -18,10 +18,14 @@ Who holds the window page of a full page (the group's ledger states):
     FREE       given back at close() (the private tail), or when a component is evicted
 
 A running Sequence only reads positions >= committed_len - W + 1. Its lock therefore protects
-only the window KV of the last W tokens before the node it holds (radix/windows.py `protected`);
-older window KV on its path stays in the tree for reuse until this group's pool runs short, and
-then goes first (policy order, cut at a page boundary), full KV untouched. A match ends only
-where every window group holds [p - W + 1, p) (radix/windows.py `resumable`).
+only the window KV of the last W tokens before the node it holds (radix/windows.py `protected`).
+Older window KV of the nodes it inserted is tombstoned as it commits (`trim`), except where a match
+may still end: within W - 1 tokens before a branch point (two children) or another lock; what stays
+(those, and the last W tokens of every finished request: where its next turn resumes) is kept for
+reuse until this group's pool runs short, then goes first (policy order, cut at a page boundary),
+full KV untouched. A match ends only where every window group holds [p - W + 1, p)
+(radix/windows.py `resumable`); a request that recomputes a prefix whose window KV was tombstoned
+gives the tree its window pages back (commit heals).
 """
 
 from __future__ import annotations
@@ -36,10 +40,11 @@ from radixkv.config import GroupSpec
 from radixkv.errors import OutOfSlotsError
 from radixkv.pools import CACHED, RESERVED, page_slots
 from radixkv.radix import RadixTree, TreeNode
-from radixkv.radix.components import set_component
+from radixkv.radix.components import drop_component, set_component
 from radixkv.radix.evict import secondary_victims
 from radixkv.radix.windows import protected
-from radixkv.results import BatchInputs
+from radixkv.results import BatchInputs, LockHandle
+from radixkv.tokens import TokensLike
 
 
 class WindowInputs(NamedTuple):
@@ -58,13 +63,17 @@ class WindowGroup(SecondaryGroup):
         self.page_map = np.full(num_full_pages, -1, dtype=np.int64)  # full page -> its window page (host truth)
         self.full_to_window = torch.zeros(num_full_pages * page_size, dtype=torch.int64, device=device)
         self._pending: list[tuple[np.ndarray, np.ndarray]] = []  # (full pages, window pages) not yet on the device
+        self._trimmed: dict[int, int] = {}  # row -> position up to which trim() decided its nodes
 
     def protected(self, node: TreeNode) -> int:
         return protected(node, self.window, self.page_size)
 
-    def attach(self, node: TreeNode, pages: object) -> None:
-        super().attach(node, pages)  # type: ignore[arg-type]
-        self._map(node.pages, node.secondary[self.index - 1])
+    def attach(self, handle: LockHandle, pages: TokensLike) -> None:
+        super().attach(handle, pages)
+        node = self._tree.check_node(handle)
+        full, window = node.pages, node.secondary[self.index - 1]
+        assert full is not None and window is not None  # attach checked both
+        self._map(full, window)
 
     # ------------------------------------------------------------------ Sequence hooks (RadixCache)
 
@@ -85,18 +94,45 @@ class WindowGroup(SecondaryGroup):
         for its edge; where the tree had window KV already, the Sequence's copy is freed."""
         mine, g, off = self.page_map[full_pages], self.index - 1, 0
         for node in nodes:
-            part = mine[off:off + len(node.pages)]
+            tree_pages = node.pages
+            assert tree_pages is not None  # the nodes a commit just inserted or matched are on the device
+            part = mine[off:off + len(tree_pages)]
             off += len(part)
             if node.secondary[g] is None:
                 set_component(self._tree.group_index, node, self.index, part.copy())
                 self.ledger.move(part, CACHED)
-                self._map(node.pages, part)  # the tree's full pages, when the Sequence's were duplicates
+                self._map(tree_pages, part)  # the tree's full pages, when the Sequence's were duplicates
             else:
                 self.ledger.release(part)
 
-    def close(self, full_pages: np.ndarray) -> None:
-        """A closing Sequence frees its private `full_pages`: their window pages go too."""
+    def trim(self, row: int, bottom: TreeNode, cached_len: int) -> None:
+        """After a commit of the Sequence in `row` (its lock now on `bottom`, reused prefix
+        `cached_len`): tombstone the window KV of the nodes it inserted that no one reads any more
+        and no match is likely to end after: whole nodes ending at or before bottom.end - W + 1
+        (so a match at bottom.end, or below it after close, still resumes), not within W - 1 tokens
+        before a branch point (a node with two children: where other requests' matches end), not
+        protected by another lock. Each node is decided once (`_trimmed[row]`), so a commit walks
+        only the nodes since the last one."""
+        lo, done, g = bottom.end - self.window + 1, self._trimmed.get(row, cached_len), self.index - 1
+        node, branch, decided, chunks = bottom, None, done, list[np.ndarray]()
+        while node.parent is not None and node.depth >= done:
+            if len(node.children) > 1:
+                branch = node.end
+            if node.end <= lo:
+                decided = max(decided, node.end)
+                if (branch is None or branch - node.end >= self.window - 1) and not self.protected(node):
+                    pages = drop_component(self._tree.group_index, node, self.index)  # None: a tombstone already
+                    if pages is not None:
+                        chunks.append(pages)
+            node = node.parent  # type: ignore[assignment]  # a TreeNode's parent is a TreeNode
+        self._trimmed[row] = decided
+        if chunks:
+            self.ledger.release(np.concatenate(chunks))
+
+    def close(self, row: int, full_pages: np.ndarray) -> None:
+        """The Sequence in `row` closes and frees its private `full_pages`: their window pages go too."""
         self.ledger.release(self.page_map[full_pages])
+        self._trimmed.pop(row, None)
 
     # ------------------------------------------------------------------ the forward's inputs
 
@@ -154,8 +190,9 @@ class WindowGroup(SecondaryGroup):
 
 def path_between(top: TreeNode, bottom: TreeNode) -> list[TreeNode]:
     """The nodes below `top` down to `bottom` (its descendant, included), top to bottom."""
-    out = []
-    while bottom is not top:
-        out.append(bottom)
-        bottom = bottom.parent
+    out: list[TreeNode] = []
+    node: TreeNode | None = bottom
+    while node is not top and node is not None:
+        out.append(node)
+        node = node.parent  # type: ignore[assignment]  # a TreeNode's parent is a TreeNode
     return out[::-1]

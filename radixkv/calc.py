@@ -17,8 +17,10 @@ Windowed layers (sliding window or chunked attention, `ModelSpec.window_layers` 
 a running request needs only the last `window` tokens of their KV, which spans at most
 `ceil((window - 1) / page) + 1` pages (vLLM's hybrid allocator keeps exactly these), so paged
 sizing counts `min(ceil(context / page), that)` pages for them; full layers keep every page.
-(radixkv's Engine still keeps full KV for windowed layers: this is the floor an allocator that
-frees out-of-window pages reaches, and `Sizing.window_ratio` how far below full storage it is.)
+radixkv's Engine reaches this column for sliding-window layers: they keep their KV in a pool of
+their own and a running request holds only the pages its window spans (radixkv/cache_windows.py;
+measured in bench/RESULTS.md); chunked layers (Llama 4) still keep full KV. `Sizing.window_ratio`
+says how far below full storage it is.
 """
 
 from __future__ import annotations

@@ -63,7 +63,7 @@ def _row(m: ModelSpec, a: argparse.Namespace) -> tuple[list[str], str | None]:
         note = (f"{m.window_layers} of its {m.num_layers} layers read at most {m.window:,} tokens: MiB/request "
                 f"and fit count their KV capped at the window's pages, {s.window_ratio:.3f} of the "
                 f"{s.bytes_per_request_full / 2**20:,.1f} MiB that keeping every layer's KV takes (radixkv's "
-                f"Engine still keeps it all).")
+                f"Engine holds this for sliding layers; chunked layers keep all of it).")
     kv_gib = f"{s.kv_budget_bytes / GIB:,.1f}" if s.weights_fit else "none"
     row = [m.name, f"{with_tp_note(m, tp)}, {kv_dtype}", f"{s.bytes_per_token:,.0f}",
            f"{s.bytes_per_request / 2**20:,.1f}", f"{s.weight_bytes / GIB:,.1f}", kv_gib, f"{s.fit_paged:,}",

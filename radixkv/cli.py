@@ -10,17 +10,16 @@ status 2; a peer that fails while running (SGLang) is one line and exit status 1
 from __future__ import annotations
 
 import argparse
-import importlib.machinery
 import importlib.util
 import os
 import sys
 
-from radixkv import __version__
+from radixkv import __version__, core_loader
 
 # Everything else is imported where it is used, so that `radixkv --version` never loads torch or numpy.
 WEIGHT_DTYPES = ["auto", "float16", "half", "fp16", "bfloat16", "bf16", "float32", "float", "fp32"]  # vLLM's --dtype
 QUANTIZATIONS = ["fp8", "int4"]  # vLLM's --quantization, as the bytes a quantized weight takes
-CORE_MODULES = ("radix/tree", "radix/node", "keys", "eviction/index")  # what a compiled core compiles
+CORE_MODULES = core_loader.CORE  # what a compiled core compiles (radixkv/build.py)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -31,17 +30,10 @@ class _Parser(argparse.ArgumentParser):
 
 
 def core_build(package_dir: str | None = None) -> str:
-    """"compiled core" when every module of CORE_MODULES would load from a compiled extension file
-    (and RADIXKV_PURE_PYTHON=1 is not set), else "pure Python". Reads the files; imports nothing."""
-    if os.environ.get("RADIXKV_PURE_PYTHON") == "1":
-        return "pure Python"
-    root = package_dir or os.path.dirname(os.path.abspath(__file__))
-    for module in CORE_MODULES:
-        folder, name = os.path.split(module)
-        spec = importlib.machinery.PathFinder.find_spec(name, [os.path.join(root, folder)])
-        if spec is None or not isinstance(spec.loader, importlib.machinery.ExtensionFileLoader):
-            return "pure Python"
-    return "compiled core"
+    """"compiled core" when the compiled core runs (radixkv/core_loader.py: every CORE module built,
+    the build stamp matching the sources, RADIXKV_PURE_PYTHON not set), else "pure Python".
+    Reads the files; imports nothing of the core."""
+    return "compiled core" if core_loader.state(package_dir or core_loader.PACKAGE_DIR)[0] else "pure Python"
 
 
 def version_line() -> str:

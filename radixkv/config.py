@@ -106,9 +106,9 @@ class CacheConfig:
         if self.event_hash not in EVENT_HASHES:
             raise ConfigError(f"CacheConfig.event_hash must be one of {EVENT_HASHES}, got {self.event_hash!r:.60}")
         _check_device(self.device)
-        self._check_groups()
         if self.kv_layers is not None:
             _check_kv_layers(self.kv_layers, self.num_layers)
+        self._check_groups()
 
     def _check_groups(self) -> None:
         if not isinstance(self.groups, tuple) or not all(isinstance(g, GroupSpec) for g in self.groups):
@@ -116,6 +116,9 @@ class CacheConfig:
         layers = [i for g in self.groups for i in g.layers]
         if len(set(layers)) != len(layers) or any(i >= self.num_layers for i in layers):
             raise ConfigError(f"CacheConfig.groups: layers must be distinct and below num_layers ({self.num_layers})")
+        if self.kv_layers is not None and not set(layers) <= set(self.kv_layers):
+            raise ConfigError(f"CacheConfig.groups: window layers {sorted(set(layers) - set(self.kv_layers))} hold no KV "
+                              "(not in kv_layers)")
         for g in self.groups:
             if g.kind == "window" and g.num_slots % self.page_size:
                 raise ConfigError(f"GroupSpec.num_slots ({g.num_slots}) of a window group must be a multiple of "

@@ -24,6 +24,9 @@ class LockHandle(Protocol):
     @property
     def end(self) -> int: ...  # tokens of this prefix
 
+    @property
+    def evicted(self) -> bool: ...  # neither tier holds it any more (a holder's handle outlived it)
+
 
 class MatchResult(NamedTuple):
     length: int  # cached tokens from the start, a whole number of pages

@@ -17,10 +17,11 @@ device table back; row writes are queued in the ReqToTokenPool and applied toget
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import numpy as np
 import torch
+from mypy_extensions import mypyc_attr
 
 from radixkv.cascade import kv_chunk_for, plan_cascade
 from radixkv.errors import ContextLengthError, InvalidArgumentError, SequenceError
@@ -32,12 +33,14 @@ if TYPE_CHECKING:
     from radixkv.keys import ExtraKeys
     from radixkv.kernels import CascadePlan
 
+H = TypeVar("H", bound=LockHandle)  # the cache's node class: what a Sequence's lock holds
 
-class _Record:
+
+class _Record(Generic[H]):
     __slots__ = ("handle", "row", "namespace", "priority", "tokens", "num_tokens", "slots", "cached_len",
                  "committed_len", "kv_len", "node", "closed", "extra_keys")
 
-    def __init__(self, row: int, namespace: Any, priority: int, tokens: np.ndarray, node: LockHandle,
+    def __init__(self, row: int, namespace: Any, priority: int, tokens: np.ndarray, node: H,
                  prefix_slots: np.ndarray, max_context_len: int) -> None:
         self.handle: Sequence | None = None
         self.row = row
@@ -54,12 +57,13 @@ class _Record:
         self.closed = False
 
 
+@mypyc_attr(native_class=False)  # a plain class when compiled: its properties are lambdas
 class Sequence:
     """One request's view of the cache, from `open()` to `close()`. Every field is read-only."""
 
     __slots__ = ("_rec",)
 
-    def __init__(self, rec: _Record) -> None:
+    def __init__(self, rec: _Record[Any]) -> None:
         self._rec = rec
 
     row = property(lambda self: self._rec.row, doc="its req_to_token row")
@@ -100,20 +104,20 @@ class Sequence:
                 f"cached={r.cached_len}, committed={r.committed_len}, kv={r.kv_len})")
 
 
-class SequenceTable:
+class SequenceTable(Generic[H]):
     def __init__(self, max_requests: int, max_context_len: int, page_size: int, device: str | torch.device) -> None:
         self.pool = ReqToTokenPool(max_requests, max_context_len, device)
         self.max_context_len = max_context_len
         self.page_size = page_size
-        self._open: dict[int, _Record] = {}  # row -> record of the open Sequence holding it
+        self._open: dict[int, _Record[H]] = {}  # row -> record of the open Sequence holding it
 
     def __len__(self) -> int:
         return len(self._open)
 
-    def get(self, seq: object) -> _Record:
+    def get(self, seq: object) -> _Record[H]:
         """The record of an open Sequence of this cache; SequenceError for anything else."""
-        rec = getattr(seq, "_rec", None) if type(seq) is Sequence else None
-        if rec is None or self._open.get(rec.row) is not rec or rec.handle is not seq:
+        rec: _Record[H] | None = getattr(seq, "_rec", None) if type(seq) is Sequence else None
+        if rec is None or rec.handle is not seq or self._open.get(rec.row) is not rec:
             state = "closed" if rec is not None and rec.closed else "not an open Sequence of this cache"
             raise SequenceError(f"{seq!r} is {state}")
         return rec
@@ -129,7 +133,7 @@ class SequenceTable:
 
     # ------------------------------------------------------------------ changes
 
-    def open(self, tokens: np.ndarray, namespace: Any, priority: int, node: LockHandle,
+    def open(self, tokens: np.ndarray, namespace: Any, priority: int, node: H,
              prefix_slots: np.ndarray, extra_keys: ExtraKeys | None = None) -> Sequence:
         rec = _Record(self.pool.alloc_row(), namespace, priority, tokens, node, prefix_slots, self.max_context_len)
         rec.extra_keys = extra_keys
@@ -138,13 +142,13 @@ class SequenceTable:
         self.pool.write(rec.row, 0, prefix_slots)
         return seq
 
-    def extend(self, rec: _Record, slots: np.ndarray) -> None:
+    def extend(self, rec: _Record[H], slots: np.ndarray) -> None:
         """Slots for positions [kv_len, kv_len + len(slots)) (reserve)."""
         rec.slots[rec.kv_len:rec.kv_len + len(slots)] = slots
         self.pool.write(rec.row, rec.kv_len, slots)
         rec.kv_len += len(slots)
 
-    def check_commit(self, rec: _Record, tokens: np.ndarray) -> None:
+    def check_commit(self, rec: _Record[H], tokens: np.ndarray) -> None:
         c, m = rec.committed_len, len(tokens)
         if c + m > rec.kv_len:
             raise SequenceError(f"commit of positions [{c}, {c + m}) but only {rec.kv_len} have slots; reserve() first")
@@ -152,7 +156,7 @@ class SequenceTable:
         if overlap > 0 and not np.array_equal(tokens[:overlap], rec.tokens[c:c + overlap]):
             raise SequenceError(f"commit: tokens differ from the Sequence's known tokens at [{c}, {c + overlap})")
 
-    def commit(self, rec: _Record, tokens: np.ndarray) -> tuple[int, int]:
+    def commit(self, rec: _Record[H], tokens: np.ndarray) -> tuple[int, int]:
         """Record checked tokens as committed; returns the positions [start, end) of full pages that
         must move into the tree now (start == end when none)."""
         c, m = rec.committed_len, len(tokens)
@@ -161,15 +165,15 @@ class SequenceTable:
         rec.committed_len = c + m
         return rec.node.end, max(rec.node.end, (c + m) // self.page_size * self.page_size)
 
-    def repoint(self, rec: _Record, start: int, slots: np.ndarray) -> None:
+    def repoint(self, rec: _Record[H], start: int, slots: np.ndarray) -> None:
         """Positions [start, start + len(slots)) now read the tree's slots (another request cached them first)."""
         rec.slots[start:start + len(slots)] = slots
         self.pool.write(rec.row, start, slots.copy())
 
-    def move_lock(self, rec: _Record, node: LockHandle) -> None:
+    def move_lock(self, rec: _Record[H], node: H) -> None:
         rec.node = node
 
-    def close(self, rec: _Record) -> np.ndarray:
+    def close(self, rec: _Record[H]) -> np.ndarray:
         """Release the row; returns the Sequence's private slots [tree_len, kv_len) to free."""
         private = rec.slots[rec.node.end:rec.kv_len].copy()
         del self._open[rec.row]
@@ -179,7 +183,7 @@ class SequenceTable:
 
     # ------------------------------------------------------------------ reads
 
-    def records(self) -> list[_Record]:
+    def records(self) -> list[_Record[H]]:
         return [self._open[r] for r in sorted(self._open)]
 
     def check(self) -> None:
@@ -224,7 +228,7 @@ class SequenceTable:
         plan = self._cascade(recs, device) if cascade else None
         return BatchInputs(t[0], t[1], t[2], t[3], t[4], t[5], kv_indices, plan)
 
-    def _cascade(self, recs: list[_Record], device: torch.device) -> CascadePlan | None:
+    def _cascade(self, recs: list[_Record[H]], device: torch.device) -> CascadePlan | None:
         decode = next((i for i, r in enumerate(recs) if r.kv_len - r.committed_len != 1), len(recs))
         if decode < 2:
             return None

@@ -8,7 +8,7 @@ Counts and priorities are ints, never bools (InvalidArgumentError). Nothing here
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Sequence, TypeAlias
 
 import numpy as np
 import torch
@@ -17,7 +17,14 @@ from radixkv.errors import InvalidArgumentError, InvalidSlotsError, InvalidToken
 
 MAX_TOKEN_ID = 2**31 - 1
 _min, _max = np.minimum.reduce, np.maximum.reduce  # ndarray.min() without its Python wrapper
-TokensLike = Sequence[int] | np.ndarray | torch.Tensor
+TokensLike: TypeAlias = Sequence[int] | np.ndarray | torch.Tensor
+# Public arguments a call validates itself, raising a typed RadixKVError for a bad one. Typed Any,
+# named for what they should be: the compiled core (radixkv/build.py) checks a declared type at the
+# call, which would raise TypeError (and reject numpy integers) before the call's own check.
+IntArg: TypeAlias = Any  # an int or numpy integer, never a bool (as_count, as_priority)
+SecondsArg: TypeAlias = Any  # a positive, finite number of seconds (radix/pins.py's as_ttl)
+SequenceArg: TypeAlias = Any  # an open Sequence of this cache (SequenceTable.get)
+ExtraKeysArg: TypeAlias = Any  # radixkv.keys.ExtraKeys, a dict of its fields, or None (as_extra_keys)
 _TORCH_INTS = frozenset([torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8])
 _INT_TYPES = frozenset([int, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64])
 

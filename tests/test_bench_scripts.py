@@ -10,8 +10,8 @@ from scripts import ROOT, load_script
 from radixkv.bench.opt import opt_hit_rate
 from radixkv.bench.workloads import make_workload
 
-SCRIPTS = ["calls_per_request", "e2e", "fleet", "host_tier", "opt", "policy_long", "policy_margins", "recurrent_reuse",
-           "workloads"]
+SCRIPTS = ["calls_per_request", "e2e", "fleet", "host_tier", "opt", "policy_cost", "policy_long", "policy_margins",
+           "policy_memory", "recurrent_reuse", "workloads"]
 
 
 @pytest.mark.parametrize("name", SCRIPTS)
@@ -42,3 +42,20 @@ def test_calls_per_request_counts_the_lifecycle(capsys: pytest.CaptureFixture[st
     module.main(["--cells", "chat:0.5:1", "--requests", "10", "--top", "3"])
     out = capsys.readouterr().out.splitlines()
     assert out[1].startswith("chat:0.5:1") and len(out) == 5
+
+
+def test_policy_cost_times_both_policies_on_the_same_requests(capsys: pytest.CaptureFixture[str]) -> None:
+    module = load_script(ROOT / "bench" / "policy_cost.py")
+    module.main(["--cells", "chat:0.25:1", "--requests", "40", "--rounds", "1"])
+    out = capsys.readouterr().out.splitlines()
+    assert out[2].startswith("| chat:0.25:1 |") and out[-1].startswith("adaptive / lru CPU time: median")
+
+
+def test_policy_memory_bounds_the_adaptive_policys_state() -> None:
+    """The default policy's metadata is the index's plus one shadow: at most its key bytes (4 per
+    cached token, fewer where it shares the index's) and its nodes and heap (under 2 bytes per token
+    on this trace's long edges), measured by tracemalloc after the cache has turned over twice."""
+    module = load_script(ROOT / "bench" / "policy_memory.py")
+    got = {p: module.measure("tools", p, 16, 1 << 16, 2, "traced") for p in ("lru", "adaptive")}
+    assert got["lru"]["cached"] == got["adaptive"]["cached"] > 0.9 * (1 << 16)
+    assert got["lru"]["bytes_per_token"] <= got["adaptive"]["bytes_per_token"] <= got["lru"]["bytes_per_token"] + 6, got

@@ -15,6 +15,7 @@ from rich.console import Console
 
 from radixkv import __version__
 from radixkv.cli import core_build, main
+from radixkv.core_loader import CORE, SHARED, STAMP, source_digest, state
 from radixkv.demo import PRESSURE, WordTokenizer
 from radixkv.demo import main as demo
 from radixkv.eviction import POLICIES
@@ -48,22 +49,31 @@ def test_version_says_how_the_core_runs_without_loading_torch() -> None:
             "print(round(time.perf_counter() - t, 3), 'torch' in sys.modules, 'numpy' in sys.modules)")
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
     line, stats = run.stdout.strip().splitlines()
-    assert line == f"radixkv {__version__} (pure Python)"
+    assert line == f"radixkv {__version__} ({core_build()})"
     seconds, torch_loaded, numpy_loaded = stats.split()
     assert (torch_loaded, numpy_loaded) == ("False", "False") and float(seconds) < 0.5
 
 
 def test_core_build_reads_the_module_files(tmp_path, monkeypatch) -> None:
-    """A package whose core modules are extension files reads as compiled (nothing is loaded)."""
-    for module in ("radix/tree", "radix/node", "keys", "eviction/index"):
+    """A package whose core modules are extension files, built from the sources there now, reads as
+    compiled (nothing is loaded); a source edited after the build, or RADIXKV_PURE_PYTHON=1, as pure."""
+    monkeypatch.delenv("RADIXKV_PURE_PYTHON", raising=False)
+    for module in CORE:
         path = tmp_path / f"{module}.py"
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text("")
+        path.write_text(f"# {module}\n")
     assert core_build(str(tmp_path)) == "pure Python"
-    for module in ("radix/tree", "radix/node", "keys", "eviction/index"):
+    for module in (*CORE, SHARED):
         (tmp_path / f"{module}.cpython-311-x86_64-linux-gnu.so").write_bytes(b"")
         (tmp_path / f"{module}.abi3.so").write_bytes(b"")
+    assert core_build(str(tmp_path)) == "pure Python"  # no build stamp
+    (tmp_path / STAMP).write_text(source_digest(str(tmp_path)))
     assert core_build(str(tmp_path)) == "compiled core"
+    assert state(str(tmp_path)) == (True, "")
+    (tmp_path / "radix/tree.py").write_text("# edited after the build\n")
+    assert core_build(str(tmp_path)) == "pure Python"
+    assert state(str(tmp_path)) == (False, "stale: radix/tree.py changed after the build")
+    (tmp_path / STAMP).write_text(source_digest(str(tmp_path)))
     monkeypatch.setenv("RADIXKV_PURE_PYTHON", "1")
     assert core_build(str(tmp_path)) == "pure Python"
 

@@ -61,8 +61,11 @@ def test_greedy_output_equals_model_generate(schedule: str, runs: dict, expected
 def test_auto_reuses_more_prefill_than_fcfs(runs: dict) -> None:
     reused = {name: r[1] for name, r in runs.items()}
     most = (GROUPS * PER_GROUP - GROUPS) * SYSTEM  # every prompt but each group's first reuses its system prompt
-    assert reused["auto"] == most, reused
-    assert reused["fcfs"] < reused["auto"] / 2, reused
+    assert reused["lpm"] == most, reused
+    # auto groups less than lpm here: all 16 arrive at once, and a request is due (runs in arrival
+    # order) once 1.5x the tokens ahead of it are admitted, so a third of the admissions keep FCFS order
+    assert reused["auto"] >= most * 0.8, reused
+    assert reused["fcfs"] < reused["auto"] / 2 and reused["fcfs-match"] < reused["auto"], reused
 
 
 def test_engine_rejects_an_unknown_schedule(model: torch.nn.Module) -> None:

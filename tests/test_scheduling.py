@@ -86,51 +86,47 @@ def test_lpm_orders_by_cached_length_and_fcfs_keeps_arrival_order() -> None:
     assert order(queued(cache, prompts, "fcfs-match")[0]) == [0, 1, 2, 3]
 
 
-def test_auto_and_hrrn_are_response_ratios() -> None:
-    """All wait equally long: hrrn runs the shortest prompt first, auto the least uncached work."""
+def test_hrrn_is_the_response_ratio() -> None:
     cache = make_cache()
-    hot = tokens(1, 60)
-    cache_prefix(cache, hot)
-    prompts = [tokens(3, 30), hot + tokens(5, 8), tokens(4, 20)]  # uncached: 30, 8, 20; lengths 30, 68, 20
+    prompts = [tokens(3, 30), tokens(5, 68), tokens(4, 20)]
     sched, reqs = queued(cache, prompts, "hrrn")
     assert order(sched) == [2, 0, 1]  # no wait yet: every ratio is 1, the shorter goes first
-    sched.planned = 100
-    assert order(sched) == [2, 0, 1]
-    sched, reqs = queued(cache, prompts, "auto")
+    reqs[1].arrival -= 300  # (300 + 68) / 68 = 5.4 beats (0 + 20) / 20
     assert order(sched) == [1, 2, 0]
-    sched.planned = 10_000  # everyone waited 10,000 token-times: ratio 1 + w / s still favours small s
-    assert order(sched) == [1, 2, 0]
-    reqs[0].arrival -= 40_000  # request 0 waited 5x as long: (50000 + 30) / 30 beats (10000 + 8) / 8
-    assert order(sched) == [0, 1, 2]
 
 
-def test_auto_puts_overdue_requests_first() -> None:
-    """Past 2x the typical wait a request goes first, whatever its ratio. Typical: the larger of the
-    moving average of admitted requests' waits and the mean wait of the window."""
+def test_auto_orders_by_virtual_deadline_after_the_due() -> None:
+    """auto: deadline = arrival + 48 x (uncached - cached); the first request of an idle queue is due."""
     cache = make_cache()
     hot = tokens(1, 60)
     cache_prefix(cache, hot)
-    prompts = [tokens(3, 300)] + [hot + tokens(5 + i, 8) for i in range(4)]  # uncached: 300, then 8 each
+    prompts = [tokens(3, 30), tokens(4, 20), hot + tokens(5, 8), tokens(6, 10)]  # uncached - cached: 30, 20, -52, 10
+    sched, reqs = queued(cache, prompts, "auto")
+    assert sched.policy.turn == {reqs[0]: 0, reqs[1]: 45, reqs[2]: 75, reqs[3]: 1.5 * 118}  # 1.5 x tokens ahead
+    assert order(sched) == [0, 2, 3, 1]  # 0 is due (nothing was ahead of it), then deadlines
+    sched.planned = 10_000  # waiting longer changes no deadline
+    assert order(sched) == [0, 2, 3, 1]
+    reqs[1].arrival -= 48 * 73  # 1 arrived more than 48 x (20 - (-52)) earlier than 2: its deadline is earlier
+    assert order(sched) == [0, 1, 2, 3]
+
+
+def test_auto_runs_a_request_once_its_fcfs_turn_has_passed() -> None:
+    """A cold request is overtaken by cached ones only until 1.5x the tokens ahead of it at arrival
+    have been admitted; then it goes first, whatever its deadline."""
+    cache = make_cache()
+    hot = tokens(1, 60)
+    cache_prefix(cache, hot)
+    prompts = [tokens(2, 40), tokens(3, 300)] + [hot + tokens(5 + i, 8) for i in range(3)]
     sched, reqs = queued(cache, prompts, "auto")
     policy = sched.policy
-    for _ in range(300):
-        policy.admitted(reqs[1], now=reqs[1].arrival + 30.0)  # as if each was admitted after waiting 30
-    assert policy.typical == pytest.approx(30.0, rel=0.01)
-
-    def at(now: int) -> list[int]:
-        sched.planned = now
-        for r in reqs[1:]:
-            r.arrival = now - 5  # the hot ones have waited 5: ratio (5 + 8) / 8 = 1.6
-        return order(sched)
-
-    assert at(55) == [1, 2, 3, 4, 0]  # cold: ratio (55 + 300) / 300 = 1.2, waited 55 < 2 x 30
-    assert at(100) == [0, 1, 2, 3, 4]  # waited 100 > 60: overdue
-    policy.typical = 0.0
-    assert at(100) == [0, 1, 2, 3, 4]  # no admissions yet: the window's mean wait (100 + 4 x 5) / 5 = 24 -> 48
-    sched.planned = 100
-    for r in reqs[1:]:
-        r.arrival = 0  # ...but when all waited alike (a queue that arrived at once) nobody is overdue
-    assert order(sched) == [1, 2, 3, 4, 0]
+    assert policy.turn[reqs[1]] == 60  # 1.5 x the 40 tokens of request 0
+    assert order(sched) == [0, 2, 3, 4, 1]
+    sched.waiting.remove(reqs[0])
+    policy.admitted(reqs[0], 0)  # 40 tokens admitted: < 60, still overtaken
+    assert order(sched) == [2, 3, 4, 1]
+    sched.waiting.remove(reqs[2])
+    policy.admitted(reqs[2], 0)  # 108 >= 60: due
+    assert order(sched) == [1, 3, 4]
 
 
 def test_dfs_weight_runs_the_heaviest_subtree_first() -> None:
@@ -155,32 +151,36 @@ def test_matching_is_bounded_per_step() -> None:
     assert set(sched.estimates.known) <= set(list(sched.waiting)[:100])
 
 
-def cold_wait(schedule: str, stream: int) -> int:
-    """Steps the cold request waits while `stream` steps each bring 8 hot requests (48 cached tokens
-    + 8 new): exactly the 64-token budget, so some hot request is always waiting."""
+def cold_wait(schedule: str, stream: int, cold_at: int, per_step: int) -> int:
+    """Steps the cold request (added at step `cold_at`) waits while `stream` steps each bring
+    `per_step` hot requests (48 cached tokens + 8 new) for a 64-token budget."""
     cache = make_cache(slots=1 << 14, page_size=1)
     hot = tokens(1, 48)
     cache_prefix(cache, hot)
     sched = Scheduler(cache, 64, schedule=schedule)
     cold = Request(-1, tokens(2, 60), 60, 1)
-    sched.add(cold)
     for t in range(stream + 100):
+        if t == cold_at:
+            sched.add(cold)
         if t < stream:
-            for j in range(8):
-                i = t * 8 + j  # a distinct first new token: no hot request extends another's match
+            for j in range(per_step):
+                i = t * per_step + j  # a distinct first new token: no hot request extends another's match
                 sched.add(Request(i, hot + [i] + tokens(1000 + i, 7), 56, 1))
         step(sched)
         if cold.opened:
-            return t
+            return t - cold_at
     raise AssertionError(f"{schedule}: the cold request never ran")
 
 
-@pytest.mark.parametrize("stream", [30, 60])
-def test_lpm_starves_a_cold_request_and_auto_does_not(stream: int) -> None:
-    lpm, auto, fcfs = cold_wait("lpm", stream), cold_wait("auto", stream), cold_wait("fcfs", stream)
-    assert lpm >= stream  # it runs only once the hot stream has ended
-    assert fcfs == 0
-    assert auto <= 10  # (64 w + 60) / 60 overtakes the hot requests' (64 + 8) / 8 after ~8 steps
+@pytest.mark.parametrize("cold_at", [0, 10])
+def test_lpm_starves_a_cold_request_and_auto_does_not(cold_at: int) -> None:
+    """10 hot requests a step (80 tokens for a 64-token budget: a queue builds); the cold request
+    arrives first or behind that queue. LPM's wait grows with the stream, auto's does not."""
+    for stream in (30, 60):
+        lpm, auto, fcfs = (cold_wait(s, stream, cold_at, per_step=10) for s in ("lpm", "auto", "fcfs"))
+        assert lpm >= stream - cold_at  # it runs only once the hot stream has ended
+        assert auto <= 2 * fcfs + 1  # due once 1.5x the tokens queued ahead of it are admitted
+        assert fcfs <= 2
 
 
 def test_every_policy_is_listed() -> None:

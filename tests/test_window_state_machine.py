@@ -22,7 +22,6 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from radixkv import CacheConfig, GroupSpec, LockError, OutOfRowsError, OutOfSlotsError, RadixCache
-from radixkv.radix.components import drop_component
 
 TOKENS = st.lists(st.integers(0, 2), min_size=1, max_size=16)
 WINDOWS = (3, 6)  # layer 1: group 1, layer 2: group 2; layer 0 keeps full KV
@@ -167,21 +166,33 @@ TestWindowMachinePaged = WindowMachinePaged.TestCase
 TestWindowMachinePaged.settings = settings(max_examples=60, stateful_step_count=40, deadline=None)
 
 
-def test_a_match_shortens_to_where_every_window_is_held() -> None:
-    """By hand: window KV tombstoned in the middle of a cached prefix; the match stops at the last
-    position before the hole, or past it once W tokens after the hole are held again."""
+def run(cache: RadixCache, prompt: list[int]) -> int:
+    """One request, one token per forward (one node per token at page size 1); returns its reuse."""
+    seq = cache.open(prompt, max_reuse=len(prompt) - 1)
+    reused = seq.cached_len
+    for p in range(reused, len(prompt)):
+        cache.reserve(seq, 1)
+        cache.commit(seq, [prompt[p]])
+        cache.check_invariants()
+    cache.close(seq)
+    return reused
+
+
+def test_window_kv_is_kept_where_a_match_may_end() -> None:
+    """By hand, W = 3 (resuming at p needs window KV for [p - 2, p)): a request keeps the window KV
+    of its last W - 1 tokens and drops the rest as it goes; a second request that branches off
+    at 6 recomputes the prefix (its window KV was gone), heals it, and the branch point keeps it."""
     groups = (GroupSpec("window", 32, size=3, layers=(1,)),)
     cache = RadixCache(CacheConfig(num_layers=2, num_kv_heads=1, head_dim=1, num_slots=32, eviction="lru",
                                    groups=groups))
-    prompt = list(range(12))
-    seq = cache.open(prompt)
-    for p in range(12):  # one node per token
-        cache.reserve(seq, 1)
-        cache.commit(seq, [prompt[p]])
-    cache.close(seq)
-    assert cache.match_prefix(prompt).length == 12
-    node = cache.match_prefix(prompt[:6]).node  # the node of position 5: tombstone its window KV
-    cache.group(1).ledger.release(drop_component(cache.tree.group_index, node, 1))
+    first = list(range(12))
+    assert run(cache, first) == 0
+    lengths = [cache.match_prefix(first[:n]).length for n in (6, 9, 11, 12)]
+    assert lengths == [0, 0, 0, 12]  # window KV held for [10, 12) only (the full KV of all 12 is cached)
+    assert cache.sizes().cached == 12 and cache.group(1).sizes().cached == 2
+    second = first[:6] + [20, 21, 22, 23, 24]
+    assert run(cache, second) == 0  # nothing to resume from before 6: recomputed, window KV healed
+    assert [cache.match_prefix(first[:n]).length for n in (6, 9, 12)] == [6, 6, 12]
+    assert cache.match_prefix(second).length == 11
+    assert run(cache, first[:6] + [30, 31]) == 6  # a third request resumes at the branch point
     cache.check_invariants()
-    # resuming at p needs window KV for [p - 2, p) (W = 3)
-    assert [cache.match_prefix(prompt[:n]).length for n in (5, 6, 7, 8, 12)] == [5, 5, 5, 8, 12]

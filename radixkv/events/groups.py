@@ -30,8 +30,9 @@ if TYPE_CHECKING:
     from radixkv.radix.node import TreeNode
 
 # vLLM's KVCacheSpecKind values (vllm/v1/kv_cache_interface.py) that radixkv's groups map to
-FULL_ATTENTION, SLIDING_WINDOW, CHUNKED, MAMBA = ("full_attention", "sliding_window", "chunked_local_attention",
-                                                 "mamba")
+FULL_ATTENTION, SLIDING_WINDOW, CHUNKED, MAMBA, UNKNOWN = ("full_attention", "sliding_window",
+                                                          "chunked_local_attention", "mamba", "unknown")
+_KINDS = {"state": MAMBA, "chunk": CHUNKED}  # radixkv GroupSpec kinds -> vLLM's, windows aside
 
 
 @dataclass(frozen=True)
@@ -54,9 +55,11 @@ FULL = EventGroup(FULL_ATTENTION)
 
 
 def event_groups(specs: Sequence[Any]) -> tuple[EventGroup, ...]:
-    """The EventGroups of a cache's secondary groups (CacheConfig.groups: GroupSpec kind "window"
-    with its `size`, or "state", which vLLM files under its MambaSpec kind, gated delta nets included)."""
-    return tuple(EventGroup(SLIDING_WINDOW, s.size) if s.kind == "window" else EventGroup(MAMBA) for s in specs)
+    """The EventGroups of a cache's secondary groups (CacheConfig.groups): GroupSpec kind "window"
+    with its `size`, "state" (vLLM files every recurrent layer, gated delta nets included, under
+    its MambaSpec kind), anything else vLLM's "unknown" (routers then take the safe rule)."""
+    return tuple(EventGroup(SLIDING_WINDOW, s.size) if s.kind == "window" else EventGroup(_KINDS.get(s.kind, UNKNOWN))
+                 for s in specs)
 
 
 class Recorder(Protocol):

@@ -18,10 +18,11 @@ its reference until the real cache has turned over once (WARMUP), so the compari
 steady expert against one in transient.
 
 Before the first eviction both experts hold exactly what the real cache holds, so no shadow runs;
-the keys of that traffic are kept and, at the first eviction, replayed through both experts in
-caches of PRIOR_SIZE x the real size, where they already differ: the first expert followed is the
-one that matched more there (LRU when they tie). That history is charged its real bytes from the
-first lookup (entry and key objects); past HISTORY bytes it is dropped and START is followed.
+that traffic is kept (eviction/history.py: as leaves of the real tree and lengths, not key bytes) and,
+at the first eviction, replayed through both experts in caches of PRIOR_SIZE x the real size, where
+they already differ: the first expert followed is the one that matched more there (LRU when they
+tie). That history is charged its real bytes from the first lookup; past HISTORY bytes it is dropped
+and START is followed.
 
 It cannot stay behind the better expert for long: a clear lead is acted on, and a switch that was a
 mistake is undone the same way. What it pays is the lag before it has evidence: the consequences of
@@ -40,7 +41,7 @@ from radixkv.eviction.history import History, absolute_key
 from radixkv.eviction.policies import LFU, LRU, EvictionPolicy
 
 if TYPE_CHECKING:
-    from radixkv.eviction.view import NodeView, ShadowView, TreeView
+    from radixkv.eviction.view import CachedNodeView, NodeView, ShadowView, TreeView
 
 
 class Adaptive(EvictionPolicy):
@@ -53,7 +54,7 @@ class Adaptive(EvictionPolicy):
     PRIOR = True  # choose the first expert by replaying the traffic before the first eviction in small caches
     PRIOR_SIZE = 0.25  # ... of this share of the real cache's size
     HISTORY = 1 << 24  # bytes that replay's history (eviction/history.py) may take (16 MiB, freed at the
-    # first eviction); past it, START. Kept compactly, it holds ~112 bytes per request
+    # first eviction); past it, START. A request of the bench lifecycle costs two entries, 224 bytes
     START = 0  # the expert followed until the evidence says otherwise: LRU (SGLang's default)
     WINDOW = 8.0  # decay horizon: tokens newly cached, as a multiple of the cache's size
     WARMUP = 1.0  # after a switch, turnovers before the real cache stands for its expert
@@ -83,7 +84,7 @@ class Adaptive(EvictionPolicy):
     def leader(self) -> str:
         return self.experts[self.mode].name
 
-    def on_evict(self, victim: NodeView) -> None:
+    def on_evict(self, victim: CachedNodeView) -> None:
         if not self._shadows:  # until now every expert held what the real cache holds
             self._tree = tree = victim.tree
             if self._history:
@@ -109,11 +110,10 @@ class Adaptive(EvictionPolicy):
         if hits[1 - self.mode] - hits[self.mode] > self.MARGIN * asked:
             self._follow(1 - self.mode)
 
-    def on_insert(self, leaf: NodeView) -> None:
-        if self._history is not None:
-            self._leaf = leaf
+    def on_insert(self, leaf: CachedNodeView) -> None:
+        self._leaf = leaf  # the history keeps it; a shadow's new leaf shares its key bytes
 
-    def on_lookup(self, start: NodeView, key: bytes, length: int) -> None:
+    def on_lookup(self, start: CachedNodeView, key: bytes, length: int) -> None:
         shadows = self._shadows
         full = key if start.parent is None else absolute_key(start, key)
         if not shadows:
@@ -135,7 +135,7 @@ class Adaptive(EvictionPolicy):
                 and total * total > self.Z * self.Z * self._var):
             self._switch()
 
-    def on_cache(self, start: NodeView, key: bytes, cached: int, use: bool) -> None:
+    def on_cache(self, start: CachedNodeView, key: bytes, cached: int, use: bool) -> None:
         if cached > self._capacity:
             self._capacity = cached
         shadows = self._shadows
@@ -148,10 +148,12 @@ class Adaptive(EvictionPolicy):
                 if history.bytes > self.HISTORY:
                     self._history = None
             return
-        mode = self.mode
-        added = shadows[1 - mode].insert(start.ns, full, cached, use)
+        mode, leaf = self.mode, self._leaf
+        tail = leaf.key if leaf is not None else None
+        self._leaf = None
+        added = shadows[1 - mode].insert(start.ns, full, cached, use, tail)
         if mode in shadows:
-            own = shadows[mode].insert(start.ns, full, cached, use)
+            own = shadows[mode].insert(start.ns, full, cached, use, tail)
             added = own if own > added else added
             self._settle -= added
             if self._settle <= 0:  # the real cache now holds what its expert would: it counts

@@ -11,39 +11,41 @@ rebuilds a heap over every evictable leaf on each `evict`).
 from __future__ import annotations
 
 import heapq
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Generic, TypeVar
 
 if TYPE_CHECKING:
     from radixkv.eviction.view import NodeView
 
+V = TypeVar("V", bound="NodeView")  # the tree's node class
 
-class EvictableIndex:
-    def __init__(self, key: Callable[[NodeView], tuple]) -> None:
+
+class EvictableIndex(Generic[V]):
+    def __init__(self, key: Callable[[V], tuple]) -> None:
         self.key = key  # node -> tuple ending with node.id
         self._heap: list[tuple] = []
         self._keys: dict[int, tuple] = {}  # node id -> current key, for every member
-        self._nodes: dict[int, NodeView] = {}  # node id -> node, for every member
+        self._nodes: dict[int, V] = {}  # node id -> node, for every member
         self.members = self._nodes.keys()  # a live read-only view: `node.id in index.members`
 
     def __len__(self) -> int:
         return len(self._nodes)
 
-    def __contains__(self, node: NodeView) -> bool:
+    def __contains__(self, node: V) -> bool:
         return node.id in self._nodes
 
-    def add(self, node: NodeView) -> None:
+    def add(self, node: V) -> None:
         key = self.key(node)
         self._keys[node.id] = key
         self._nodes[node.id] = node
         heapq.heappush(self._heap, key)
 
-    def discard(self, node: NodeView) -> None:
+    def discard(self, node: V) -> None:
         if self._nodes.pop(node.id, None) is not None:
             del self._keys[node.id]
             if len(self._heap) > 2 * len(self._nodes) + 64:
                 self._compact()
 
-    def set(self, node: NodeView, member: bool) -> None:
+    def set(self, node: V, member: bool) -> None:
         """Make `node` a member or not (a no-op when it already is what is asked)."""
         if member != (node.id in self._nodes):
             if member:
@@ -51,7 +53,7 @@ class EvictableIndex:
             else:
                 self.discard(node)
 
-    def refresh(self, node: NodeView) -> None:
+    def refresh(self, node: V) -> None:
         """Re-key a member whose recency, hits or priority changed (a no-op for non-members)."""
         if node.id in self._nodes:
             key = self.key(node)
@@ -60,21 +62,21 @@ class EvictableIndex:
             if len(self._heap) > 2 * len(self._nodes) + 64:
                 self._compact()
 
-    def peek(self) -> NodeView:
+    def peek(self) -> V:
         """The next victim (smallest key). The index must not be empty."""
         heap, keys = self._heap, self._keys
         while keys.get(heap[0][-1]) is not heap[0]:
             heapq.heappop(heap)
         return self._nodes[heap[0][-1]]
 
-    def pop(self) -> NodeView:
+    def pop(self) -> V:
         """Remove and return the next victim. The index must not be empty."""
         node = self.peek()
         heapq.heappop(self._heap)
         del self._keys[node.id], self._nodes[node.id]
         return node
 
-    def rekey(self, key: Callable[[NodeView], tuple]) -> None:
+    def rekey(self, key: Callable[[V], tuple]) -> None:
         """Order by a new key function: every member re-keyed, the heap rebuilt (O(n))."""
         self.key = key
         self._keys = {i: key(node) for i, node in self._nodes.items()}
@@ -84,10 +86,10 @@ class EvictableIndex:
         self._heap = list(self._keys.values())
         heapq.heapify(self._heap)
 
-    def nodes(self) -> list[NodeView]:
+    def nodes(self) -> list[V]:
         return list(self._nodes.values())
 
-    def current_key(self, node: NodeView) -> tuple | None:
+    def current_key(self, node: V) -> tuple | None:
         return self._keys.get(node.id)
 
     def check(self) -> None:

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING
 from radixkv.eviction.policies import EvictionPolicy
 
 if TYPE_CHECKING:
-    from radixkv.eviction.view import NodeView
+    from radixkv.eviction.view import CachedNodeView, NodeView
 
 
 class LRFU(EvictionPolicy):
@@ -72,11 +72,11 @@ class LRFU(EvictionPolicy):
         t = min(1.0, max(0.0, (self.R_HI - self.rate) / (self.R_HI - self.R_LO)))
         return self.H_MIN * (self.H_MAX / self.H_MIN) ** t
 
-    def on_hit(self, node: NodeView) -> None:
+    def on_hit(self, node: CachedNodeView) -> None:
         if node.hit_count == 1 and not any(map(node.tree.on_device, node.children.values())):
             self._first_hit = (node.id, node.end)
 
-    def on_insert(self, leaf: NodeView) -> None:
+    def on_insert(self, leaf: CachedNodeView) -> None:
         parent = leaf.parent
         assert parent is not None
         chain = self._first_hit == (parent.id, parent.end)
@@ -99,7 +99,7 @@ class LRFU(EvictionPolicy):
             crf = (1.0 - decay ** (node.hit_count + 1)) / (1.0 - decay)
         return (lam * node.last_access + math.log2(crf), node.id)
 
-    def on_evict(self, victim: NodeView) -> None:
+    def on_evict(self, victim: CachedNodeView) -> None:
         parent = victim.parent
         if parent is not None and parent.parent is not None and parent.id > victim.id:
             self._cut_ends[parent.id] = None  # parent came from a split of this edge: a cut, not a sequence end

@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Callable
 
 if TYPE_CHECKING:
-    from radixkv.eviction.view import NodeView
+    from radixkv.eviction.view import CachedNodeView, NodeView
 
 
 class EvictionPolicy:
@@ -30,19 +30,19 @@ class EvictionPolicy:
     def key(self, node: NodeView) -> tuple:
         raise NotImplementedError
 
-    def on_insert(self, leaf: NodeView) -> None:
+    def on_insert(self, leaf: CachedNodeView) -> None:
         """A new leaf was just created by an insert (its parent is `leaf.parent`)."""
 
-    def on_hit(self, node: NodeView) -> None:
+    def on_hit(self, node: CachedNodeView) -> None:
         """A match ended exactly at `node` (after any split), which it matched whole."""
 
-    def on_evict(self, victim: NodeView) -> None:
+    def on_evict(self, victim: CachedNodeView) -> None:
         """`victim` is about to lose its device copy (once per victim, before its pages are freed)."""
 
-    def on_lookup(self, start: NodeView, key: bytes, length: int) -> None:
+    def on_lookup(self, start: CachedNodeView, key: bytes, length: int) -> None:
         """A match of `key` (whole pages, int32 bytes) below `start` found `length` tokens cached."""
 
-    def on_cache(self, start: NodeView, key: bytes, cached: int, use: bool) -> None:
+    def on_cache(self, start: CachedNodeView, key: bytes, cached: int, use: bool) -> None:
         """`key` (whole pages) below `start` is cached now; the device holds `cached` tokens in all;
         `use`: the insert counted as a use (a direct insert, RadixTree.insert)."""
 

@@ -1,13 +1,14 @@
 """What eviction sees of a tree: a narrow, named view of a node and of its tree, defined once here.
 
 Policies order nodes and learn from the tree's hooks; they never change a node. The radix index's
-TreeNode satisfies NodeView and RadixTree TreeView; a shadow's ShadowNode (both are PrefixNodes,
-radix/core.py) has every field a key function reads, which is all a shadow's fixed policy asks of it. Nothing in eviction/ imports radix/: the dependency runs one way, radix -> eviction.
+TreeNode satisfies CachedNodeView (a NodeView with its tree) and RadixTree TreeView; a shadow's
+ShadowNode (both are PrefixNodes, radix/core.py) satisfies NodeView: every field a key function
+reads, which is all a shadow's fixed policy asks of it. Hooks see CachedNodeViews, keys NodeViews. Nothing in eviction/ imports radix/: the dependency runs one way, radix -> eviction.
 """
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Mapping, Protocol
 
 
 class NodeView(Protocol):
@@ -27,13 +28,25 @@ class NodeView(Protocol):
     def parent(self) -> NodeView | None: ...  # None: a namespace root
 
     @property
-    def children(self) -> dict[bytes, NodeView]: ...  # first page of the child's key -> child
+    def children(self) -> Mapping[bytes, NodeView]: ...  # first page of the child's key -> child
 
     @property
     def end(self) -> int: ...  # depth + size
 
+
+class CachedNodeView(NodeView, Protocol):
+    """A node of the real cache (not a shadow's), as a learning policy's hooks see it: with its tree."""
+
     @property
     def tree(self) -> TreeView: ...
+
+
+class FixedPolicyView(Protocol):
+    """A fixed policy as a shadow runs it (eviction/policies.py's EvictionPolicy satisfies it)."""
+
+    insert_is_use: bool  # a direct insert counts as a use
+
+    def key(self, node: NodeView) -> tuple: ...  # eviction order: smallest first
 
 
 class ShadowView(Protocol):
@@ -41,7 +54,8 @@ class ShadowView(Protocol):
 
     def match(self, ns: bytes, key: bytes) -> int: ...  # tokens held of key (from the ns root); refreshes
 
-    def insert(self, ns: bytes, key: bytes, capacity: int, use: bool) -> int: ...  # evict down to capacity, add
+    def insert(self, ns: bytes, key: bytes, capacity: int, use: bool, tail: bytes | None = None) -> int: ...
+    # evict down to capacity, add; `tail`: an object equal to key's end that a new leaf may keep instead of a copy
 
 
 class TreeView(Protocol):
@@ -53,6 +67,6 @@ class TreeView(Protocol):
 
     def on_device(self, node: NodeView) -> bool: ...  # does node have device KV now
 
-    def shadow(self, policy: object) -> ShadowView: ...  # an empty shadow under policy
+    def shadow(self, policy: FixedPolicyView) -> ShadowView: ...  # an empty shadow under policy
 
-    def shadow_copy(self, policy: object) -> ShadowView: ...  # a shadow holding what the tree holds now
+    def shadow_copy(self, policy: FixedPolicyView) -> ShadowView: ...  # a shadow holding what the tree holds now

@@ -147,6 +147,7 @@ class Scheduler:
         """Queue `req`; its waiting time starts now (`req.arrival` = the clock)."""
         req.arrival = self.clock()
         self.waiting.append(req)
+        self.policy.arrived(req, req.arrival)
 
     @property
     def idle(self) -> bool:
@@ -177,7 +178,10 @@ class Scheduler:
         """Close every running Sequence and forget all requests (after an error mid-step)."""
         for req in list(self.running):
             self.finish(req)
+        for req in self.waiting:
+            self.estimates.drop(req)
         self.waiting.clear()
+        self.policy = make_policy(self.policy.name, self.estimates)  # forgets the aborted requests' turns
 
     def finish(self, req: Request) -> None:
         """Drop a finished request: close its Sequence (committed full pages stay cached)."""

@@ -115,7 +115,7 @@ class StateStore:
         """Attach `state` (taken after `end` tokens; the store owns it now) to `node` as its snapshot,
         replacing any there; a `spare` one is given up before the others until it is used. Returns
         False, storing nothing, if `node` does not end at `end` (or the group has no slot to give)."""
-        if getattr(node, "evicted", False) or node.end != end:  # the tree's flag: read, never written
+        if node.evicted or node.end != end:
             return False
         self._tick += 1
         slot = self._slot(node)
@@ -127,8 +127,8 @@ class StateStore:
                 slot = int(self.group.alloc(1)[0])
             except OutOfSlotsError:
                 return False
-            self.group.attach(_tree_node(node), [slot])
-        self._entries[slot] = _Entry(_tree_node(node), end, state, self._tick, spare)
+            self.group.attach(node, [slot])
+        self._entries[slot] = _Entry(node, end, state, self._tick, spare)
         self.puts += 1
         return True
 
@@ -136,7 +136,7 @@ class StateStore:
         """Drop `node`'s snapshot, if any."""
         slot = self._slot(node)
         if slot is not None:
-            self.group.drop(_tree_node(node))
+            self.group.drop(node)
             self._entries.pop(slot, None)
             self.dropped += 1
 
@@ -147,7 +147,7 @@ class StateStore:
         assert all(self._entries[s].node.end == self._entries[s].end for s in held)
 
     def _slot(self, node: LockHandle) -> int | None:
-        pages = self.group.component(_tree_node(node))  # an evicted node holds no component
+        pages = self.group.component(node)  # an evicted node holds no component
         return None if pages is None else int(pages[0])
 
     def _valid(self, slot: int, entry: _Entry) -> bool:
@@ -171,12 +171,6 @@ class StateStore:
             return
         self.discard(free[marconi_victim([e.last_use for e in free],
                                          [self.flops(e.end) / e.state.nbytes for e in free])].node)
-
-
-def _tree_node(node: LockHandle) -> Any:
-    """The tree's node behind a LockHandle, as the group's calls take it (they check it is this tree's).
-    Integrations see nodes only as LockHandles (tests/test_import_graph.py)."""
-    return node
 
 
 def marconi_victim(last_use: list[int], efficiency: list[float], alpha: float = ALPHA) -> int:

@@ -18,6 +18,9 @@ def _fail(msg: str, node: TreeNode) -> None:
 
 def _check_edge(tree: RadixTree, node: TreeNode) -> None:
     pb, parent = tree.page_bytes, node.parent
+    if parent is None:
+        _fail("a namespace root is checked as an edge", node)
+        return
     if node.evicted or (node.pages is None and node.host_pages is None):
         _fail("a node no tier holds is still linked", node)
     if node.tree is not tree or not node.key or len(node.key) % pb or node.size * 4 != len(node.key):
@@ -97,7 +100,7 @@ def check_tree(tree: RadixTree) -> tuple[np.ndarray, np.ndarray]:
     for g, index in enumerate(tree.group_index):
         members = {n.id for n in tree.nodes() if n.parent is not None and n.secondary[g] is not None}
         _check_index(index, members, f"group {g + 1}", index.key if tree.policy.stable_keys else None)
-        _unique([n.secondary[g] for n in tree.nodes() if n.parent is not None and n.secondary[g] is not None],
+        _unique([pages for n in tree.nodes() if n.parent is not None and (pages := n.secondary[g]) is not None],
                 f"group {g + 1}")
     fixed = tree.policy.stable_keys
     _check_index(tree.index, leaves, "device", tree.index.key if fixed else None)

@@ -13,28 +13,31 @@ its subclasses add their own slots and write those.
 
 Cost: a walk is one dict lookup and one memcmp per edge; a split is O(1) (plus the subclass's part).
 Node creation is on every tree's hot path: subclasses call PrefixNode.__init__ directly (no super()
-object) and split_edge / add_leaf construct inline.
+object). Typed for mypyc (radixkv/build.py): a tree's nodes are of one class, `N`, so a walk of a
+RadixTree yields TreeNodes and one of a ShadowTree ShadowNodes, with no casts.
 """
 
 from __future__ import annotations
 
+from typing import Generic, TypeVar
+
 from radixkv.keys import common_bytes
 
+N = TypeVar("N", bound="PrefixNode")  # a tree's own node class: its parent and children are of it too
 
-class PrefixNode:
-    __slots__ = ("id", "tree", "ns", "parent", "children", "key", "size", "depth", "last_access", "created",
+
+class PrefixNode(Generic[N]):
+    __slots__ = ("id", "ns", "parent", "children", "key", "size", "depth", "last_access", "created",
                  "hit_count", "priority")
 
-    def __init__(self, tree: TreeCore, node_id: int, ns: bytes, parent: PrefixNode | None, key: bytes,
-                 tick: int) -> None:
+    def __init__(self, node_id: int, ns: bytes, parent: N | None, key: bytes, tick: int) -> None:
         self.id = node_id
-        self.tree = tree  # the owning tree: a node of another tree is rejected, never used
         self.ns = ns  # canonical namespace key (radixkv.keys)
-        self.parent = parent
-        self.children: dict[bytes, PrefixNode] = {}  # first page of the child's key -> child
+        self.parent: N | None = parent
+        self.children: dict[bytes, N] = {}  # first page of the child's key -> child
         self.key = key  # int32 little-endian token ids of this edge, a whole number of pages
-        self.size = len(key) // 4  # tokens on this edge
-        self.depth = 0 if parent is None else parent.depth + parent.size  # tokens above this edge
+        self.size: int = len(key) // 4  # tokens on this edge
+        self.depth: int = 0 if parent is None else parent.depth + parent.size  # tokens above this edge
         self.last_access = tick  # logical clock of the last match/insert that touched it
         self.created = tick
         self.hit_count = 0  # uses: matches through it (and direct inserts where the policy counts them)
@@ -49,10 +52,8 @@ class PrefixNode:
         return self.depth + self.size
 
 
-class TreeCore:
-    """Structure only: subclasses set `node_type` and keep whatever else their nodes carry."""
-
-    node_type: type[PrefixNode] = PrefixNode
+class TreeCore(Generic[N]):
+    """Structure only: subclasses make their own nodes (`make_node`) and keep whatever else they carry."""
 
     def __init__(self, page_size: int) -> None:
         self.page_size = page_size
@@ -61,24 +62,24 @@ class TreeCore:
         self._next_id = 0
         self._matched_tick = -1  # the tick of the last match when nothing has ticked since, else -1
 
-    def make_node(self, ns: bytes, parent: PrefixNode | None, key: bytes) -> PrefixNode:
-        node = self.node_type(self, self._next_id, ns, parent, key, self.tick)
-        self._next_id += 1
-        return node
+    def make_node(self, ns: bytes, parent: N | None, key: bytes) -> N:
+        """A new node of this tree's own class, id `_next_id` (which it advances), created now."""
+        raise NotImplementedError
 
-    def count_insert_use(self, path: list, leaf: PrefixNode | None) -> None:
+    def count_insert_use(self, path: list[N], leaf: N | None) -> None:
         """A direct insert is a use of `path` (as in SGLang), but a request's match followed by its own
         insert counts once: from the end, the nodes the last match already counted are a prefix."""
         seen = self.tick if self._matched_tick == self.tick else -1
-        for n in reversed(path):
+        for n in path[::-1]:  # (not reversed(): mypyc 2.4 fails on reversed() over a list of a TypeVar)
             if n.last_access == seen and n is not leaf:
                 break
             n.hit_count += 1
 
-    def walk(self, key: bytes, node: PrefixNode) -> tuple[list, int]:
+    def walk(self, key: bytes, node: N) -> tuple[list[N], int]:
         """Read-only: the nodes a match of `key` (whole pages) below `node` passes through and the
         matched bytes (whole pages; the last node may be matched only in part)."""
-        pb, pos, end, path = self.page_bytes, 0, len(key), []
+        pb, pos, end = self.page_bytes, 0, len(key)
+        path: list[N] = []
         while pos < end:
             child = node.children.get(key[pos:pos + pb])
             if child is None:
@@ -92,12 +93,12 @@ class TreeCore:
                 break
         return path, pos
 
-    def split_edge(self, node: PrefixNode, k: int) -> PrefixNode:
+    def split_edge(self, node: N, k: int) -> N:
         """Cut `node`'s edge after k tokens (whole pages): a new upper node takes the first k with
         node's times, hits and priority; `node` keeps the lower half and so its meaning."""
         kb, parent = 4 * k, node.parent
-        upper = self.node_type(self, self._next_id, node.ns, parent, node.key[:kb], self.tick)  # make_node, inline
-        self._next_id += 1
+        assert parent is not None  # a root has no edge to cut
+        upper = self.make_node(node.ns, parent, node.key[:kb])
         upper.last_access, upper.created = node.last_access, node.created
         upper.hit_count, upper.priority = node.hit_count, node.priority
         node.key = node.key[kb:]
@@ -108,8 +109,7 @@ class TreeCore:
         parent.children[upper.key[:self.page_bytes]] = upper
         return upper
 
-    def add_leaf(self, parent: PrefixNode, key: bytes) -> PrefixNode:
-        leaf = self.node_type(self, self._next_id, parent.ns, parent, key, self.tick)  # make_node, inline
-        self._next_id += 1
+    def add_leaf(self, parent: N, key: bytes) -> N:
+        leaf = self.make_node(parent.ns, parent, key)
         parent.children[key[:self.page_bytes]] = leaf
         return leaf

@@ -37,7 +37,9 @@ def evict_device(tree: RadixTree, num_tokens: int, keep: Callable[[TreeNode], np
     """Free at least `num_tokens` unlocked device tokens if that many exist; a victim larger than
     the remaining need loses only its tail pages. `keep(victim)` may return host pages now holding
     a copy of the victim's KV, which then stays as host-only."""
-    ps, freed, chunks, host_chunks = tree.page_size, 0, [], []
+    ps, freed = tree.page_size, 0
+    chunks: list[np.ndarray] = []
+    host_chunks: list[np.ndarray] = []
     groups: list[list[np.ndarray]] = [[] for _ in tree.group_index] if tree.group_index else []
     while freed < num_tokens:
         leaf = tree.pop_victim()
@@ -46,6 +48,7 @@ def evict_device(tree: RadixTree, num_tokens: int, keep: Callable[[TreeNode], np
         keep_tokens = leaf.size - -(-(num_tokens - freed) // ps) * ps
         if keep_tokens > 0:
             tree.split(leaf, keep_tokens)  # the upper part stays cached as a new node
+        assert leaf.pages is not None  # the device index holds device nodes only
         chunks.append(leaf.pages)
         freed += leaf.size
         tree.evicted(leaf)
@@ -80,14 +83,17 @@ def secondary_victims(tree: RadixTree, group: int, num_pages: int, protected: Ca
     keep their component (default: all of a locked node's, none of an unlocked one's); a per-page
     component loses only the rest (drop_victims splits the edge there)."""
     index, ps, g = tree.group_index[group - 1], tree.page_size, group - 1
-    plan, popped, found = [], [], 0
+    plan: list[tuple[TreeNode, int]] = []
+    popped: list[TreeNode] = []
+    found = 0
     while found < num_pages and len(index):
         node = index.pop()
         popped.append(node)
         keep = (node.size if node.lock_ref else 0) if protected is None else protected(node)
-        if keep < node.size:
+        pages = node.secondary[g]
+        if keep < node.size and pages is not None:  # (the group's index holds only nodes with a component)
             plan.append((node, keep))
-            found += len(node.secondary[g]) - keep // ps
+            found += len(pages) - keep // ps
     for node in popped:  # put back: the index is as it was
         index.add(node)
     return plan, found
@@ -95,10 +101,12 @@ def secondary_victims(tree: RadixTree, group: int, num_pages: int, protected: Ca
 
 def drop_victims(tree: RadixTree, group: int, plan: list[tuple[TreeNode, int]]) -> np.ndarray:
     """Tombstone what secondary_victims planned (nothing changed since); returns int64 pages."""
-    chunks = []
+    chunks: list[np.ndarray] = []
     for node, keep in plan:
         victim = tree.split(node, node.size - keep) if keep else node  # the upper part goes
-        chunks.append(drop_component(tree.group_index, victim, group))
+        pages = drop_component(tree.group_index, victim, group)
+        if pages is not None:  # (planned nodes hold a component)
+            chunks.append(pages)
     return _cat(chunks)
 
 
@@ -116,11 +124,13 @@ def _remove_subtree(tree: RadixTree, node: TreeNode, host_chunks: list[np.ndarra
 def evict_host(tree: RadixTree, num_tokens: int) -> np.ndarray:
     """Free at least `num_tokens` host-tier tokens if that many exist: host-only leaves first (the
     node goes), then host copies of device nodes (the node stays). Returns host pages, int64."""
-    freed, chunks = 0, []
+    freed = 0
+    chunks: list[np.ndarray] = []
     while freed < num_tokens:
         victim = tree.pop_host_victim()
         if victim is None:
             break
+        assert victim.host_pages is not None  # the host index holds host copies only
         chunks.append(victim.host_pages)
         freed += victim.size
         residency.lose_host(tree, victim)

@@ -29,7 +29,8 @@ def lock(tree: RadixTree, node: TreeNode, holder: int) -> None:
         node.seq_locks += 1
     if not node.lock_ref:
         tree.index.discard(node)  # only the bottom node can be a leaf: ancestors have it as a child
-    moved, x = 0, node
+    moved, root = 0, node
+    x: TreeNode | None = node
     while x is not None:
         if not x.lock_ref:
             moved += x.size
@@ -50,7 +51,8 @@ def unlock(tree: RadixTree, node: TreeNode, holder: int) -> None:
         node.user_locks -= 1
     else:
         node.seq_locks -= 1
-    moved, x = 0, node
+    moved, root = 0, node
+    x: TreeNode | None = node
     while x is not None:
         x.lock_ref -= 1
         if not x.lock_ref:
@@ -81,6 +83,8 @@ def move_lock(tree: RadixTree, old: TreeNode, new: TreeNode, holder: int) -> Non
         if not x.lock_ref:
             moved += x.size
         x.lock_ref += 1
-        x = x.parent
+        parent = x.parent
+        assert parent is not None  # `old` is an ancestor of `new`
+        x = parent
     tree.evictable_size -= moved
     tree.protected_size += moved

@@ -29,7 +29,7 @@ def host_pages_below(tree: RadixTree, key: bytes, start: TreeNode) -> np.ndarray
     """Read-only: host pages of the host-only continuation of `key` below `start` (whole pages),
     where `start` ends a device match of the tokens before `key`."""
     path, matched = tree.walk(key, start)
-    host = [n.host_pages for n in path if n.pages is None]
+    host = [n.host_pages for n in path if n.pages is None and n.host_pages is not None]
     return np.concatenate(host)[:matched // tree.page_bytes] if host else _EMPTY
 
 

@@ -26,7 +26,7 @@ the tree says, per node, which pages of each group hold the node's tokens:
 Invariants (check_tree): len(secondary) == the tree's secondary group count; a secondary component
 exists only on a node with device KV; its pages are int64 and no page of a group is held by two
 nodes; by default a lock protects every component of a locked path (a window group protects only
-the last W tokens before each lock: cache_groups.py).
+the last W tokens before each lock: radix/windows.py, cache_windows.py).
 Calls (radix/components.py, radix/evict.py), `groups` being `tree.group_index`:
 `set_component(groups, node, g, pages)` gives a device node group g's pages;
 `drop_component(groups, node, g)` tombstones it and returns the pages;
@@ -36,31 +36,51 @@ returns the secondary pages of the nodes it drops (`Evicted.secondary`, per grou
 Owner of the pages: RadixCache builds the tree with `secondary_groups=len(config.groups)` and one
 PageLedger per group (cache_groups.py: `cache.group(g)` allocates, attaches a component to a node,
 reads one at a match, evicts), and gives each group's pages back to its own ledger on eviction.
-A model with one group (full KV) has `secondary == ()` and nothing of this runs.
+A model with one group (full KV) has an empty `secondary` (one list all its nodes share) and
+nothing of this runs.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 
+from radixkv.eviction.view import TreeView
 from radixkv.radix.core import PrefixNode
 
-if TYPE_CHECKING:
-    from radixkv.radix.core import TreeCore
+
+class GroupListener(Protocol):
+    """Who hears of secondary components (radix/types.py's ResidencyListener is one)."""
+
+    def attached(self, node: TreeNode, group: int) -> None: ...
+
+    def detached(self, node: TreeNode, group: int) -> None: ...
 
 
-class TreeNode(PrefixNode):
-    __slots__ = ("pages", "host_pages", "secondary", "lock_ref", "user_locks", "seq_locks",
-                 "evicted", "__weakref__")
+class NodeOwner(TreeView, Protocol):
+    """A node's tree as the node's own modules and the policies' hooks see it (RadixTree is one;
+    named here, not imported, so that node.py needs nothing of tree.py: no import cycle)."""
 
-    def __init__(self, tree: TreeCore, node_id: int, ns: bytes, parent: TreeNode | None, key: bytes,
+    @property
+    def listener(self) -> GroupListener | None: ...
+
+# The components of a node when the tree has no secondary groups: shared and empty (writing
+# `secondary[g]` into it raises IndexError; a tree with groups gives each node its own list).
+_NO_GROUPS: list[np.ndarray | None] = []
+
+
+class TreeNode(PrefixNode["TreeNode"]):
+    __slots__ = ("tree", "pages", "host_pages", "secondary", "lock_ref", "user_locks", "seq_locks", "evicted",
+                 "__weakref__")
+
+    def __init__(self, tree: NodeOwner, node_id: int, ns: bytes, parent: TreeNode | None, key: bytes,
                  tick: int) -> None:
-        PrefixNode.__init__(self, tree, node_id, ns, parent, key, tick)
+        PrefixNode.__init__(self, node_id, ns, parent, key, tick)
+        self.tree = tree  # the owning tree: a node of another tree is rejected, never used
         self.pages: np.ndarray | None = None  # int64 [size // page_size]: device full KV; None: host only
         self.host_pages: np.ndarray | None = None  # int64 [size // page_size]: host-tier copy, if any
-        self.secondary: tuple | list = ()  # secondary group components (module docstring); None: tombstone
+        self.secondary: list[np.ndarray | None] = _NO_GROUPS  # secondary group components (module docstring); None: tombstone
         self.lock_ref = 0  # locks on this node or any descendant: > 0 means protected
         self.user_locks = 0  # lock() calls on exactly this node not yet unlocked
         self.seq_locks = 0  # open Sequences whose committed prefix ends exactly here

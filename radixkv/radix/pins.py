@@ -48,7 +48,7 @@ def as_ttl(ttl: Any, what: str) -> float:
 
 
 class Pins:
-    def __init__(self, tree: RadixTree, budget: int, clock: Callable[[], float]) -> None:
+    def __init__(self, tree: RadixTree, budget: int, clock: Callable[[], object]) -> None:
         if not callable(clock):
             raise ConfigError(f"RadixCache(clock=...) must be a callable returning seconds, got {clock!r}")
         self.tree = tree
@@ -201,7 +201,7 @@ class Pins:
                 raise AssertionError(f"pins: node {node_id} is pinned but not a live device node")
             total += node.size
             parent = node.parent
-            if parent.parent is not None and until.get(parent.id, 0.0) < u:
+            if parent is not None and parent.parent is not None and until.get(parent.id, 0.0) < u:
                 raise AssertionError(f"pins: {node} is pinned below a shorter pin")
             if (u, node_id) not in queued:
                 raise AssertionError(f"pins: {node} has no expiry entry")

@@ -37,9 +37,9 @@ class RadixTree(Protocol):
     def release_root_if_idle(self, root: TreeNode) -> None: ...
 
 
-def reindex(tree: RadixTree, node: TreeNode) -> None:
-    """Recompute `node`'s membership of both evictable indexes."""
-    if node.parent is None:
+def reindex(tree: RadixTree, node: TreeNode | None) -> None:
+    """Recompute `node`'s membership of both evictable indexes (None, a root's parent: nothing)."""
+    if node is None or node.parent is None:
         return
     children = node.children.values()
     tree.index.set(node, node.pages is not None and not node.lock_ref
@@ -66,7 +66,9 @@ def gain_device(tree: RadixTree, nodes: list[TreeNode]) -> None:
             device_changed(tree, node)
         else:  # a new leaf: the common case, without scanning siblings
             tree.index.add(node)
-            tree.index.discard(node.parent)
+            parent = node.parent
+            assert parent is not None  # nodes that gain pages are below a root
+            tree.index.discard(parent)
         if tree.listener is not None:
             tree.listener.stored(node, DEVICE)
 
@@ -110,6 +112,7 @@ def unlink(tree: RadixTree, node: TreeNode) -> None:
     if tree.host_index is not None:
         tree.host_index.discard(node)
     parent = node.parent
+    assert parent is not None  # a root is never unlinked
     del parent.children[node.key[:tree.page_bytes]]
     node.evicted = True
     reindex(tree, parent)

@@ -25,29 +25,26 @@ from typing import TYPE_CHECKING, Iterable
 from radixkv.radix.core import PrefixNode, TreeCore
 
 if TYPE_CHECKING:
-    from radixkv.eviction import EvictionPolicy
+    from radixkv.eviction.view import FixedPolicyView
     from radixkv.radix.node import TreeNode
 
 
-class ShadowNode(PrefixNode):
+class ShadowNode(PrefixNode["ShadowNode"]):
     __slots__ = ("hkey",)
 
-    def __init__(self, tree: TreeCore, node_id: int, ns: bytes, parent: PrefixNode | None, key: bytes,
-                 tick: int) -> None:
-        PrefixNode.__init__(self, tree, node_id, ns, parent, key, tick)
+    def __init__(self, node_id: int, ns: bytes, parent: ShadowNode | None, key: bytes, tick: int) -> None:
+        PrefixNode.__init__(self, node_id, ns, parent, key, tick)
         self.hkey: tuple | None = None  # current key in the shadow's leaf heap; None: not a member
 
 
-class ShadowTree(TreeCore):
+class ShadowTree(TreeCore[ShadowNode]):
     """A metadata-only prefix cache under `policy` (a fixed policy: its key reads node fields only).
 
     Its evictable leaves sit in a heap of (key, node) with lazy deletion, the current key kept on the
     node itself (`hkey`; None: not a member), so the hot path needs no dicts and no method calls
     beyond the walk, a split and a leaf."""
 
-    node_type = ShadowNode
-
-    def __init__(self, policy: EvictionPolicy, page_size: int) -> None:
+    def __init__(self, policy: FixedPolicyView, page_size: int) -> None:
         super().__init__(page_size)
         self.policy = policy
         self._key = policy.key
@@ -73,6 +70,11 @@ class ShadowTree(TreeCore):
         if len(heap) > 2 * self._live + 64:
             self._heap = [e for e in heap if e[1].hkey is e[0]]
             heapq.heapify(self._heap)
+
+    def make_node(self, ns: bytes, parent: ShadowNode | None, key: bytes) -> ShadowNode:
+        node = ShadowNode(self._next_id, ns, parent, key, self.tick)
+        self._next_id += 1
+        return node
 
     def _root(self, ns: bytes) -> ShadowNode:
         root = self.roots[ns] = self.make_node(ns, None, b"")
@@ -113,10 +115,11 @@ class ShadowTree(TreeCore):
                 return path + more, pos + end
         return self.walk(key, root)
 
-    def insert(self, ns: bytes, key: bytes, capacity: int, use: bool = True) -> int:
+    def insert(self, ns: bytes, key: bytes, capacity: int, use: bool = True, tail: bytes | None = None) -> int:
         """Cache `key` (whole pages) below `ns`, first evicting down to `capacity` tokens in all
-        (never the path of `key` itself); `use` counts it as RadixTree.insert(use=True) does.
-        Returns the tokens added."""
+        (never the path of `key` itself); `use` counts it as RadixTree.insert(use=True) does. A new
+        leaf keeps `tail` as its key when it equals the end of `key` it needs (the real tree's new
+        leaf's key: one bytes object for both trees instead of a copy each). Returns the tokens added."""
         root = self.roots.get(ns)
         if root is None:
             root = self._root(ns)
@@ -141,7 +144,8 @@ class ShadowTree(TreeCore):
                 self.roots[ns] = root
         leaf = None
         if pos < len(key):
-            leaf = self.add_leaf(node, key[pos:])
+            share = tail is not None and len(tail) == len(key) - pos and key.endswith(tail)
+            leaf = self.add_leaf(node, tail if share and tail is not None else key[pos:])
             self.used += leaf.size
             path.append(leaf)
             if node.hkey is not None:

@@ -22,8 +22,7 @@ splits and drops) and the event listener in step.
 
 from __future__ import annotations
 
-import weakref
-from typing import Callable
+from typing import TYPE_CHECKING, Callable, cast
 
 import numpy as np
 
@@ -32,6 +31,7 @@ from radixkv.eviction import EvictableIndex, EvictionPolicy, host_first
 from radixkv.radix import residency
 from radixkv.radix.components import split_components
 from radixkv.radix.core import TreeCore
+from radixkv.radix.idle_roots import IdleRoots
 from radixkv.radix.node import TreeNode
 from radixkv.radix.shadow import ShadowTree
 from radixkv.radix.windows import resumable
@@ -40,22 +40,26 @@ from radixkv.radix.types import InsertResult, MatchInfo, PinKeeper, ResidencyLis
 _EMPTY = np.empty(0, dtype=np.int64)
 
 
-class RadixTree(TreeCore):
-    node_type = TreeNode
+if TYPE_CHECKING:
+    from radixkv.eviction.view import FixedPolicyView, NodeView
 
+
+class RadixTree(TreeCore[TreeNode]):
     def __init__(self, page_size: int, policy: EvictionPolicy, host_tier: bool = False,
                  listener: ResidencyListener | None = None, secondary_groups: int = 0,
                  windows: tuple[int, ...] = ()) -> None:
         super().__init__(page_size)
         self.policy = policy
-        self.index = EvictableIndex(policy.key)
+        self.index: EvictableIndex[TreeNode] = EvictableIndex(policy.key)
         self.pins: PinKeeper | None = None  # pins with a deadline (radix/pins.py), from pins_on() on
-        self.host_index = EvictableIndex(host_first(policy, self.on_device)) if host_tier else None
+        self.host_index: EvictableIndex[TreeNode] | None = (
+            EvictableIndex(host_first(policy, self.on_device)) if host_tier else None)
         # secondary layer groups (radix/node.py): per group, the nodes holding a component, policy order
-        self.group_index = tuple(EvictableIndex(policy.key) for _ in range(secondary_groups))
+        self.group_index: tuple[EvictableIndex[TreeNode], ...] = tuple(
+            EvictableIndex(policy.key) for _ in range(secondary_groups))
         self.windows = windows  # per secondary group: its window W (0: not a window group); windows.py
         self.roots: dict[bytes, TreeNode] = {}  # namespace key -> root, while it has children or locks
-        self._idle_roots: weakref.WeakValueDictionary[bytes, TreeNode] = weakref.WeakValueDictionary()
+        self._idle_roots = IdleRoots()  # roots with no children and no locks, while held elsewhere
         self.listener = listener
         self.evictable_size = 0
         self.protected_size = 0
@@ -72,18 +76,24 @@ class RadixTree(TreeCore):
         if root is None:
             root = self._idle_roots.get(ns)
             if root is None:
-                root = self._idle_roots[ns] = self.new_node(ns, None, b"", _EMPTY)
+                root = self.new_node(ns, None, b"", _EMPTY)
+                self._idle_roots.put(ns, root)
         return root
 
     def hold_root(self, root: TreeNode) -> None:
         if root.ns not in self.roots:
             self.roots[root.ns] = root
-            self._idle_roots.pop(root.ns, None)
+            self._idle_roots.pop(root.ns)
 
     def release_root_if_idle(self, root: TreeNode) -> None:
         if not root.children and not root.lock_ref and self.roots.get(root.ns) is root:
             del self.roots[root.ns]
-            self._idle_roots[root.ns] = root
+            self._idle_roots.put(root.ns, root)
+
+    def make_node(self, ns: bytes, parent: TreeNode | None, key: bytes) -> TreeNode:
+        node = TreeNode(self, self._next_id, ns, parent, key, self.tick)
+        self._next_id += 1
+        return node
 
     def new_node(self, ns: bytes, parent: TreeNode | None, key: bytes, pages: np.ndarray | None) -> TreeNode:
         node = self.make_node(ns, parent, key)
@@ -149,7 +159,7 @@ class RadixTree(TreeCore):
         if k == 0:
             return MatchInfo(start, 0, _EMPTY, length)
         node = path[k - 1]
-        return MatchInfo(node, dev, np.concatenate([n.pages for n in path[:k]]), length - dev)
+        return MatchInfo(node, dev, np.concatenate([n.pages for n in path[:k] if n.pages is not None]), length - dev)
 
     def pins_on(self, pins: PinKeeper) -> None:
         """Start keeping `pins` (before the first one): from now on the device index orders pinned
@@ -196,10 +206,12 @@ class RadixTree(TreeCore):
         path, matched = self.walk(key, start)
         length = matched // 4
         k, dev = self.device_prefix(path, length, start)
-        if k == 1:  # the usual case (a single edge matched): a view, read only below
-            tree_pages = path[0].pages[:dev // self.page_size]
+        first = path[0].pages if k else None
+        if k == 1 and first is not None:  # the usual case (a single edge matched): a view, read only below
+            tree_pages = first[:dev // self.page_size]
         else:
-            tree_pages = np.concatenate([n.pages for n in path[:k]])[:dev // self.page_size] if k else _EMPTY
+            tree_pages = (np.concatenate([n.pages for n in path[:k] if n.pages is not None])[:dev // self.page_size]
+                          if k else _EMPTY)
         if accept is not None:
             accept(dev, tree_pages)
         node, gained, ps = start, [], self.page_size
@@ -239,14 +251,14 @@ class RadixTree(TreeCore):
     # ------------------------------------------------------------------ learning policies
 
     @staticmethod
-    def on_device(node: TreeNode) -> bool:
-        return node.pages is not None
+    def on_device(node: NodeView) -> bool:
+        return cast(TreeNode, node).pages is not None  # policies hold this tree's nodes as NodeViews
 
-    def shadow(self, policy: EvictionPolicy) -> ShadowTree:
+    def shadow(self, policy: FixedPolicyView) -> ShadowTree:
         """An empty metadata-only replay of this tree's core under `policy` (radix/shadow.py)."""
         return ShadowTree(policy, self.page_size)
 
-    def shadow_copy(self, policy: EvictionPolicy) -> ShadowTree:
+    def shadow_copy(self, policy: FixedPolicyView) -> ShadowTree:
         """A shadow under `policy` that starts from what this tree holds on the device now."""
         shadow = ShadowTree(policy, self.page_size)
         shadow.load(self.nodes())
@@ -266,11 +278,13 @@ class RadixTree(TreeCore):
             for group in self.group_index:
                 group.rekey(self.policy.key)
 
-    def check_node(self, node: object) -> None:
+    def check_node(self, node: object) -> TreeNode:
+        """`node` itself, checked to be one of this tree's nodes (LockError otherwise)."""
         if not isinstance(node, TreeNode):
             raise LockError(f"expected a TreeNode from match_prefix, got {type(node).__name__}")
         if node.tree is not self:
             raise LockError(f"{node} belongs to another RadixCache")
+        return node
 
     # ------------------------------------------------------------------ victims
 

@@ -18,16 +18,17 @@ so a wait and a prefill length can be compared:
                 after its subtrees
     hrrn        highest response ratio next, `(wait + s) / s` with `s` = the whole prompt: shortest first,
                 but every request's ratio grows while it waits (cache-agnostic); equal ratios: smaller s
-    auto        HRRN on the work still to do: `s` = the prompt's uncached tokens. A cached prefix makes a
-                request short, so requests sharing what the tree holds run while it is held (LPM's hit
-                rate), and waiting raises a ratio without limit. That alone lets a cold request wait
-                up to `s / s_cached` times as long as cached ones (16x for a 16-block prompt against
-                1-block cached ones), so aging has a second, tighter rule: a request that has waited
-                more than OVERDUE (2) times the typical wait goes first, oldest first. Typical is the
-                larger of the waits admitted requests had (a moving average) and the mean wait of the
-                window now (so a queue that arrived all at once is not all overdue). So no request
-                waits much more than 2x what others wait, and a steady stream of cached requests
-                cannot starve a cold one (LPM's tail).
+    auto        shortest virtual deadline first, with each request's FCFS turn as a bound:
+                  deadline = arrival + K * (uncached - cached)   (K = 48; tokens of the prompt)
+                Among requests that arrived together this is shortest remaining work first (the
+                order that minimizes mean TTFT), with what the tree holds counted twice: it shrinks
+                the work, and it is work lost if the prefix is evicted while the request waits (LPM's
+                reason). Every request ages at the same rate, so a later request overtakes an earlier
+                one only by being shorter by more than the gap between their arrivals / K. Bound: a
+                request is *due* once the prompt tokens admitted since it arrived exceed (1 + C) times
+                those waiting ahead of it then (C = 0.5): FCFS would have started it after that much
+                work. Due requests go first, oldest first, so no stream of cached requests can starve
+                a cold one and nobody waits much past its FCFS turn (bench/RESULTS.md, issue 20).
 """
 
 from __future__ import annotations
@@ -54,6 +55,9 @@ class Policy:
     def order(self, window: list[Queued], now: float) -> list[Queued]:
         """The window (oldest waiting requests, arrival order) in admission order. No side effects."""
         return window
+
+    def arrived(self, req: Queued, now: float) -> None:
+        """`req` joined the queue at `now` (Scheduler.add; a preempted request does not arrive again)."""
 
     def admitted(self, req: Queued, now: float) -> None:
         """`req` left the queue at `now` (the Scheduler calls this on every admission)."""
@@ -104,38 +108,39 @@ class DfsWeight(Policy):
 class ResponseRatio(Policy):
     name = "hrrn"
 
-    def service(self, req: Queued) -> int:
-        return len(req.tokens)
-
     def order(self, window: list[Queued], now: float) -> list[Queued]:
-        service = self.service
-        return sorted(window, key=lambda r: (-(now - r.arrival + (s := service(r))) / s, s))
+        return sorted(window, key=lambda r: (-(now - r.arrival + (s := len(r.tokens))) / s, s))
 
 
-class Auto(ResponseRatio):
+class Auto(Policy):
     name = "auto"
     matches = True
-    OVERDUE = 2.0  # a request waiting this many times the typical wait goes first
-    SMOOTHING = 1 / 64  # weight of each admission in the typical wait (a moving average over ~64)
+    SLOWDOWN = 48.0  # K: prefill-token times of deadline per token of (uncached - cached) work
+    SLACK = 0.5  # C: a request may be overtaken until (1 + C) x the work ahead of it at arrival is admitted
 
     def __init__(self, estimates: PrefixEstimates) -> None:
         super().__init__(estimates)
-        self.typical = 0.0  # moving average of the waits requests were admitted after
+        self.arrived_tokens = 0  # prompt tokens of every request that arrived so far
+        self.admitted_tokens = 0  # ... and of every request admitted so far (first admission)
+        self.turn: dict[Queued, float] = {}  # admitted_tokens at which a waiting request is due
 
-    def service(self, req: Queued) -> int:
-        return len(req.tokens) - self.estimates.length(req)  # >= 1: a match stops before the last token
+    def arrived(self, req: Queued, now: float) -> None:
+        backlog = self.arrived_tokens - self.admitted_tokens
+        self.turn[req] = self.admitted_tokens + (1 + self.SLACK) * backlog
+        self.arrived_tokens += len(req.tokens)
 
     def order(self, window: list[Queued], now: float) -> list[Queued]:
-        waiting = sum(now - r.arrival for r in window) / len(window)
-        limit = self.OVERDUE * max(self.typical, waiting)
-        overdue = [r for r in window if now - r.arrival > limit] if limit > 0 else []
-        if not overdue:
-            return super().order(window, now)
-        late = set(overdue)
-        return overdue + super().order([r for r in window if r not in late], now)
+        due_at, done = self.turn.get, self.admitted_tokens
+        due = [r for r in window if due_at(r, 0.0) <= done]  # a preempted request has no turn: due
+        if len(due) == len(window):
+            return window
+        length, k = self.estimates.length, self.SLOWDOWN
+        rest = [r for r in window if due_at(r, 0.0) > done]
+        return due + sorted(rest, key=lambda r: r.arrival + k * (len(r.tokens) - 2 * length(r)))
 
     def admitted(self, req: Queued, now: float) -> None:
-        self.typical += self.SMOOTHING * (now - req.arrival - self.typical)
+        if self.turn.pop(req, None) is not None:
+            self.admitted_tokens += len(req.tokens)
 
 
 POLICIES: dict[str, type[Policy]] = {p.name: p for p in (Policy, FcfsMatch, LongestPrefix, DfsWeight,
