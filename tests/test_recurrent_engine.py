@@ -179,3 +179,21 @@ def test_hybrid_layers_of_other_families_are_refused() -> None:
     model = transformers.AutoModelForCausalLM.from_config(config)
     with pytest.raises(UnsupportedModelError, match=r"'hybrid' layers \[0, 1\].*'inkling_text' is not one"):
         Engine(model, num_slots=64)
+
+
+@pytest.mark.parametrize("family", ["mamba2", "minimax"])
+def test_recurrent_families_not_checked_are_refused(family: str) -> None:
+    """Recurrent layers of a family the tests do not check against model.generate are refused by name at
+    construction: before, Mamba 2 (no attention layer) failed with an AttributeError and MiniMax (a linear
+    attention cache of its own) was accepted and failed mid-generate with a transformers ValueError."""
+    if family == "mamba2":
+        config = transformers.Mamba2Config(vocab_size=64, hidden_size=32, num_hidden_layers=2, num_heads=2, head_dim=32,
+                                           state_size=8, n_groups=1, chunk_size=8)
+    else:
+        config = transformers.MiniMaxConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                            num_attention_heads=2, num_key_value_heads=1, head_dim=16,
+                                            layer_types=["linear_attention", "full_attention"], num_local_experts=2,
+                                            num_experts_per_tok=1)
+    model = transformers.AutoModelForCausalLM.from_config(config)
+    with pytest.raises(UnsupportedModelError, match=rf"recurrent layers \[0.*'{family}' is not one"):
+        Engine(model, num_slots=64)

@@ -42,7 +42,7 @@ import torch
 from radixkv.config import GroupSpec
 from radixkv.errors import ConfigError, UnsupportedModelError
 from radixkv.integrations.attention import ForwardBatch
-from radixkv.integrations.layer_groups import LayerGroup, check_served, layer_groups, layer_masks
+from radixkv.integrations.layer_groups import check_served, layer_groups, layer_masks
 from radixkv.integrations.recurrent_batch import Span, Unit, one_token_spans, split_span, unit_inputs
 from radixkv.integrations.recurrent_scan import CONTINUED_SCANS, continued_scan
 from radixkv.integrations.recurrent_state import RecurrentState, StateCache
@@ -59,6 +59,11 @@ if TYPE_CHECKING:
 # declare them add what the attention function does not compute (Inkling: a relative-position bias and
 # other head shapes for sliding layers; Zamba: attention blocks shared across layers)
 HYBRID_FAMILIES = frozenset({"falcon_h1"})
+# Models with recurrent layers are served for these families only: each is checked token for token
+# against model.generate, with prefix reuse, in tests/test_recurrent_engine.py. Another family's mixer
+# may keep its state in a cache of its own (MiniMax) or the model may have no attention at all
+# (Mamba 2): refused by name rather than risk a wrong answer.
+RECURRENT_FAMILIES = frozenset({"jamba", "falcon_h1", "qwen3_next", "lfm2", "lfm3"})
 # model_type -> its recurrent mixers continue a cached state over several tokens in one forward
 # (Jamba's through recurrent_scan.continued_scan)
 RESUMES_CHUNKS = frozenset({"falcon_h1", "qwen3_next", "lfm2", "lfm3"}) | frozenset(CONTINUED_SCANS)
@@ -109,7 +114,7 @@ class RecurrentRunner:
         every = layer_groups(config)
         groups = [g for g in every if g.kind == "recurrent"]
         check_served(groups, type(model).__name__)
-        _check_hybrid(groups, config.model_type, type(model).__name__)
+        check_family(config, type(model).__name__)
         self.layer_masks = layer_masks(every, config.num_hidden_layers)  # sliding / chunked attention layers
         states = getattr(config, "number_of_conv_states", 1)
         self.recurrent_layers = {i: states for g in groups for i in g.layers}
@@ -259,11 +264,21 @@ class RecurrentRunner:
             self._pending.append(_Pending(req.tokens[:end], work.state.clone(), req))
 
 
-def _check_hybrid(groups: list[LayerGroup], model_type: str, model_name: str) -> None:
+def check_family(config: Any, model_name: str) -> None:
+    """UnsupportedModelError unless a model with recurrent layers is of a family served exactly
+    (RECURRENT_FAMILIES; 'hybrid' layers: HYBRID_FAMILIES). A model without recurrent layers passes."""
+    config = config.get_text_config(decoder=True)
+    groups = [g for g in layer_groups(config) if g.kind == "recurrent"]
     hybrid = [i for g in groups if g.mixer == "hybrid" for i in g.layers]
+    model_type = str(getattr(config, "model_type", ""))
     if hybrid and model_type not in HYBRID_FAMILIES:
         raise UnsupportedModelError(f"{model_name}: 'hybrid' layers {hybrid} (attention beside a recurrent mixer) are "
                                     f"served exactly for {sorted(HYBRID_FAMILIES)} only; {model_type!r} is not one")
+    if groups and model_type not in RECURRENT_FAMILIES:
+        layers = sorted(i for g in groups for i in g.layers)
+        raise UnsupportedModelError(f"{model_name}: recurrent layers {layers} ({sorted({g.mixer for g in groups})}) are "
+                                    f"served exactly for {sorted(RECURRENT_FAMILIES)} only (each checked against "
+                                    f"model.generate); {model_type!r} is not one")
 
 
 def state_groups(config: Any, max_requests: int) -> tuple[GroupSpec, ...]:

@@ -65,7 +65,7 @@ from radixkv.integrations.attention import ATTN_IMPLEMENTATION, ForwardBatch
 from radixkv.integrations.layer_groups import (check_position_limit, check_served, layer_groups,
                                                layer_masks, window_specs)
 from radixkv.integrations.prompts import prompt_ids, to_batch
-from radixkv.integrations.recurrent import RecurrentRunner, state_groups
+from radixkv.integrations.recurrent import RecurrentRunner, check_family, state_groups
 from radixkv.integrations.sampling import SamplingParams, make_generator, sample
 from radixkv.integrations.scheduler import Plan, Request, Scheduler
 from radixkv.integrations.stats import GenerateStats
@@ -144,6 +144,7 @@ class Engine:
             raise InvalidArgumentError(f"{type(model).__name__} does not dispatch attention through AttentionInterface")
         self.layer_groups = layer_groups(model.config)  # raises UnsupportedModelError for an unknown layer kind
         check_served(self.layer_groups, type(model).__name__)
+        check_family(model.config, type(model).__name__)  # recurrent layers: tested families only
         if isinstance(max_batch_tokens, bool) or not isinstance(max_batch_tokens, int) or max_batch_tokens < 1:
             raise InvalidArgumentError(f"max_batch_tokens must be an int >= 1, got {max_batch_tokens!r}")
         self.model = model.eval()
