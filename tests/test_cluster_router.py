@@ -3,29 +3,15 @@ least-loaded instance; routing runs against both index backends (the Redis one o
 
 from __future__ import annotations
 
-import itertools
-from collections.abc import Iterator
-
 import numpy as np
 import pytest
-from redis_fixtures import RedisServer, shared_redis  # noqa: F401  (fixtures)
+from redis_fixtures import index, shared_redis  # noqa: F401  (fixtures)
 
 from radixkv import InvalidTokensError, RadixKVError
 from radixkv.cluster import SCORERS, InMemoryIndex, KVIndex, Router
-from radixkv.cluster.redis_index import RedisIndex
 from radixkv.events import BlockRemoved, BlockStored, block_hashes
 
 BS = 4
-_prefixes = itertools.count()
-
-
-@pytest.fixture(params=["memory", "redis"])
-def index(request: pytest.FixtureRequest) -> Iterator[KVIndex]:
-    if request.param == "memory":
-        yield InMemoryIndex()
-    else:
-        server: RedisServer = request.getfixturevalue("shared_redis")
-        yield RedisIndex(server.url, key_prefix=f"r{next(_prefixes)}:")
 
 
 def holders_of(keys: list[str], hitmap: dict[str, list[str]]) -> list[frozenset[str]]:

@@ -7,18 +7,16 @@ from __future__ import annotations
 
 import itertools
 import random
-from collections.abc import Iterator
 
 import msgspec
 import numpy as np
 import pytest
 from event_trace import trace_digest
-from redis_fixtures import RedisServer, shared_redis  # noqa: F401  (fixtures)
+from redis_fixtures import index, shared_redis  # noqa: F401  (fixtures)
 from test_events_wire import VKVEventBatch
 
 from radixkv import CacheConfig, GroupSpec, RadixCache
 from radixkv.cluster import InMemoryIndex, KVIndex, Publisher, Router, longest_prefix
-from radixkv.cluster.redis_index import RedisIndex
 from radixkv.events import block_hashes
 from radixkv.events.groups import MAMBA, SLIDING_WINDOW, EventGroup
 from radixkv.events.recorder import EventRecorder
@@ -33,7 +31,6 @@ from radixkv.radix.node import TreeNode
 WINDOW, STATE = 1, 2
 GROUPS = (EventGroup(SLIDING_WINDOW, 8), EventGroup(MAMBA))
 NS = request_key(None, None, np.zeros(0, dtype=np.int32), MultiModalKeys())[0]  # namespace None's root key
-_prefixes = itertools.count()
 
 
 def test_one_group_events_are_byte_identical_to_before_groups(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -158,15 +155,6 @@ def test_group_events_round_trip_through_vllms_decoder() -> None:
             assert fields == {0: ("full_attention", None), 1: ("sliding_window", 8), 2: ("mamba", None)}[ours.group_idx]
             kinds.add(fields[0])
     assert kinds == {"full_attention", "sliding_window", "mamba"}
-
-
-@pytest.fixture(params=["memory", "redis"])
-def index(request: pytest.FixtureRequest) -> Iterator[KVIndex]:
-    if request.param == "memory":
-        yield InMemoryIndex()
-    else:
-        server: RedisServer = request.getfixturevalue("shared_redis")
-        yield RedisIndex(server.url, key_prefix=f"g{next(_prefixes)}:")
 
 
 def test_the_router_never_predicts_a_hit_a_window_group_cannot_resume_from(index: KVIndex) -> None:
