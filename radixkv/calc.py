@@ -19,7 +19,8 @@ a running request needs only the last `window` tokens of their KV, which spans a
 sizing counts `min(ceil(context / page), that)` pages for them; full layers keep every page.
 radixkv's Engine reaches this column for sliding-window layers: they keep their KV in a pool of
 their own and a running request holds only the pages its window spans (radixkv/cache_windows.py;
-measured in bench/RESULTS.md); chunked layers (Llama 4) still keep full KV. `Sizing.window_ratio`
+measured in bench/RESULTS.md), and for chunked layers (Llama 4) as a window of W = chunk, up to
+chunk - 1 tokens where a chunk's own KV averages half that. `Sizing.window_ratio`
 says how far below full storage it is.
 """
 

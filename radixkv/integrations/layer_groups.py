@@ -119,14 +119,17 @@ def window_specs(groups: Sequence[LayerGroup], num_slots: int, page_size: int, m
     """One window group (CacheConfig.groups) per sliding layer group: its layers keep KV in a pool
     of their own, sized to hold every request's window at once (W + 2 pages each: the window, the
     page it starts in and the private tail) plus one forward's chunk, at most `num_slots`. What
-    the pool holds beyond the running windows is reuse, evicted first when it runs short. Chunked
-    layers (Llama 4) stay on full KV, masked in attention."""
+    the pool holds beyond the running windows is reuse, evicted first when it runs short. A chunked
+    group (Llama 4) is a window group of W = chunk: a query reads only its own chunk, never more than
+    the last `chunk` tokens, so what a window of that size keeps covers it (attention still masks
+    by chunk)."""
     specs = []
     for g in groups:
-        if g.kind == "sliding":
-            want = max_requests * (g.window + 2 * page_size) + max_batch_tokens + page_size
+        if g.kind in ("sliding", "chunked"):
+            size = g.window if g.kind == "sliding" else g.chunk
+            want = max_requests * (size + 2 * page_size) + max_batch_tokens + page_size
             slots = min(num_slots, -(-want // page_size) * page_size)
-            specs.append(GroupSpec("window", slots, size=g.window, layers=g.layers))
+            specs.append(GroupSpec("window", slots, size=size, layers=g.layers))
     return tuple(specs)
 
 
