@@ -29,3 +29,19 @@ def assert_equal(name: str, got: torch.Tensor, want: torch.Tensor) -> None:
     bad = (got != want).nonzero()
     assert bad.numel() == 0, (f"{name}: {bad.shape[0]} elements differ, first at {bad[0].tolist()}: "
                               f"got {got[tuple(bad[0])].item()}, want {want[tuple(bad[0])].item()}")
+
+
+def paged_table(lens: list[int], page_size: int, num_slots: int, max_req: int,
+                max_ctx: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """req_to_token rows for requests of `lens` tokens, slots from shuffled whole pages of a pool of
+    `num_slots`; -1 (outside the pool) after each length, so a read past a request's end would fault.
+    Returns (table [max_req, max_ctx] int32, rows int32)."""
+    pages = torch.randperm(num_slots // page_size)
+    slots = (pages[:, None] * page_size + torch.arange(page_size)).reshape(-1)
+    table = torch.full((max_req, max_ctx), -1, dtype=torch.int32)
+    rows = torch.randperm(max_req)[:len(lens)].to(torch.int32)
+    used = 0
+    for row, n in zip(rows.tolist(), lens):
+        table[row, :n] = slots[used:used + n].to(torch.int32)
+        used += -(-n // page_size) * page_size  # a request owns whole pages; its tail page is part-used
+    return table, rows

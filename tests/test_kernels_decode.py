@@ -14,7 +14,7 @@ from radixkv.errors import ContextLengthError, InvalidSlotsError
 from radixkv.kernels import decode_attention, decode_attention_ref, decode_attention_unchecked
 from radixkv.kernels._common import KernelInputError
 from radixkv.kernels.decode import decode_launch, decode_config, num_splits_for
-from kernel_checks import assert_close, randn
+from kernel_checks import assert_close, paged_table, randn
 
 NUM_SLOTS, MAX_REQ, MAX_CTX = 1024, 7, 320
 SEQ_LENS = [1, 7, 97, 300]
@@ -28,18 +28,7 @@ TOLS = [(torch.float32, 2e-5, 2e-5), (torch.float16, 2e-3, 2e-3), (torch.bfloat1
 
 
 def _table(seq_lens: list[int], page_size: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """req_to_token rows for `seq_lens`, slots from shuffled pages; -1 (outside the pool) after
-    each length, so a read past a sequence's end would fault. Returns (table, rows)."""
-    pages = torch.randperm(NUM_SLOTS // page_size)
-    slots = (pages[:, None] * page_size + torch.arange(page_size)).reshape(-1)
-    table = torch.full((MAX_REQ, MAX_CTX), -1, dtype=torch.int32)
-    rows = torch.randperm(MAX_REQ)[:len(seq_lens)].to(torch.int32)
-    used = 0
-    for row, n in zip(rows.tolist(), seq_lens):
-        n_pages = -(-n // page_size)  # a request owns whole pages; its tail page is part-used
-        table[row, :n] = slots[used:used + n].to(torch.int32)
-        used += n_pages * page_size
-    return table, rows
+    return paged_table(seq_lens, page_size, NUM_SLOTS, MAX_REQ, MAX_CTX)
 
 
 def _inputs(group: int, dtype: torch.dtype, page_size: int = 1, seq_lens: list[int] = SEQ_LENS):

@@ -12,7 +12,7 @@ import torch
 transformers = pytest.importorskip("transformers")
 from transformers.masking_utils import chunked_overlay, sliding_window_overlay  # noqa: E402
 
-from kernel_checks import assert_close, randn  # noqa: E402
+from kernel_checks import assert_close, paged_table, randn  # noqa: E402
 from test_cascade_plan import decoding  # noqa: E402
 from radixkv import CacheConfig, RadixCache  # noqa: E402
 from radixkv.kernels import (AttentionVariant, KernelInputError, cascade_decode, cascade_decode_ref,  # noqa: E402
@@ -40,14 +40,7 @@ def _ids(v: AttentionVariant) -> str:
 
 def _store(page_size: int, lens: list[int], dtype: torch.dtype):
     """A pool with random K/V and a table giving each request `lens[i]` slots from shuffled pages."""
-    pages = torch.randperm(NUM_SLOTS // page_size)
-    slots = (pages[:, None] * page_size + torch.arange(page_size)).reshape(-1)
-    table = torch.full((MAX_REQ, MAX_CTX), -1, dtype=torch.int32)
-    rows = torch.randperm(MAX_REQ)[:len(lens)].to(torch.int32)
-    used = 0
-    for row, n in zip(rows.tolist(), lens):
-        table[row, :n] = slots[used:used + n].to(torch.int32)
-        used += -(-n // page_size) * page_size
+    table, rows = paged_table(lens, page_size, NUM_SLOTS, MAX_REQ, MAX_CTX)
     return randn(NUM_SLOTS, KV_HEADS, DIM, dtype=dtype), randn(NUM_SLOTS, KV_HEADS, DIM, dtype=dtype), table, rows
 
 
