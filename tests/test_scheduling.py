@@ -12,7 +12,7 @@ import torch
 
 from radixkv import CacheConfig, RadixCache
 from radixkv.errors import InvalidArgumentError
-from radixkv.integrations.scheduler import Request, Scheduler
+from radixkv.scheduling.scheduler import Request, Scheduler
 from radixkv.scheduling import POLICIES, PrefixEstimates, make_policy
 
 VOCAB = 1000

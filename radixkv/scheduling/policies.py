@@ -1,6 +1,6 @@
 """Orders of the waiting queue, each a small class behind one interface: `order(window, now)`.
 
-The Scheduler (integrations/scheduler.py) is the mechanism: it hands a policy the oldest `window`
+The Scheduler (scheduler.py) is the mechanism: it hands a policy the oldest `window`
 waiting requests, in arrival order, and admits from the returned order while budget, rows and slots
 last (the requests past the window follow in arrival order). A policy never touches the cache; the
 cache-aware ones read `PrefixEstimates` (matcher.py), which the Scheduler refreshes first.
