@@ -52,7 +52,7 @@ if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
     from radixkv import BatchInputs, RadixCache, Sequence
-    from radixkv.integrations.scheduler import Plan, Request
+    from radixkv.scheduling.scheduler import Plan, Request
     from radixkv.results import LockHandle
 
 # "hybrid" layers (attention beside a recurrent mixer) are served for these families only: others that

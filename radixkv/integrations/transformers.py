@@ -67,7 +67,7 @@ from radixkv.integrations.layer_groups import (check_position_limit, check_serve
 from radixkv.integrations.prompts import prompt_ids, to_batch
 from radixkv.integrations.recurrent import RecurrentRunner, check_family, state_groups
 from radixkv.integrations.sampling import SamplingParams, make_generator, sample
-from radixkv.integrations.scheduler import Plan, Request, Scheduler
+from radixkv.scheduling.scheduler import Plan, Request, Scheduler
 from radixkv.integrations.stats import GenerateStats
 from radixkv.scheduling import POLICIES
 
