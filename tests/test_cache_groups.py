@@ -5,14 +5,12 @@ the tree. Every step is checked against check_invariants and against page counts
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
 
 from radixkv import CacheConfig, GroupSpec, InvalidArgumentError, InvalidSlotsError, OutOfSlotsError, RadixCache
 from radixkv.errors import ConfigError
-from radixkv.keys import DEFAULT_NAMESPACE
-from radixkv.radix import TreeNode, lookup
+from radixkv.radix import TreeNode
 
 PS = 2
 WINDOW, STATE = 1, 2
@@ -27,8 +25,8 @@ def make(window_slots: int = 16, states: int = 4, num_slots: int = 32) -> RadixC
 def cached(cache: RadixCache, tokens: list[int]) -> TreeNode:
     """The node ending a freshly inserted prefix (match_prefix would not claim it: no window KV yet)."""
     cache.insert(tokens, cache.alloc(len(tokens)))
-    node = lookup.locate(cache.tree, np.asarray(tokens, dtype=np.int32).tobytes(), cache.tree.root(DEFAULT_NAMESPACE))
-    assert node.end == len(tokens)
+    node = cache.locate(tokens)
+    assert node.end == len(tokens) and cache.match_prefix(tokens).length == 0
     return node
 
 
@@ -54,7 +52,8 @@ def test_attach_read_and_device_eviction_gives_each_group_its_pages_back() -> No
     assert window is not None and len(window) == 4 and len(cache.group(STATE).component(node)) == 1
     assert cache.group(WINDOW).sizes() == (4, 4, 0, 8) and cache.group(STATE).sizes() == (3, 1, 0, 4)
     assert cache.match_prefix(list(range(8))).length == 8  # window KV now covers the whole prefix
-    cache.match_prefix(list(range(4)))  # split: window KV is cut per page, the snapshot stays below
+    assert cache.match_prefix(list(range(4))).length == 0  # no snapshot at 4: the state group cannot resume
+    assert cache.locate(list(range(4))).end == 4  # split: window KV is cut per page, the snapshot stays below
     upper = node.parent
     assert torch.equal(torch.cat([cache.group(WINDOW).component(upper), cache.group(WINDOW).component(node)]), window)
     assert cache.group(STATE).component(upper) is None
