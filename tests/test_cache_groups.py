@@ -8,7 +8,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from radixkv import CacheConfig, GroupSpec, InvalidArgumentError, InvalidSlotsError, OutOfSlotsError, RadixCache
+from radixkv import (CacheConfig, GroupSpec, InvalidArgumentError, InvalidSlotsError, InvalidTokensError, OutOfSlotsError,
+                     RadixCache)
 from radixkv.errors import ConfigError
 from radixkv.radix import TreeNode
 
@@ -122,3 +123,21 @@ def test_group_specs_are_validated() -> None:
     with pytest.raises(ConfigError):
         CacheConfig(num_layers=2, num_kv_heads=1, head_dim=4, num_slots=8,
                     groups=(GroupSpec("window", 8, size=4, layers=(2,)),))  # no layer 2
+
+
+def test_locate_finds_where_a_component_attaches_and_counts_no_query() -> None:
+    """locate: the node ending a prefix whose full KV is cached, whatever the groups hold (match_prefix
+    claims nothing there: no window KV, no snapshot); not a use, no query counted; bad tokens raise
+    InvalidTokensError with nothing changed."""
+    cache = make()
+    node = cached(cache, [1, 1, 2, 2, 3, 3])
+    tick, before = node.last_access, (cache.sizes(), cache.metrics())
+    assert cache.locate([1, 1, 2, 2, 3, 3, 4]) is node  # the partial last page is not located
+    upper = cache.locate([1, 1, 9])
+    assert upper.end == 2 and node.parent is upper and node.last_access == tick
+    assert cache.metrics() == before[1] and cache.sizes() == before[0]  # (query and hit counters included)
+    assert cache.locate([7, 7]).end == 0  # nothing cached: the namespace root
+    with pytest.raises(InvalidTokensError):
+        cache.locate([1, -1])
+    assert cache.sizes() == before[0]
+    cache.check_invariants()
