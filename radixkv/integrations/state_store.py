@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from radixkv.errors import InvalidArgumentError, OutOfSlotsError
 
