@@ -18,8 +18,10 @@ when the tree splits a node, and dropped when the node leaves its last medium. I
 through their public fields (tokens(), depth, end, parent, ns, pages, host_pages, secondary) and
 never writes them: the tree (radixkv.radix) is the only writer of nodes and never imports this package.
 
-Cost: per stored node, one gather of its blocks' tokens, one hash call per new block, one `tolist`
-for the event; multimodal checks run only once a multimodal request was seen (`learn`).
+Cost: per stored node, one join of its blocks' key bytes (none when they start in its own edge),
+one hash call per new block, and the event; its token ids are a read-only view of those bytes
+(records.TokenIds), not a Python int per token. Removal and splits reuse the kept digests.
+Multimodal checks run only once a multimodal request was seen (`learn`).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ import numpy as np
 
 from radixkv.events.groups import FULL, EventGroup, GroupEvents
 from radixkv.events.hashing import BlockHasher, Digest
-from radixkv.events.records import DEVICE, HOST, AllBlocksCleared, BlockRemoved, BlockStored, KVEvent
+from radixkv.events.records import DEVICE, HOST, AllBlocksCleared, BlockRemoved, BlockStored, KVEvent, TokenIds
 from radixkv.keys import ExtraKeys, hash_root, whole_request_keys
 from radixkv.multimodal import MultiModalKeys
 
@@ -80,10 +82,10 @@ class EventRecorder:
         first, last = node.depth // size, node.end // size
         if last <= first:  # no block ends in this edge
             return
-        tokens = path_tokens(node, first * size)  # gathered once, for the digests and the event
+        raw = path_bytes(node, first * size)  # gathered once, for the digests and the event
         parent = self._parent_digest(node, first * size)
-        hashes = self.digests(node, tokens, parent)[1]
-        self.publish(node, hashes, self._int(parent), tokens, first, medium, 0)
+        hashes = self.digests(node, raw, parent)[1]
+        self.publish(node, hashes, self._int(parent), np.frombuffer(raw, np.int32), first, medium, 0)
 
     def removed(self, node: TreeNode, medium: str) -> None:
         self.withdraw(self.digests(node)[1], medium, 0)
@@ -148,7 +150,8 @@ class EventRecorder:
     def store_blocks(self, node: TreeNode, hashes: list[int], first: int, group: int) -> None:
         """`publish` on the device for blocks [first, first + len(hashes)) of `node`'s edge."""
         pos = first * self.block_size
-        self.publish(node, hashes, self.parent_int(node, pos), path_tokens(node, pos), first, DEVICE, group)
+        self.publish(node, hashes, self.parent_int(node, pos), np.frombuffer(path_bytes(node, pos), np.int32),
+                     first, DEVICE, group)
 
     def withdraw(self, hashes: list[int], medium: str, group: int) -> None:
         """BlockRemoved for `hashes` (counted: those whose last holder this was)."""
@@ -172,7 +175,7 @@ class EventRecorder:
         extra = None if lora_name is None and not salt and not self._mm else \
             self._extra_keys(toks, first_block, lora_name, salt)
         ids = self._event_tokens(toks) if self._mm else toks
-        self.events.append(BlockStored(hashes, parent, ids.tolist(), self.block_size, lora_id, medium, lora_name,
+        self.events.append(BlockStored(hashes, parent, TokenIds(ids), self.block_size, lora_id, medium, lora_name,
                                        extra, *self.fields[group]))
 
     def _whole(self, ns: bytes) -> tuple[int | None, str | None, str | None]:
@@ -220,10 +223,10 @@ class EventRecorder:
 
     # ------------------------------------------------------------------ digests
 
-    def digests(self, node: TreeNode, tokens: np.ndarray | None = None,
+    def digests(self, node: TreeNode, raw: bytes | None = None,
                 parent: Digest | None | bool = False) -> tuple[list[Digest], list[int]]:
         """Digests of the blocks whose last token lies in `node`'s edge, and the ints events carry for
-        them (computed once, then kept). `tokens`: the path's tokens from the first such block's
+        them (computed once, then kept). `raw`: the path's key bytes from the first such block's
         start, and `parent`: the digest of the block before it, when the caller has them."""
         got = self._digests.get(node)
         if got is None:
@@ -232,18 +235,27 @@ class EventRecorder:
             if first >= last:
                 got = ([], [])
             else:
-                tree_toks = (path_tokens(node, first * size) if tokens is None else tokens)[:(last - first) * size]
+                if raw is None:
+                    raw = path_bytes(node, first * size)
                 if parent is False:
                     parent = self._parent_digest(node, first * size)
-                extra = None
-                if self.hasher.vllm:
-                    _, lora_name, salt = self._whole(node.ns)
-                    extra = self._extra_keys(tree_toks, first, lora_name, salt)
-                digests = self.hasher.digests(self._event_tokens(tree_toks), hash_root(node.ns), size,
-                                              parent, extra)  # type: ignore[arg-type]
-                got = (digests, self.hasher.ints(digests))
+                got = self._hash(node, raw, first, last, parent)  # type: ignore[arg-type]
             self._digests[node] = got
         return got
+
+    def _hash(self, node: TreeNode, raw: bytes, first: int, last: int,
+              parent: Digest | None) -> tuple[list[Digest], list[int]]:
+        size, root = self.block_size, hash_root(node.ns)
+        if not self._mm and not self.hasher.vllm:  # the common case: XXH3 straight from the key bytes
+            digests = self.hasher.digests(raw, root, size, parent)  # type: ignore[arg-type]
+            return digests, digests  # type: ignore[return-value]  (xxh3: the digest is the int)
+        tree_toks = np.frombuffer(raw, np.int32)[:(last - first) * size]
+        extra = None
+        if self.hasher.vllm:
+            _, lora_name, salt = self._whole(node.ns)
+            extra = self._extra_keys(tree_toks, first, lora_name, salt)
+        digests = self.hasher.digests(self._event_tokens(tree_toks), root, size, parent, extra)
+        return digests, self.hasher.ints(digests)
 
     def _parent_digest(self, node: TreeNode, pos: int) -> Digest | None:
         """Digest of the block that ends at `pos` (<= node.depth), held by an ancestor (None at 0)."""
@@ -290,12 +302,13 @@ class EventRecorder:
         return fresh.events
 
 
-def path_tokens(node: TreeNode, start: int) -> np.ndarray:
-    """Tokens of positions [start, node.end) along the path to `node` (int32)."""
+def path_bytes(node: TreeNode, start: int) -> bytes:
+    """The key bytes (int32 little-endian token ids) of positions [start, node.end) along the path
+    to `node`."""
     if start >= node.depth:
-        return node.tokens()[start - node.depth:]
+        return node.key[4 * (start - node.depth):]
     chunks = []
     while node.end > start:
-        chunks.append(node.tokens()[max(0, start - node.depth):])
+        chunks.append(node.key[4 * max(0, start - node.depth):])
         node = node.parent  # type: ignore[assignment]
-    return np.concatenate(chunks[::-1])
+    return b"".join(chunks[::-1])
