@@ -219,3 +219,16 @@ def test_unknown_schemes_are_config_errors(bad: object) -> None:
         CacheConfig(num_layers=1, num_kv_heads=1, head_dim=1, num_slots=8, event_hash=bad)  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="event_hash"):
         Router(InMemoryIndex(), event_hash=bad)  # type: ignore[arg-type]
+
+
+def test_cbor_of_token_ids_is_cbor2s_canonical_encoding() -> None:
+    # every size class of both signs at its edges, and random ids: numpy's bytes equal cbor2's
+    from radixkv.events.vllm_hash import cbor_ints
+
+    edges = [0, 23, 24, 255, 256, 65535, 65536, 2**31 - 1, -1, -24, -25, -256, -257, -65536, -65537, -2**31]
+    ids = np.concatenate([edges, np.random.default_rng(0).integers(-2**31, 2**31, 500)]).astype(np.int32)
+    body, starts = cbor_ints(ids)
+    want = [cbor2.dumps(int(x), canonical=True) for x in ids]
+    assert body == b"".join(want)
+    assert starts.tolist() == [0, *np.cumsum([len(w) for w in want]).tolist()]
+    assert cbor_ints(ids[:8])[0] == b"".join(want[:8])  # non-negative only: the common path
