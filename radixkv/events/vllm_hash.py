@@ -16,10 +16,9 @@ hashes sets PYTHONHASHSEED to one value everywhere (README, "Behind llm-d and Dy
 (mm identifier, item offset - block start) for every multimodal item the block overlaps, then the
 cache salt on block 0 only (when non-empty); None when the list is empty.
 
-Cost: the CBOR of all the ids of a run of blocks is made at once by numpy (`cbor_ints`: a uint is
-1, 2, 3 or 5 bytes), so a block is one `b"".join` of its head, parent digest, ids and extra keys,
-then one hash call: no Python object per token. cbor2 (the `events` extra) encodes only the seed and
-non-empty extra keys.
+Cost: a token id's CBOR bytes (an unsigned int is 1, 2, 3 or 5 bytes) come from a memo filled on
+first use, so a block's array is one C-level `b"".join(map(...))` over its ids, then one hash call:
+no Python frame per token. cbor2 (the `events` extra) encodes only the seed and non-empty extra keys.
 """
 
 from __future__ import annotations
@@ -76,16 +75,16 @@ class VllmHasher:
         n = len(tokens) // block_size
         if n == 0:
             return []
-        body, starts = cbor_ints(np.asarray(tokens[:n * block_size]))
-        cut = starts[::block_size].tolist()  # where each block's ids start in `body`, and the end
+        ids = np.asarray(tokens[:n * block_size]).tolist()
         arr = _uint_head(block_size, 0x80)
-        h, dumps, out = self._h, self._cbor.dumps, []
+        h, dumps, enc, out = self._h, self._cbor.dumps, _UINTS.__getitem__, []
         prev = self.root if parent is None else parent
         head = b"\x83" + _bytes_head(len(prev))  # (parent digest, ...): a 3-array, then the digest's head
         for b in range(n):
             keys = None if extra is None else extra[b]
             tail = _NONE if keys is None else dumps(keys, canonical=True)
-            prev = h(b"".join((head, prev, arr, body[cut[b]:cut[b + 1]], tail)))
+            body = b"".join(map(enc, ids[b * block_size:(b + 1) * block_size]))
+            prev = h(b"".join((head, prev, arr, body, tail)))
             out.append(prev)
             if b == 0:
                 head = b"\x83" + _bytes_head(len(prev))
@@ -128,27 +127,16 @@ def _uint_head(n: int, major: int) -> bytes:
     raise ConfigError(f"a CBOR length of {n} does not fit 64 bits")
 
 
-# By size class c (argument < 24, < 2**8, < 2**16, < 2**32): the initial byte's low bits (beside
-# the major type), which of the 5 bytes [initial, argument big-endian x4] are kept, and how many.
-_ADDITIONAL = np.array([0, 24, 25, 26], dtype=np.uint8)
-_KEEP = np.array([[0, 0, 0, 0, 1], [1, 0, 0, 0, 1], [1, 0, 0, 1, 1], [1, 1, 1, 1, 1]], dtype=bool)
-_SIZES = np.array([1, 2, 3, 5], dtype=np.int64)
+class _UintCbor(dict):
+    """token id -> its canonical CBOR bytes, filled on first use (a vocabulary's worth at most).
+    Negative ids (a multimodal item whose raw ids were forgotten) encode as cbor2 encodes them."""
+
+    def __missing__(self, v: int) -> bytes:
+        enc = _uint_head(v, 0x00) if v >= 0 else _uint_head(-1 - v, 0x20)  # CBOR's negative ints carry -1 - n
+        if len(self) < _MAX_CACHED:
+            self[v] = enc
+        return enc
 
 
-def cbor_ints(ids: np.ndarray) -> tuple[bytes, np.ndarray]:
-    """Canonical CBOR (cbor2.dumps(x, canonical=True)) of each int in `ids` (1-D, each in
-    (-2**32, 2**32)), back to back, and where each one starts in those bytes (int64 [len(ids) + 1])."""
-    v = ids.astype(np.int64)
-    neg = v < 0
-    arg = np.where(neg, -1 - v, v) if neg.any() else v  # CBOR's negative ints (major type 1) carry -1 - n
-    cls = (arg >= 24).view(np.uint8) + (arg >= 1 << 8) + (arg >= 1 << 16)
-    rows = np.empty((len(v), 5), dtype=np.uint8)
-    rows[:, 1:] = arg.astype(">u4").view(np.uint8).reshape(-1, 4)
-    rows[:, 0] = _ADDITIONAL[cls]
-    if arg is not v:
-        major = neg.view(np.uint8) << 5
-        rows[:, 0] |= major
-        rows[:, 4] |= major * (cls == 0)  # a small argument sits in the initial byte, beside the major type
-    starts = np.zeros(len(v) + 1, dtype=np.int64)
-    np.cumsum(_SIZES[cls], out=starts[1:])
-    return rows[_KEEP[cls]].tobytes(), starts
+_MAX_CACHED = 1 << 20  # ids remembered (~60 MB at most; real vocabularies are 32k-260k ids)
+_UINTS = _UintCbor()  # a pure function's memo, the same for every hasher
