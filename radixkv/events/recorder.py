@@ -32,6 +32,7 @@ import numpy as np
 
 from radixkv.events.groups import FULL, EventGroup, GroupEvents
 from radixkv.events.hashing import BlockHasher, Digest
+from radixkv.events.holders import Holders
 from radixkv.events.records import DEVICE, HOST, AllBlocksCleared, BlockRemoved, BlockStored, KVEvent, TokenIds
 from radixkv.keys import ExtraKeys, hash_root, whole_request_keys
 from radixkv.multimodal import MultiModalKeys
@@ -66,7 +67,7 @@ class EventRecorder:
         # hold one block: counted too.
         self.page_size = page_size
         self._counted = bool(block_size % page_size) or self.hasher.vllm
-        self._holders: dict[tuple, int] = {}
+        self._holders = Holders()
         self.groups = GroupEvents(self, groups) if groups else None
         # the group fields of each group's events: none at all for a one-group model
         self.fields: list[tuple] = [()] if not groups else [FULL.fields(0)] + [s.fields(g + 1) for g, s in enumerate(groups)]
@@ -132,19 +133,18 @@ class EventRecorder:
         start of block `first`, `parent` the int of block first - 1); counted: only blocks new to
         (medium, group), in runs of consecutive ones."""
         size = self.block_size
-        if not self._counted:
+        new = self._holders.add(hashes, medium, group) if self._counted else None
+        if new is None:  # every block is new to (medium, group)
             self._emit(node, hashes, parent, tokens[:len(hashes) * size], first, medium, group)
             return
-        run: list[int] = []  # consecutive blocks new to this medium, reported as one event
-        run_parent = parent
+        start = None  # of the run of consecutive new blocks being gathered, reported as one event
         for i, h in enumerate(hashes + [None]):  # type: ignore[operator]
-            if h is not None and self._hold(h, medium, group, +1) == 1:
-                run_parent = parent if not run else run_parent
-                run.append(h)
-            elif run:
-                start = i - len(run)
-                self._emit(node, run, run_parent, tokens[start * size:i * size], first + start, medium, group)
-                run = []
+            if i < len(hashes) and new[i]:
+                if start is None:
+                    start, run_parent = i, parent
+            elif start is not None:
+                self._emit(node, hashes[start:i], run_parent, tokens[start * size:i * size], first + start, medium, group)
+                start = None
             parent = h
 
     def store_blocks(self, node: TreeNode, hashes: list[int], first: int, group: int) -> None:
@@ -156,18 +156,9 @@ class EventRecorder:
     def withdraw(self, hashes: list[int], medium: str, group: int) -> None:
         """BlockRemoved for `hashes` (counted: those whose last holder this was)."""
         if self._counted:
-            hashes = [h for h in hashes if self._hold(h, medium, group, -1) == 0]
+            hashes = self._holders.remove(hashes, medium, group)
         if hashes:
             self.events.append(BlockRemoved(hashes, medium, *self.fields[group][:1]))
-
-    def _hold(self, h: int, medium: str, group: int, delta: int) -> int:
-        key = (h, medium, group) if group else (h, medium)
-        n = self._holders.get(key, 0) + delta
-        if n:
-            self._holders[key] = n
-        else:
-            del self._holders[key]
-        return n
 
     def _emit(self, node: TreeNode, hashes: list[int], parent: int | None, toks: np.ndarray, first_block: int,
               medium: str, group: int) -> None:
@@ -284,7 +275,7 @@ class EventRecorder:
         digests and multimodal names; records nothing here."""
         fresh = EventRecorder.__new__(EventRecorder)
         fresh.__dict__.update(self.__dict__)
-        fresh._holders, fresh._counted = {}, True  # each block once
+        fresh._holders, fresh._counted = Holders(), True  # each block once
         fresh.events = [AllBlocksCleared()]
         fresh.events += [BlockStored([], None, [], self.block_size, None, DEVICE, None, None, *f)
                          for f in self.fields[1:]]
