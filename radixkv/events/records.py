@@ -196,6 +196,8 @@ def _freeze(value: Any, depth: int = 0) -> Any:
 def _hashes(values: object, name: str) -> list[int]:
     if not isinstance(values, (list, tuple)):
         raise EventFormatError(f"{name}: block_hashes must be a list, got {_show(values)}")
+    if _plain_ints(values) and (not values or (min(values) >= 0 and max(values) < HASH_LIMIT)):
+        return list(values)  # the common case, checked by C-level passes
     out = []
     for h in values:
         if isinstance(h, (bytes, bytearray)) and h:
@@ -220,12 +222,20 @@ def _opt(value: object, kind: type, what: str) -> Any:
     raise EventFormatError(f"{what} must be {kind.__name__} or None, got {_show(value)}")
 
 
+_INT = {int}
+
+
 def _is_int(x: object) -> bool:
     return type(x) is int or (isinstance(x, int) and not isinstance(x, bool))
 
 
 def _is_int_list(v: object) -> bool:
-    return isinstance(v, (list, tuple)) and all(type(x) is int or _is_int(x) for x in v)
+    return isinstance(v, (list, tuple)) and (_plain_ints(v) or all(type(x) is int or _is_int(x) for x in v))
+
+
+def _plain_ints(v: list | tuple) -> bool:
+    """Every item's type is exactly int (one C-level pass; subclasses take the slow checks)."""
+    return not v or set(map(type, v)) == _INT
 
 
 def _show(x: object) -> str:
