@@ -34,7 +34,7 @@ from typing import Any, Callable, Sequence, Union
 import numpy as np
 
 from radixkv.errors import ConfigError, InvalidArgumentError
-from radixkv.events.vllm_hash import CBOR_SCHEMES, VllmHasher, block_extra_keys, to_int
+from radixkv.events.vllm_hash import CBOR_SCHEMES, VllmHasher, block_extra_keys, to_ints
 from radixkv.keys import ExtraKeys, as_extra_keys, hash_key
 
 SEED = 0x7261646978_6B7631  # b"radixkv1" read as an int: fixed, so every process agrees
@@ -78,7 +78,7 @@ class BlockHasher:
         return self._vllm.digests(tokens, block_size, parent, extra)  # type: ignore[arg-type]
 
     def ints(self, digests: list[Digest]) -> list[int]:
-        return digests if not self.vllm else [to_int(d) for d in digests]  # type: ignore[return-value]
+        return digests if not self.vllm else to_ints(digests)  # type: ignore[return-value, arg-type]
 
     def request(self, tokens: Any, namespace: Any, block_size: int, extra_keys: ExtraKeys | dict | None,
                 parent: Digest | None = None) -> list[Digest]:

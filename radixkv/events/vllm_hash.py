@@ -32,7 +32,6 @@ import numpy as np
 from radixkv.errors import ConfigError
 
 CBOR_SCHEMES = ("sha256_cbor", "xxhash_cbor")
-_MASK64 = (1 << 64) - 1
 _NONE = b"\xf6"  # CBOR null: a block without extra keys
 _RANDOM_ROOT = os.urandom(32)  # vLLM's NONE_HASH without PYTHONHASHSEED: per process, as vLLM draws it
 
@@ -91,9 +90,9 @@ class VllmHasher:
         return out
 
 
-def to_int(digest: bytes) -> int:
-    """The int a vLLM KV event carries for `digest`: its low 64 bits."""
-    return int.from_bytes(digest, "big") & _MASK64
+def to_ints(digests: list[bytes]) -> list[int]:
+    """The ints a vLLM KV event carries for `digests`: their low 64 bits (the last 8 bytes, big-endian)."""
+    return [int.from_bytes(d[-8:], "big") for d in digests]
 
 
 def block_extra_keys(first_block: int, n_blocks: int, block_size: int, lora_name: str | None,
