@@ -63,8 +63,8 @@ class EventRecorder:
         # differs too: every block has one holder. Otherwise (page 16, block 6; or page 32, block
         # 16) a block can end in two siblings whose pages differ only after it, so blocks are
         # reference-counted per medium: reported when the first holder appears, removed when the
-        # last one goes. vLLM's schemes leave the namespace out of the hash, so two namespaces can
-        # hold one block: counted too.
+        # last one goes (events/holders.py). vLLM's schemes leave the namespace out of the hash, so
+        # two namespaces can hold one block: counted too.
         self.page_size = page_size
         self._counted = bool(block_size % page_size) or self.hasher.vllm
         self._holders = Holders()
