@@ -16,8 +16,9 @@ from kernel_checks import assert_equal, randn
 
 NUM_SLOTS = 640
 # (n tokens, num_kv_heads, head_dim): odd counts; padded heads (3 -> 4); odd and non-pow2 dims.
-# The interpreter runs one Python step per program, so sizes are crossed sparsely.
-CASES = [(1, 1, 16), (7, 3, 7), (97, 2, 40), (300, 3, 7)]
+# One program per token, and the interpreter runs each as Python: 97 tokens already launch programs
+# far apart in the pool (a 300-token case cost 6 s per parametrization and tested nothing more).
+CASES = [(1, 1, 16), (7, 3, 7), (97, 2, 40)]
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]  # copies: no arithmetic, exact in bf16 too
 
 
