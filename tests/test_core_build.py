@@ -71,7 +71,7 @@ def test_core_subset_passes_pure_too() -> None:
     if not radixkv.COMPILED_CORE:
         pytest.skip("the core runs as pure Python in this process already: the whole suite covers it")
     env = {**os.environ, "RADIXKV_PURE_PYTHON": "1"}
-    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *PURE_SUBSET],
+    run = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *PURE_SUBSET],
                          env=env, cwd=ROOT, capture_output=True, text=True)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
     assert " passed" in run.stdout and " failed" not in run.stdout, run.stdout[-500:]
