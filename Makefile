@@ -79,7 +79,7 @@ bench: install
 	$(BIN)/radixkv bench
 
 test: install
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n auto --dist loadfile  # one worker per core, each test file on one worker
 
 clean:
 	rm -rf $(VENV) $(SGLANG_VENV) build *.egg-info $(CORE_STAMP)

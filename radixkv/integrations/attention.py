@@ -31,6 +31,7 @@ from transformers import AttentionInterface
 
 from radixkv import RadixCache, UnsupportedModelError, kernels
 from radixkv.kernels import AttentionVariant
+from radixkv.config import KV_GROUP_KINDS
 
 if TYPE_CHECKING:
     from radixkv import BatchInputs
@@ -80,7 +81,7 @@ class ForwardBatch:
         self.windowed = {}
         longest = max((p + e for p, e in zip(host.prefix_lens, host.extend_lens)), default=0)
         for group in self.cache.groups:
-            if group.spec.kind == "window":
+            if group.spec.kind in KV_GROUP_KINDS:
                 view = self._window_view(group.window_inputs(b, table, longest))
                 self.windowed.update(dict.fromkeys(group.spec.layers, view))
 
