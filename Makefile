@@ -49,10 +49,20 @@ ifeq ($(TORCH_BUILD),cpu)
 else
 	$(BIN)/pip install -q torch==$(TORCH_VERSION)
 endif
-	$(BIN)/pip install -q -c constraints.txt -e '.[test,bench]'
+	$(BIN)/pip install -q -c constraints.txt -e '.[test,bench,build]'
 	touch $(STAMP)
 
-install: $(STAMP)
+# The compiled core (radixkv/build.py: mypyc, from the same .py files), rebuilt when a core source
+# changes. Without a working C compiler or the Python headers, or with RADIXKV_PURE_PYTHON=1, it
+# prints one line and the same files run interpreted; it never fails the install. (Its stamp is
+# written only by a successful build, so a skipped build is tried again, one line, next time.)
+CORE_STAMP := radixkv/_core_build.txt
+CORE_SRC := $(wildcard radixkv/*.py radixkv/pools/*.py radixkv/radix/*.py radixkv/eviction/*.py)
+
+$(CORE_STAMP): $(STAMP) $(CORE_SRC) pyproject.toml
+	$(BIN)/python -m radixkv.build
+
+install: $(STAMP) $(CORE_STAMP)
 
 $(SGLANG_STAMP): Makefile constraints.txt
 	$(PY) -m venv $(SGLANG_VENV)
@@ -65,12 +75,12 @@ $(SGLANG_STAMP): Makefile constraints.txt
 
 sglang: $(SGLANG_STAMP)
 
-bench: $(STAMP)
+bench: install
 	$(BIN)/radixkv bench
 
-test: $(STAMP)
+test: install
 	$(BIN)/python -m pytest -n auto --dist loadfile  # one worker per core, each test file on one worker
 
 clean:
-	rm -rf $(VENV) $(SGLANG_VENV) build *.egg-info radixkv/_core_build.txt
+	rm -rf $(VENV) $(SGLANG_VENV) build *.egg-info $(CORE_STAMP)
 	find radixkv -name '*.so' -delete  # a compiled core (python -m radixkv.build), if one was built

@@ -11,6 +11,7 @@ or `pip install cython`.
 
     .venv/bin/python bench/compile_gain.py --compiler mypyc --workloads tools,agent --rounds 3
     .venv/bin/python bench/compile_gain.py --compiler cython
+    .venv/bin/python bench/compile_gain.py --in-place            # this checkout as `make install` built it
 """
 
 from __future__ import annotations
@@ -76,21 +77,27 @@ def worker(workloads: list[str], requests: int, repeats: int, policy: str) -> di
     return out
 
 
-def run_round(root: str, args: argparse.Namespace) -> dict:
-    env = {**os.environ, "PYTHONPATH": root}
+def run_round(root: str, args: argparse.Namespace, pure: bool = False) -> dict:
+    env = {**os.environ, "PYTHONPATH": root, "RADIXKV_PURE_PYTHON": "1" if pure else ""}
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--workloads", args.workloads,
            "--requests", str(args.requests), "--repeats", str(args.repeats), "--policy", args.policy]
     return json.loads(subprocess.run(cmd, cwd=root, env=env, check=True, capture_output=True, text=True).stdout)
 
 
 def compare(args: argparse.Namespace) -> None:
-    with tempfile.TemporaryDirectory() as pure, tempfile.TemporaryDirectory() as built:
-        copy_package(pure)
-        print(f"{args.compiler}: built the core in {compile_copy(args.compiler, built):.0f} s wall")
-        runs: dict[str, list[dict]] = {"pure": [], "compiled": []}
+    runs: dict[str, list[dict]] = {"pure": [], "compiled": []}
+    if args.in_place:  # this checkout's own build; pure: the same files with RADIXKV_PURE_PYTHON=1
+        here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         for _ in range(args.rounds):
-            runs["pure"].append(run_round(pure, args))
-            runs["compiled"].append(run_round(built, args))
+            runs["pure"].append(run_round(here, args, pure=True))
+            runs["compiled"].append(run_round(here, args))
+    else:
+        with tempfile.TemporaryDirectory() as pure, tempfile.TemporaryDirectory() as built:
+            copy_package(pure)
+            print(f"{args.compiler}: built the core in {compile_copy(args.compiler, built):.0f} s wall")
+            for _ in range(args.rounds):
+                runs["pure"].append(run_round(pure, args))
+                runs["compiled"].append(run_round(built, args))
     print(f"radix/tree loaded from: pure {runs['pure'][0]['tree']}, compiled {runs['compiled'][0]['tree']}")
     print(f"{'cell':<12} {'pure req/s':>10} {'compiled':>9} {'ratio':>6}  (median of {args.rounds} rounds)")
     for cell in [k for k in runs["pure"][0] if k != "tree"]:
@@ -109,6 +116,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeats", type=int, default=3, help="replays per cell and process (the best counts)")
     p.add_argument("--rounds", type=int, default=3, help="pure/compiled process pairs, alternating")
     p.add_argument("--policy", default="adaptive")
+    p.add_argument("--in-place", action="store_true",
+                   help="compare this checkout's own build (make install) with RADIXKV_PURE_PYTHON=1; no copy, no build")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.worker:

@@ -18,7 +18,9 @@ import contextlib
 import importlib.util
 import io
 import os
+import shlex
 import shutil
+import subprocess
 import sys
 import sysconfig
 import time
@@ -31,14 +33,22 @@ EXTENSION = os.path.splitext(sysconfig.get_config_var("EXT_SUFFIX") or ".so")[1]
 
 
 def missing() -> str | None:
-    """What the build lacks (None: nothing)."""
+    """What the build lacks (None: nothing): the `build` extra, a C compiler that runs, Python.h."""
     if importlib.util.find_spec("mypyc") is None or importlib.util.find_spec("setuptools") is None:
         return "mypy/setuptools are not installed (pip install -e '.[build]')"
-    if not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")):
+    include = sysconfig.get_paths()["include"]
+    if not os.path.exists(os.path.join(include, "Python.h")):
         return "no Python headers (Python.h)"
-    cc = (os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc").split()
+    cc = shlex.split(os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc")
     if not cc or shutil.which(cc[0]) is None:
         return f"no C compiler ({' '.join(cc) or 'CC is empty'})"
+    try:  # the compiler must run and find the headers: preprocess one include (milliseconds)
+        probe = subprocess.run([*cc, "-E", "-I", include, "-"], input="#include <Python.h>\n", text=True,
+                               capture_output=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"the C compiler ({' '.join(cc)}) does not run ({e})"
+    if probe.returncode != 0:
+        return f"the C compiler ({' '.join(cc)}) cannot compile against Python.h (exit {probe.returncode})"
     return None
 
 

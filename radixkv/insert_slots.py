@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from radixkv.errors import InvalidSlotsError
-from radixkv.pools import PageLedger
+from radixkv.pools import PageLedger, page_slots
 from radixkv.tokens import check_range
 
 _EMPTY = np.empty(0, dtype=np.int64)
@@ -30,13 +30,11 @@ class InsertSlots:
         body = given[:n]
         if ps == 1:
             self.pages = body
-        else:
-            rows = body.reshape(-1, ps)
-            first = rows[:, 0]
-            if (first % ps).any() or (rows != first[:, None] + np.arange(ps)).any():
+        else:  # each page of positions: the slots of one page, in order (one memcmp against them)
+            self.pages = body[::ps] // ps  # int64 [n // ps]
+            if page_slots(self.pages, ps).tobytes() != body.tobytes():
                 raise InvalidSlotsError("insert: each page of positions must be the tree's own slots there "
                                         "or the page_size slots of one private page, in order")
-            self.pages = first // ps  # int64 [n // ps]
         self.tail = self._tail_pages(given[n:], ps)  # pages of the partial tail
         self.duplicates = self.new = _EMPTY
 

@@ -15,11 +15,18 @@ import numpy as np
 from radixkv.errors import OutOfSlotsError
 
 
+_OFFSETS: dict[int, np.ndarray] = {}  # page_size -> int64 arange(page_size), read only: no arange per call
+
+
 def page_slots(pages: np.ndarray, page_size: int) -> np.ndarray:
     """Slots of `pages`, page after page: int64 `[len(pages) * page_size]` (`pages` itself at page_size 1)."""
     if page_size == 1:
         return pages.astype(np.int64, copy=False)
-    return (pages[:, None] * page_size + np.arange(page_size, dtype=np.int64)).reshape(-1)
+    offsets = _OFFSETS.get(page_size)
+    if offsets is None:
+        offsets = _OFFSETS[page_size] = np.arange(page_size, dtype=np.int64)
+        offsets.flags.writeable = False
+    return (pages[:, None] * page_size + offsets).reshape(-1)
 
 
 def slot_pages(slots: np.ndarray, page_size: int) -> np.ndarray:
