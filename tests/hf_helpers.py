@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from typing import NamedTuple
+from weakref import WeakKeyDictionary
 
 import pytest
 import torch
@@ -68,6 +69,19 @@ def reference(model: torch.nn.Module, prompts: list[list[int]], max_new_tokens: 
     gen = GenerationConfig(max_new_tokens=max_new_tokens, do_sample=False, eos_token_id=eos_token_id,
                            pad_token_id=0 if eos_token_id is None else eos_token_id)
     return reference_generate(model, prompts, generation_config=gen)
+
+
+_REFERENCES: WeakKeyDictionary[torch.nn.Module, dict[tuple[object, ...], Expected]] = WeakKeyDictionary()
+
+
+def cached_reference(model: torch.nn.Module, prompts: list[list[int]], max_new_tokens: int) -> Expected:
+    """`reference` computed once per (model, prompts, max_new_tokens), for tests that compare
+    engines of several page sizes or pools with one module-scoped model that nothing mutates."""
+    memo = _REFERENCES.setdefault(model, {})
+    key = (tuple(map(tuple, prompts)), max_new_tokens)
+    if key not in memo:
+        memo[key] = reference(model, prompts, max_new_tokens)
+    return memo[key]
 
 
 def reference_generate(model: torch.nn.Module, prompts: list[list[int]], **kwargs: object) -> Expected:

@@ -11,6 +11,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 PACKAGE = Path(__file__).resolve().parent.parent / "radixkv"
 
 
@@ -84,8 +86,13 @@ def upward_imports(graph: dict[str, set[str]], never: dict[str, set[str]] = NEVE
                   for low, banned in never.items() if _within(a, low) and any(_within(b, x) for x in banned))
 
 
-def test_radixkv_has_no_import_that_runs_back_up() -> None:
-    graph = import_graph()
+@pytest.fixture(scope="module")
+def graph() -> dict[str, set[str]]:
+    """radixkv's graph, parsed once for both package tests (neither changes it)."""
+    return import_graph()
+
+
+def test_radixkv_has_no_import_that_runs_back_up(graph: dict[str, set[str]]) -> None:
     assert "radixkv.radix.tree" in graph and "radixkv.eviction.policies" in graph, "the graph reads the package"
     assert not upward_imports(graph)
 
@@ -99,8 +106,7 @@ def test_an_upward_import_is_found() -> None:
     assert upward_imports(graph) == ["radixkv.eviction.view -> radixkv.radix.node"]
 
 
-def test_radixkv_has_no_import_cycle() -> None:
-    graph = import_graph()
+def test_radixkv_has_no_import_cycle(graph: dict[str, set[str]]) -> None:
     assert "radixkv.cache" in graph and "radixkv.radix.tree" in graph["radixkv.radix"], "the graph reads the package"
     cycle = find_cycle(graph)
     assert not cycle, " -> ".join(cycle)

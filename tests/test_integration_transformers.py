@@ -15,7 +15,7 @@ import torch
 
 pytest.importorskip("transformers")
 from hf_helpers import (VOCAB, Expected, assert_cache_idle, assert_same_tokens, build,  # noqa: E402, F401 (fixtures)
-                        no_interpreter, one_thread, reference, shared_prefix_prompts)
+                        cached_reference, no_interpreter, one_thread, reference, shared_prefix_prompts)
 
 from radixkv.integrations.transformers import Engine  # noqa: E402
 
@@ -27,11 +27,11 @@ def model(request: pytest.FixtureRequest) -> torch.nn.Module:
 
 @pytest.mark.parametrize("page_size", [1, 16])
 def test_shared_prefixes_and_chunked_prefill(model: torch.nn.Module, page_size: int, no_interpreter: None) -> None:
-    prompts = shared_prefix_prompts(seed=page_size)
+    prompts = shared_prefix_prompts(seed=1)  # one set for both page sizes: one reference
     engine = Engine(model, num_slots=4096, page_size=page_size, dtype=torch.float32,
                     max_context_len=256, max_batch_tokens=24)  # 24 < 40: every prompt is chunked
     got = engine.generate(prompts, max_new_tokens=10)
-    assert_same_tokens(got, reference(model, prompts, 10))
+    assert_same_tokens(got, cached_reference(model, prompts, 10))
     stats = engine.last_stats
     # Every prompt but the first of its group reuses the whole-page part of the 40-token system
     # prompt, even those that arrive in the same step (the in-batch prefix check defers them).
@@ -48,12 +48,12 @@ def test_shared_prefixes_and_chunked_prefill(model: torch.nn.Module, page_size: 
 @pytest.mark.parametrize("page_size, num_slots", [(1, 128), (16, 192)])
 def test_small_pool_evicts_and_preempts(model: torch.nn.Module, page_size: int, num_slots: int,
                                         no_interpreter: None) -> None:
-    """9 requests of up to 102 tokens in a pool of 128 or 192 slots (checked to preempt 4-11 times)."""
-    prompts = shared_prefix_prompts(seed=10 + page_size, groups=3, per_group=3, own=(8, 30))
+    """9 requests of up to 102 tokens in a pool of 128 or 192 slots: requests are preempted (asserted)."""
+    prompts = shared_prefix_prompts(seed=11, groups=3, per_group=3, own=(8, 30))  # both page sizes: one reference
     engine = Engine(model, num_slots=num_slots, page_size=page_size, dtype=torch.float32,
                     max_context_len=128, max_requests=8, max_batch_tokens=48)
     got = engine.generate(prompts, max_new_tokens=32)
-    assert_same_tokens(got, reference(model, prompts, 32))
+    assert_same_tokens(got, cached_reference(model, prompts, 32))
     stats = engine.last_stats
     assert stats.preemptions > 0, "the pool was meant to be too small for every request at once"
     # More KV was written than the pool holds, so cached tokens had to be evicted along the way.

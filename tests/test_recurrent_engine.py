@@ -15,8 +15,8 @@ import pytest
 import torch
 
 transformers = pytest.importorskip("transformers")
-from hf_helpers import (assert_cache_idle, assert_same_tokens, no_interpreter, one_thread,  # noqa: E402, F401
-                        reference, shared_prefix_prompts)
+from hf_helpers import (assert_cache_idle, assert_same_tokens, cached_reference, no_interpreter,  # noqa: E402, F401
+                        one_thread, reference, shared_prefix_prompts)
 
 from radixkv import CacheConfig, ConfigError, GroupSpec, UnsupportedModelError  # noqa: E402
 from radixkv.integrations.layer_groups import SERVED_RECURRENT, LayerGroup, layer_groups  # noqa: E402
@@ -32,16 +32,16 @@ def model(request: pytest.FixtureRequest) -> torch.nn.Module:
 def test_exact_then_reuses_shared_prefix(model: torch.nn.Module, page_size: int, no_interpreter: None) -> None:
     """Round 1: 6 prompts sharing two 40-token system prompts, chunked (24-token budget), 10 new tokens
     each. Round 2: new prompts on those system prompts and next turns of round 1's conversations."""
-    first = shared_prefix_prompts(seed=page_size, groups=2, per_group=3)
+    first = shared_prefix_prompts(seed=1, groups=2, per_group=3)  # both page sizes: one reference
     engine = Engine(model, num_slots=4096, page_size=page_size, dtype=torch.float32, max_context_len=256,
                     max_batch_tokens=24)
     answers = engine.generate(first, max_new_tokens=10)
-    assert_same_tokens(answers, reference(model, first, 10))
+    assert_same_tokens(answers, cached_reference(model, first, 10))
     stats = engine.last_stats
     assert stats.prefill_computed + stats.prefill_reused == stats.prompt_tokens
     second = [p[:40] + [5, 6, 7] for p in first[::3]] + [p + a + [9, 9] for p, a in zip(first, answers)]
     got = engine.generate(second, max_new_tokens=10)
-    assert_same_tokens(got, reference(model, second, 10))
+    assert_same_tokens(got, cached_reference(model, second, 10))
     # Each next turn resumes at least at the last page boundary of its first turn's prompt.
     assert engine.last_stats.prefill_reused >= sum(len(p) // page_size * page_size - page_size for p in first)
     assert engine.recurrent.store.hits > 0
@@ -54,11 +54,11 @@ def test_small_pool_preempts_and_evicts(model: torch.nn.Module, page_size: int, 
                                         no_interpreter: None) -> None:
     """Too few slots for every request at once: requests are preempted (their state dropped; they
     resume from a snapshot or from zero) and cached KV is evicted (its snapshots go with it)."""
-    prompts = shared_prefix_prompts(seed=20 + page_size, groups=3, per_group=2, own=(8, 30))
+    prompts = shared_prefix_prompts(seed=21, groups=3, per_group=2, own=(8, 30))  # both page sizes: one reference
     engine = Engine(model, num_slots=num_slots, page_size=page_size, dtype=torch.float32, max_context_len=128,
                     max_requests=8, max_batch_tokens=48)
     got = engine.generate(prompts, max_new_tokens=24)
-    assert_same_tokens(got, reference(model, prompts, 24))
+    assert_same_tokens(got, cached_reference(model, prompts, 24))
     stats = engine.last_stats
     assert stats.preemptions > 0, "the pool was meant to be too small for every request at once"
     assert stats.prefill_computed + stats.output_tokens > num_slots
