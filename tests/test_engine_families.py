@@ -95,6 +95,7 @@ def test_greedy_equals_generate_and_second_round_reuses(model: torch.nn.Module, 
         assert_same_tokens(got, want)
         assert_cache_idle(engine)
         assert engine.last_stats.prefill_reused > 0
+        assert engine.last_stats.masked_cascade_calls > 0  # masked layers decoded through shared prefixes
     assert engine.cache.stats.evicted_tokens > 0  # the pool was too small to keep everything
     assert model.config._attn_implementation == "eager"  # restored after generate
 
@@ -119,6 +120,7 @@ def test_window_kv_in_small_pools_of_its_own(family: str, page_size: int, num_sl
         got = engine.generate(prompts, max_new_tokens=14, do_sample=False)
         assert_same_tokens(got, reference(model, prompts, 14))
         engine.cache.check_invariants()
+        assert engine.last_stats.masked_cascade_calls > 0  # cascade plans read through full_to_window
     assert engine.last_stats.prefill_reused > 0
     assert all(g.evicted_pages > 0 for g in engine.cache.groups)  # window KV was freed for other tokens
     assert engine.cache.stats.evicted_tokens > 0
