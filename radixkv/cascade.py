@@ -46,7 +46,7 @@ import itertools
 import numpy as np
 import torch
 
-from radixkv.kernels import AttentionVariant, CascadeLevel, CascadePlan, PaddedLevel
+from radixkv.kernels import AttentionVariant, CascadeLevel, CascadePlan, KernelInputError, PaddedLevel
 from radixkv.kernels.variant import first_key_ref
 from radixkv.results import LockHandle
 
@@ -115,13 +115,12 @@ def visible(plan: CascadePlan, variant: AttentionVariant) -> CascadePlan:
     (`[first_key(q_pos), q_pos]`), dropping groups and levels left without keys: the same
     attention, fewer reads. Reads the plan's tensors on the host (O(groups) Python, no token loop);
     needs positions (the planner's plans have them)."""
-    assert plan.q_pos is not None  # plans from plan_cascade carry positions
-    q_pos = plan.q_pos.cpu().numpy()
-    lo = first_key_ref(variant, plan.q_pos.long()).cpu().numpy()
+    q_pos = _host(plan.q_pos)
+    lo = first_key_ref(variant, torch.from_numpy(q_pos).long()).numpy()
     by_level: list[list[Run]] = []
     for lvl in plan.levels:
-        qo_ptr, qo, kv_ptr, slots, kv_pos = (t.cpu().numpy() for t in (lvl.qo_indptr, lvl.qo_indices, lvl.kv_indptr,
-                                                                       lvl.kv_indices, lvl.kv_pos))
+        qo_ptr, qo, kv_ptr, slots, kv_pos = map(_host, (lvl.qo_indptr, lvl.qo_indices, lvl.kv_indptr, lvl.kv_indices,
+                                                        lvl.kv_pos))
         groups = []
         for g in np.flatnonzero(np.diff(qo_ptr)):
             rows = qo[qo_ptr[g]:qo_ptr[g + 1]]
@@ -132,6 +131,12 @@ def visible(plan: CascadePlan, variant: AttentionVariant) -> CascadePlan:
         if groups:
             by_level.append(groups)
     return _build(by_level, q_pos, plan.merge_indptr.device, None)
+
+
+def _host(t: torch.Tensor | None) -> np.ndarray:
+    if t is None:
+        raise KernelInputError("cutting a plan to a window needs its positions (q_pos, every level's kv_pos)")
+    return t.cpu().numpy()
 
 
 def _chain(node: LockHandle, count: dict[LockHandle, int],

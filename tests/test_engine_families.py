@@ -143,13 +143,15 @@ def test_logits_over_a_cached_prefix_equal_a_full_forward(model: torch.nn.Module
 
 @pytest.mark.parametrize("family", ["gemma2", "gpt_oss"])
 def test_interpreted_triton_kernels(family: str, one_thread: None) -> None:  # noqa: F811
-    """The Triton kernels (interpreter) with a window and soft-capping, a window and sinks (chunks: test_kernels_variants.py)."""
+    """The Triton kernels (interpreter) with a window and soft-capping, a window and sinks, cascade decode
+    included (chunks: test_kernels_variants.py, test_kernels_cascade_masked.py)."""
     model = build(family)
     prompts = shared_prefix_prompts(4, groups=1, per_group=3, system=12, own=(1, 6))
     want = reference(model, prompts, 6)
     engine = Engine(model, num_slots=128, page_size=4, max_batch_tokens=24, max_context_len=64)
     assert_same_tokens(engine.generate(prompts, max_new_tokens=6, do_sample=False), want)
     assert engine.last_stats.prefill_reused > 0
+    assert engine.last_stats.masked_cascade_calls > 0  # the masked cascade kernel, interpreted
 
 
 def test_llama4_position_scaling_limit_is_refused(one_thread: None) -> None:  # noqa: F811

@@ -138,6 +138,8 @@ def test_masked_variant_needs_positions() -> None:
     bare = b.cascade._replace(q_pos=None)
     with pytest.raises(KernelInputError, match="positions"):
         cascade_decode(q, kb, vb, bare, SCALE, AttentionVariant(window=4))
+    with pytest.raises(KernelInputError, match="positions"):
+        visible(bare, AttentionVariant(window=4))
     bad = b.cascade._replace(q_pos=b.cascade.q_pos[:-1])
     with pytest.raises(KernelInputError, match="q_pos"):
         cascade_decode(q, kb, vb, bad, SCALE, AttentionVariant(window=4))

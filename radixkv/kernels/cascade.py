@@ -72,35 +72,41 @@ def _cascade_kernel(
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
-    kv_start = kv_lo
+    kv_start, kv_bound = kv_lo, kv_hi
     kv_end = tl.where(first < e_end, kv_hi, kv_lo)  # a row block past the group's rows reads nothing
-    if MASKED:  # keys [lo, q_pos] of each vector; the program reads only their union's part of the run
-        q_pos = tl.load(q_pos_ptr + row, mask=mask_m, other=0).to(tl.int64)  # [BLOCK_M]
-        lo = first_key(q_pos, window, chunk, MASKED)
-        pos0 = tl.load(kv_pos_ptr + g).to(tl.int64) - kv_lo  # slot n holds position pos0 + n
-        kv_start = tl.maximum(kv_lo, tl.min(tl.where(mask_m, lo - pos0, kv_hi), axis=0))
-        kv_end = tl.minimum(kv_end, tl.max(tl.where(mask_m, q_pos - pos0 + 1, kv_lo), axis=0))
+    if MASKED:  # vector m sees run offsets [seen_lo[m], seen_hi[m]]; stream only their union (int32: fewer registers)
+        q_pos = tl.load(q_pos_ptr + row, mask=mask_m, other=0)  # int32 [BLOCK_M]
+        pos0 = tl.load(kv_pos_ptr + g) - kv_lo.to(tl.int32)  # slot n holds position pos0 + n
+        seen_lo = first_key(q_pos, window, chunk, MASKED) - pos0
+        seen_hi = q_pos - pos0
+        kv_start = tl.maximum(kv_lo, tl.min(tl.where(mask_m, seen_lo, kv_hi.to(tl.int32)), axis=0).to(tl.int64))
+        kv_end = tl.minimum(kv_end, tl.max(tl.where(mask_m, seen_hi + 1, kv_lo.to(tl.int32)), axis=0).to(tl.int64))
+        kv_bound = kv_end
     for n0 in range(kv_start, kv_end, BLOCK_N):
         offs_n = n0 + tl.arange(0, BLOCK_N)
-        mask_n = offs_n < kv_end
+        mask_n = offs_n < kv_bound
         # read 8 bytes of slot and 2 * d * e bytes of K, V per position, once for all BLOCK_M vectors
         slot = tl.load(kv_indices_ptr + offs_n, mask=mask_n, other=0).to(tl.int64)
         off = slot[:, None] * buf_stride_s + kvh * buf_stride_h + offs_d[None, :]
         kv_mask = mask_n[:, None] & mask_d[None, :]
         k = tl.load(k_buf_ptr + off, mask=kv_mask, other=0.0).to(tl.float32)  # [BLOCK_N, BLOCK_D]
         s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * sm_scale  # [BLOCK_M, BLOCK_N]
-        seen = mask_n[None, :]
         if MASKED:
-            key = pos0 + offs_n
-            seen = seen & (key[None, :] >= lo[:, None]) & (key[None, :] <= q_pos[:, None])
-        s = tl.where(seen, cap_scores(s, softcap, SOFTCAP), float("-inf"))
-        m_new, alpha, p = online_step(s, m_i, l_i)  # a vector may see no key of a block
+            n = offs_n.to(tl.int32)[None, :]
+            seen = mask_n[None, :] & (n >= seen_lo[:, None]) & (n <= seen_hi[:, None])
+            s = tl.where(seen, cap_scores(s, softcap, SOFTCAP), float("-inf"))
+            m_new, alpha, p = online_step(s, m_i, l_i)  # a vector may see no key of a block
+        else:
+            s = tl.where(mask_n[None, :], cap_scores(s, softcap, SOFTCAP), float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(s, axis=1))
+            alpha = tl.exp(m_i - m_new)
+            p = tl.exp(s - m_new[:, None])
         v = tl.load(v_buf_ptr + off, mask=kv_mask, other=0.0).to(tl.float32)
         acc = acc * alpha[:, None] + tl.dot(p, v, input_precision=PRECISION)
         l_i = l_i * alpha + tl.sum(p, axis=1)
         m_i = m_new
 
-    has = l_i > 0.0  # false only for a group without KV
+    has = l_i > 0.0  # false for a group without KV, or a vector that sees none of it
     lse = tl.where(has, m_i + tl.log(tl.where(has, l_i, 1.0)), float("-inf"))
     out = acc / tl.where(has, l_i, 1.0)[:, None]
     state = (entry_start + entry) * num_heads + head  # [BLOCK_M]
@@ -118,13 +124,22 @@ def _cascade_kernel(
 _CONFIGS = {(64, 16): (4, 32), (64, 32): (4, 16), (64, 64): (8, 32), (128, 16): (4, 16), (128, 32): (8, 32),
             (128, 64): (8, 32), (256, 16): (8, 16), (256, 32): (8, 16)}
 _CONFIGS_FP32 = {(64, 16): (8, 32), (64, 32): (8, 32), (128, 16): (8, 32), (256, 16): (4, 16)}
+# A window or chunks (MASKED) keep per-vector bounds and a [BLOCK_M, BLOCK_N] mask live: with the
+# tables above, 64 x 256 (fp16) and 16 x 128 (fp32, 8 warps) spilled 4 bytes on sm_80, 32 x 128 4-12
+# bytes on sm_90. Masked launches take half the positions per step there and at most 16 rows of 256.
+_MASKED = {torch.float16: {**{k: v for k, v in _CONFIGS.items() if k != (256, 32)}, (128, 32): (8, 16),
+                           (128, 64): (8, 16)},
+           torch.float32: {**_CONFIGS_FP32, (128, 16): (8, 16)}}
 
 
-def launch_config(max_rows: int, group: int, head_dim: int, dtype: torch.dtype) -> dict[str, int]:
+def launch_config(max_rows: int, group: int, head_dim: int, dtype: torch.dtype,
+                  masked: bool = False) -> dict[str, int]:
     """Block sizes, num_warps and num_stages `_cascade_kernel` runs with for a level whose groups
-    have at most `max_rows` rows, on q and buffers of `dtype` (bench/compile_check.py compiles
-    them for sm_80/sm_90 and requires 0 spilled bytes). Same choice on every target."""
-    table = _CONFIGS if dtype in (torch.float16, torch.bfloat16) else _CONFIGS_FP32
+    have at most `max_rows` rows, on q and buffers of `dtype`, under a window or chunks when
+    `masked` (bench/compile_check.py compiles them for sm_80/sm_90 and requires 0 spilled bytes).
+    Same choice on every target."""
+    half = dtype in (torch.float16, torch.bfloat16)
+    table = _MASKED[torch.float16 if half else torch.float32] if masked else _CONFIGS if half else _CONFIGS_FP32
     block_h = triton.next_power_of_2(group)
     block_d = max(16, triton.next_power_of_2(head_dim))
     max_m = max(m for d, m in table if d == max(64, block_d))  # q and accumulator: BLOCK_M x BLOCK_D fp32
@@ -142,7 +157,7 @@ def _attend_launch(q: torch.Tensor, k_buf: torch.Tensor, v_buf: torch.Tensor, lv
     groups, (heads, dim), kv_heads = lvl.qo_indptr.numel() - 1, q.shape[1:], k_buf.shape[1]
     if groups == 0 or lvl.qo_indices.numel() == 0:
         return
-    cfg = launch_config(lvl.max_rows, heads // kv_heads, dim, q.dtype)
+    cfg = launch_config(lvl.max_rows, heads // kv_heads, dim, q.dtype, variant.masked)
     grid = (groups, kv_heads, triton.cdiv(max(1, lvl.max_rows), cfg["BLOCK_R"]))
     masked = variant.masked
     _cascade_kernel[grid](
