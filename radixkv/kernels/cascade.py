@@ -125,11 +125,12 @@ _CONFIGS = {(64, 16): (4, 32), (64, 32): (4, 16), (64, 64): (8, 32), (128, 16): 
             (128, 64): (8, 32), (256, 16): (8, 16), (256, 32): (8, 16)}
 _CONFIGS_FP32 = {(64, 16): (8, 32), (64, 32): (8, 32), (128, 16): (8, 32), (256, 16): (4, 16)}
 # A window or chunks (MASKED) keep per-vector bounds and a [BLOCK_M, BLOCK_N] mask live: with the
-# tables above, 64 x 256 (fp16) and 16 x 128 (fp32, 8 warps) spilled 4 bytes on sm_80, 32 x 128 4-12
-# bytes on sm_90. Masked launches take half the positions per step there and at most 16 rows of 256.
+# tables above, 32 x 256 (fp16) and 16 x 128 (fp32, 8 warps) spilled 4 bytes on sm_80, 32 x 128 4-12
+# bytes, 32 x 64 fp32 4 bytes and 16 x 256 (8 warps) 8 bytes on sm_90. Masked launches take half
+# the positions per step there, at most 16 rows at head_dim 256, with 4 warps.
 _MASKED = {torch.float16: {**{k: v for k, v in _CONFIGS.items() if k != (256, 32)}, (128, 32): (8, 16),
-                           (128, 64): (8, 16)},
-           torch.float32: {**_CONFIGS_FP32, (128, 16): (8, 16)}}
+                           (128, 64): (8, 16), (256, 16): (4, 16)},
+           torch.float32: {**_CONFIGS_FP32, (64, 32): (8, 16), (128, 16): (8, 16)}}
 
 
 def launch_config(max_rows: int, group: int, head_dim: int, dtype: torch.dtype,
