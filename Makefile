@@ -69,7 +69,7 @@ bench: $(STAMP)
 	$(BIN)/radixkv bench
 
 test: $(STAMP)
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n auto --dist loadfile  # one worker per core, each test file on one worker
 
 clean:
 	rm -rf $(VENV) $(SGLANG_VENV) build *.egg-info radixkv/_core_build.txt

@@ -46,7 +46,7 @@ class MeasuredRunner(RecurrentRunner):
         self.kv_matched = 0
 
     def snapshot_points(self, tokens: list[int], start: int) -> frozenset[int]:
-        self.kv_matched += self.cache.match_prefix(tokens[:len(tokens) - 1]).length
+        self.kv_matched += self.cache.locate(tokens[:len(tokens) - 1]).end  # full KV, snapshots or not
         return super().snapshot_points(tokens, start)
 
 

@@ -17,7 +17,7 @@ import torch
 from radixkv import CacheConfig, RadixCache
 from radixkv.bench.workloads import WORKLOADS, make_workload
 from radixkv.cli_args import HelpFormatter, fraction, one_of, positive_int
-from radixkv.integrations.scheduler import Request, Scheduler
+from radixkv.scheduling.scheduler import Request, Scheduler
 from radixkv.scheduling import POLICIES
 
 

@@ -14,6 +14,11 @@ beyond that (reuse, evicted first when the pool runs short) are reported apart. 
 keeping all window-layer KV (every layer holding every position): peak over the run, and at the
 last decode step. Floor: (10 + 52 * W / ctx) / 62.
 
+`--family llama4` (held only): Llama 4 Scout's layer pattern instead (48 layers, every 4th full
+without RoPE: 12 full, 36 chunked with chunk `--window`), its chunked layers in a chunk group (KV of
+the current chunk only), or with `--as-window` in a window group of W = chunk (last round's way).
+Floor (chunk): (12 + 36 * (C / 2) / ctx) / 48 on average over positions.
+
 `hits`: prefix hit rate (prompt tokens reused / prompt tokens, `last_stats.prefill_reused`) of a
 multi-turn workload (`--convs` conversations over 2 shared system prompts of 96 tokens, `--turns`
 turns, each a user message of 16-48 tokens and a 16-token answer, all conversations' turn t in one
@@ -35,6 +40,17 @@ from radixkv.integrations.transformers import Engine
 from radixkv.radix.windows import protected
 
 LAYERS, EVERY = 62, 6  # Gemma 3 27B: 62 layers, sliding_window_pattern 6
+LLAMA4_LAYERS, LLAMA4_EVERY = 48, 4  # Llama 4 Scout: 48 layers, every 4th full attention without RoPE
+
+
+def llama4(chunk: int) -> torch.nn.Module:
+    torch.manual_seed(0)
+    cfg = transformers.Llama4TextConfig(vocab_size=256, hidden_size=32, intermediate_size=32, intermediate_size_mlp=32,
+                                        num_hidden_layers=LLAMA4_LAYERS, num_attention_heads=1, num_key_value_heads=1,
+                                        head_dim=16, attention_chunk_size=chunk, num_local_experts=1,
+                                        interleave_moe_layer_step=LLAMA4_LAYERS, max_position_embeddings=8192,
+                                        bos_token_id=None, eos_token_id=None, pad_token_id=None)
+    return transformers.Llama4ForCausalLM(cfg).eval()
 
 
 def model(window: int, layers: int = LAYERS) -> torch.nn.Module:
@@ -47,9 +63,10 @@ def model(window: int, layers: int = LAYERS) -> torch.nn.Module:
     return transformers.Gemma3ForCausalLM(cfg).eval()
 
 
-def window_groups(m: torch.nn.Module, slots: int) -> tuple[GroupSpec, ...]:
-    return tuple(GroupSpec("window", slots, size=g.window, layers=g.layers)
-                 for g in layer_groups(m.config) if g.kind == "sliding")
+def window_groups(m: torch.nn.Module, slots: int, as_window: bool = False) -> tuple[GroupSpec, ...]:
+    """A window group per sliding layer group, a chunk group per chunked one (`as_window`: a window of W = chunk)."""
+    return tuple(GroupSpec("window" if g.kind == "sliding" or as_window else "chunk", slots, size=g.window or g.chunk,
+                           layers=g.layers) for g in layer_groups(m.config) if g.kind in ("sliding", "chunked"))
 
 
 def held_window_tokens(engine: Engine) -> tuple[list[int], int]:
@@ -57,12 +74,12 @@ def held_window_tokens(engine: Engine) -> tuple[list[int], int]:
     cache = engine.cache
     group = cache.groups[0]
     ps, g = group.page_size, group.index - 1
-    keep = {n.id: protected(n, group.window, cache.page_size)
+    keep = {n.id: protected(n, group.reach, cache.page_size)
             for n in cache.tree.nodes() if n.parent is not None and n.secondary[g] is not None}
     per_seq = []
     for seq in cache.sequences():
         node, tokens = seq.node, 0
-        while node.parent is not None and node.end > seq.committed_len - group.window:
+        while node.parent is not None and node.end > seq.committed_len - group.window:  # (>= W - 1 back: all it may hold)
             tokens += keep.get(node.id, 0)
             node = node.parent
         private = seq.kv_len - seq.tree_len
@@ -72,23 +89,24 @@ def held_window_tokens(engine: Engine) -> tuple[list[int], int]:
 
 
 def held(args: argparse.Namespace) -> None:
-    m = model(args.window)
+    m = llama4(args.window) if args.family == "llama4" else model(args.window)
+    layers = LLAMA4_LAYERS if args.family == "llama4" else LAYERS
     ctx, ps = args.context, args.page_size
     slots = args.requests * (ctx + ps)
     window_slots = args.requests * (args.window + 2 * ps) + args.chunk + ps
     window_slots = -(-window_slots // ps) * ps
     engine = Engine(m, num_slots=slots, page_size=ps, max_batch_tokens=args.chunk, max_context_len=ctx + ps,
-                    max_requests=args.requests, dtype=torch.float32, groups=window_groups(m, window_slots),
-                    cascade=False)
+                    max_requests=args.requests, dtype=torch.float32,
+                    groups=window_groups(m, window_slots, args.as_window), cascade=False)
     nw = len(engine.cache.groups[0].spec.layers)
-    nf = LAYERS - nw
+    nf = layers - nw
     samples: dict[str, list[tuple[float, int]]] = {"forward": [], "between": []}
     kept: list[int] = []
 
     def sample(when: str) -> None:
         per_seq, tree_kept = held_window_tokens(engine)
         for seq, w in zip(engine.cache.sequences(), per_seq):
-            samples[when].append(((nf * seq.kv_len + nw * w) / (LAYERS * ctx), w))
+            samples[when].append(((nf * seq.kv_len + nw * w) / (layers * ctx), w))
         kept.append(tree_kept)
 
     batch = engine.cache.batch
@@ -104,9 +122,13 @@ def held(args: argparse.Namespace) -> None:
     engine.generate(prompts, max_new_tokens=args.answer, do_sample=False)
     engine.cache.check_invariants()
     last, fwd, between = samples["between"][-args.requests:], samples["forward"], samples["between"]
-    floor = (nf + nw * args.window / ctx) / LAYERS
-    print(f"held W={args.window} ctx={ctx} page={ps} chunk={args.chunk} requests={args.requests} "
-          f"window_pool={window_slots}: ratio at the end {max(r for r, _ in last):.4f} (window tokens "
+    chunked = args.family == "llama4" and not args.as_window
+    floor = (nf + nw * (args.window / 2 if chunked else args.window) / ctx) / layers
+    decode = [w for _, w in between[-args.requests * (args.answer - 1):]]  # window tokens held at decode steps
+    print(f"held {args.family} {engine.cache.groups[0].spec.kind} size={args.window} ctx={ctx} page={ps} "
+          f"chunk={args.chunk} requests={args.requests} window_pool={window_slots}: mean window tokens held per "
+          f"request between steps {sum(w for _, w in between) / len(between):.1f} (decode steps "
+          f"{sum(decode) / len(decode):.1f}); ratio at the end {max(r for r, _ in last):.4f} (window tokens "
           f"{max(w for _, w in last)}), peak between steps {max(r for r, _ in between):.4f} (window tokens "
           f"{max(w for _, w in between)}), peak during a forward {max(r for r, _ in fwd):.4f} (window tokens "
           f"{max(w for _, w in fwd)}), floor {floor:.4f}; tree keeps beyond that: max {max(kept)} window tokens "
@@ -158,7 +180,9 @@ def hits(args: argparse.Namespace) -> None:
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("mode", nargs="?", choices=["held", "hits"], default="held")
-    p.add_argument("--window", type=int, default=64)
+    p.add_argument("--window", type=int, default=64, help="sliding window, or chunk with --family llama4")
+    p.add_argument("--family", choices=["gemma3", "llama4"], default="gemma3", help="layer pattern (held)")
+    p.add_argument("--as-window", action="store_true", help="llama4: chunked layers in a window group of W = chunk")
     p.add_argument("--context", type=int, default=2048)
     p.add_argument("--answer", type=int, default=16)
     p.add_argument("--requests", type=int, default=2)

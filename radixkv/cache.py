@@ -35,7 +35,7 @@ from radixkv.cache_groups import SecondaryGroup
 from radixkv.cache_host import promote
 from radixkv.cache_thread import ThreadOwner
 from radixkv.cache_windows import WindowGroup, path_between
-from radixkv.config import CacheConfig
+from radixkv.config import KV_GROUP_KINDS, CacheConfig
 from radixkv.errors import ConfigError, InvalidArgumentError, InvalidSlotsError, OutOfSlotsError
 from radixkv.eviction import make_policy
 from radixkv.events import KVEvent
@@ -51,6 +51,7 @@ from radixkv.pools import CACHED, PRIVATE, RESERVED, PageLedger, TokenToKVPool, 
 from radixkv.radix import SEQUENCE, USER, MatchInfo, RadixTree, TreeNode, evict_device
 from radixkv.radix import locks, lookup
 from radixkv.radix.pins import Pins
+from radixkv.radix.windows import Reach
 from radixkv.results import BatchInputs, LockHandle, MatchResult, SizeInfo
 from radixkv.sequences import Sequence, SequenceTable
 from radixkv.tokens import ExtraKeysArg, IntArg, SecondsArg, SequenceArg, TokensLike, as_count, as_priority, as_slots, as_tokens, slot_array
@@ -72,7 +73,7 @@ class RadixCache:
         self.mm_keys = MultiModalKeys()  # multimodal items' tree ids, by whole content hash
         self.events = self._recorder() if config.kv_events else None
         self.tree = RadixTree(ps, make_policy(config.eviction), config.host_slots > 0, self.events, len(config.groups),
-                              tuple(g.size if g.kind == "window" else 0 for g in config.groups))
+                              tuple(Reach(g.kind, g.size) for g in config.groups))
         self.pins = Pins(self.tree, config.pin_budget, clock)
         self.seqs: SequenceTable[TreeNode] = SequenceTable(config.max_requests, config.max_context_len, ps, config.device)
         self.req_pool = self.seqs.pool
@@ -82,7 +83,7 @@ class RadixCache:
         self._own = self._owner.check
         # secondary layer groups (cache_groups.py): group g is groups[g - 1]
         self.groups = tuple(WindowGroup(g, spec, ps, self.tree, self._own, config.num_pages, self.kv_pool.device)
-                            if spec.kind == "window" else SecondaryGroup(g, spec, ps, self.tree, self._own)
+                            if spec.kind in KV_GROUP_KINDS else SecondaryGroup(g, spec, ps, self.tree, self._own)
                             for g, spec in enumerate(config.groups, start=1))
         self.windows = tuple(g for g in self.groups if isinstance(g, WindowGroup))
 
@@ -94,13 +95,23 @@ class RadixCache:
         host tier holds (`host_length`). Does not lock; refreshes the recency of the matched path and
         may split the edge where the match ends. `slots` is a fresh int64 tensor the caller owns.
         `extra_keys` (radixkv.keys.ExtraKeys: LoRA, cache salt, multimodal items) partition the
-        cache like the namespace does, multimodal items from their offset on. With window groups,
-        the match stops where every group can resume (radix/windows.py), never claims more.
-        Prefixes given to `insert()` have no window KV until `group(g).attach` gives them some."""
+        cache like the namespace does, multimodal items from their offset on. With secondary
+        groups, the match stops where every group can resume (radix/windows.py: window KV before
+        it, a state snapshot at it), never claims more. Prefixes given to `insert()` have no group
+        components until `group(g).attach` gives them some (`locate` finds the node)."""
         self._own()
         ns, toks = self._key(as_tokens(tokens), namespace, extra_keys)
         m = self._match(toks, self.tree.root(ns), len(toks))
         return MatchResult(m.length, torch.from_numpy(page_slots(m.pages, self.page_size)), m.node, m.host_length)
+
+    def locate(self, tokens: TokensLike, namespace: Any = None, extra_keys: ExtraKeysArg = None) -> LockHandle:
+        """The node ending the longest prefix of `tokens` (whole pages) whose full KV is on the
+        device, whatever its secondary groups hold (where a group component, e.g. a state
+        snapshot taken after `node.end` tokens, can be attached); the namespace's root when none.
+        Splits the edge where it ends; not a use: no recency, hit or query is counted."""
+        self._own()
+        ns, toks = self._key(as_tokens(tokens), namespace, extra_keys)
+        return lookup.locate(self.tree, toks[:len(toks) // self.page_size * self.page_size].tobytes(), self.tree.root(ns))
 
     def lock(self, node: LockHandle) -> None:
         """Protect `node` and its ancestors from eviction; pairs with one unlock(node)."""

@@ -4,6 +4,7 @@ A hybrid model's layers fall into groups (radix/node.py has the picture): group 
 cache's own ledger and `kv_pool`); group g >= 1 is `CacheConfig.groups[g - 1]` (a GroupSpec):
 
     window   sliding-window KV: page_size-token pages, one per page of positions it holds
+    chunk    chunked-attention KV (Llama 4), the same pages, kept for the current chunk only
     state    recurrent-state snapshots: one slot per snapshot (page size 1); the state tensors
              live with their owner, the cache keeps which slot holds which prefix's state
 
@@ -30,7 +31,7 @@ from typing import Callable, NamedTuple
 import numpy as np
 import torch
 
-from radixkv.config import GroupSpec
+from radixkv.config import KV_GROUP_KINDS, GroupSpec
 from radixkv.errors import InvalidSlotsError, OutOfSlotsError
 from radixkv.pools import CACHED, PRIVATE, PageLedger
 from radixkv.results import LockHandle
@@ -56,7 +57,7 @@ class SecondaryGroup:
                  own: Callable[[], None]) -> None:
         self.index = index
         self.spec = spec
-        self.page_size = page_size if spec.kind == "window" else 1  # tokens per page of this pool
+        self.page_size = page_size if spec.kind in KV_GROUP_KINDS else 1  # tokens per page of this pool
         self.ledger = PageLedger(spec.num_slots // self.page_size, self.page_size)
         self._tree = tree
         self._own = own  # the cache's thread check
@@ -84,7 +85,7 @@ class SecondaryGroup:
         self._own()
         node = self._tree.check_node(handle)
         arr = self._pages(pages, "attach")
-        want = node.size // self._tree.page_size if self.spec.kind == "window" else 1
+        want = node.size // self._tree.page_size if self.spec.kind in KV_GROUP_KINDS else 1
         if len(arr) != want:
             raise InvalidSlotsError(f"attach: {node} takes {want} pages of group {self.index}, got {len(arr)}")
         set_component(self._tree.group_index, node, self.index, arr.copy())

@@ -1,4 +1,10 @@
-"""WindowGroup: a sliding-window layer group with KV of its own, freed where no query reads it.
+"""WindowGroup: a sliding-window or chunked layer group with KV of its own, freed where no query reads it.
+
+A chunk group (GroupSpec kind "chunk", chunk C: Llama 4's chunked attention) is a window group whose
+reach is the current chunk (radix/windows.py `Reach`): a query at q reads [q // C * C, q], so a
+request crossing into a new chunk frees the previous chunk's KV (C / 2 tokens held on average, vs
+C - 1 for a window of W = C), and a chunk boundary is a resume point that needs no chunk KV.
+Below, "W - 1 tokens before p" reads "[first(p), p)" for either kind.
 
 The window layers of a model (GroupSpec kind "window", window W) keep their K/V in a smaller pool
 of their own (`kv_pool.k_buffer[kv_pool.buffer_index[layer]]` is `[window_slots, heads, dim]` for them), in window
@@ -42,7 +48,7 @@ from radixkv.pools import CACHED, RESERVED, page_slots
 from radixkv.radix import RadixTree, TreeNode
 from radixkv.radix.components import drop_component, set_component
 from radixkv.radix.evict import secondary_victims
-from radixkv.radix.windows import protected
+from radixkv.radix.windows import Reach, protected
 from radixkv.results import BatchInputs, LockHandle
 from radixkv.tokens import TokensLike
 
@@ -59,14 +65,15 @@ class WindowGroup(SecondaryGroup):
     def __init__(self, index: int, spec: GroupSpec, page_size: int, tree: RadixTree, own: Callable[[], None],
                  num_full_pages: int, device: torch.device) -> None:
         super().__init__(index, spec, page_size, tree, own)
-        self.window = spec.size
+        self.window = spec.size  # W, or the chunk C
+        self.reach = Reach(spec.kind, spec.size)  # what resuming at a position needs of this group
         self.page_map = np.full(num_full_pages, -1, dtype=np.int64)  # full page -> its window page (host truth)
         self.full_to_window = torch.zeros(num_full_pages * page_size, dtype=torch.int64, device=device)
         self._pending: list[tuple[np.ndarray, np.ndarray]] = []  # (full pages, window pages) not yet on the device
         self._trimmed: dict[int, int] = {}  # row -> position up to which trim() decided its nodes
 
     def protected(self, node: TreeNode) -> int:
-        return protected(node, self.window, self.page_size)
+        return protected(node, self.reach, self.page_size)
 
     def attach(self, handle: LockHandle, pages: TokensLike) -> None:
         super().attach(handle, pages)
@@ -108,19 +115,20 @@ class WindowGroup(SecondaryGroup):
     def trim(self, row: int, bottom: TreeNode, cached_len: int) -> None:
         """After a commit of the Sequence in `row` (its lock now on `bottom`, reused prefix
         `cached_len`): tombstone the window KV of the nodes it inserted that no one reads any more
-        and no match is likely to end after: whole nodes ending at or before bottom.end - W + 1
-        (so a match at bottom.end, or below it after close, still resumes), not within W - 1 tokens
-        before a branch point (a node with two children: where other requests' matches end), not
+        and no match is likely to end after: whole nodes ending at or before first(bottom.end)
+        (bottom.end - W + 1; a chunk group: the start of bottom.end's chunk), so a match at
+        bottom.end, or below it after close, still resumes; not after first(b) of a branch point b
+        (a node with two children: where other requests' matches end); not
         protected by another lock. Each node is decided once (`_trimmed[row]`), so a commit walks
         only the nodes since the last one."""
-        lo, done, g = bottom.end - self.window + 1, self._trimmed.get(row, cached_len), self.index - 1
+        lo, done, g = self.reach.first(bottom.end), self._trimmed.get(row, cached_len), self.index - 1
         node, branch, decided, chunks = bottom, None, done, list[np.ndarray]()
         while node.parent is not None and node.depth >= done:
             if len(node.children) > 1:
                 branch = node.end
             if node.end <= lo:
                 decided = max(decided, node.end)
-                if (branch is None or branch - node.end >= self.window - 1) and not self.protected(node):
+                if (branch is None or node.end <= self.reach.first(branch)) and not self.protected(node):
                     pages = drop_component(self._tree.group_index, node, self.index)  # None: a tombstone already
                     if pages is not None:
                         chunks.append(pages)

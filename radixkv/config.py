@@ -11,7 +11,8 @@ from radixkv.events.hashing import EVENT_HASHES
 from radixkv.eviction import POLICIES
 
 _FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
-GROUP_KINDS = ("window", "state")
+GROUP_KINDS = ("window", "chunk", "state")
+KV_GROUP_KINDS = ("window", "chunk")  # kinds that keep KV per page of positions in a pool of their own
 
 
 @dataclass(frozen=True)
@@ -20,13 +21,15 @@ class GroupSpec:
 
     kind "window": sliding-window KV of `layers` (window `size`, transformers' sliding_window), in a
     pool of `num_slots` token slots (a multiple of page_size), one window page per page of positions.
+    kind "chunk": chunked-attention KV (`size` = attention_chunk_size, Llama 4), kept like a window's
+    but only for the current chunk (radix/windows.py).
     kind "state": recurrent-state snapshots, `num_slots` snapshot slots (one per snapshot); the
     state tensors live with their owner (radixkv/integrations), the cache keeps the slot ids."""
 
     kind: str
     num_slots: int
-    size: int = 0  # window: W tokens a query sees, itself included; state: 0
-    layers: tuple[int, ...] = ()  # window: layers whose KV lives in this pool; state: ()
+    size: int = 0  # window: W tokens a query sees, itself included; chunk: C; state: 0
+    layers: tuple[int, ...] = ()  # window, chunk: layers whose KV lives in this pool; state: ()
 
     def __post_init__(self) -> None:
         if self.kind not in GROUP_KINDS:
@@ -38,8 +41,8 @@ class GroupSpec:
                                   f"int, got {value!r:.40}")
         if not isinstance(self.layers, tuple) or not all(type(i) is int and i >= 0 for i in self.layers):
             raise ConfigError(f"GroupSpec.layers must be a tuple of layer indices, got {self.layers!r:.60}")
-        if (self.kind == "window") != (self.size > 0 and bool(self.layers)):
-            raise ConfigError(f"GroupSpec: a window group needs size > 0 and layers; a state group neither "
+        if (self.kind in KV_GROUP_KINDS) != (self.size > 0 and bool(self.layers)):
+            raise ConfigError(f"GroupSpec: a window or chunk group needs size > 0 and layers; a state group neither "
                               f"(got kind {self.kind!r}, size {self.size}, layers {self.layers})")
 
 
@@ -120,8 +123,8 @@ class CacheConfig:
             raise ConfigError(f"CacheConfig.groups: window layers {sorted(set(layers) - set(self.kv_layers))} hold no KV "
                               "(not in kv_layers)")
         for g in self.groups:
-            if g.kind == "window" and g.num_slots % self.page_size:
-                raise ConfigError(f"GroupSpec.num_slots ({g.num_slots}) of a window group must be a multiple of "
+            if g.kind in KV_GROUP_KINDS and g.num_slots % self.page_size:
+                raise ConfigError(f"GroupSpec.num_slots ({g.num_slots}) of a {g.kind} group must be a multiple of "
                                   f"page_size ({self.page_size})")
         if self.groups and self.host_slots:
             raise ConfigError("CacheConfig: a host tier (host_slots) with secondary groups is not supported yet")
@@ -133,8 +136,8 @@ class CacheConfig:
 
     @property
     def group_layer_slots(self) -> dict[int, int]:
-        """Layers whose KV lives in a window group's pool -> that pool's slots."""
-        return {layer: g.num_slots for g in self.groups if g.kind == "window" for layer in g.layers}
+        """Layers whose KV lives in a window or chunk group's pool -> that pool's slots."""
+        return {layer: g.num_slots for g in self.groups if g.kind in KV_GROUP_KINDS for layer in g.layers}
 
     @property
     def num_pages(self) -> int:

@@ -87,8 +87,8 @@ def check_groups(groups: tuple[SecondaryGroup, ...], seqs: SequenceTable) -> Non
         if not isinstance(group, WindowGroup):
             group.check()
             continue
-        ps, window, private, needed = group.page_size, group.window, [], []
+        ps, reach, private, needed = group.page_size, group.reach, [], []
         for rec in seqs.records():
             private.append(rec.slots[rec.node.end:rec.kv_len][::ps] // ps)
-            needed.append(np.unique(rec.slots[max(0, rec.committed_len - window + 1):rec.kv_len] // ps))
+            needed.append(np.unique(rec.slots[max(0, reach.first(rec.committed_len)):rec.kv_len] // ps))
         group.check_window(private, needed)

@@ -5,14 +5,13 @@ the tree. Every step is checked against check_invariants and against page counts
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
 
-from radixkv import CacheConfig, GroupSpec, InvalidArgumentError, InvalidSlotsError, OutOfSlotsError, RadixCache
+from radixkv import (CacheConfig, GroupSpec, InvalidArgumentError, InvalidSlotsError, InvalidTokensError, OutOfSlotsError,
+                     RadixCache)
 from radixkv.errors import ConfigError
-from radixkv.keys import DEFAULT_NAMESPACE
-from radixkv.radix import TreeNode, lookup
+from radixkv.radix import TreeNode
 
 PS = 2
 WINDOW, STATE = 1, 2
@@ -27,8 +26,8 @@ def make(window_slots: int = 16, states: int = 4, num_slots: int = 32) -> RadixC
 def cached(cache: RadixCache, tokens: list[int]) -> TreeNode:
     """The node ending a freshly inserted prefix (match_prefix would not claim it: no window KV yet)."""
     cache.insert(tokens, cache.alloc(len(tokens)))
-    node = lookup.locate(cache.tree, np.asarray(tokens, dtype=np.int32).tobytes(), cache.tree.root(DEFAULT_NAMESPACE))
-    assert node.end == len(tokens)
+    node = cache.locate(tokens)
+    assert node.end == len(tokens) and cache.match_prefix(tokens).length == 0
     return node
 
 
@@ -54,7 +53,8 @@ def test_attach_read_and_device_eviction_gives_each_group_its_pages_back() -> No
     assert window is not None and len(window) == 4 and len(cache.group(STATE).component(node)) == 1
     assert cache.group(WINDOW).sizes() == (4, 4, 0, 8) and cache.group(STATE).sizes() == (3, 1, 0, 4)
     assert cache.match_prefix(list(range(8))).length == 8  # window KV now covers the whole prefix
-    cache.match_prefix(list(range(4)))  # split: window KV is cut per page, the snapshot stays below
+    assert cache.match_prefix(list(range(4))).length == 0  # no snapshot at 4: the state group cannot resume
+    assert cache.locate(list(range(4))).end == 4  # split: window KV is cut per page, the snapshot stays below
     upper = node.parent
     assert torch.equal(torch.cat([cache.group(WINDOW).component(upper), cache.group(WINDOW).component(node)]), window)
     assert cache.group(STATE).component(upper) is None
@@ -123,3 +123,21 @@ def test_group_specs_are_validated() -> None:
     with pytest.raises(ConfigError):
         CacheConfig(num_layers=2, num_kv_heads=1, head_dim=4, num_slots=8,
                     groups=(GroupSpec("window", 8, size=4, layers=(2,)),))  # no layer 2
+
+
+def test_locate_finds_where_a_component_attaches_and_counts_no_query() -> None:
+    """locate: the node ending a prefix whose full KV is cached, whatever the groups hold (match_prefix
+    claims nothing there: no window KV, no snapshot); not a use, no query counted; bad tokens raise
+    InvalidTokensError with nothing changed."""
+    cache = make()
+    node = cached(cache, [1, 1, 2, 2, 3, 3])
+    tick, before = node.last_access, (cache.sizes(), cache.metrics())
+    assert cache.locate([1, 1, 2, 2, 3, 3, 4]) is node  # the partial last page is not located
+    upper = cache.locate([1, 1, 9])
+    assert upper.end == 2 and node.parent is upper and node.last_access == tick
+    assert cache.metrics() == before[1] and cache.sizes() == before[0]  # (query and hit counters included)
+    assert cache.locate([7, 7]).end == 0  # nothing cached: the namespace root
+    with pytest.raises(InvalidTokensError):
+        cache.locate([1, -1])
+    assert cache.sizes() == before[0]
+    cache.check_invariants()

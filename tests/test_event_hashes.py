@@ -219,3 +219,19 @@ def test_unknown_schemes_are_config_errors(bad: object) -> None:
         CacheConfig(num_layers=1, num_kv_heads=1, head_dim=1, num_slots=8, event_hash=bad)  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="event_hash"):
         Router(InMemoryIndex(), event_hash=bad)  # type: ignore[arg-type]
+
+
+
+def test_vllm_digests_hash_cbor2s_canonical_encoding_of_any_id() -> None:
+    # every CBOR size class of both signs at its edges (negative: an item whose raw ids were
+    # forgotten), and random ids: each block's digest is sha256 of cbor2's (parent, ids, None)
+    from radixkv.events.vllm_hash import VllmHasher
+
+    edges = [0, 23, 24, 255, 256, 65535, 65536, 2**31 - 1, -1, -24, -25, -256, -257, -65536, -65537, -2**31]
+    ids = np.concatenate([edges, np.random.default_rng(0).integers(-2**31, 2**31, 48)]).astype(np.int32)
+    hasher, prev, want = VllmHasher("sha256_cbor", "0"), None, []
+    for b in range(len(ids) // 16):
+        prev = hashlib.sha256(cbor2.dumps((prev or hasher.root, tuple(ids[b * 16:(b + 1) * 16].tolist()), None),
+                                          canonical=True)).digest()
+        want.append(prev)
+    assert hasher.digests(ids, 16, None) == want

@@ -120,3 +120,31 @@ def test_the_positional_layout_llm_d_reads_is_accepted() -> None:
 def test_malformed_payloads_of_every_shape_raise_event_format_error(payload: object) -> None:
     with pytest.raises(EventFormatError):
         decode_batch(payload)
+
+
+def test_a_caches_token_ids_read_as_a_list_and_go_on_the_wire_as_one() -> None:
+    import dataclasses
+
+    import numpy as np
+
+    from radixkv.events import TokenIds, event_to_dict, parse_event
+
+    cache = RadixCache(CacheConfig(num_layers=1, num_kv_heads=1, head_dim=4, num_slots=256, page_size=4,
+                                   max_requests=4, max_context_len=256, device="cpu", kv_events=True,
+                                   event_block_size=8))
+    toks = np.random.default_rng(0).integers(0, 2**31 - 1, 40).tolist()
+    cache.insert(toks[:20], cache.alloc(20))
+    cache.insert(toks, torch.cat([cache.match_prefix(toks).slots, cache.alloc(20)]))  # a block across two edges
+    stored = [e for e in cache.take_events() if isinstance(e, BlockStored)]
+    assert [t for e in stored for t in e.token_ids] == toks[:40]
+    for e in stored:
+        ids, plain = e.token_ids, list(e.token_ids)
+        assert isinstance(ids, TokenIds) and ids == plain and plain == ids and ids[1:9] == plain[1:9]
+        assert all(type(t) is int for t in plain) and ids[-1] == plain[-1] and len(ids) == len(plain)
+        assert ids != plain[:-1] and ids != tuple(plain)  # compares as a list does
+        with pytest.raises(ValueError):
+            ids.ids[0] = 1  # read-only: the tree's own ids
+        as_list = dataclasses.replace(e, token_ids=plain)
+        assert event_to_dict(e) == event_to_dict(as_list) and type(event_to_dict(e)["token_ids"]) is list
+        assert encode_batch([e], 1.0) == encode_batch([as_list], 1.0)
+        assert parse_event(e) == e == as_list

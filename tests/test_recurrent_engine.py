@@ -1,6 +1,6 @@
 """Engine vs transformers for models with recurrent layers (Jamba: Mamba; Falcon-H1: Mamba2 beside
 attention in every layer; Qwen3-Next: gated delta net; LFM3: short convolutions, sliding and full
-attention; LFM2: short convolutions): greedy output equals `model.generate` token for
+attention; LFM2: short convolutions; Bamba and Granite 4 hybrid: Mamba2 and attention layers): greedy output equals `model.generate` token for
 token, with chunked prefill, decode batched across requests, preemption, eviction, and prefix reuse
 through state snapshots. Before radixkv carried each request's state, every one of these failed at the
 second new token (the recurrent layers restarted from zero state each step and ran over packed requests
@@ -101,7 +101,7 @@ def test_score_resumes_from_a_snapshot(no_interpreter: None) -> None:
 
 
 def test_layer_groups_of_hybrid_models() -> None:
-    jamba, falcon, qwen, lfm3 = (build_hybrid(k).config for k in FAMILIES)
+    jamba, falcon, qwen, lfm3, bamba, granite = (build_hybrid(k).config for k in FAMILIES)
     assert layer_groups(jamba) == (LayerGroup("recurrent", (0, 2), mixer="linear_attention"),
                                    LayerGroup("full", (1, 3)))
     assert layer_groups(falcon) == (LayerGroup("full", (0, 1)), LayerGroup("recurrent", (0, 1), mixer="hybrid"))
@@ -109,6 +109,8 @@ def test_layer_groups_of_hybrid_models() -> None:
                                   LayerGroup("full", (3,)))
     assert layer_groups(lfm3) == (LayerGroup("recurrent", (0, 3), mixer="conv"), LayerGroup("sliding", (1,), window=8),
                                   LayerGroup("full", (2,)))
+    mamba2_and_attention = (LayerGroup("recurrent", (0,), mixer="linear_attention"), LayerGroup("full", (1,)))
+    assert layer_groups(bamba) == layer_groups(granite) == mamba2_and_attention
     assert {"linear_attention", "hybrid", "conv"} <= SERVED_RECURRENT
 
 
@@ -126,7 +128,8 @@ def test_interpreted_triton_kernels() -> None:
 
 
 # family -> the decoder layers with attention (the rest are recurrent-only: no KV)
-ATTENTION_LAYERS = {"jamba": (1, 3), "falcon_h1": (0, 1), "qwen3_next": (3,), "lfm3": (1, 2)}
+ATTENTION_LAYERS = {"jamba": (1, 3), "falcon_h1": (0, 1), "qwen3_next": (3,), "lfm3": (1, 2), "bamba": (1,),
+                    "granitemoehybrid": (1,)}
 
 
 @pytest.mark.parametrize("kind", FAMILIES)

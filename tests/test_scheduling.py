@@ -12,7 +12,7 @@ import torch
 
 from radixkv import CacheConfig, RadixCache
 from radixkv.errors import InvalidArgumentError
-from radixkv.integrations.scheduler import Request, Scheduler
+from radixkv.scheduling.scheduler import Request, Scheduler
 from radixkv.scheduling import POLICIES, PrefixEstimates, make_policy
 
 VOCAB = 1000
@@ -95,19 +95,41 @@ def test_hrrn_is_the_response_ratio() -> None:
     assert order(sched) == [1, 2, 0]
 
 
-def test_auto_orders_by_virtual_deadline_after_the_due() -> None:
-    """auto: deadline = arrival + 48 x (uncached - cached); the first request of an idle queue is due."""
+def test_auto_orders_by_virtual_deadline_and_late_requests_by_cached_prefix() -> None:
+    """auto: deadline = arrival + 48 x (uncached - cached); a request whose deadline has passed is
+    late, and late ones go first, longest cached prefix first (lpm's order), then in arrival order.
+    The first request of an idle queue is due (nothing was ahead of it) and goes before all."""
     cache = make_cache()
     hot = tokens(1, 60)
     cache_prefix(cache, hot)
     prompts = [tokens(3, 30), tokens(4, 20), hot + tokens(5, 8), tokens(6, 10)]  # uncached - cached: 30, 20, -52, 10
     sched, reqs = queued(cache, prompts, "auto")
     assert sched.policy.turn == {reqs[0]: 0, reqs[1]: 45, reqs[2]: 75, reqs[3]: 1.5 * 118}  # 1.5 x tokens ahead
-    assert order(sched) == [0, 2, 3, 1]  # 0 is due (nothing was ahead of it), then deadlines
-    sched.planned = 10_000  # waiting longer changes no deadline
-    assert order(sched) == [0, 2, 3, 1]
-    reqs[1].arrival -= 48 * 73  # 1 arrived more than 48 x (20 - (-52)) earlier than 2: its deadline is earlier
-    assert order(sched) == [0, 1, 2, 3]
+    assert order(sched) == [0, 2, 3, 1]  # 0 is due; 2 is late at once (deadline < 0); then deadlines 480, 960
+    reqs[1].arrival -= 48 * 20 + 1  # 1's deadline is now in the past: late, after 2 (which holds more cached)
+    assert order(sched) == [0, 2, 1, 3]
+    reqs[1].arrival += 48 * 20 + 1
+    sched.planned = 10_000  # every deadline has passed: cached prefix first, then arrival order
+    assert order(sched) == [0, 2, 1, 3]
+
+
+def test_auto_gives_due_requests_a_share_of_the_tokens_not_all() -> None:
+    """When every waiting request is past its FCFS turn (a backlog that keeps growing), the oldest
+    get SHARE = 1/4 of the admitted prompt tokens, oldest first; the rest go in deadline order
+    (here all late: longest cached prefix first). The old bound ran the whole queue in arrival order."""
+    cache = make_cache()
+    hot = tokens(1, 48)
+    cache_prefix(cache, hot)
+    prompts = [hot[:8 * i] + tokens(10 + i, 48 - 8 * i) for i in range(6)]  # 48 tokens, 8 i of them cached
+    sched, reqs = queued(cache, prompts, "auto")
+    sched.policy.admitted_tokens = 10_000  # every turn has passed: all due
+    sched.planned = 10_000  # every deadline has passed: all late
+    # 0 (oldest; 48 of 48 tokens), then 5, 4, 3 until 48 <= 0.25 x 192, then 1 (96 of 240), then 2
+    assert order(sched) == [0, 5, 4, 3, 1, 2]
+    for i in (0, 5):  # admit 0 (an oldest-first pick) and 5: 48 of 96 tokens went to the oldest
+        sched.waiting.remove(reqs[i])
+        sched.policy.admitted(reqs[i], 0)
+    assert order(sched) == [4, 3, 1, 2]  # the share carries over: 4 and 3 first, then 1 (oldest)
 
 
 def test_auto_runs_a_request_once_its_fcfs_turn_has_passed() -> None:

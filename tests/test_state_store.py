@@ -2,8 +2,8 @@
 has which slot, the store the tensors), on a real RadixCache.
 
 The property that matters: a resume point never claims a position where some group cannot resume,
-i.e. `resume_point(tokens) = p` only where the tree holds the KV of `tokens[:p]` and the store holds
-the state taken after exactly `tokens[:p]` (each test state encodes the prefix it was taken after,
+i.e. `cache.match_prefix(tokens).length = p` only where the tree holds the KV of `tokens[:p]` and the
+store holds the state taken after exactly `tokens[:p]` (each test state encodes the prefix it was taken after,
 so a snapshot served for the wrong prefix shows up as a mismatch). Driven by a Hypothesis state
 machine through inserts, snapshots, splits (matches), evictions and a group of 4 slots; the cache's
 check_invariants() checks the group's slots against the tree after every step.
@@ -53,8 +53,13 @@ def put_kv(cache: RadixCache, tokens: list[int]) -> None:
 
 
 def snapshot(cache: RadixCache, store: StateStore, tokens: list[int], p: int) -> bool:
-    match = cache.match_prefix(tokens[:p])
-    return match.length == p and store.put(match.node, p, state_of(tokens[:p]))
+    node = cache.locate(tokens[:p])
+    return node.end == p and store.put(node, p, state_of(tokens[:p]))
+
+
+def resume_point(cache: RadixCache, tokens: list[int]) -> int:
+    """Where a request for `tokens` resumes: the cache's match, which stops at the last snapshot."""
+    return cache.match_prefix(tokens).length
 
 
 def test_snapshot_dies_with_its_kv() -> None:
@@ -62,21 +67,21 @@ def test_snapshot_dies_with_its_kv() -> None:
     tokens = list(range(1, 11))
     put_kv(cache, tokens)
     assert snapshot(cache, store, tokens, 6)
-    assert store.resume_point(cache, tokens + [99]) == 6
-    cache.match_prefix(tokens[:2])  # a split above the snapshot's node: the node still ends at 6
-    assert store.resume_point(cache, tokens) == 6
+    assert resume_point(cache, tokens + [99]) == 6
+    assert cache.locate(tokens[:2]).end == 2  # a split above the snapshot's node: the node still ends at 6
+    assert resume_point(cache, tokens) == 6
     assert prefix_of(store.get(cache.match_prefix(tokens[:6]).node, 6)) == tokens[:6]
     cache.evict(cache.sizes().evictable)
-    assert store.resume_point(cache, tokens) == 0
+    assert resume_point(cache, tokens) == 0
     put_kv(cache, tokens)  # the same KV again, in new nodes: the old snapshot stays dead
-    assert store.resume_point(cache, tokens) == 0
+    assert resume_point(cache, tokens) == 0
     store.check()
 
 
 def test_put_rejects_a_node_that_does_not_end_there() -> None:
     cache, store = make_store()
     put_kv(cache, list(range(1, 9)))
-    node = cache.match_prefix(list(range(1, 9))).node
+    node = cache.locate(list(range(1, 9)))
     assert not store.put(node, 4, state_of([1, 2, 3, 4])) and len(store) == 0
 
 
@@ -86,10 +91,10 @@ def test_full_group_gives_up_least_recently_used() -> None:
     for t in (a, b, c):
         put_kv(cache, t)
     assert snapshot(cache, store, a, 2) and snapshot(cache, store, b, 2)
-    assert store.resume_point(cache, a + [0]) == 2  # touches a's snapshot: b's is now the oldest
+    assert resume_point(cache, a + [0]) == 2  # touches a's snapshot: b's is now the oldest
     store.get(cache.match_prefix(a[:2]).node, 2)
     assert snapshot(cache, store, c, 2)
-    assert [store.resume_point(cache, t) for t in (a, b, c)] == [2, 0, 2]
+    assert [resume_point(cache, t) for t in (a, b, c)] == [2, 0, 2]
     assert cache.group(1).sizes().cached == 2
     store.check()
     cache.check_invariants()
@@ -103,13 +108,13 @@ def test_store_gives_up_locked_snapshots_the_tree_does_not() -> None:
     put_kv(cache, a)
     put_kv(cache, b)
     assert snapshot(cache, store, a, 2)
-    node = cache.match_prefix(a[:2]).node
+    node = cache.match_prefix(a[:2]).node  # ends at a's snapshot
     cache.lock(node)
-    assert cache.group(1).evict(1) == 0 and store.resume_point(cache, a) == 2  # the tree: protected
+    assert cache.group(1).evict(1) == 0 and resume_point(cache, a) == 2  # the tree: protected
     assert snapshot(cache, store, b, 2)  # the store: gives a's up for b's
-    assert store.resume_point(cache, a) == 0 and store.resume_point(cache, b) == 2
+    assert resume_point(cache, a) == 0 and resume_point(cache, b) == 2
     cache.unlock(node)
-    assert cache.group(1).evict(1) == 1 and store.resume_point(cache, b) == 0  # evicted by the tree: gone
+    assert cache.group(1).evict(1) == 1 and resume_point(cache, b) == 0  # evicted by the tree: gone
     store.check()
     cache.check_invariants()
 
@@ -141,9 +146,9 @@ class StoreMachine(RuleBasedStateMachine):
 
     @rule(tokens=tokens_st, pages=st.integers(1, 7))
     def take_snapshot(self, tokens: list[int], pages: int) -> None:
-        p = min(pages * PAGE, self.cache.match_prefix(tokens).length)
+        p = min(pages * PAGE, self.cache.locate(tokens).end)
         if p and snapshot(self.cache, self.store, tokens, p):
-            self.nodes[tuple(tokens[:p])] = self.cache.match_prefix(tokens[:p]).node
+            self.nodes[tuple(tokens[:p])] = self.cache.locate(tokens[:p])
 
     @rule(n=st.integers(1, 16))
     def evict(self, n: int) -> None:
@@ -151,11 +156,12 @@ class StoreMachine(RuleBasedStateMachine):
 
     @rule(tokens=tokens_st)
     def resume(self, tokens: list[int]) -> None:
-        p = self.store.resume_point(self.cache, tokens)
-        match = self.cache.match_prefix(tokens[:p])
-        assert match.length == p, "claimed a position whose KV is not cached"
+        p = resume_point(self.cache, tokens)
+        node = self.cache.locate(tokens[:p])
+        assert node.end == p, "claimed a position whose KV is not cached"
         if p:
-            state = self.store.get(match.node, p)
+            assert self.cache.match_prefix(tokens).node is node
+            state = self.store.get(node, p)
             assert state is not None and prefix_of(state) == tokens[:p], "claimed a snapshot of another prefix"
         # Nothing longer was claimable: no deeper snapshot on this path is alive (a live node keeps its KV).
         for q in range(p + PAGE, len(tokens) + 1, PAGE):
@@ -177,7 +183,7 @@ def test_spare_snapshots_go_first_until_used() -> None:
     a, b, c, d = [1, 2, 3, 4], [5, 6, 7, 8], [9, 10, 11, 12], [13, 14, 15, 16]
     for t in (a, b, c, d):
         put_kv(cache, t)
-    node = {tuple(t): cache.match_prefix(t[:2]).node for t in (a, b, c, d)}
+    node = {tuple(t): cache.locate(t[:2]) for t in (a, b, c, d)}
     assert store.put(node[tuple(b)], 2, state_of(b[:2]))
     assert store.put(node[tuple(a)], 2, state_of(a[:2]), spare=True)
     assert store.put(node[tuple(c)], 2, state_of(c[:2]))  # drops spare a, though b is older
@@ -201,7 +207,7 @@ def test_flops_policy_keeps_an_old_long_prefix() -> None:
         for name, t in prompts.items():
             put_kv(cache, t)
             assert snapshot(cache, store, t, len(t))  # in this order: long is the oldest
-        kept = {name for name, t in prompts.items() if store.resume_point(cache, t) == len(t)}
+        kept = {name for name, t in prompts.items() if resume_point(cache, t) == len(t)}
         assert kept == set(prompts) - {gone}, (policy, kept)
         store.check()
         cache.check_invariants()

@@ -1,7 +1,9 @@
 """Hypothesis state machine over a RadixCache with two sliding-window groups (W = 3 and 6, pools
 of their own, smaller than the full pool): open (match), reserve + forward + commit, close,
 lock / unlock of matched prefixes, full eviction, window eviction, and private window pages taken
-and given back (pressure), under a 3-token vocabulary (lots of sharing and splits).
+and given back (pressure), under a 3-token vocabulary (lots of sharing and splits). A sibling
+machine has a window (W = 3), a chunk group (C = 4: a query reads its own chunk only) and a state
+group of 4 snapshot slots, with snapshots taken at committed positions and evicted under pressure.
 
 The forward writes, for each position, a stamp of the prefix it ends (its tokens so far) into the
 full layer and into each window group's layer, through the cache's own slots and its window
@@ -10,7 +12,9 @@ translation (window_inputs). After every step:
 - every open Sequence reads, through req_to_token and each window group's translation, the right
   stamp at every position it can still read: full KV for [0, committed_len) and window KV for
   [committed_len - W + 1, committed_len). At open() that is exactly "a match never claims a position
-  some group cannot resume from": the reused prefix must carry every group's window before it.
+  some group cannot resume from": the reused prefix must carry every group's window before it;
+- with a state group, every match (open, lock) ends at a node holding the snapshot of exactly the
+  prefix it claims (each snapshot slot remembers the stamp of the prefix it was taken after).
 """
 
 from __future__ import annotations
@@ -37,17 +41,21 @@ def stamp(tokens: list[int]) -> float:
 
 class WindowMachine(RuleBasedStateMachine):
     page_size = 1
+    kinds = (("window", WINDOWS[0]), ("window", WINDOWS[1]))  # groups 1 and 2 (layers 1 and 2)
+    state_slots = 0  # > 0: group 3 keeps state snapshots
 
     def __init__(self) -> None:
         super().__init__()
         ps = self.page_size
-        groups = tuple(GroupSpec("window", n * ps, size=w, layers=(i + 1,)) for i, (w, n) in enumerate(zip(WINDOWS, (9, 11))))
+        groups = tuple(GroupSpec(kind, n * ps, size=w, layers=(i + 1,)) for i, ((kind, w), n) in enumerate(zip(self.kinds, (9, 11))))
+        groups += (GroupSpec("state", self.state_slots),) if self.state_slots else ()
         self.cache = RadixCache(CacheConfig(num_layers=3, num_kv_heads=1, head_dim=1, num_slots=16 * ps, page_size=ps,
                                             max_requests=3, max_context_len=24, dtype=torch.float32, eviction="lru",
                                             groups=groups))
         self.seqs: list = []
         self.locked: list = []
         self.private: list[tuple[int, torch.Tensor]] = []
+        self.states: dict[int, float] = {}  # state slot -> stamp of the prefix its snapshot was taken after
 
     # ------------------------------------------------------------------ rules
 
@@ -57,6 +65,7 @@ class WindowMachine(RuleBasedStateMachine):
             seq = self.cache.open(tokens, max_reuse=len(tokens) - 1)
         except OutOfRowsError:
             return
+        self._check_state(tokens, seq.cached_len, seq.node)
         self.seqs.append((seq, tokens))
 
     @precondition(lambda self: self.seqs)
@@ -84,6 +93,7 @@ class WindowMachine(RuleBasedStateMachine):
     @rule(tokens=TOKENS)
     def lock(self, tokens: list[int]) -> None:
         m = self.cache.match_prefix(tokens)
+        self._check_state(tokens, m.length, m.node)
         if m.length:
             self.cache.lock(m.node)
             self.locked.append(m.node)
@@ -116,7 +126,38 @@ class WindowMachine(RuleBasedStateMachine):
         g, pages = self.private.pop(0)
         self.cache.group(g).free(pages)
 
+    @precondition(lambda self: self.seqs and self.state_slots)
+    @rule(i=st.integers(0, 2))
+    def take_snapshot(self, i: int) -> None:
+        """The state after a Sequence's committed whole pages becomes a snapshot at the node ending there."""
+        seq, tokens = self.seqs[i % len(self.seqs)]
+        p = seq.committed_len // self.page_size * self.page_size
+        node = self.cache.locate(tokens[:p])
+        assert node.end == p  # the Sequence's lock holds its committed pages in the tree
+        group = self.cache.group(3)
+        if not p or group.component(node) is not None:
+            return
+        try:
+            slot = group.alloc(1)
+        except OutOfSlotsError:
+            return
+        group.attach(node, slot)
+        self.states[int(slot[0])] = stamp(tokens[:p])
+
+    @precondition(lambda self: self.state_slots)
+    @rule(n=st.integers(1, 3))
+    def evict_snapshots(self, n: int) -> None:
+        self.cache.group(3).evict(n)
+
     # ------------------------------------------------------------------ the forward and the checks
+
+    def _check_state(self, tokens: list[int], length: int, node) -> None:  # noqa: ANN001 - a LockHandle
+        """A match of `length` tokens ends at `node`, which holds the snapshot of exactly tokens[:length]."""
+        assert node.end == length
+        if self.state_slots and length:
+            slot = self.cache.group(3).component(node)
+            assert slot is not None, f"a match claims {length} tokens with no state snapshot there"
+            assert self.states[int(slot[0])] == stamp(tokens[:length]), "a snapshot of another prefix"
 
     def _write(self, seq, tokens: list[int]) -> None:  # noqa: ANN001 - a Sequence
         """Stamp positions [committed_len, kv_len) in every layer's pool, as a forward would."""
@@ -137,8 +178,8 @@ class WindowMachine(RuleBasedStateMachine):
         pool, table = self.cache.kv_pool, self.cache.req_pool.req_to_token
         full = pool.k_buffer[0][table[seq.row, :c].long(), 0, 0]
         assert torch.equal(full, want), f"full KV of {seq} differs"
-        for g, w in zip((1, 2), WINDOWS):
-            lo = max(0, c - w + 1)
+        for g, (kind, w) in zip((1, 2), self.kinds):
+            lo = max(0, c - w + 1 if kind == "window" else c // w * w)
             t = self.cache.group(g).window_inputs(b, table, c).req_to_token[0, lo:c].long()
             assert torch.equal(pool.k_buffer[g][t, 0, 0], want[lo:]), f"window group {g} of {seq} lost [{lo}, {c})"
 
@@ -161,9 +202,21 @@ class WindowMachinePaged(WindowMachine):
 
 
 TestWindowMachine = WindowMachine.TestCase
-TestWindowMachine.settings = settings(max_examples=60, stateful_step_count=40, deadline=None)
+TestWindowMachine.settings = settings(max_examples=40, stateful_step_count=40, deadline=None)
 TestWindowMachinePaged = WindowMachinePaged.TestCase
-TestWindowMachinePaged.settings = settings(max_examples=60, stateful_step_count=40, deadline=None)
+TestWindowMachinePaged.settings = settings(max_examples=40, stateful_step_count=40, deadline=None)
+
+
+class ChunkStateMachine(WindowMachine):
+    """A window, a chunk group and a state group: the match's fixed point over all three."""
+
+    page_size = 2
+    kinds = (("window", 3), ("chunk", 4))
+    state_slots = 4
+
+
+TestChunkStateMachine = ChunkStateMachine.TestCase
+TestChunkStateMachine.settings = settings(max_examples=40, stateful_step_count=40, deadline=None)
 
 
 def run(cache: RadixCache, prompt: list[int]) -> int:

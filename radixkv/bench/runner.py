@@ -75,20 +75,22 @@ def sim_config(capacity: int, page_size: int, policy: str, max_len: int, events:
 
 def replay(reqs: Sequence[Request], capacity: int, policy: str, page_size: int = 1,
            on_request: Callable[[], None] | None = None, check: bool = False, events: bool = False,
-           event_hash: str = "xxh3") -> RunResult:
+           event_hash: str = "xxh3", clock: Callable[[], int] = time.perf_counter_ns,
+           drain: Callable[[list], object] | None = None) -> RunResult:
     """Run `reqs` in order through a fresh RadixCache of `capacity` tokens with eviction `policy`.
 
     Deterministic except for the timings. `on_request` is called after each request (progress
     bars); `check=True` runs check_invariants() after every request (slow; for tests). With
     `events`, the cache records KV events (16-token blocks, named by `event_hash`) and they are
     drained after every request, as a publisher does, inside the clock (`wall_s` includes it).
+    `drain(events)`, inside the clock too, gets each request's events (a publisher's encoding, say).
+    `clock`: nanoseconds (time.thread_time_ns counts this thread's CPU time only: a shared machine).
     """
     cfg = sim_config(capacity, page_size, policy, max(len(r.tokens) for r in reqs), events, event_hash)
     drain_ns = 0
     cache = RadixCache(cfg)
     res = RunResult(policy, cfg.num_slots, page_size)
     lat = {op: [] for op in OPS}
-    clock = time.perf_counter_ns
     for req in reqs:
         n = len(req.tokens)
         res.requests += 1
@@ -113,7 +115,9 @@ def replay(reqs: Sequence[Request], capacity: int, policy: str, page_size: int =
             lat[op].append(b - a)
         if events:
             t6 = clock()
-            cache.take_events()
+            got = cache.take_events()
+            if drain is not None:
+                drain(got)
             drain_ns += clock() - t6
         res.hit_tokens += r.length
         res.computed_tokens += n - r.length

@@ -27,10 +27,10 @@ class Shadow:
                 blocks.clear()
             elif isinstance(ev, BlockStored):
                 parent, size, medium = ev.parent_block_hash, ev.block_size, ev.medium
-                depth = self._depth(parent)
+                depth, toks = self._depth(parent), list(ev.token_ids)  # (a cache's TokenIds: one tolist)
                 for i, h in enumerate(ev.block_hashes):
                     extra = ev.extra_keys[i] if ev.extra_keys else None
-                    blocks[(h, medium)] = (depth, parent, tuple(ev.token_ids[i * size:(i + 1) * size]), size,
+                    blocks[(h, medium)] = (depth, parent, tuple(toks[i * size:(i + 1) * size]), size,
                                            ev.lora_id, ev.lora_name, extra)
                     parent, depth = h, depth + 1
             else:

@@ -34,7 +34,7 @@ from typing import Any, Callable, Sequence, Union
 import numpy as np
 
 from radixkv.errors import ConfigError, InvalidArgumentError
-from radixkv.events.vllm_hash import CBOR_SCHEMES, VllmHasher, block_extra_keys, to_int
+from radixkv.events.vllm_hash import CBOR_SCHEMES, VllmHasher, block_extra_keys, to_ints
 from radixkv.keys import ExtraKeys, as_extra_keys, hash_key
 
 SEED = 0x7261646978_6B7631  # b"radixkv1" read as an int: fixed, so every process agrees
@@ -69,7 +69,7 @@ class BlockHasher:
         if not self.vllm:
             hash_function()
 
-    def digests(self, tokens: np.ndarray, ns: bytes, block_size: int, parent: Digest | None = None,
+    def digests(self, tokens: np.ndarray | bytes, ns: bytes, block_size: int, parent: Digest | None = None,
                 extra: Sequence[tuple | None] | None = None) -> list[Digest]:
         """xxh3: `tokens` as the tree keys them, chained from `ns`'s root; vLLM's schemes: the raw
         token ids with one extra-keys entry per block (`extra`), `ns` unused."""
@@ -78,7 +78,7 @@ class BlockHasher:
         return self._vllm.digests(tokens, block_size, parent, extra)  # type: ignore[arg-type]
 
     def ints(self, digests: list[Digest]) -> list[int]:
-        return digests if not self.vllm else [to_int(d) for d in digests]  # type: ignore[return-value]
+        return digests if not self.vllm else to_ints(digests)  # type: ignore[return-value, arg-type]
 
     def request(self, tokens: Any, namespace: Any, block_size: int, extra_keys: ExtraKeys | dict | None,
                 parent: Digest | None = None) -> list[Digest]:
@@ -118,15 +118,12 @@ def block_digests(tokens: Any, namespace: Any, block_size: int, parent_hash: Dig
     return BlockHasher(scheme).request(tokens, namespace, block_size, extra_keys, parent_hash)
 
 
-def chain_hashes(tokens: np.ndarray | list[int], ns: bytes, block_size: int,
+def chain_hashes(tokens: np.ndarray | list[int] | bytes, ns: bytes, block_size: int,
                  parent_hash: int | None = None) -> list[int]:
-    """XXH3 `block_hashes` for tokens already keyed (placeholders replaced) and a canonical key `ns`."""
+    """XXH3 `block_hashes` for tokens already keyed (placeholders replaced) and a canonical key `ns`.
+    `tokens` may be their int32 little-endian bytes (a tree key): hashed as they are."""
     xxh3 = _xxh3 or hash_function()
-    raw = memoryview(np.ascontiguousarray(tokens, dtype="<i4")).cast("B")  # no copy of a contiguous int32 array
+    raw = tokens if isinstance(tokens, bytes) else memoryview(np.ascontiguousarray(tokens, dtype="<i4")).cast("B")
     step = 4 * block_size
     h = xxh3(ns, SEED) if parent_hash is None else parent_hash
-    out = []
-    for start in range(0, len(raw) - step + 1, step):
-        h = xxh3(raw[start:start + step], h)
-        out.append(h)
-    return out
+    return [h := xxh3(raw[s:s + step], h) for s in range(0, len(raw) - step + 1, step)]  # one C call per block

@@ -18,8 +18,10 @@ when the tree splits a node, and dropped when the node leaves its last medium. I
 through their public fields (tokens(), depth, end, parent, ns, pages, host_pages, secondary) and
 never writes them: the tree (radixkv.radix) is the only writer of nodes and never imports this package.
 
-Cost: per stored node, one gather of its blocks' tokens, one hash call per new block, one `tolist`
-for the event; multimodal checks run only once a multimodal request was seen (`learn`).
+Cost: per stored node, one join of its blocks' key bytes (none when they start in its own edge),
+one hash call per new block, and the event; its token ids are a read-only view of those bytes
+(records.TokenIds), not a Python int per token. Removal and splits reuse the kept digests.
+Multimodal checks run only once a multimodal request was seen (`learn`).
 """
 
 from __future__ import annotations
@@ -30,7 +32,8 @@ import numpy as np
 
 from radixkv.events.groups import FULL, EventGroup, GroupEvents
 from radixkv.events.hashing import BlockHasher, Digest
-from radixkv.events.records import DEVICE, HOST, AllBlocksCleared, BlockRemoved, BlockStored, KVEvent
+from radixkv.events.holders import Holders
+from radixkv.events.records import DEVICE, HOST, AllBlocksCleared, BlockRemoved, BlockStored, KVEvent, TokenIds
 from radixkv.keys import ExtraKeys, hash_root, whole_request_keys
 from radixkv.multimodal import MultiModalKeys
 
@@ -60,11 +63,11 @@ class EventRecorder:
         # differs too: every block has one holder. Otherwise (page 16, block 6; or page 32, block
         # 16) a block can end in two siblings whose pages differ only after it, so blocks are
         # reference-counted per medium: reported when the first holder appears, removed when the
-        # last one goes. vLLM's schemes leave the namespace out of the hash, so two namespaces can
-        # hold one block: counted too.
+        # last one goes (events/holders.py). vLLM's schemes leave the namespace out of the hash, so
+        # two namespaces can hold one block: counted too.
         self.page_size = page_size
         self._counted = bool(block_size % page_size) or self.hasher.vllm
-        self._holders: dict[tuple, int] = {}
+        self._holders = Holders()
         self.groups = GroupEvents(self, groups) if groups else None
         # the group fields of each group's events: none at all for a one-group model
         self.fields: list[tuple] = [()] if not groups else [FULL.fields(0)] + [s.fields(g + 1) for g, s in enumerate(groups)]
@@ -80,10 +83,10 @@ class EventRecorder:
         first, last = node.depth // size, node.end // size
         if last <= first:  # no block ends in this edge
             return
-        tokens = path_tokens(node, first * size)  # gathered once, for the digests and the event
+        raw = path_bytes(node, first * size)  # gathered once, for the digests and the event
         parent = self._parent_digest(node, first * size)
-        hashes = self.digests(node, tokens, parent)[1]
-        self.publish(node, hashes, self._int(parent), tokens, first, medium, 0)
+        hashes = self.digests(node, raw, parent)[1]
+        self.publish(node, hashes, self._int(parent), np.frombuffer(raw, np.int32), first, medium, 0)
 
     def removed(self, node: TreeNode, medium: str) -> None:
         self.withdraw(self.digests(node)[1], medium, 0)
@@ -130,41 +133,32 @@ class EventRecorder:
         start of block `first`, `parent` the int of block first - 1); counted: only blocks new to
         (medium, group), in runs of consecutive ones."""
         size = self.block_size
-        if not self._counted:
+        new = self._holders.add(hashes, medium, group) if self._counted else None
+        if new is None:  # every block is new to (medium, group)
             self._emit(node, hashes, parent, tokens[:len(hashes) * size], first, medium, group)
             return
-        run: list[int] = []  # consecutive blocks new to this medium, reported as one event
-        run_parent = parent
+        start = None  # of the run of consecutive new blocks being gathered, reported as one event
         for i, h in enumerate(hashes + [None]):  # type: ignore[operator]
-            if h is not None and self._hold(h, medium, group, +1) == 1:
-                run_parent = parent if not run else run_parent
-                run.append(h)
-            elif run:
-                start = i - len(run)
-                self._emit(node, run, run_parent, tokens[start * size:i * size], first + start, medium, group)
-                run = []
+            if i < len(hashes) and new[i]:
+                if start is None:
+                    start, run_parent = i, parent
+            elif start is not None:
+                self._emit(node, hashes[start:i], run_parent, tokens[start * size:i * size], first + start, medium, group)
+                start = None
             parent = h
 
     def store_blocks(self, node: TreeNode, hashes: list[int], first: int, group: int) -> None:
         """`publish` on the device for blocks [first, first + len(hashes)) of `node`'s edge."""
         pos = first * self.block_size
-        self.publish(node, hashes, self.parent_int(node, pos), path_tokens(node, pos), first, DEVICE, group)
+        self.publish(node, hashes, self.parent_int(node, pos), np.frombuffer(path_bytes(node, pos), np.int32),
+                     first, DEVICE, group)
 
     def withdraw(self, hashes: list[int], medium: str, group: int) -> None:
         """BlockRemoved for `hashes` (counted: those whose last holder this was)."""
         if self._counted:
-            hashes = [h for h in hashes if self._hold(h, medium, group, -1) == 0]
+            hashes = self._holders.remove(hashes, medium, group)
         if hashes:
             self.events.append(BlockRemoved(hashes, medium, *self.fields[group][:1]))
-
-    def _hold(self, h: int, medium: str, group: int, delta: int) -> int:
-        key = (h, medium, group) if group else (h, medium)
-        n = self._holders.get(key, 0) + delta
-        if n:
-            self._holders[key] = n
-        else:
-            del self._holders[key]
-        return n
 
     def _emit(self, node: TreeNode, hashes: list[int], parent: int | None, toks: np.ndarray, first_block: int,
               medium: str, group: int) -> None:
@@ -172,7 +166,7 @@ class EventRecorder:
         extra = None if lora_name is None and not salt and not self._mm else \
             self._extra_keys(toks, first_block, lora_name, salt)
         ids = self._event_tokens(toks) if self._mm else toks
-        self.events.append(BlockStored(hashes, parent, ids.tolist(), self.block_size, lora_id, medium, lora_name,
+        self.events.append(BlockStored(hashes, parent, TokenIds(ids), self.block_size, lora_id, medium, lora_name,
                                        extra, *self.fields[group]))
 
     def _whole(self, ns: bytes) -> tuple[int | None, str | None, str | None]:
@@ -220,10 +214,10 @@ class EventRecorder:
 
     # ------------------------------------------------------------------ digests
 
-    def digests(self, node: TreeNode, tokens: np.ndarray | None = None,
+    def digests(self, node: TreeNode, raw: bytes | None = None,
                 parent: Digest | None | bool = False) -> tuple[list[Digest], list[int]]:
         """Digests of the blocks whose last token lies in `node`'s edge, and the ints events carry for
-        them (computed once, then kept). `tokens`: the path's tokens from the first such block's
+        them (computed once, then kept). `raw`: the path's key bytes from the first such block's
         start, and `parent`: the digest of the block before it, when the caller has them."""
         got = self._digests.get(node)
         if got is None:
@@ -232,18 +226,27 @@ class EventRecorder:
             if first >= last:
                 got = ([], [])
             else:
-                tree_toks = (path_tokens(node, first * size) if tokens is None else tokens)[:(last - first) * size]
+                if raw is None:
+                    raw = path_bytes(node, first * size)
                 if parent is False:
                     parent = self._parent_digest(node, first * size)
-                extra = None
-                if self.hasher.vllm:
-                    _, lora_name, salt = self._whole(node.ns)
-                    extra = self._extra_keys(tree_toks, first, lora_name, salt)
-                digests = self.hasher.digests(self._event_tokens(tree_toks), hash_root(node.ns), size,
-                                              parent, extra)  # type: ignore[arg-type]
-                got = (digests, self.hasher.ints(digests))
+                got = self._hash(node, raw, first, last, parent)  # type: ignore[arg-type]
             self._digests[node] = got
         return got
+
+    def _hash(self, node: TreeNode, raw: bytes, first: int, last: int,
+              parent: Digest | None) -> tuple[list[Digest], list[int]]:
+        size, root = self.block_size, hash_root(node.ns)
+        if not self._mm and not self.hasher.vllm:  # the common case: XXH3 straight from the key bytes
+            digests = self.hasher.digests(raw, root, size, parent)  # type: ignore[arg-type]
+            return digests, digests  # type: ignore[return-value]  (xxh3: the digest is the int)
+        tree_toks = np.frombuffer(raw, np.int32)[:(last - first) * size]
+        extra = None
+        if self.hasher.vllm:
+            _, lora_name, salt = self._whole(node.ns)
+            extra = self._extra_keys(tree_toks, first, lora_name, salt)
+        digests = self.hasher.digests(self._event_tokens(tree_toks), root, size, parent, extra)
+        return digests, self.hasher.ints(digests)
 
     def _parent_digest(self, node: TreeNode, pos: int) -> Digest | None:
         """Digest of the block that ends at `pos` (<= node.depth), held by an ancestor (None at 0)."""
@@ -272,7 +275,7 @@ class EventRecorder:
         digests and multimodal names; records nothing here."""
         fresh = EventRecorder.__new__(EventRecorder)
         fresh.__dict__.update(self.__dict__)
-        fresh._holders, fresh._counted = {}, True  # each block once
+        fresh._holders, fresh._counted = Holders(), True  # each block once
         fresh.events = [AllBlocksCleared()]
         fresh.events += [BlockStored([], None, [], self.block_size, None, DEVICE, None, None, *f)
                          for f in self.fields[1:]]
@@ -290,12 +293,13 @@ class EventRecorder:
         return fresh.events
 
 
-def path_tokens(node: TreeNode, start: int) -> np.ndarray:
-    """Tokens of positions [start, node.end) along the path to `node` (int32)."""
+def path_bytes(node: TreeNode, start: int) -> bytes:
+    """The key bytes (int32 little-endian token ids) of positions [start, node.end) along the path
+    to `node`."""
     if start >= node.depth:
-        return node.tokens()[start - node.depth:]
+        return node.key[4 * (start - node.depth):]
     chunks = []
     while node.end > start:
-        chunks.append(node.tokens()[max(0, start - node.depth):])
+        chunks.append(node.key[4 * max(0, start - node.depth):])
         node = node.parent  # type: ignore[assignment]
-    return np.concatenate(chunks[::-1])
+    return b"".join(chunks[::-1])

@@ -14,12 +14,19 @@ block_size, lora_id, medium, lora_name, ...]` that llm-d still reads, or one of 
 Block hashes may be ints in [0, 2**64) or bytes (vLLM 0.33's default sha256 digests); bytes become
 the int of their last 8 bytes, big-endian, as llm-d reads them. Anything malformed raises
 EventFormatError, never TypeError.
+
+A cache's own BlockStored carries its `token_ids` as `TokenIds`: a read-only sequence of ints over
+the int32 array the tree keys the edge by, so recording an event makes no Python int per token.
+It reads as a list does (len, index, slice, iteration, `==` with a list, `tolist()`); the wire
+(radixkv.events.wire) and `event_to_dict` give plain lists.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Any, Union
+from typing import Any, Iterator, Sequence, Union, overload
+
+import numpy as np
 
 from radixkv.errors import RadixKVError
 
@@ -32,11 +39,49 @@ class EventFormatError(RadixKVError, ValueError):
     """A serialized event is malformed: unknown type, missing or mistyped fields."""
 
 
+class TokenIds(Sequence[int]):
+    """Token ids of an event, read-only: a view of a 1-D integer array that nobody writes (see the
+    module docstring). Ints come out as Python ints; a slice is a TokenIds too."""
+
+    __slots__ = ("ids",)
+
+    def __init__(self, ids: np.ndarray) -> None:
+        self.ids = ids  # 1-D, integer, read-only (a view of a tree key, or an array no one else holds)
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    @overload
+    def __getitem__(self, i: int) -> int: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> TokenIds: ...
+
+    def __getitem__(self, i: int | slice) -> int | TokenIds:
+        return TokenIds(self.ids[i]) if isinstance(i, slice) else int(self.ids[i])
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.ids.tolist())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, TokenIds):
+            return bool(np.array_equal(self.ids, other.ids))
+        return self.ids.tolist() == other if isinstance(other, list) else NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  (compares equal to lists, which are unhashable)
+
+    def __repr__(self) -> str:
+        return repr(self.ids.tolist())
+
+    def tolist(self) -> list[int]:
+        return self.ids.tolist()
+
+
 @dataclass(slots=True)
 class BlockStored:
     block_hashes: list[int]
     parent_block_hash: int | None
-    token_ids: list[int]  # len(block_hashes) * block_size tokens
+    token_ids: list[int] | TokenIds  # len(block_hashes) * block_size tokens
     block_size: int
     lora_id: int | None = None  # vLLM: deprecated in favour of lora_name, kept for compatibility
     medium: str | None = DEVICE
@@ -73,8 +118,11 @@ REQUIRED = {"BlockStored": 4, "BlockRemoved": 1, "AllBlocksCleared": 0}  # leadi
 
 
 def event_to_dict(event: KVEvent) -> dict[str, Any]:
-    """The map layout: {"type": class name, every field}."""
-    return {"type": type(event).__name__, **{k: getattr(event, k) for k in FIELDS[type(event).__name__]}}
+    """The map layout: {"type": class name, every field} (token ids as a list)."""
+    out = {"type": type(event).__name__, **{k: getattr(event, k) for k in FIELDS[type(event).__name__]}}
+    if isinstance(out.get("token_ids"), TokenIds):
+        out["token_ids"] = out["token_ids"].tolist()
+    return out
 
 
 def parse_event(obj: object) -> KVEvent:
@@ -114,7 +162,7 @@ def _stored(v: dict[str, Any]) -> BlockStored:
     size, toks, parent = v["block_size"], v["token_ids"], v["parent_block_hash"]
     if not _is_int(size) or size < 1:
         raise EventFormatError(f"{name}: block_size must be a positive int, got {_show(size)}")
-    if not _is_int_list(toks) or len(toks) != size * len(hashes):
+    if not (isinstance(toks, TokenIds) or _is_int_list(toks)) or len(toks) != size * len(hashes):
         raise EventFormatError(f"{name}: token_ids must be a list of block_size ints per block hash")
     parent = None if parent is None else _hashes([parent], name)[0]
     extra = v.get("extra_keys")
@@ -125,7 +173,7 @@ def _stored(v: dict[str, Any]) -> BlockStored:
     if look is not None and (not isinstance(look, (list, tuple)) or not all(_is_int_list(x) for x in look)):
         raise EventFormatError(f"{name}: lookahead_token_ids must be None or lists of ints")
     return BlockStored(
-        hashes, parent, list(toks), size, _opt(v.get("lora_id"), int, "lora_id"), _medium(v.get("medium", DEVICE), name),
+        hashes, parent, toks if isinstance(toks, TokenIds) else list(toks), size, _opt(v.get("lora_id"), int, "lora_id"), _medium(v.get("medium", DEVICE), name),
         _opt(v.get("lora_name"), str, "lora_name"), None if extra is None else [None if e is None else _freeze(e) for e in extra],
         _opt(v.get("group_idx"), int, "group_idx"), _opt(v.get("kv_cache_spec_kind"), str, "kv_cache_spec_kind"),
         _opt(v.get("kv_cache_spec_sliding_window"), int, "kv_cache_spec_sliding_window"),
@@ -148,6 +196,8 @@ def _freeze(value: Any, depth: int = 0) -> Any:
 def _hashes(values: object, name: str) -> list[int]:
     if not isinstance(values, (list, tuple)):
         raise EventFormatError(f"{name}: block_hashes must be a list, got {_show(values)}")
+    if _plain_ints(values) and (not values or (min(values) >= 0 and max(values) < HASH_LIMIT)):
+        return list(values)  # the common case, checked by C-level passes
     out = []
     for h in values:
         if isinstance(h, (bytes, bytearray)) and h:
@@ -172,12 +222,20 @@ def _opt(value: object, kind: type, what: str) -> Any:
     raise EventFormatError(f"{what} must be {kind.__name__} or None, got {_show(value)}")
 
 
+_INT = {int}
+
+
 def _is_int(x: object) -> bool:
     return type(x) is int or (isinstance(x, int) and not isinstance(x, bool))
 
 
 def _is_int_list(v: object) -> bool:
-    return isinstance(v, (list, tuple)) and all(type(x) is int or _is_int(x) for x in v)
+    return isinstance(v, (list, tuple)) and (_plain_ints(v) or all(type(x) is int or _is_int(x) for x in v))
+
+
+def _plain_ints(v: list | tuple) -> bool:
+    """Every item's type is exactly int (one C-level pass; subclasses take the slow checks)."""
+    return not v or set(map(type, v)) == _INT
 
 
 def _show(x: object) -> str:

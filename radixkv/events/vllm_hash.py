@@ -32,7 +32,6 @@ import numpy as np
 from radixkv.errors import ConfigError
 
 CBOR_SCHEMES = ("sha256_cbor", "xxhash_cbor")
-_MASK64 = (1 << 64) - 1
 _NONE = b"\xf6"  # CBOR null: a block without extra keys
 _RANDOM_ROOT = os.urandom(32)  # vLLM's NONE_HASH without PYTHONHASHSEED: per process, as vLLM draws it
 
@@ -91,9 +90,9 @@ class VllmHasher:
         return out
 
 
-def to_int(digest: bytes) -> int:
-    """The int a vLLM KV event carries for `digest`: its low 64 bits."""
-    return int.from_bytes(digest, "big") & _MASK64
+def to_ints(digests: list[bytes]) -> list[int]:
+    """The ints a vLLM KV event carries for `digests`: their low 64 bits (the last 8 bytes, big-endian)."""
+    return [int.from_bytes(d[-8:], "big") for d in digests]
 
 
 def block_extra_keys(first_block: int, n_blocks: int, block_size: int, lora_name: str | None,
@@ -128,10 +127,11 @@ def _uint_head(n: int, major: int) -> bytes:
 
 
 class _UintCbor(dict):
-    """token id -> its canonical CBOR bytes, filled on first use (a vocabulary's worth at most)."""
+    """token id -> its canonical CBOR bytes, filled on first use (a vocabulary's worth at most).
+    Negative ids (a multimodal item whose raw ids were forgotten) encode as cbor2 encodes them."""
 
     def __missing__(self, v: int) -> bytes:
-        enc = _uint_head(v, 0x00)
+        enc = _uint_head(v, 0x00) if v >= 0 else _uint_head(-1 - v, 0x20)  # CBOR's negative ints carry -1 - n
         if len(self) < _MAX_CACHED:
             self[v] = enc
         return enc

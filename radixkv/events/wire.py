@@ -93,9 +93,12 @@ _encoder = msgspec.msgpack.Encoder()
 
 
 def to_wire(event: KVEvent) -> KVCacheEvent:
-    """The wire struct of one in-process event (same fields, same values)."""
+    """The wire struct of one in-process event (same fields, same values; token ids as a list)."""
     cls = type(event)
-    return _WIRE[cls](*(getattr(event, k) for k in FIELDS[cls.__name__]))
+    wire = _WIRE[cls](*(getattr(event, k) for k in FIELDS[cls.__name__]))
+    if isinstance(wire, BlockStored) and isinstance(wire.token_ids, records.TokenIds):
+        wire.token_ids = wire.token_ids.tolist()
+    return wire
 
 
 def encode_batch(events: list[KVEvent], ts: float, data_parallel_rank: int | None = 0,

@@ -35,6 +35,7 @@ from transformers import AttentionInterface
 
 from radixkv import RadixCache, UnsupportedModelError, kernels
 from radixkv.cascade import for_layer
+from radixkv.config import KV_GROUP_KINDS
 from radixkv.kernels import AttentionVariant, CascadePlan
 
 if TYPE_CHECKING:
@@ -88,7 +89,7 @@ class ForwardBatch:
         self.windowed, slot_maps = {}, {}
         longest = max((p + e for p, e in zip(host.prefix_lens, host.extend_lens)), default=0)
         for group in self.cache.groups:
-            if group.spec.kind == "window":
+            if group.spec.kind in KV_GROUP_KINDS:
                 view = self._window_view(group.window_inputs(b, table, longest))  # flushes full_to_window
                 self.windowed.update(dict.fromkeys(group.spec.layers, view))
                 slot_maps.update(dict.fromkeys(group.spec.layers, group.full_to_window))

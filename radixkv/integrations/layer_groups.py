@@ -116,20 +116,20 @@ def layer_masks(groups: Sequence[LayerGroup], num_layers: int) -> tuple[tuple[in
 
 def window_specs(groups: Sequence[LayerGroup], num_slots: int, page_size: int, max_requests: int,
                  max_batch_tokens: int) -> tuple[GroupSpec, ...]:
-    """One window group (CacheConfig.groups) per sliding layer group: its layers keep KV in a pool
-    of their own, sized to hold every request's window at once (W + 2 pages each: the window, the
-    page it starts in and the private tail) plus one forward's chunk, at most `num_slots`. What
+    """One window group (CacheConfig.groups) per sliding layer group, one chunk group per chunked
+    layer group: its layers keep KV in a pool of their own, sized to hold every request's window at
+    once (W + 2 pages each: the window, the page it starts in and the private tail) plus one
+    forward's chunk, at most `num_slots`. What
     the pool holds beyond the running windows is reuse, evicted first when it runs short. A chunked
-    group (Llama 4) is a window group of W = chunk: a query reads only its own chunk, never more than
-    the last `chunk` tokens, so what a window of that size keeps covers it (attention still masks
-    by chunk)."""
+    group (Llama 4) is a chunk group (GroupSpec kind "chunk"): a query reads only its own chunk, so a
+    request keeps only its current chunk's KV (radix/windows.py); sized like a window of W = chunk."""
     specs = []
     for g in groups:
         if g.kind in ("sliding", "chunked"):
             size = g.window if g.kind == "sliding" else g.chunk
             want = max_requests * (size + 2 * page_size) + max_batch_tokens + page_size
             slots = min(num_slots, -(-want // page_size) * page_size)
-            specs.append(GroupSpec("window", slots, size=size, layers=g.layers))
+            specs.append(GroupSpec("window" if g.kind == "sliding" else "chunk", slots, size=size, layers=g.layers))
     return tuple(specs)
 
 

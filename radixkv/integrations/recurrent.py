@@ -14,10 +14,12 @@ with a scan that adds the carried state's share (recurrent_scan.py). A model who
 (`RESUMES_CHUNKS`) runs such a chunk token by token through the decode path, which is exact for any
 mixer that `model.generate` can decode with.
 
-Prefix reuse (state_store.py). A request resumes at the longest position where both the tree holds
-the KV (the match) and a state snapshot (the node's component in the cache's "state" group, whose
-tensors the store keeps; `reuse_limit`, given to `cache.open` as `max_reuse`). Snapshots are taken where a prefill chunk reaches a chosen page-aligned position (the
-chunk is split there, as SGLang's MambaRadixCache and vLLM do):
+Prefix reuse (state_store.py). A request resumes at the longest position where the tree holds the
+KV and a state snapshot (the node's component in the cache's "state" group, whose tensors the
+store keeps): the cache's match itself stops there (radix/windows.py), so `cache.open`, the
+scheduler's estimates and `cache.match_prefix` all see the same resume point. Snapshots are taken
+where a prefill chunk reaches a chosen page-aligned position (the chunk is split there, as SGLang's
+MambaRadixCache and vLLM do):
 
 - the branch point: the end of the KV match at admission, where later requests that share the
   same prefix diverge (Marconi's and SGLang's choice); kept;
@@ -27,7 +29,7 @@ chunk is split there, as SGLang's MambaRadixCache and vLLM do):
   (or the same request after preemption) resumes.
 
 A snapshot is published after its chunk is committed (its node exists then): `flush`, an Engine
-step hook, and again before `reuse_limit` and each forward.
+step hook, and again before each admission and each forward.
 """
 
 from __future__ import annotations
@@ -52,7 +54,7 @@ if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
     from radixkv import BatchInputs, RadixCache, Sequence
-    from radixkv.integrations.scheduler import Plan, Request
+    from radixkv.scheduling.scheduler import Plan, Request
     from radixkv.results import LockHandle
 
 # "hybrid" layers (attention beside a recurrent mixer) are served for these families only: others that
@@ -63,10 +65,11 @@ HYBRID_FAMILIES = frozenset({"falcon_h1"})
 # against model.generate, with prefix reuse, in tests/test_recurrent_engine.py. Another family's mixer
 # may keep its state in a cache of its own (MiniMax) or the model may have no attention at all
 # (Mamba 2): refused by name rather than risk a wrong answer.
-RECURRENT_FAMILIES = frozenset({"jamba", "falcon_h1", "qwen3_next", "lfm2", "lfm3"})
+RECURRENT_FAMILIES = frozenset({"jamba", "falcon_h1", "qwen3_next", "lfm2", "lfm3", "bamba", "granitemoehybrid"})
 # model_type -> its recurrent mixers continue a cached state over several tokens in one forward
 # (Jamba's through recurrent_scan.continued_scan)
-RESUMES_CHUNKS = frozenset({"falcon_h1", "qwen3_next", "lfm2", "lfm3"}) | frozenset(CONTINUED_SCANS)
+RESUMES_CHUNKS = (frozenset({"falcon_h1", "qwen3_next", "lfm2", "lfm3", "bamba", "granitemoehybrid"})
+                  | frozenset(CONTINUED_SCANS))
 DEFAULT_SNAPSHOTS = 4  # default state group: this many snapshot slots per request row
 # which snapshot a full state group gives up (state_store.POLICIES): Marconi's beat LRU's hit rate, or tied
 # it, on every bench/recurrent_reuse.py run (bench/RESULTS.md, issue 21 round 2)
@@ -137,12 +140,6 @@ class RecurrentRunner:
             return None
         return RecurrentRunner(model, cache, namespace)
 
-    def reuse_limit(self, tokens: list[int]) -> int:
-        """`max_reuse` for `cache.open(tokens)`: the longest position (at most `len(tokens) - 1`) where
-        the tree holds the KV and the store a snapshot. May split the tree's edge at the match."""
-        self.flush()
-        return self.store.resume_point(self.cache, tokens[:len(tokens) - 1], self.namespace)
-
     def flush(self) -> None:
         """Publish the snapshots taken so far whose chunk is committed by now; forget the working
         state of closed requests (finished or preempted)."""
@@ -150,15 +147,15 @@ class RecurrentRunner:
         pending, self._pending = self._pending, []
         for p in pending:
             store = self.store
-            match = self.cache.match_prefix(p.tokens, namespace=self.namespace)
-            if match.length != len(p.tokens):
+            node = self.cache.locate(p.tokens, namespace=self.namespace)
+            if node.end != len(p.tokens):
                 continue  # its KV was evicted already (or never became a whole page)
             if p.owner is not None:
                 previous = self._chain.get(p.owner)
-                if previous is not None and previous is not match.node:
+                if previous is not None and previous is not node:
                     store.discard(previous)
-                self._chain[p.owner] = match.node
-            store.put(match.node, match.length, p.state, spare=p.spare)
+                self._chain[p.owner] = node
+            store.put(node, node.end, p.state, spare=p.spare)
 
     def forward(self, plan: Plan, inputs: BatchInputs, keep: list[int]) -> tuple[torch.Tensor, ForwardBatch]:
         """The Engine's `_forward` for this model: `[len(keep), vocab]` logits at the packed positions
@@ -203,9 +200,9 @@ class RecurrentRunner:
         its KV match where another cached sequence goes on differently (the match's node has a
         child), where later requests sharing that prefix resume. A match that ends where the cached
         sequence ends (the previous turn of the same conversation) is no branch: the chain covers it."""
-        match = self.cache.match_prefix(tokens[:len(tokens) - 1], namespace=self.namespace)
-        goes_on = getattr(match.node, "children", None)  # the tree's node: read, never written
-        return frozenset({match.length} if match.length > start and goes_on else ())
+        node = self.cache.locate(tokens[:len(tokens) - 1], namespace=self.namespace)
+        goes_on = getattr(node, "children", None)  # the tree's node: read, never written
+        return frozenset({node.end} if node.end > start and goes_on else ())
 
     def chain_start(self, tokens: list[int]) -> int:
         """From the prompt's last page boundary before its last token on, a request snapshots every

@@ -17,8 +17,9 @@ snapshot there). As in SGLang's MambaRadixCache, that state is a component of th
              to [0, 1] over the candidates, FLOP efficiency being the prefill FLOPs a snapshot saves
              (`flops(end)`, the prefix it lets a request skip) per byte it holds: a long prefix's
              snapshot outlives a short one's of the same age;
-- a snapshot is put under the node `cache.match_prefix(tokens[:p]).node` (the match splits the edge
-  so that a node ends at `p`); it is valid while that node still holds its slot (the component);
+- a snapshot is put under the node `cache.locate(tokens[:p])` (it splits the edge so that a node
+  ends at `p`); it is valid while that node still holds its slot (the component), and the cache's
+  match claims a prefix only up to a node holding one (radix/windows.py);
 - `get` hands out the stored object and the caller copies it before extending it (copy-on-write:
   `RecurrentState.clone`), so a snapshot is never written after `put`.
 
@@ -30,7 +31,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from radixkv.errors import InvalidArgumentError, OutOfSlotsError
 
@@ -102,14 +103,6 @@ class StateStore:
         """Whether `node` holds a snapshot; mutates nothing."""
         slot = self._slot(node)
         return slot is not None and slot in self._entries and self._entries[slot].node is node
-
-    def resume_point(self, cache: RadixCache, tokens: list[int], namespace: Any = None) -> int:
-        """The longest prefix of `tokens` whose KV `cache` holds and that has a snapshot here (0: none).
-        Walks up from the match's node: O(depth). The match may split an edge and refreshes recency."""
-        node = cache.match_prefix(tokens, namespace=namespace).node
-        while node.parent is not None and not self.has(node):
-            node = node.parent
-        return node.end
 
     def put(self, node: LockHandle, end: int, state: RecurrentState, spare: bool = False) -> bool:
         """Attach `state` (taken after `end` tokens; the store owns it now) to `node` as its snapshot,

@@ -67,7 +67,7 @@ from radixkv.integrations.layer_groups import (check_position_limit, check_serve
 from radixkv.integrations.prompts import prompt_ids, to_batch
 from radixkv.integrations.recurrent import RecurrentRunner, check_family, state_groups
 from radixkv.integrations.sampling import SamplingParams, make_generator, sample
-from radixkv.integrations.scheduler import Plan, Request, Scheduler
+from radixkv.scheduling.scheduler import Plan, Request, Scheduler
 from radixkv.integrations.stats import GenerateStats
 from radixkv.scheduling import POLICIES
 
@@ -222,8 +222,6 @@ class Engine:
     def _run(self, prompts: list[list[int]], opts: generation_options.GenerateOptions) -> list[list[int]]:
         params = opts.sampling
         sched = Scheduler(self.cache, self.max_batch_tokens, self.namespace, self.schedule)
-        if self.recurrent is not None:
-            sched.reuse_limit = self.recurrent.reuse_limit
         requests = [Request(i, p, len(p), opts.new_tokens(len(p), f"prompt {i}"), make_generator(params, i))
                     for i, p in enumerate(prompts)]
         for req in requests:
@@ -261,8 +259,7 @@ class Engine:
         tokens = prompt_ids(prompt, vocab_size=self.model.config.vocab_size, tokenizer=self.tokenizer)
         req = Request(0, tokens, len(tokens), 0)
         self._validate(Scheduler(self.cache, 1), req.tokens, 0)
-        limit = len(tokens) - 1 if self.recurrent is None else self.recurrent.reuse_limit(tokens)
-        req.seq = self.cache.open(req.tokens, namespace=self.namespace, max_reuse=limit)
+        req.seq = self.cache.open(req.tokens, namespace=self.namespace, max_reuse=len(tokens) - 1)
         try:
             reused = req.seq.committed_len
             n = len(tokens) - reused
@@ -273,6 +270,8 @@ class Engine:
             self.cache.commit(req.seq, req.tokens[reused:])
         finally:
             self.cache.close(req.seq)
+        for hook in self.step_hooks:  # as after a step (state snapshots, events)
+            hook()
         return reused, logits
 
     def _step(self, sched: Scheduler, params: SamplingParams, eos: frozenset[int],

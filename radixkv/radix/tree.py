@@ -34,7 +34,7 @@ from radixkv.radix.core import TreeCore
 from radixkv.radix.idle_roots import IdleRoots
 from radixkv.radix.node import TreeNode
 from radixkv.radix.shadow import ShadowTree
-from radixkv.radix.windows import resumable
+from radixkv.radix.windows import Reach, resumable
 from radixkv.radix.types import InsertResult, MatchInfo, PinKeeper, ResidencyListener
 
 _EMPTY = np.empty(0, dtype=np.int64)
@@ -47,7 +47,7 @@ if TYPE_CHECKING:
 class RadixTree(TreeCore[TreeNode]):
     def __init__(self, page_size: int, policy: EvictionPolicy, host_tier: bool = False,
                  listener: ResidencyListener | None = None, secondary_groups: int = 0,
-                 windows: tuple[int, ...] = ()) -> None:
+                 reaches: tuple[Reach, ...] = ()) -> None:
         super().__init__(page_size)
         self.policy = policy
         self.index: EvictableIndex[TreeNode] = EvictableIndex(policy.key)
@@ -57,7 +57,7 @@ class RadixTree(TreeCore[TreeNode]):
         # secondary layer groups (radix/node.py): per group, the nodes holding a component, policy order
         self.group_index: tuple[EvictableIndex[TreeNode], ...] = tuple(
             EvictableIndex(policy.key) for _ in range(secondary_groups))
-        self.windows = windows  # per secondary group: its window W (0: not a window group); windows.py
+        self.reaches = reaches  # per secondary group: what resuming needs of it (windows.py); () without groups
         self.roots: dict[bytes, TreeNode] = {}  # namespace key -> root, while it has children or locks
         self._idle_roots = IdleRoots()  # roots with no children and no locks, while held elsewhere
         self.listener = listener
@@ -133,8 +133,8 @@ class RadixTree(TreeCore[TreeNode]):
 
     def match(self, key: bytes, start: TreeNode) -> MatchInfo:
         """Longest device-cached prefix of `key` below `start`. Splits the edge where the device
-        match ends and refreshes the recency and hits of every node it matched whole. With window
-        groups (`start` a root): the longest prefix every window group can resume from (windows.py)."""
+        match ends and refreshes the recency and hits of every node it matched whole. With secondary
+        groups (`start` a root): the longest prefix every group can resume from (windows.py)."""
         path, matched = self.walk(key, start)
         if not path:
             self._matched_tick = -1
@@ -143,8 +143,8 @@ class RadixTree(TreeCore[TreeNode]):
             return MatchInfo(start, 0, _EMPTY, 0)
         length = matched // 4
         k, dev = self.device_prefix(path, length, start)
-        if self.windows and dev:  # from a root: shorten to where every window group can resume
-            length = dev = resumable(path[:k], dev, self.windows)
+        if self.reaches and dev:  # from a root: shorten to where every group can resume
+            length = dev = resumable(path[:k], dev, self.reaches, self.page_size)
             k = sum(n.depth < dev for n in path[:k])
         if k and path[k - 1].end > start.end + dev:  # split first: the unmatched tail is not a hit
             path[k - 1] = self.split(path[k - 1], start.end + dev - path[k - 1].depth)

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
 
 class Queued(Protocol):
-    """What a policy reads of a waiting request (integrations/scheduler.py's Request)."""
+    """What a policy reads of a waiting request (scheduler.py's Request)."""
     tokens: list[int]  # everything to prefill (prompt + output so far); it is matched without its last token
     arrival: float  # Scheduler clock when it joined the queue
 

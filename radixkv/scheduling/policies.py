@@ -1,6 +1,6 @@
 """Orders of the waiting queue, each a small class behind one interface: `order(window, now)`.
 
-The Scheduler (integrations/scheduler.py) is the mechanism: it hands a policy the oldest `window`
+The Scheduler (scheduler.py) is the mechanism: it hands a policy the oldest `window`
 waiting requests, in arrival order, and admits from the returned order while budget, rows and slots
 last (the requests past the window follow in arrival order). A policy never touches the cache; the
 cache-aware ones read `PrefixEstimates` (matcher.py), which the Scheduler refreshes first.
@@ -18,17 +18,24 @@ so a wait and a prefill length can be compared:
                 after its subtrees
     hrrn        highest response ratio next, `(wait + s) / s` with `s` = the whole prompt: shortest first,
                 but every request's ratio grows while it waits (cache-agnostic); equal ratios: smaller s
-    auto        shortest virtual deadline first, with each request's FCFS turn as a bound:
+    auto        earliest virtual deadline first, late requests by cached prefix, and a share for the oldest:
                   deadline = arrival + K * (uncached - cached)   (K = 48; tokens of the prompt)
                 Among requests that arrived together this is shortest remaining work first (the
                 order that minimizes mean TTFT), with what the tree holds counted twice: it shrinks
                 the work, and it is work lost if the prefix is evicted while the request waits (LPM's
-                reason). Every request ages at the same rate, so a later request overtakes an earlier
-                one only by being shorter by more than the gap between their arrivals / K. Bound: a
-                request is *due* once the prompt tokens admitted since it arrived exceed (1 + C) times
-                those waiting ahead of it then (C = 0.5): FCFS would have started it after that much
-                work. Due requests go first, oldest first, so no stream of cached requests can starve
-                a cold one and nobody waits much past its FCFS turn (bench/RESULTS.md, issue 20).
+                reason). Every request ages at the same rate. A request whose deadline has passed is
+                *late*; late requests go first, longest cached prefix first (lpm's order), then in
+                arrival order. Under overload every deadline passes and EDF alone would degrade into
+                arrival order; what drains a backlog is throughput, and on a small cache that is the
+                hit rate, which lpm's order maximizes.
+                Bound: a request is *due* once the prompt tokens admitted since it arrived exceed
+                (1 + C) times those waiting ahead of it then (C = 0.5): FCFS would have started it by
+                then. While any request is due, due requests get a share S = 1/4 of the prompt tokens
+                admitted, oldest first (a deficit counter over the contended period, reset when none
+                is due); the other 3/4 follow the order above. So the oldest always progress (no
+                stream of cached requests starves a cold one), and a backlog that keeps growing, in
+                which every waiting request is due, does not turn the queue into FCFS
+                (bench/RESULTS.md, issue 20, third round).
 """
 
 from __future__ import annotations
@@ -117,12 +124,17 @@ class Auto(Policy):
     matches = True
     SLOWDOWN = 48.0  # K: prefill-token times of deadline per token of (uncached - cached) work
     SLACK = 0.5  # C: a request may be overtaken until (1 + C) x the work ahead of it at arrival is admitted
+    SHARE = 0.25  # S: while any request is due, due ones get this share of the tokens admitted, oldest first
 
     def __init__(self, estimates: PrefixEstimates) -> None:
         super().__init__(estimates)
         self.arrived_tokens = 0  # prompt tokens of every request that arrived so far
         self.admitted_tokens = 0  # ... and of every request admitted so far (first admission)
         self.turn: dict[Queued, float] = {}  # admitted_tokens at which a waiting request is due
+        self.contended = False  # some request in the window was due when it was last ordered
+        self.contested_tokens = 0  # prompt tokens admitted while contended, since contention began
+        self.bound_tokens = 0  # ... of them, those the oldest-first side picked
+        self.picked: set[Queued] = set()  # the oldest-first side's picks in the last order()
 
     def arrived(self, req: Queued, now: float) -> None:
         backlog = self.arrived_tokens - self.admitted_tokens
@@ -130,17 +142,48 @@ class Auto(Policy):
         self.arrived_tokens += len(req.tokens)
 
     def order(self, window: list[Queued], now: float) -> list[Queued]:
-        due_at, done = self.turn.get, self.admitted_tokens
-        due = [r for r in window if due_at(r, 0.0) <= done]  # a preempted request has no turn: due
-        if len(due) == len(window):
-            return window
+        turn, done = self.turn, self.admitted_tokens
+        resumed = [r for r in window if r not in turn]  # preempted: no turn, first
+        due = [r for r in window if r in turn and turn[r] <= done]
+        self.contended = bool(due)
+        if not due:
+            self.contested_tokens = self.bound_tokens = 0  # the next contended period starts afresh
         length, k = self.estimates.length, self.SLOWDOWN
-        rest = [r for r in window if due_at(r, 0.0) > done]
-        return due + sorted(rest, key=lambda r: r.arrival + k * (len(r.tokens) - 2 * length(r)))
+        by_deadline = sorted((r for r in window if r in turn),
+                             key=lambda r: (max(now, r.arrival + k * (len(r.tokens) - 2 * length(r))), -length(r)))
+        return resumed + self._interleave(due, by_deadline)
+
+    def _interleave(self, due: list[Queued], by_deadline: list[Queued]) -> list[Queued]:
+        """Both orders merged: the oldest due request whenever the oldest-first side's picks so far
+        (this contended period, then this order if all were admitted) are within SHARE of the tokens."""
+        out: list[Queued] = []
+        self.picked = picked = set()
+        taken: set[Queued] = set()
+        spent, total, i, j = self.bound_tokens, self.contested_tokens, 0, 0
+        while i < len(due) and j < len(by_deadline):
+            if spent <= self.SHARE * total:
+                req, i = due[i], i + 1
+                if req in taken:
+                    continue
+                spent += len(req.tokens)
+                picked.add(req)
+            else:
+                req, j = by_deadline[j], j + 1
+                if req in taken:
+                    continue
+            taken.add(req)
+            total += len(req.tokens)
+            out.append(req)
+        return out + [r for r in by_deadline[j:] if r not in taken]
 
     def admitted(self, req: Queued, now: float) -> None:
-        if self.turn.pop(req, None) is not None:
-            self.admitted_tokens += len(req.tokens)
+        if self.turn.pop(req, None) is None:
+            return
+        n = len(req.tokens)
+        self.admitted_tokens += n
+        if self.contended:
+            self.contested_tokens += n
+            self.bound_tokens += n if req in self.picked else 0
 
 
 POLICIES: dict[str, type[Policy]] = {p.name: p for p in (Policy, FcfsMatch, LongestPrefix, DfsWeight,

@@ -31,7 +31,7 @@ import torch
 
 from radixkv import CacheConfig, RadixCache
 from radixkv.errors import InvalidArgumentError
-from radixkv.integrations.scheduler import Plan, Request, Scheduler
+from radixkv.scheduling.scheduler import Plan, Request, Scheduler
 from radixkv.scheduling.cost_model import CostModel
 from radixkv.scheduling.sim_trace import SimTrace, TraceRequest
 

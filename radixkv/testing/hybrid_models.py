@@ -6,7 +6,8 @@ from __future__ import annotations
 import torch
 import transformers
 
-FAMILIES = ("jamba", "falcon_h1", "qwen3_next", "lfm3")  # lfm2 (conv + full) is lfm3 without sliding layers
+FAMILIES = ("jamba", "falcon_h1", "qwen3_next", "lfm3", "bamba", "granitemoehybrid")  # lfm2 (conv + full):
+# lfm3 without sliding layers
 VOCAB = 256
 # initializer_range 0.2 (HF default 0.02) spreads the logits of a random model, so greedy argmax has
 # clear winners (as in tests/hf_helpers.py).
@@ -36,6 +37,14 @@ def build_hybrid(kind: str) -> torch.nn.Module:
     elif kind == "lfm3":  # short conv, sliding (window 8), full attention, short conv
         config = transformers.Lfm3Config(**_COMMON, num_hidden_layers=4, head_dim=16, conv_L_cache=3, sliding_window=8,
                                          layer_types=["conv", "sliding_attention", "full_attention", "conv"])
+    elif kind == "bamba":  # layers: Mamba2, attention (2 layers: the reference Mamba2 scan is slow on CPU)
+        config = transformers.BambaConfig(**_COMMON, num_hidden_layers=2, attn_layer_indices=[1], mamba_n_heads=4,
+                                          mamba_d_state=8, mamba_n_groups=1, mamba_chunk_size=8)
+    elif kind == "granitemoehybrid":  # Granite 4 hybrid: Mamba2, attention; MoE in both
+        config = transformers.GraniteMoeHybridConfig(
+            **_COMMON, num_hidden_layers=2, mamba_n_heads=4, mamba_d_state=8, mamba_n_groups=1, mamba_chunk_size=8,
+            num_local_experts=4, num_experts_per_tok=2, shared_intermediate_size=64,
+            layer_types=["linear_attention", "full_attention"])
     else:
         raise ValueError(f"unknown hybrid family {kind!r}; one of {FAMILIES}")
     return transformers.AutoModelForCausalLM.from_config(config).eval()

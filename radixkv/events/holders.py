@@ -1,0 +1,59 @@
+"""Holders: how many tree nodes hold each reported block, per (medium, group).
+
+The event recorder (events/recorder.py) counts holders when one block can end in more than one
+node: siblings whose first pages differ only after the block (block_size not a multiple of
+page_size), or namespaces sharing vLLM's hashes (which leave the namespace out). A block is
+reported stored when its first holder appears and removed when its last one goes.
+
+Kept per (medium, group) as the set of held hashes plus the extra holders of shared blocks
+(hash -> holders - 1), so that the common case, blocks no other node holds, is one C-level set
+operation per event rather than a dict update per block. Hashes within one call are distinct (a
+chain repeats a hash only on a 64-bit collision).
+"""
+
+from __future__ import annotations
+
+
+class Holders:
+    def __init__(self) -> None:
+        self._by_medium: dict[tuple[str, int], tuple[set[int], dict[int, int]]] = {}
+
+    def _of(self, medium: str, group: int) -> tuple[set[int], dict[int, int]]:
+        got = self._by_medium.get((medium, group))
+        if got is None:
+            got = self._by_medium[(medium, group)] = (set(), {})
+        return got
+
+    def add(self, hashes: list[int], medium: str, group: int) -> list[bool] | None:
+        """One more holder of each of `hashes`; which of them had none before (None: all of them)."""
+        held, extra = self._of(medium, group)
+        if held.isdisjoint(hashes):
+            held.update(hashes)
+            return None
+        new = []
+        for h in hashes:
+            if h in held:
+                extra[h] = extra.get(h, 0) + 1
+                new.append(False)
+            else:
+                held.add(h)
+                new.append(True)
+        return new
+
+    def remove(self, hashes: list[int], medium: str, group: int) -> list[int]:
+        """One holder fewer of each of `hashes` (all held); those that have none left, in order."""
+        held, extra = self._of(medium, group)
+        if not extra or extra.keys().isdisjoint(hashes):
+            held.difference_update(hashes)
+            return hashes
+        gone = []
+        for h in hashes:
+            n = extra.get(h)
+            if n is None:
+                held.discard(h)
+                gone.append(h)
+            elif n == 1:
+                del extra[h]
+            else:
+                extra[h] = n - 1
+        return gone
