@@ -129,12 +129,12 @@ def _cascade(c: Case, target: tuple[int, int]) -> None:
         sizes = [[(list(range(g * 64 >> l, (g + 1) * 64 >> l)), 16) for g in range(2 << l)] for l in range(7)]
     else:
         sizes = [[(list(range(4)), (c.heads - 1) * _GPU_KV_CHUNK)], [([r], 16) for r in range(4)]]
-    levels = [[(rows, np.zeros(n, np.int64)) for rows, n in groups] for groups in sizes]
-    plan = _build(levels, len(sizes[-1]), torch.device("cpu"), _GPU_KV_CHUNK)
+    levels = [[(rows, np.zeros(n, np.int64), 0) for rows, n in groups] for groups in sizes]
+    plan = _build(levels, np.full(len(sizes[-1]), 1 << 20, np.int32), torch.device("cpu"), _GPU_KV_CHUNK)
     dt = DTYPES[c.dtype]
     q = torch.zeros(plan.num_rows, KV_HEADS * (c.heads if c.op == "cascade" else 4), c.head_dim, dtype=dt)
     buf = torch.zeros(SLOTS, KV_HEADS, c.head_dim, dtype=dt)
-    cascade_launch(q, buf, buf, plan, 0.1, c.attention_variant(q.shape[1])._replace(window=0))
+    cascade_launch(q, buf, buf, plan, 0.1, c.attention_variant(q.shape[1]))
 
 
 def _copy(c: Case, target: tuple[int, int]) -> None:

@@ -29,6 +29,12 @@ Layout choices, none of which changes a result (any grouping merges to the same 
 - off CUDA the plan carries the torch reference's padded layout (what `kernels.with_padding` builds),
   made here in numpy once per step instead of by torch once per layer.
 
+Masked layers (a window or chunks) read the same plan through `for_layer`: each group's first key
+position and each row's query position travel in the plan (`kv_pos`, `q_pos`), so the kernel masks
+keys outside a query's window; off CUDA the runs are first cut to what some row sees (a shared
+prefix wholly behind every window disappears), and a window group's layers read their own pool's
+slots (`full_to_window[slot]`).
+
 Cost: one walk up each Sequence's path (O(nodes on the batch's paths)), then O(groups) numpy slices
 and a few torch ops per level; no Python loop over tokens. Mutates nothing.
 """
@@ -40,10 +46,12 @@ import itertools
 import numpy as np
 import torch
 
-from radixkv.kernels import CascadeLevel, CascadePlan, PaddedLevel
+from radixkv.kernels import AttentionVariant, CascadeLevel, CascadePlan, KernelInputError, PaddedLevel
+from radixkv.kernels.variant import first_key_ref
 from radixkv.results import LockHandle
 
 _GPU_KV_CHUNK = 256  # slots per group on a GPU: long runs split so that programs fill the device
+Run = tuple[list[int], np.ndarray, int]  # a group: its rows, its slots, the position of its first slot
 
 
 def kv_chunk_for(device: torch.device) -> int | None:
@@ -80,11 +88,55 @@ def plan_cascade(nodes: list[LockHandle], slots: list[np.ndarray], kv_lens: list
         for key in chain:
             groups.setdefault(key, []).append(i)
         ends.append(chain[-1][1].end if chain else 0)
-    by_level: list[list[tuple[list[int], np.ndarray]]] = [[] for _ in range(max(map(len, chains.values())))]
+    by_level: list[list[Run]] = [[] for _ in range(max(map(len, chains.values())))]
     for (top, bottom), rows in groups.items():
-        by_level[len(chains[bottom]) - 1].append((rows, slots[rows[0]][top.depth:bottom.end]))
-    by_level.append([([i], s[e:n]) for i, (s, e, n) in enumerate(zip(slots, ends, kv_lens)) if n > e])
-    return _build([part for groups in by_level for part in _by_length(groups)], len(nodes), device, kv_chunk)
+        by_level[len(chains[bottom]) - 1].append((rows, slots[rows[0]][top.depth:bottom.end], top.depth))
+    by_level.append([([i], s[e:n], e) for i, (s, e, n) in enumerate(zip(slots, ends, kv_lens)) if n > e])
+    q_pos = np.asarray(kv_lens, dtype=np.int32) - 1
+    return _build([part for groups in by_level for part in _by_length(groups)], q_pos, device, kv_chunk)
+
+
+def for_layer(plan: CascadePlan, variant: AttentionVariant, slot_map: torch.Tensor | None = None) -> CascadePlan:
+    """`plan` as a layer with `variant` reads it: off CUDA a masked variant's runs are cut to the keys
+    their rows see (`visible`: the torch reference pads every run it is given), and a layer whose
+    K/V live in a window group's own pool reads `slot_map[slot]` (its `full_to_window`) instead of
+    each slot. On CUDA the kernel skips unseen keys by itself and nothing is read back (no host sync)."""
+    if variant.masked and plan.merge_indptr.device.type != "cuda":
+        plan = visible(plan, variant)
+    if slot_map is None:
+        return plan
+    levels = tuple(lvl._replace(kv_indices=slot_map[lvl.kv_indices], padded=None if lvl.padded is None
+                                else lvl.padded._replace(slots=slot_map[lvl.padded.slots])) for lvl in plan.levels)
+    return plan._replace(levels=levels)
+
+
+def visible(plan: CascadePlan, variant: AttentionVariant) -> CascadePlan:
+    """`plan` with each group's run cut to the keys at least one of its rows sees under `variant`
+    (`[first_key(q_pos), q_pos]`), dropping groups and levels left without keys: the same
+    attention, fewer reads. Reads the plan's tensors on the host (O(groups) Python, no token loop);
+    needs positions (the planner's plans have them)."""
+    q_pos = _host(plan.q_pos)
+    lo = first_key_ref(variant, torch.from_numpy(q_pos).long()).numpy()
+    by_level: list[list[Run]] = []
+    for lvl in plan.levels:
+        qo_ptr, qo, kv_ptr, slots, kv_pos = map(_host, (lvl.qo_indptr, lvl.qo_indices, lvl.kv_indptr, lvl.kv_indices,
+                                                        lvl.kv_pos))
+        groups = []
+        for g in np.flatnonzero(np.diff(qo_ptr)):
+            rows = qo[qo_ptr[g]:qo_ptr[g + 1]]
+            a = max(int(lo[rows].min()) - int(kv_pos[g]), 0)
+            b = min(int(q_pos[rows].max()) - int(kv_pos[g]) + 1, int(kv_ptr[g + 1] - kv_ptr[g]))
+            if b > a:
+                groups.append((rows.tolist(), slots[kv_ptr[g] + a:kv_ptr[g] + b], int(kv_pos[g]) + a))
+        if groups:
+            by_level.append(groups)
+    return _build(by_level, q_pos, plan.merge_indptr.device, None)
+
+
+def _host(t: torch.Tensor | None) -> np.ndarray:
+    if t is None:
+        raise KernelInputError("cutting a plan to a window needs its positions (q_pos, every level's kv_pos)")
+    return t.cpu().numpy()
 
 
 def _chain(node: LockHandle, count: dict[LockHandle, int],
@@ -101,10 +153,10 @@ def _chain(node: LockHandle, count: dict[LockHandle, int],
     return chain
 
 
-def _by_length(groups: list[tuple[list[int], np.ndarray]]) -> list[list[tuple[list[int], np.ndarray]]]:
+def _by_length(groups: list[Run]) -> list[list[Run]]:
     """One level's groups, or two levels (shorter runs, longer runs) when that cuts the padded area
     `groups x longest run` by a quarter: one long tail among short ones would pad every short one."""
-    sizes = np.fromiter((len(s) for _, s in groups), np.int64, len(groups))
+    sizes = np.fromiter((len(s) for _, s, _ in groups), np.int64, len(groups))
     order = np.argsort(sizes, kind="stable")
     ranked, n = sizes[order], len(groups)
     if n < 2 or ranked[-1] == 0:
@@ -119,29 +171,32 @@ def _by_length(groups: list[tuple[list[int], np.ndarray]]) -> list[list[tuple[li
     return [[groups[i] for i in short], [groups[i] for i in long]]
 
 
-def _build(by_level: list[list[tuple[list[int], np.ndarray]]], num_rows: int, device: torch.device,
-           kv_chunk: int | None) -> CascadePlan:
-    """CSR tensors of each level's (rows, slots) groups and of each row's entries; off CUDA also the
-    torch reference's padded layout (what `with_padding` computes, here in numpy: once per step)."""
+def _build(by_level: list[list[Run]], q_pos: np.ndarray, device: torch.device, kv_chunk: int | None) -> CascadePlan:
+    """CSR tensors of each level's (rows, slots, first position) groups and of each row's entries
+    (rows 0..len(q_pos)-1, the query of row r at q_pos[r]); off CUDA also the torch reference's
+    padded layout (what `with_padding` computes, here in numpy: once per step)."""
     pad = device.type != "cuda"
     levels, entry_rows = [], []
     for groups in by_level:
         if kv_chunk:
-            groups = [(rows, s[j:j + kv_chunk]) for rows, s in groups for j in range(0, len(s), kv_chunk)]
-        counts = np.fromiter((len(r) for r, _ in groups), np.int32, len(groups))
-        sizes = np.fromiter((len(s) for _, s in groups), np.int32, len(groups))
-        qo = np.fromiter(itertools.chain.from_iterable(r for r, _ in groups), np.int32, int(counts.sum()))
+            groups = [(rows, s[j:j + kv_chunk], p + j) for rows, s, p in groups for j in range(0, len(s), kv_chunk)]
+        counts = np.fromiter((len(r) for r, _, _ in groups), np.int32, len(groups))
+        sizes = np.fromiter((len(s) for _, s, _ in groups), np.int32, len(groups))
+        qo = np.fromiter(itertools.chain.from_iterable(r for r, _, _ in groups), np.int32, int(counts.sum()))
         entry_rows.append(qo)
-        slots = np.concatenate([s for _, s in groups]).astype(np.int64, copy=False)
+        slots = np.concatenate([s for _, s, _ in groups]).astype(np.int64, copy=False)
+        kv_pos = np.fromiter((p for _, _, p in groups), np.int32, len(groups))
         qo_indptr, kv_indptr = _indptr(counts), _indptr(sizes)
         padded = _pad_level(qo_indptr, qo, kv_indptr, slots, device) if pad else None
         levels.append(CascadeLevel(_tensor(qo_indptr, device), _tensor(qo, device), _tensor(kv_indptr, device),
-                                   _tensor(slots, device), int(counts.max()), int(sizes.max()), padded))
+                                   _tensor(slots, device), int(counts.max()), int(sizes.max()), padded,
+                                   _tensor(kv_pos, device)))
     owner = np.concatenate(entry_rows)  # the row of each entry, entries numbered across levels
-    per_row = np.bincount(owner, minlength=num_rows)
+    per_row = np.bincount(owner, minlength=len(q_pos))
     indptr, order, width = _indptr(per_row), np.argsort(owner, kind="stable").astype(np.int32), int(per_row.max())
     merge = tuple(_tensor(a, device) for a in _csr_pad(indptr, order, width)) if pad else None
-    return CascadePlan(tuple(levels), _tensor(indptr, device), _tensor(order, device), width, merge)
+    return CascadePlan(tuple(levels), _tensor(indptr, device), _tensor(order, device), width, merge,
+                       _tensor(q_pos.astype(np.int32, copy=False), device))
 
 
 def _pad_level(qo_indptr: np.ndarray, qo: np.ndarray, kv_indptr: np.ndarray, slots: np.ndarray,

@@ -95,6 +95,7 @@ def test_greedy_equals_generate_and_second_round_reuses(model: torch.nn.Module, 
         assert_same_tokens(got, want)
         assert_cache_idle(engine)
         assert engine.last_stats.prefill_reused > 0
+        assert engine.last_stats.masked_cascade_calls > 0  # masked layers decoded through shared prefixes
     assert engine.cache.stats.evicted_tokens > 0  # the pool was too small to keep everything
     assert model.config._attn_implementation == "eager"  # restored after generate
 
@@ -118,6 +119,7 @@ def test_window_kv_in_small_pools_of_its_own(model: torch.nn.Module, page_size: 
         got = engine.generate(prompts, max_new_tokens=14, do_sample=False)
         assert_same_tokens(got, cached_reference(model, prompts, 14))
         engine.cache.check_invariants()
+        assert engine.last_stats.masked_cascade_calls > 0  # cascade plans read through full_to_window
     assert engine.last_stats.prefill_reused > 0
     for g in engine.cache.groups:
         if g.spec.kind == "chunk" and page_size % g.spec.size == 0:
@@ -144,13 +146,15 @@ def test_logits_over_a_cached_prefix_equal_a_full_forward(model: torch.nn.Module
 
 @pytest.mark.parametrize("family", ["gemma2", "gpt_oss"])
 def test_interpreted_triton_kernels(family: str, one_thread: None) -> None:  # noqa: F811
-    """The Triton kernels (interpreter) with a window and soft-capping, a window and sinks (chunks: test_kernels_variants.py)."""
+    """The Triton kernels (interpreter) with a window and soft-capping, a window and sinks, cascade decode
+    included (chunks: test_kernels_variants.py, test_kernels_cascade_masked.py)."""
     model = build(family)
     prompts = shared_prefix_prompts(4, groups=1, per_group=3, system=12, own=(1, 6))
     want = reference(model, prompts, 4)
     engine = Engine(model, num_slots=128, page_size=4, max_batch_tokens=24, max_context_len=64)
     assert_same_tokens(engine.generate(prompts, max_new_tokens=4, do_sample=False), want)
     assert engine.last_stats.prefill_reused > 0
+    assert engine.last_stats.masked_cascade_calls > 0  # the masked cascade kernel, interpreted
 
 
 def test_llama4_position_scaling_limit_is_refused(one_thread: None) -> None:  # noqa: F811

@@ -181,10 +181,3 @@ def test_bad_variants_are_rejected_before_launch(variant: object, match: str) ->
     q, seq = randn(1, 4, DIM), torch.tensor([5], dtype=torch.int32)
     with pytest.raises(KernelInputError, match=match):
         decode_attention(q, k_buf, v_buf, table, rows, seq, SCALE, variant)
-
-
-def test_cascade_refuses_a_window() -> None:
-    cache, b, q = _cascade_step(torch.float32)
-    kb, vb = cache.kv_pool.k_buffer[0], cache.kv_pool.v_buffer[0]
-    with pytest.raises(KernelInputError, match="window"):
-        cascade_decode(q, kb, vb, b.cascade, 0.3, AttentionVariant(window=8))

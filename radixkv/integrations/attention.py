@@ -12,12 +12,16 @@ Layer variants: a sliding or chunked layer's window / chunk comes from the model
 (layer_groups.py, `ForwardBatch.layer_masks`); soft-capping and sinks from what the model passes
 (`softcap=`, Gemma 2; `s_aux=`, gpt-oss's per-head sink logits). A `sliding_window=` the model
 passes must agree with the layer's group, else UnsupportedModelError (never a silent wrong mask).
-Masked layers decode with `decode_attention` (it reads only the window) even in a cascade step.
+In a cascade step every layer decodes with `cascade_decode`, masked ones included: ForwardBatch
+derives each layer's plan once per step (`radixkv.cascade.for_layer`: a sliding or chunked layer's
+runs cut to the keys its rows see off CUDA, a window group's layers reading their own pool's slots),
+and the kernel masks each row's keys to its window or chunk from the plan's positions.
 
 Window groups (CacheConfig.groups, cache_windows.py): the layers of a sliding-window group keep
 their K/V in the group's own, smaller pool. ForwardBatch asks the group once per step for the
 step's rows of req_to_token translated to window slots (`window_inputs`) and the window out_slots;
-those layers run the same kernels over their own buffers with that table (rows 0..batch-1).
+those layers run the same kernels over their own buffers with that table (rows 0..batch-1), and
+read the cascade plan's slots through the group's `full_to_window` (flushed by `window_inputs`).
 """
 
 from __future__ import annotations
@@ -30,8 +34,9 @@ import torch
 from transformers import AttentionInterface
 
 from radixkv import RadixCache, UnsupportedModelError, kernels
-from radixkv.kernels import AttentionVariant
+from radixkv.cascade import for_layer
 from radixkv.config import KV_GROUP_KINDS
+from radixkv.kernels import AttentionVariant, CascadePlan
 
 if TYPE_CHECKING:
     from radixkv import BatchInputs
@@ -60,6 +65,8 @@ class ForwardBatch:
     attention_s: float = 0.0  # seconds inside radixkv_attention, all layers (the two below included)
     decode_s: float = 0.0  # of which in decode_attention (or cascade decode, when inputs.cascade is set)
     extend_s: float = 0.0  # of which in extend_attention
+    cascade_calls: int = 0  # layer calls that decoded with cascade_decode
+    masked_cascade_calls: int = 0  # of which sliding or chunked layers
     # Per-step views and host lengths, derived once in __post_init__ and reused by every layer.
     decode_inputs: tuple[torch.Tensor, torch.Tensor] = field(init=False)  # rows, seq_lens [num_decode]
     max_decode_len: int = field(init=False)  # longest seq_len among the decode requests (0: none)
@@ -67,6 +74,7 @@ class ForwardBatch:
     extend_host: kernels.ExtendLens = field(init=False)  # the same three on the host
     full: LayerInputs = field(init=False)  # full-KV layers' inputs
     windowed: dict[int, LayerInputs] = field(init=False)  # layer -> its window group's inputs
+    cascades: dict[int, CascadePlan] = field(init=False)  # layer -> its cascade plan (none: flat decode)
 
     def __post_init__(self) -> None:
         b, d = self.inputs, self.num_decode
@@ -78,12 +86,28 @@ class ForwardBatch:
         self.extend_host = kernels.ExtendLens(host.rows[d:], host.prefix_lens[d:], ext, max(ext, default=0))
         table = self.cache.req_pool.req_to_token
         self.full = LayerInputs(table, b.out_slots, self.decode_inputs, self.extend_inputs, self.extend_host)
-        self.windowed = {}
+        self.windowed, slot_maps = {}, {}
         longest = max((p + e for p, e in zip(host.prefix_lens, host.extend_lens)), default=0)
         for group in self.cache.groups:
             if group.spec.kind in KV_GROUP_KINDS:
-                view = self._window_view(group.window_inputs(b, table, longest))
+                view = self._window_view(group.window_inputs(b, table, longest))  # flushes full_to_window
                 self.windowed.update(dict.fromkeys(group.spec.layers, view))
+                slot_maps.update(dict.fromkeys(group.spec.layers, group.full_to_window))
+        self.cascades = self._layer_plans(slot_maps) if b.cascade is not None and d else {}
+
+    def _layer_plans(self, slot_maps: dict[int, torch.Tensor]) -> dict[int, CascadePlan]:
+        """Each layer's view of the step's cascade plan (one per distinct mask and pool)."""
+        plans: dict[tuple[int, int, int], CascadePlan] = {}
+        out = {}
+        for layer in range(self.cache.config.num_layers):
+            window, chunk = self.layer_masks[layer] if self.layer_masks else (0, 0)
+            slot_map = slot_maps.get(layer)
+            key = (window, chunk, -1 if slot_map is None else id(slot_map))
+            if key not in plans:
+                assert self.inputs.cascade is not None
+                plans[key] = for_layer(self.inputs.cascade, AttentionVariant(window, chunk), slot_map)
+            out[layer] = plans[key]
+        return out
 
     def _window_view(self, w: Any) -> LayerInputs:
         b, d, host = self.inputs, self.num_decode, self.extend_host
@@ -128,8 +152,11 @@ def radixkv_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.T
     d = fb.num_decode  # packed layout: [d decode tokens | prefill chunks]
     parts = []
     t0 = time.perf_counter()
-    if d and fb.inputs.cascade is not None and not variant.masked:  # the plan covers the d leading rows
-        parts.append(kernels.cascade_decode_launch(q[:d], k_buf, v_buf, fb.inputs.cascade, scaling, variant))
+    plan = fb.cascades.get(module.layer_idx)  # covers the d leading rows
+    if d and plan is not None:
+        parts.append(kernels.cascade_decode_launch(q[:d], k_buf, v_buf, plan, scaling, variant))
+        fb.cascade_calls += 1
+        fb.masked_cascade_calls += variant.masked
     elif d:
         parts.append(kernels.decode_attention_unchecked(q[:d], k_buf, v_buf, li.req_to_token, *li.decode_inputs,
                                                         scaling, fb.max_decode_len, variant))

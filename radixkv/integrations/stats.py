@@ -23,6 +23,8 @@ class GenerateStats:
     attention_s: float = 0.0  # inside the radixkv attention function: store_kv + attention kernels
     decode_attention_s: float = 0.0  # of which in kernels.decode_attention
     extend_attention_s: float = 0.0  # of which in kernels.extend_attention
+    cascade_calls: int = 0  # decode attention calls (layers x steps) through kernels.cascade_decode
+    masked_cascade_calls: int = 0  # of which sliding-window or chunked layers
     cache_s: float = 0.0  # radixkv bookkeeping: schedule (open/reserve/close), batch, commit
     sample_s: float = 0.0
     steps: int = 0  # forwards run

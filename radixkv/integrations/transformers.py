@@ -301,6 +301,8 @@ class Engine:
         stats.attention_s += batch.attention_s
         stats.decode_attention_s += batch.decode_s
         stats.extend_attention_s += batch.extend_s
+        stats.cascade_calls += batch.cascade_calls
+        stats.masked_cascade_calls += batch.masked_cascade_calls
         stats.cache_s += (t1 - t0) + (t3 - t2) + (t5 - t4)
         stats.sample_s += t4 - t3
         for hook in self.step_hooks:

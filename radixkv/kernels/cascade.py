@@ -13,10 +13,13 @@ then `merge_states` (merge.py) combines each row's partial states by their log-s
 Kernel (`_cascade_kernel`, grid `[groups, num_kv_heads, row blocks]`): a program takes BLOCK_R rows
 of one group and the `group` query heads of one kv head (BLOCK_M = BLOCK_R * BLOCK_H query vectors),
 streams the group's KV in blocks of BLOCK_N slots with an fp32 online softmax (tl.dot), and writes
-normalized outputs and log-sum-exps.
+normalized outputs and log-sum-exps. A window or chunks (the plan's positions, cascade_plan.py) mask
+each vector's keys to `[first_key(q_pos), q_pos]`, and the program streams only the part of the run
+that some of its vectors see: a run wholly before every window of its rows is not read at all.
 
 Bytes moved per level, h kv heads, d head_dim, e element size, S_g slots of group g, B_g row blocks:
-    read  sum_g B_g * (2 * S_g * h * d * e + 8 * S_g)   (KV once per group and row block; slots)
+    read  sum_g B_g * (2 * S_g * h * d * e + 8 * S_g)   (KV once per group and row block; slots;
+                                                          masked: S_g counts only the seen part)
     plus  entries * heads * d * (e + 4) (q, fp32 partials), and the merge (merge.py).
 Flat decode reads 2 * h * d * e per position per request: a prefix shared by n rows costs n times that.
 """
@@ -26,10 +29,11 @@ from __future__ import annotations
 import torch
 
 from radixkv.kernels._common import KernelInputError, tl, triton, use_triton
-from radixkv.kernels.cascade_plan import (CascadeLevel, CascadePlan, check_cascade, check_level, check_qkv,
-                                          pad_level)
+from radixkv.kernels.cascade_plan import (CascadeLevel, CascadePlan, PaddedLevel, check_cascade, check_level,
+                                          check_qkv, pad_level)
 from radixkv.kernels.merge import merge_padded_ref, merge_states_kernel_launch, merge_states_ref
-from radixkv.kernels.variant import CAUSAL, AttentionVariant, cap_scores, cap_scores_ref, check_variant
+from radixkv.kernels.variant import (CAUSAL, AttentionVariant, cap_scores, cap_scores_ref, check_variant,
+                                     first_key, first_key_ref, online_step)
 
 
 @triton.jit
@@ -40,9 +44,10 @@ def _cascade_kernel(
     kv_indptr_ptr, kv_indices_ptr,  # [groups + 1], int64 [slots of the level]
     o_ptr,  # fp32 [entries of the plan, num_heads, head_dim], contiguous
     lse_ptr,  # fp32 [entries of the plan, num_heads], contiguous
-    entry_start, sm_scale, num_heads, head_dim, group, softcap,
+    q_pos_ptr, kv_pos_ptr,  # int32 [rows], int32 [groups]: positions (read only when MASKED)
+    entry_start, sm_scale, num_heads, head_dim, group, window, chunk, softcap,
     BLOCK_R: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-    PRECISION: tl.constexpr, SOFTCAP: tl.constexpr,
+    PRECISION: tl.constexpr, MASKED: tl.constexpr, SOFTCAP: tl.constexpr,
 ):
     BLOCK_M: tl.constexpr = BLOCK_R * BLOCK_H
     tl.static_assert(BLOCK_M >= 16 and BLOCK_N >= 16 and BLOCK_D >= 16)  # tl.dot's minimum
@@ -67,26 +72,41 @@ def _cascade_kernel(
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
+    kv_start, kv_bound = kv_lo, kv_hi
     kv_end = tl.where(first < e_end, kv_hi, kv_lo)  # a row block past the group's rows reads nothing
-    for n0 in range(kv_lo, kv_end, BLOCK_N):
+    if MASKED:  # vector m sees run offsets [seen_lo[m], seen_hi[m]]; stream only their union (int32: fewer registers)
+        q_pos = tl.load(q_pos_ptr + row, mask=mask_m, other=0)  # int32 [BLOCK_M]
+        pos0 = tl.load(kv_pos_ptr + g) - kv_lo.to(tl.int32)  # slot n holds position pos0 + n
+        seen_lo = first_key(q_pos, window, chunk, MASKED) - pos0
+        seen_hi = q_pos - pos0
+        kv_start = tl.maximum(kv_lo, tl.min(tl.where(mask_m, seen_lo, kv_hi.to(tl.int32)), axis=0).to(tl.int64))
+        kv_end = tl.minimum(kv_end, tl.max(tl.where(mask_m, seen_hi + 1, kv_lo.to(tl.int32)), axis=0).to(tl.int64))
+        kv_bound = kv_end
+    for n0 in range(kv_start, kv_end, BLOCK_N):
         offs_n = n0 + tl.arange(0, BLOCK_N)
-        mask_n = offs_n < kv_hi
+        mask_n = offs_n < kv_bound
         # read 8 bytes of slot and 2 * d * e bytes of K, V per position, once for all BLOCK_M vectors
         slot = tl.load(kv_indices_ptr + offs_n, mask=mask_n, other=0).to(tl.int64)
         off = slot[:, None] * buf_stride_s + kvh * buf_stride_h + offs_d[None, :]
         kv_mask = mask_n[:, None] & mask_d[None, :]
         k = tl.load(k_buf_ptr + off, mask=kv_mask, other=0.0).to(tl.float32)  # [BLOCK_N, BLOCK_D]
         s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * sm_scale  # [BLOCK_M, BLOCK_N]
-        s = tl.where(mask_n[None, :], cap_scores(s, softcap, SOFTCAP), float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, axis=1))
-        alpha = tl.exp(m_i - m_new)
-        p = tl.exp(s - m_new[:, None])
+        if MASKED:
+            n = offs_n.to(tl.int32)[None, :]
+            seen = mask_n[None, :] & (n >= seen_lo[:, None]) & (n <= seen_hi[:, None])
+            s = tl.where(seen, cap_scores(s, softcap, SOFTCAP), float("-inf"))
+            m_new, alpha, p = online_step(s, m_i, l_i)  # a vector may see no key of a block
+        else:
+            s = tl.where(mask_n[None, :], cap_scores(s, softcap, SOFTCAP), float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(s, axis=1))
+            alpha = tl.exp(m_i - m_new)
+            p = tl.exp(s - m_new[:, None])
         v = tl.load(v_buf_ptr + off, mask=kv_mask, other=0.0).to(tl.float32)
         acc = acc * alpha[:, None] + tl.dot(p, v, input_precision=PRECISION)
         l_i = l_i * alpha + tl.sum(p, axis=1)
         m_i = m_new
 
-    has = l_i > 0.0  # false only for a group without KV
+    has = l_i > 0.0  # false for a group without KV, or a vector that sees none of it
     lse = tl.where(has, m_i + tl.log(tl.where(has, l_i, 1.0)), float("-inf"))
     out = acc / tl.where(has, l_i, 1.0)[:, None]
     state = (entry_start + entry) * num_heads + head  # [BLOCK_M]
@@ -104,13 +124,23 @@ def _cascade_kernel(
 _CONFIGS = {(64, 16): (4, 32), (64, 32): (4, 16), (64, 64): (8, 32), (128, 16): (4, 16), (128, 32): (8, 32),
             (128, 64): (8, 32), (256, 16): (8, 16), (256, 32): (8, 16)}
 _CONFIGS_FP32 = {(64, 16): (8, 32), (64, 32): (8, 32), (128, 16): (8, 32), (256, 16): (4, 16)}
+# A window or chunks (MASKED) keep per-vector bounds and a [BLOCK_M, BLOCK_N] mask live: with the
+# tables above, 32 x 256 (fp16) and 16 x 128 (fp32, 8 warps) spilled 4 bytes on sm_80, 32 x 128 4-12
+# bytes, 32 x 64 fp32 4 bytes and 16 x 256 (8 warps) 8 bytes on sm_90. Masked launches take half
+# the positions per step there, at most 16 rows at head_dim 256, with 4 warps.
+_MASKED = {torch.float16: {**{k: v for k, v in _CONFIGS.items() if k != (256, 32)}, (128, 32): (8, 16),
+                           (128, 64): (8, 16), (256, 16): (4, 16)},
+           torch.float32: {**_CONFIGS_FP32, (64, 32): (8, 16), (128, 16): (8, 16)}}
 
 
-def launch_config(max_rows: int, group: int, head_dim: int, dtype: torch.dtype) -> dict[str, int]:
+def launch_config(max_rows: int, group: int, head_dim: int, dtype: torch.dtype,
+                  masked: bool = False) -> dict[str, int]:
     """Block sizes, num_warps and num_stages `_cascade_kernel` runs with for a level whose groups
-    have at most `max_rows` rows, on q and buffers of `dtype` (bench/compile_check.py compiles
-    them for sm_80/sm_90 and requires 0 spilled bytes). Same choice on every target."""
-    table = _CONFIGS if dtype in (torch.float16, torch.bfloat16) else _CONFIGS_FP32
+    have at most `max_rows` rows, on q and buffers of `dtype`, under a window or chunks when
+    `masked` (bench/compile_check.py compiles them for sm_80/sm_90 and requires 0 spilled bytes).
+    Same choice on every target."""
+    half = dtype in (torch.float16, torch.bfloat16)
+    table = _MASKED[torch.float16 if half else torch.float32] if masked else _CONFIGS if half else _CONFIGS_FP32
     block_h = triton.next_power_of_2(group)
     block_d = max(16, triton.next_power_of_2(head_dim))
     max_m = max(m for d, m in table if d == max(64, block_d))  # q and accumulator: BLOCK_M x BLOCK_D fp32
@@ -121,19 +151,25 @@ def launch_config(max_rows: int, group: int, head_dim: int, dtype: torch.dtype) 
 
 
 def _attend_launch(q: torch.Tensor, k_buf: torch.Tensor, v_buf: torch.Tensor, lvl: CascadeLevel,
-                   sm_scale: float, o: torch.Tensor, lse: torch.Tensor, entry_start: int, softcap: float) -> None:
-    """One level's partial states into o, lse at `entry_start`; no checks, no host sync."""
+                   sm_scale: float, o: torch.Tensor, lse: torch.Tensor, entry_start: int,
+                   variant: AttentionVariant, q_pos: torch.Tensor | None) -> None:
+    """One level's partial states into o, lse at `entry_start`; no checks, no host sync. A masked
+    variant reads the positions (`q_pos`, `lvl.kv_pos`)."""
     groups, (heads, dim), kv_heads = lvl.qo_indptr.numel() - 1, q.shape[1:], k_buf.shape[1]
     if groups == 0 or lvl.qo_indices.numel() == 0:
         return
-    cfg = launch_config(lvl.max_rows, heads // kv_heads, dim, q.dtype)
+    cfg = launch_config(lvl.max_rows, heads // kv_heads, dim, q.dtype, variant.masked)
     grid = (groups, kv_heads, triton.cdiv(max(1, lvl.max_rows), cfg["BLOCK_R"]))
+    masked = variant.masked
     _cascade_kernel[grid](
         q, q.stride(0), q.stride(1), k_buf, v_buf, k_buf.stride(0), k_buf.stride(1),
         lvl.qo_indptr, lvl.qo_indices, lvl.kv_indptr, lvl.kv_indices, o, lse,
-        entry_start, float(sm_scale), heads, dim, heads // kv_heads, float(softcap),
+        q_pos if masked else lvl.qo_indptr, lvl.kv_pos if masked else lvl.qo_indptr,
+        entry_start, float(sm_scale), heads, dim, heads // kv_heads, variant.window, variant.chunk,
+        float(variant.softcap),
         # fp16/bf16 values are exact in tf32; fp32 inputs need full-precision products
-        PRECISION="tf32" if q.dtype in (torch.float16, torch.bfloat16) else "ieee", SOFTCAP=softcap > 0, **cfg)
+        PRECISION="tf32" if q.dtype in (torch.float16, torch.bfloat16) else "ieee", MASKED=masked,
+        SOFTCAP=variant.softcap > 0, **cfg)
 
 
 def cascade_attention(q: torch.Tensor, k_buf: torch.Tensor, v_buf: torch.Tensor, level: CascadeLevel,
@@ -157,14 +193,14 @@ def cascade_attention(q: torch.Tensor, k_buf: torch.Tensor, v_buf: torch.Tensor,
     if not use_triton(q):
         return cascade_attention_ref(q, k_buf, v_buf, level, sm_scale, softcap)
     o, lse = _states(level.qo_indices.numel(), q)
-    _attend_launch(q, k_buf, v_buf, level, sm_scale, o, lse, 0, softcap)
+    _attend_launch(q, k_buf, v_buf, level, sm_scale, o, lse, 0, AttentionVariant(softcap=softcap), None)
     return o, lse
 
 
 def cascade_decode_launch(q: torch.Tensor, k_buf: torch.Tensor, v_buf: torch.Tensor, plan: CascadePlan,
                           sm_scale: float, variant: AttentionVariant = CAUSAL) -> torch.Tensor:
     """`cascade_decode` without checks or host syncs, for the per-layer path of a plan that
-    `cache.batch(..., cascade=True)` built (valid by construction; `variant` unmasked)."""
+    `cache.batch(..., cascade=True)` built (valid by construction, with positions)."""
     if not use_triton(q):
         return cascade_decode_ref(q, k_buf, v_buf, plan, sm_scale, variant)
     return cascade_launch(q, k_buf, v_buf, plan, sm_scale, variant)
@@ -176,7 +212,7 @@ def cascade_launch(q: torch.Tensor, k_buf: torch.Tensor, v_buf: torch.Tensor, pl
     o, lse = _states(plan.num_entries, q)
     start = 0
     for lvl in plan.levels:
-        _attend_launch(q, k_buf, v_buf, lvl, sm_scale, o, lse, start, variant.softcap)
+        _attend_launch(q, k_buf, v_buf, lvl, sm_scale, o, lse, start, variant, plan.q_pos)
         start += lvl.qo_indices.numel()
     return merge_states_kernel_launch(o, lse, plan.merge_indptr, plan.merge_indices, plan.max_entries, q.dtype,
                                       variant.sinks)
@@ -193,18 +229,18 @@ def cascade_decode(q: torch.Tensor, k_buf: torch.Tensor, v_buf: torch.Tensor, pl
         plan: a CascadePlan over `rows` query rows (from `cache.batch(seqs, cascade=True)` or built
             by hand); checked here (host syncs), never inside the kernels.
         sm_scale: multiplies q . k before the softmax.
-        variant: soft-capping and sinks (variant.py). A plan knows slots, not positions, so a window
-            or chunks are refused: those layers decode with `decode_attention`, which reads at most
-            a window per request anyway.
+        variant: window, chunks, soft-capping, sinks (variant.py). A window or chunks need the
+            plan's positions (`plan.has_positions`): each row then sees the keys of its runs in
+            `[first_key(q_pos), q_pos]`, and a program whose rows see none of its run reads nothing.
 
     Returns:
         `[rows, num_heads, head_dim]` in q's dtype (softmax and sums in fp32).
     """
     check_cascade(q, k_buf, v_buf, plan)
     check_variant(variant, q.shape[1], q.device)
-    if variant.masked:
-        raise KernelInputError("cascade_decode takes soft-capping and sinks, not a window or chunks: "
-                               "decode those layers with decode_attention")
+    if variant.masked and not plan.has_positions:
+        raise KernelInputError("a window or chunks need key and query positions: give the plan q_pos and "
+                               "every level kv_pos (cache.batch(..., cascade=True) plans have them)")
     return cascade_decode_launch(q, k_buf, v_buf, plan, sm_scale, variant)
 
 
@@ -220,13 +256,15 @@ def cascade_attention_ref(q: torch.Tensor, k_buf: torch.Tensor, v_buf: torch.Ten
     syncs): pads the level to `[groups, max_rows]` rows and `[groups, max_kv]` slots, gathers each
     group's K/V once, heads-major, and runs one batched matmul per product in fp32."""
     o, lse = _states(level.qo_indices.numel(), q)
-    _level_states_ref(q, k_buf, v_buf, level, sm_scale, softcap, o, lse)
+    _level_states_ref(q, k_buf, v_buf, level, sm_scale, AttentionVariant(softcap=softcap), None, o, lse)
     return o, lse
 
 
 def _level_states_ref(q: torch.Tensor, k_buf: torch.Tensor, v_buf: torch.Tensor, level: CascadeLevel,
-                      sm_scale: float, softcap: float, o_out: torch.Tensor, lse_out: torch.Tensor) -> None:
-    """Writes the level's states into o_out `[entries, heads, dim]` and lse_out `[entries, heads]`."""
+                      sm_scale: float, variant: AttentionVariant, q_pos: torch.Tensor | None,
+                      o_out: torch.Tensor, lse_out: torch.Tensor) -> None:
+    """Writes the level's states into o_out `[entries, heads, dim]` and lse_out `[entries, heads]`
+    (a masked variant reads `q_pos` and `level.kv_pos`)."""
     dim, kv_heads = q.shape[2], k_buf.shape[1]
     groups, entries, width = level.qo_indptr.numel() - 1, level.qo_indices.numel(), level.max_rows
     if entries == 0 or level.kv_indices.numel() == 0 or level.max_kv == 0:
@@ -242,9 +280,10 @@ def _level_states_ref(q: torch.Tensor, k_buf: torch.Tensor, v_buf: torch.Tensor,
     k, v = heads_major(k_buf), heads_major(v_buf)
     qg = q[pad.rows].view(groups, width, kv_heads, -1, dim)  # [groups, max_rows, kv_heads, group, dim]
     qg = qg.permute(2, 0, 1, 3, 4).reshape(kv_heads * groups, -1, dim).float()  # [.., max_rows x group, dim]
-    bias = pad.bias[None].expand(kv_heads, -1, -1).reshape(kv_heads * groups, 1, -1)  # padding: -inf
-    if softcap:
-        s = cap_scores_ref(torch.bmm(qg, k.transpose(-1, -2)) * sm_scale, AttentionVariant(softcap=softcap)) + bias
+    bias = _bias_ref(pad, level, variant, q_pos, q.shape[1] // kv_heads)  # [groups, max_rows x group or 1, max_kv]
+    bias = bias[None].expand(kv_heads, -1, -1, -1).reshape(kv_heads * groups, -1, bias.shape[-1])
+    if variant.softcap:
+        s = cap_scores_ref(torch.bmm(qg, k.transpose(-1, -2)) * sm_scale, variant) + bias
     else:
         s = torch.baddbmm(bias, qg, k.transpose(-1, -2), alpha=sm_scale)  # [.., max_rows x group, max_kv]
     top = s.amax(-1, keepdim=True)
@@ -257,6 +296,20 @@ def _level_states_ref(q: torch.Tensor, k_buf: torch.Tensor, v_buf: torch.Tensor,
     lse_out.view(entries, kv_heads, -1).copy_(lse.view(kv_heads, groups * width, -1).transpose(0, 1)[pad.at])
 
 
+def _bias_ref(pad: PaddedLevel, level: CascadeLevel, variant: AttentionVariant, q_pos: torch.Tensor | None,
+              group: int) -> torch.Tensor:
+    """0 where a query vector sees a key, -inf elsewhere: `[groups, 1, max_kv]` (padding only), or
+    `[groups, max_rows x group, max_kv]` when masked (keys outside [first_key(q_pos), q_pos] too)."""
+    if not variant.masked:
+        return pad.bias[:, None]
+    assert q_pos is not None and level.kv_pos is not None  # the checked launcher refuses a plan without
+    key = level.kv_pos[:, None].long() + torch.arange(pad.slots.shape[1], device=pad.slots.device)  # [groups, max_kv]
+    qp = q_pos[pad.rows].long()  # [groups, max_rows]
+    seen = (key[:, None] >= first_key_ref(variant, qp)[..., None]) & (key[:, None] <= qp[..., None])
+    bias = pad.bias[:, None].masked_fill(~seen, float("-inf"))  # [groups, max_rows, max_kv]
+    return bias.repeat_interleave(group, dim=1)
+
+
 def cascade_decode_ref(q: torch.Tensor, k_buf: torch.Tensor, v_buf: torch.Tensor, plan: CascadePlan,
                        sm_scale: float, variant: AttentionVariant = CAUSAL) -> torch.Tensor:
     """Torch reference of `cascade_decode` (same arguments, same result; no checks, no host syncs)."""
@@ -264,7 +317,8 @@ def cascade_decode_ref(q: torch.Tensor, k_buf: torch.Tensor, v_buf: torch.Tensor
     start = 0
     for lvl in plan.levels:
         n = lvl.qo_indices.numel()
-        _level_states_ref(q, k_buf, v_buf, lvl, sm_scale, variant.softcap, o[start:start + n], lse[start:start + n])
+        _level_states_ref(q, k_buf, v_buf, lvl, sm_scale, variant, plan.q_pos, o[start:start + n],
+                          lse[start:start + n])
         start += n
     if plan.merge_padded is None:
         return merge_states_ref(o, lse, plan.merge_indptr, plan.merge_indices, plan.max_entries, q.dtype,

@@ -17,6 +17,12 @@ A plan over R query rows (entries numbered across levels in order, level 0 first
 Attention of row r over the concatenation of its groups' KV equals the merge of its partial states,
 so a plan is exact whatever its grouping; sharing only saves reads. The host ints (`max_rows`,
 `max_kv`, `max_entries`) size grids and padding without reading the device.
+
+Positions (optional; a window or chunks need them): the slots of a group are consecutive positions
+of each of its rows' sequences, starting at `kv_pos[g]` (slot i of group g holds position
+`kv_pos[g] + i`), and row r's query sits at position `q_pos[r]`. A masked variant then keeps only
+keys in `[first_key(q_pos[r]), q_pos[r]]` (variant.py) and a group none of whose rows sees a key
+of its run reads nothing.
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ class CascadeLevel(NamedTuple):
     max_rows: int  # host: the most entries of one group (>= the true maximum)
     max_kv: int  # host: the most slots of one group (>= the true maximum)
     padded: PaddedLevel | None = None  # pad_level(self), built once per plan for the torch reference
+    kv_pos: torch.Tensor | None = None  # int32 [groups]: position of each group's first slot (None: unknown)
 
 
 class PaddedLevel(NamedTuple):
@@ -59,6 +66,7 @@ class CascadePlan(NamedTuple):
     max_entries: int  # host: the most entries of one row (>= the true maximum)
     # csr_to_padded(merge_indptr, merge_indices, max_entries), built once per plan for the torch reference
     merge_padded: tuple[torch.Tensor, torch.Tensor] | None = None
+    q_pos: torch.Tensor | None = None  # int32 [rows]: each row's query position (None: unknown)
 
     @property
     def num_rows(self) -> int:
@@ -67,6 +75,11 @@ class CascadePlan(NamedTuple):
     @property
     def num_entries(self) -> int:
         return sum(lvl.qo_indices.numel() for lvl in self.levels)
+
+    @property
+    def has_positions(self) -> bool:
+        """True when the plan knows every key's and query's position (what a window or chunks need)."""
+        return self.q_pos is not None and all(lvl.kv_pos is not None for lvl in self.levels)
 
 
 def pad_level(level: CascadeLevel) -> PaddedLevel:
@@ -113,6 +126,16 @@ def check_cascade(q: torch.Tensor, k_buf: torch.Tensor, v_buf: torch.Tensor, pla
         raise KernelInputError("plan.merge_padded is not the padded layout of merge_indptr/merge_indices")
     if plan.num_rows != q.shape[0]:
         raise KernelInputError(f"the plan merges {plan.num_rows} rows; q has {q.shape[0]}")
+    if plan.q_pos is not None:
+        check_positions("q_pos", plan.q_pos, q.shape[0], q.device)
+
+
+def check_positions(name: str, pos: torch.Tensor, n: int, device: torch.device) -> None:
+    """int32 `[n]` positions >= 0 on `device` (one host sync)."""
+    check_tensor(name, pos, 1, (torch.int32,))
+    check_same_device(q=torch.empty(0, device=device), **{name: pos})
+    if pos.numel() != n or not pos.is_contiguous() or (n and int(pos.min()) < 0):
+        raise KernelInputError(f"{name} must hold {n} positions >= 0, got {pos.numel()}")
 
 
 def check_qkv(q: torch.Tensor, k_buf: torch.Tensor, v_buf: torch.Tensor) -> None:
@@ -134,6 +157,8 @@ def check_level(name: str, lvl: CascadeLevel, rows: int, num_slots: int, device:
     check_csr(f"{name}.qo", lvl.qo_indptr, lvl.qo_indices, device, lvl.max_rows, rows)
     check_csr(f"{name}.kv", lvl.kv_indptr, lvl.kv_indices, device, lvl.max_kv, num_slots)
     check_tensor(f"{name}.kv_indices", lvl.kv_indices, 1, (torch.int64,))
+    if lvl.kv_pos is not None:
+        check_positions(f"{name}.kv_pos", lvl.kv_pos, groups, device)
     if lvl.padded is not None and not _same(lvl.padded, pad_level(lvl)):
         raise KernelInputError(f"{name}.padded is not the padded layout of the level's CSR")
 
