@@ -26,8 +26,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
-from collections.abc import Callable
 
 os.environ["TRITON_INTERPRET"] = "1"  # before any @triton.jit is defined
 
@@ -40,6 +38,7 @@ from radixkv import CacheConfig, RadixCache, kernels  # noqa: E402
 from radixkv.cascade import for_layer  # noqa: E402
 from radixkv.cli_args import HelpFormatter, positive_int  # noqa: E402
 from radixkv.kernels import AttentionVariant  # noqa: E402
+from cascade_kernels import interleaved as best_cpu_ms  # noqa: E402  (bench/ is the script's sys.path[0])
 
 SEED, KV_HEADS, HEADS, DIM = 1, 2, 8, 32
 
@@ -88,16 +87,6 @@ def gsp_step(a: argparse.Namespace) -> tuple[RadixCache, kernels.CascadePlan, ob
         cache.reserve(seq, 1)
     b = cache.batch(seqs, cascade=True)
     return cache, b.cascade, b, torch.randn(n, HEADS, DIM, generator=g)
-
-
-def best_cpu_ms(fns: list[Callable[[], object]], rounds: int) -> list[float]:
-    best = [float("inf")] * len(fns)
-    for _ in range(rounds):
-        for i, fn in enumerate(fns):
-            t0 = time.process_time()
-            fn()
-            best[i] = min(best[i], (time.process_time() - t0) * 1e3)
-    return best
 
 
 def measure(a: argparse.Namespace, variant: AttentionVariant) -> dict[str, float]:
