@@ -16,8 +16,8 @@ the launch layer, `radixkv.kernels.launch`: launch configurations and bare Trito
 from __future__ import annotations
 
 from radixkv.kernels._common import KernelInputError, use_triton
-from radixkv.kernels.cascade import (cascade_attention, cascade_attention_ref, cascade_decode,
-                                     cascade_decode_launch, cascade_decode_ref)
+from radixkv.kernels.cascade import cascade_attention, cascade_decode, cascade_decode_launch
+from radixkv.kernels.cascade_ref import cascade_attention_ref, cascade_decode_ref
 from radixkv.kernels.cascade_plan import CascadeLevel, CascadePlan, PaddedLevel, with_padding
 from radixkv.kernels.decode import decode_attention, decode_attention_ref, decode_attention_unchecked
 from radixkv.kernels.extend import (ExtendLens, extend_attention, extend_attention_ref,

@@ -29,11 +29,10 @@ from __future__ import annotations
 import torch
 
 from radixkv.kernels._common import KernelInputError, tl, triton, use_triton
-from radixkv.kernels.cascade_plan import (CascadeLevel, CascadePlan, PaddedLevel, check_cascade, check_level,
-                                          check_qkv, pad_level)
-from radixkv.kernels.merge import merge_padded_ref, merge_states_kernel_launch, merge_states_ref
-from radixkv.kernels.variant import (CAUSAL, AttentionVariant, cap_scores, cap_scores_ref, check_variant,
-                                     first_key, first_key_ref, online_step)
+from radixkv.kernels.cascade_plan import CascadeLevel, CascadePlan, check_cascade, check_level, check_qkv
+from radixkv.kernels.cascade_ref import cascade_attention_ref, cascade_decode_ref, partial_states
+from radixkv.kernels.merge import merge_states_kernel_launch
+from radixkv.kernels.variant import CAUSAL, AttentionVariant, cap_scores, check_variant, first_key, online_step
 
 
 @triton.jit
@@ -192,7 +191,7 @@ def cascade_attention(q: torch.Tensor, k_buf: torch.Tensor, v_buf: torch.Tensor,
     check_variant(AttentionVariant(softcap=softcap), q.shape[1], q.device)
     if not use_triton(q):
         return cascade_attention_ref(q, k_buf, v_buf, level, sm_scale, softcap)
-    o, lse = _states(level.qo_indices.numel(), q)
+    o, lse = partial_states(level.qo_indices.numel(), q)
     _attend_launch(q, k_buf, v_buf, level, sm_scale, o, lse, 0, AttentionVariant(softcap=softcap), None)
     return o, lse
 
@@ -209,7 +208,7 @@ def cascade_decode_launch(q: torch.Tensor, k_buf: torch.Tensor, v_buf: torch.Ten
 def cascade_launch(q: torch.Tensor, k_buf: torch.Tensor, v_buf: torch.Tensor, plan: CascadePlan,
                    sm_scale: float, variant: AttentionVariant = CAUSAL) -> torch.Tensor:
     """Every level's `_cascade_kernel`, then `_merge_states_kernel` (what bench/compile_check.py compiles)."""
-    o, lse = _states(plan.num_entries, q)
+    o, lse = partial_states(plan.num_entries, q)
     start = 0
     for lvl in plan.levels:
         _attend_launch(q, k_buf, v_buf, lvl, sm_scale, o, lse, start, variant, plan.q_pos)
@@ -242,85 +241,3 @@ def cascade_decode(q: torch.Tensor, k_buf: torch.Tensor, v_buf: torch.Tensor, pl
         raise KernelInputError("a window or chunks need key and query positions: give the plan q_pos and "
                                "every level kv_pos (cache.batch(..., cascade=True) plans have them)")
     return cascade_decode_launch(q, k_buf, v_buf, plan, sm_scale, variant)
-
-
-def _states(entries: int, q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    heads, dim = q.shape[1:]
-    return (torch.empty((entries, heads, dim), dtype=torch.float32, device=q.device),
-            torch.empty((entries, heads), dtype=torch.float32, device=q.device))
-
-
-def cascade_attention_ref(q: torch.Tensor, k_buf: torch.Tensor, v_buf: torch.Tensor, level: CascadeLevel,
-                          sm_scale: float, softcap: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
-    """Torch reference of `cascade_attention` (same arguments, same result; no checks, no host
-    syncs): pads the level to `[groups, max_rows]` rows and `[groups, max_kv]` slots, gathers each
-    group's K/V once, heads-major, and runs one batched matmul per product in fp32."""
-    o, lse = _states(level.qo_indices.numel(), q)
-    _level_states_ref(q, k_buf, v_buf, level, sm_scale, AttentionVariant(softcap=softcap), None, o, lse)
-    return o, lse
-
-
-def _level_states_ref(q: torch.Tensor, k_buf: torch.Tensor, v_buf: torch.Tensor, level: CascadeLevel,
-                      sm_scale: float, variant: AttentionVariant, q_pos: torch.Tensor | None,
-                      o_out: torch.Tensor, lse_out: torch.Tensor) -> None:
-    """Writes the level's states into o_out `[entries, heads, dim]` and lse_out `[entries, heads]`
-    (a masked variant reads `q_pos` and `level.kv_pos`)."""
-    dim, kv_heads = q.shape[2], k_buf.shape[1]
-    groups, entries, width = level.qo_indptr.numel() - 1, level.qo_indices.numel(), level.max_rows
-    if entries == 0 or level.kv_indices.numel() == 0 or level.max_kv == 0:
-        o_out.zero_()
-        lse_out.fill_(float("-inf"))
-        return
-    pad = level.padded if level.padded is not None else pad_level(level)
-    rows_hm = (pad.slots[None] * kv_heads + torch.arange(kv_heads, device=q.device)[:, None, None]).flatten()
-
-    def heads_major(buf: torch.Tensor) -> torch.Tensor:  # [kv_heads x groups, max_kv, dim], fp32
-        return buf.reshape(-1, dim).index_select(0, rows_hm).view(kv_heads * groups, -1, dim).float()
-
-    k, v = heads_major(k_buf), heads_major(v_buf)
-    qg = q[pad.rows].view(groups, width, kv_heads, -1, dim)  # [groups, max_rows, kv_heads, group, dim]
-    qg = qg.permute(2, 0, 1, 3, 4).reshape(kv_heads * groups, -1, dim).float()  # [.., max_rows x group, dim]
-    bias = _bias_ref(pad, level, variant, q_pos, q.shape[1] // kv_heads)  # [groups, max_rows x group or 1, max_kv]
-    bias = bias[None].expand(kv_heads, -1, -1, -1).reshape(kv_heads * groups, -1, bias.shape[-1])
-    if variant.softcap:
-        s = cap_scores_ref(torch.bmm(qg, k.transpose(-1, -2)) * sm_scale, variant) + bias
-    else:
-        s = torch.baddbmm(bias, qg, k.transpose(-1, -2), alpha=sm_scale)  # [.., max_rows x group, max_kv]
-    top = s.amax(-1, keepdim=True)
-    top.masked_fill_(top == float("-inf"), 0.0)  # a group without KV: every weight exp(-inf) = 0
-    p = s.sub_(top).exp_()  # one exp per score, in place
-    total = p.sum(-1, keepdim=True)
-    lse = total.log().add_(top)  # -inf for a group without KV
-    o = torch.bmm(p, v).div_(total.masked_fill_(total == 0, 1.0))  # [.., max_rows x group, dim]
-    o_out.view(entries, kv_heads, -1, dim).copy_(o.view(kv_heads, groups * width, -1, dim).transpose(0, 1)[pad.at])
-    lse_out.view(entries, kv_heads, -1).copy_(lse.view(kv_heads, groups * width, -1).transpose(0, 1)[pad.at])
-
-
-def _bias_ref(pad: PaddedLevel, level: CascadeLevel, variant: AttentionVariant, q_pos: torch.Tensor | None,
-              group: int) -> torch.Tensor:
-    """0 where a query vector sees a key, -inf elsewhere: `[groups, 1, max_kv]` (padding only), or
-    `[groups, max_rows x group, max_kv]` when masked (keys outside [first_key(q_pos), q_pos] too)."""
-    if not variant.masked:
-        return pad.bias[:, None]
-    assert q_pos is not None and level.kv_pos is not None  # the checked launcher refuses a plan without
-    key = level.kv_pos[:, None].long() + torch.arange(pad.slots.shape[1], device=pad.slots.device)  # [groups, max_kv]
-    qp = q_pos[pad.rows].long()  # [groups, max_rows]
-    seen = (key[:, None] >= first_key_ref(variant, qp)[..., None]) & (key[:, None] <= qp[..., None])
-    bias = pad.bias[:, None].masked_fill(~seen, float("-inf"))  # [groups, max_rows, max_kv]
-    return bias.repeat_interleave(group, dim=1)
-
-
-def cascade_decode_ref(q: torch.Tensor, k_buf: torch.Tensor, v_buf: torch.Tensor, plan: CascadePlan,
-                       sm_scale: float, variant: AttentionVariant = CAUSAL) -> torch.Tensor:
-    """Torch reference of `cascade_decode` (same arguments, same result; no checks, no host syncs)."""
-    o, lse = _states(plan.num_entries, q)
-    start = 0
-    for lvl in plan.levels:
-        n = lvl.qo_indices.numel()
-        _level_states_ref(q, k_buf, v_buf, lvl, sm_scale, variant, plan.q_pos, o[start:start + n],
-                          lse[start:start + n])
-        start += n
-    if plan.merge_padded is None:
-        return merge_states_ref(o, lse, plan.merge_indptr, plan.merge_indices, plan.max_entries, q.dtype,
-                                variant.sinks)
-    return merge_padded_ref(o, lse, *plan.merge_padded, q.dtype, variant.sinks)
