@@ -23,6 +23,7 @@ from types import FrameType
 from radixkv.bench.opt import build_segments
 from radixkv.bench.runner import capacity, replay
 from radixkv.bench.workloads import Request, make_workload
+from radixkv.cli import core_build
 from radixkv.cli_args import HelpFormatter
 
 CELLS = "gsp:0.1:1,gsp:1.0:1,gsp:0.25:16,chat:0.25:1,agent:0.25:1,tools:0.25:1,tools:0.1:16"
@@ -83,6 +84,7 @@ def main(argv: list[str] | None = None) -> int:
             w, frac, ps = cell.split(":")
             profile(w, float(frac), int(ps), args.requests, args.policy, args.profile)
         return 0
+    print(f"{core_build()}{': compiled functions are not counted (RADIXKV_PURE_PYTHON=1 counts them)' if core_build() == 'compiled core' else ''}")
     print(f"{'cell':<18} {'Python calls/req':>16} {'C calls/req':>12}")
     for cell in args.cells.split(","):
         w, frac, ps = cell.split(":")

@@ -13,7 +13,7 @@ from radixkv.bench.opt import opt_hit_rate
 from radixkv.bench.runner import replay
 from radixkv.bench.workloads import make_workload
 from radixkv import __version__
-from radixkv.cli import main
+from radixkv.cli import core_build, main
 
 
 @pytest.fixture(autouse=True)
@@ -116,7 +116,7 @@ def test_help_shows_defaults_and_version(capsys) -> None:
 
 def test_python_dash_m_runs_the_same_command() -> None:
     out = subprocess.run([sys.executable, "-m", "radixkv", "--version"], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == f"radixkv {__version__} (pure Python)"
+    assert out.stdout.strip() == f"radixkv {__version__} ({core_build()})"  # the build this suite runs on
 
 
 def test_demo_shares_and_evicts(capsys) -> None:
