@@ -98,12 +98,18 @@ def interleaved(fns: list[Callable[[], object]], rounds: int) -> list[float]:
     return best
 
 
-def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
-    ap.add_argument("--groups", type=positive_int, default=8, help="system prompts")
-    ap.add_argument("--per-group", type=positive_int, default=8, help="requests sharing each system prompt")
+def gsp_parser(doc: str | None, groups: int, own: int, own_help: str = "") -> argparse.ArgumentParser:
+    """The shared-system-prompt decode batch's options (this script's and bench/cascade_masked.py's)."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=HelpFormatter)
+    ap.add_argument("--groups", type=positive_int, default=groups, help="system prompts")
+    ap.add_argument("--per-group", type=positive_int, default=groups, help="requests sharing each system prompt")
     ap.add_argument("--system", type=positive_int, default=512, help="tokens of each system prompt")
-    ap.add_argument("--own", type=positive_int, default=80, help="tokens of each request's own")
+    ap.add_argument("--own", type=positive_int, default=own, help=f"tokens of each request's own{own_help}")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = gsp_parser(__doc__, 8, 80)
     ap.add_argument("--rounds", type=positive_int, default=9, help="CPU: interleaved rounds, best of each")
     a = ap.parse_args(argv)
     cuda = torch.cuda.is_available()

@@ -36,9 +36,9 @@ from triton.runtime import interpreter  # noqa: E402
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from radixkv import CacheConfig, RadixCache, kernels  # noqa: E402
 from radixkv.cascade import for_layer  # noqa: E402
-from radixkv.cli_args import HelpFormatter, positive_int  # noqa: E402
+from radixkv.cli_args import positive_int  # noqa: E402
 from radixkv.kernels import AttentionVariant  # noqa: E402
-from cascade_kernels import interleaved as best_cpu_ms  # noqa: E402  (bench/ is the script's sys.path[0])
+from cascade_kernels import gsp_parser, interleaved as best_cpu_ms  # noqa: E402  (bench/ is the script's sys.path[0])
 
 SEED, KV_HEADS, HEADS, DIM = 1, 2, 8, 32
 
@@ -120,11 +120,7 @@ def measure(a: argparse.Namespace, variant: AttentionVariant) -> dict[str, float
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
-    ap.add_argument("--groups", type=positive_int, default=4, help="system prompts")
-    ap.add_argument("--per-group", type=positive_int, default=4, help="requests sharing each system prompt")
-    ap.add_argument("--system", type=positive_int, default=512, help="tokens of each system prompt")
-    ap.add_argument("--own", type=positive_int, default=64, help="tokens of each request's own (+ 0..per_group-1)")
+    ap = gsp_parser(__doc__, 4, 64, " (+ 0..per_group-1)")
     ap.add_argument("--rounds", type=positive_int, default=5, help="torch references: best CPU time of this many rounds")
     ap.add_argument("--interp-rounds", type=positive_int, default=1, help="interpreted kernels: rounds (slow)")
     a = ap.parse_args(argv)
