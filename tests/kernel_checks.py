@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import torch
 
+from radixkv import CacheConfig, RadixCache
+
 
 def randn(*shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """Standard normal values pushed 0.1 away from zero (a kernel that writes zeros cannot pass)."""
@@ -45,3 +47,13 @@ def paged_table(lens: list[int], page_size: int, num_slots: int, max_req: int,
         table[row, :n] = slots[used:used + n].to(torch.int32)
         used += -(-n // page_size) * page_size  # a request owns whole pages; its tail page is part-used
     return table, rows
+
+
+def random_kv_cache(kv_heads: int, dim: int, num_slots: int, page_size: int, max_requests: int,
+                    dtype: torch.dtype) -> RadixCache:
+    """A one-layer RadixCache (max context 128) whose K/V buffers hold random non-zero values."""
+    cache = RadixCache(CacheConfig(num_layers=1, num_kv_heads=kv_heads, head_dim=dim, num_slots=num_slots,
+                                   page_size=page_size, max_requests=max_requests, max_context_len=128, dtype=dtype))
+    cache.kv_pool.k_buffer[0].copy_(randn(num_slots, kv_heads, dim, dtype=dtype))
+    cache.kv_pool.v_buffer[0].copy_(randn(num_slots, kv_heads, dim, dtype=dtype))
+    return cache

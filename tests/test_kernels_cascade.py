@@ -11,9 +11,8 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from kernel_checks import assert_close, randn
+from kernel_checks import assert_close, randn, random_kv_cache
 from test_cascade_plan import decoding
-from radixkv import CacheConfig, RadixCache
 from radixkv.kernels import (CascadeLevel, CascadePlan, KernelInputError, cascade_attention,
                              cascade_attention_ref, cascade_decode, cascade_decode_launch, cascade_decode_ref,
                              decode_attention_ref, merge_states, merge_states_ref, with_padding)
@@ -68,10 +67,7 @@ def _cache_plan(page_size: int, group: int, dtype: torch.dtype, scale_rows: int 
     system, doc = tok(37), tok(29)
     prompts = ([system + doc + tok(3 + i) for i in range(3 * scale_rows)] + [system + tok(11), system + tok(2)]
                + [tok(19), tok(5)])
-    cache = RadixCache(CacheConfig(num_layers=1, num_kv_heads=KV_HEADS, head_dim=DIM, num_slots=2048,
-                                   page_size=page_size, max_requests=32, max_context_len=128, dtype=dtype))
-    cache.kv_pool.k_buffer[0].copy_(randn(2048, KV_HEADS, DIM, dtype=dtype))
-    cache.kv_pool.v_buffer[0].copy_(randn(2048, KV_HEADS, DIM, dtype=dtype))
+    cache = random_kv_cache(KV_HEADS, DIM, 2048, page_size, 32, dtype)
     seqs = decoding(cache, prompts)
     b = cache.batch(seqs, cascade=True)
     assert len(b.cascade.levels) >= 3  # system, document, tails (maybe split by length)

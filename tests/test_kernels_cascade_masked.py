@@ -14,9 +14,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernel_checks import assert_close, randn
+from kernel_checks import assert_close, randn, random_kv_cache
 from test_cascade_plan import decoding
-from radixkv import CacheConfig, RadixCache
+from radixkv import RadixCache
 from radixkv.cascade import for_layer, visible
 from radixkv.kernels.variant import first_key_ref
 from radixkv.kernels import (AttentionVariant, CascadePlan, KernelInputError, cascade_decode, cascade_decode_launch,
@@ -32,10 +32,7 @@ def _step(page_size: int, dtype: torch.dtype, group: int, seed: int = 0):
     tok = lambda n: torch.randint(0, 500, (n,), generator=g).tolist()  # noqa: E731
     system, doc = tok(SYSTEM), tok(DOC)
     prompts = [system + doc + tok(3 + 5 * i) for i in range(3)] + [system + tok(11), system + tok(6)] + [tok(19), tok(5)]
-    cache = RadixCache(CacheConfig(num_layers=1, num_kv_heads=KV_HEADS, head_dim=DIM, num_slots=1024,
-                                   page_size=page_size, max_requests=16, max_context_len=128, dtype=dtype))
-    cache.kv_pool.k_buffer[0].copy_(randn(1024, KV_HEADS, DIM, dtype=dtype))
-    cache.kv_pool.v_buffer[0].copy_(randn(1024, KV_HEADS, DIM, dtype=dtype))
+    cache = random_kv_cache(KV_HEADS, DIM, 1024, page_size, 16, dtype)
     seqs = decoding(cache, prompts)
     b = cache.batch(seqs, cascade=True)
     assert b.cascade is not None and b.cascade.has_positions
