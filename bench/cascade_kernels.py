@@ -36,19 +36,22 @@ from radixkv.kernels.cascade import launch_config  # noqa: E402
 SEED = 1
 
 
-def gsp_batch(a: argparse.Namespace, device: str, dtype: torch.dtype, kv_heads: int, heads: int, dim: int) -> dict:
-    """One decode step of the gsp shape: the cache, its flat inputs and its cascade plan."""
+def gsp_batch(a: argparse.Namespace, device: str, dtype: torch.dtype, kv_heads: int, heads: int, dim: int,
+              stagger: bool = False, max_context_len: int = 1024) -> dict:
+    """One decode step of the gsp shape: the cache, its flat inputs and its cascade plan (`stagger`:
+    the i-th request of a group has i more tokens of its own, so rows sit at different positions)."""
     g = torch.Generator(device="cpu").manual_seed(SEED)
     n = a.groups * a.per_group
     cache = RadixCache(CacheConfig(num_layers=1, num_kv_heads=kv_heads, head_dim=dim, num_slots=16384,
-                                   page_size=16, max_requests=n, max_context_len=1024, dtype=dtype, device=device))
+                                   page_size=16, max_requests=n, max_context_len=max_context_len, dtype=dtype,
+                                   device=device))
     for buf in (cache.kv_pool.k_buffer[0], cache.kv_pool.v_buffer[0]):
         buf.copy_(torch.randn(buf.shape, generator=g).to(buf))
     seqs = []
     for _ in range(a.groups):
         head = torch.randint(0, 32000, (a.system,), generator=g).tolist()
-        for _ in range(a.per_group):
-            prompt = head + torch.randint(0, 32000, (a.own,), generator=g).tolist()
+        for i in range(a.per_group):
+            prompt = head + torch.randint(0, 32000, (a.own + i * stagger,), generator=g).tolist()
             seq = cache.open(prompt)
             cache.reserve(seq, len(prompt) - seq.kv_len)
             cache.commit(seq, prompt[seq.committed_len:])

@@ -34,11 +34,11 @@ import torch  # noqa: E402
 from triton.runtime import interpreter  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-from radixkv import CacheConfig, RadixCache, kernels  # noqa: E402
+from radixkv import RadixCache, kernels  # noqa: E402
 from radixkv.cascade import for_layer  # noqa: E402
 from radixkv.cli_args import positive_int  # noqa: E402
 from radixkv.kernels import AttentionVariant  # noqa: E402
-from cascade_kernels import gsp_parser, interleaved as best_cpu_ms  # noqa: E402  (bench/ is the script's sys.path[0])
+from cascade_kernels import gsp_batch, gsp_parser, interleaved as best_cpu_ms  # noqa: E402  (bench/ is the script's sys.path[0])
 
 SEED, KV_HEADS, HEADS, DIM = 1, 2, 8, 32
 
@@ -68,25 +68,8 @@ class LoadCounter:
 
 
 def gsp_step(a: argparse.Namespace) -> tuple[RadixCache, kernels.CascadePlan, object, torch.Tensor]:
-    g = torch.Generator().manual_seed(SEED)
-    n = a.groups * a.per_group
-    cache = RadixCache(CacheConfig(num_layers=1, num_kv_heads=KV_HEADS, head_dim=DIM, num_slots=16384, page_size=16,
-                                   max_requests=n, max_context_len=4096, dtype=torch.float32))
-    for buf in (cache.kv_pool.k_buffer[0], cache.kv_pool.v_buffer[0]):
-        buf.copy_(torch.randn(buf.shape, generator=g))
-    seqs = []
-    for _ in range(a.groups):
-        head = torch.randint(0, 32000, (a.system,), generator=g).tolist()
-        for i in range(a.per_group):
-            prompt = head + torch.randint(0, 32000, (a.own + i,), generator=g).tolist()
-            seq = cache.open(prompt)
-            cache.reserve(seq, len(prompt) - seq.kv_len)
-            cache.commit(seq, prompt[seq.committed_len:])
-            seqs.append(seq)
-    for seq in seqs:
-        cache.reserve(seq, 1)
-    b = cache.batch(seqs, cascade=True)
-    return cache, b.cascade, b, torch.randn(n, HEADS, DIM, generator=g)
+    t = gsp_batch(a, "cpu", torch.float32, KV_HEADS, HEADS, DIM, stagger=True, max_context_len=4096)
+    return t["cache"], t["b"].cascade, t["b"], t["q"]
 
 
 def measure(a: argparse.Namespace, variant: AttentionVariant) -> dict[str, float]:
