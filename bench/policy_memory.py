@@ -48,7 +48,7 @@ from radixkv.scheduling.synth import BLOCK, mooncake_shaped
 
 
 WARM_TOKENS = 4096  # the warm-up cache's size
-TRACE_BOUND = 6  # cache sizes of tokens generated per turnover asked, and as many more (tools needs ~4 + 4 per turnover)
+TRACE_BOUND = 6  # cache sizes of tokens generated per turnover asked, and 6 more (tools needs ~4 + 4 per turnover)
 
 
 def _rss() -> int:
