@@ -1,8 +1,9 @@
 """Families the Engine used to accept and answer wrong, or crash on, are refused at construction with
 UnsupportedModelError naming why (bench/family_sweep.py found each; bench/RESULTS.md, issue 21 sweep).
 Before radixkv/integrations/model_checks.py: DiffLlama gave wrong tokens (its two attention calls per
-layer overwrote each other's V in the pool); JetMoE, MiMo-V2-Flash and DeepSeek V3 (MLA) crashed in
-the first forward (K/V of another shape than the pool's); Nemotron and StableLM crashed there too (their
+layer overwrote each other's V in the pool); Doge (a learned additive bias per key, which the Engine
+dropped) and Gemma 3n (layers reading earlier layers' K/V) were accepted; JetMoE, MiMo-V2-Flash, Whisper's decoder and DeepSeek V3 (MLA)
+crashed in the first forward (K/V of another shape than the pool's); Nemotron and StableLM crashed there too (their
 layers drop the forward's keywords); Moshi raised mid-generate; GPT-2, OPT, BERT-style decoders and
 Gemma 3's multimodal wrapper raised AttributeError; BLOOM, MPT and Falcon raised InvalidArgumentError.
 Tiny random configs of each family's own config class (radixkv/testing/tiny_configs.py): CPU seconds."""
@@ -25,6 +26,9 @@ REFUSED = {
     "mimo_v2_flash": "the pool holds 2 KV heads",  # sliding layers with their own head count
     "deepseek_v3": "Q/K/V heads 4/4/4 of sizes 16/16/16",  # MLA: K of nope + rope dims, head_dim says rope only
     "moshi": "passes sliding_window=None but its layer group says 8",
+    "doge": "mask or bias of its own",  # a learned per-key bias; tokens matched only while random A = 0 made it flat
+    "gemma3n_text": "read K/V of earlier layers",  # num_kv_shared_layers
+    "whisper": "heads 4/4/4 of sizes 16/16/16",  # config fields that do not give the decoder's KV layout
     "nemotron": "radixkv_batch never arrives",
     "stablelm": "radixkv_batch never arrives",
     "gpt2": "has no \\['num_key_value_heads'\\]",

@@ -81,7 +81,8 @@ def probe_attention(model: Any, layout: dict[str, int], groups: Sequence[LayerGr
     def record(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                attention_mask: torch.Tensor | None, **kwargs: Any) -> tuple[torch.Tensor, None]:
         calls.append(dict(layer=getattr(module, "layer_idx", None), q=tuple(query.shape), k=tuple(key.shape),
-                          v=tuple(value.shape), mask=attention_mask is not None, kwargs=kwargs,
+                          v=tuple(value.shape), mask=attention_mask is not None,
+                          kwargs={"is_causal": getattr(module, "is_causal", None), **kwargs},
                           reached=kwargs.get("radixkv_batch") is sentinel))
         return _causal_attention(query, key, value, kwargs.get("scaling")), None
 
@@ -134,7 +135,7 @@ def _judge(name: str, calls: list[dict[str, Any]], attention_layers: list[int],
         if c["mask"]:
             refuse(f"layer {i} passes an attention mask or bias of its own")
         kwargs = c["kwargs"]
-        if kwargs.get("is_causal") is False:
+        if kwargs.get("is_causal") is False:  # passed, or the module's own flag (what sdpa and flash read)
             refuse(f"layer {i} attends bidirectionally (is_causal=False)")
         if (kwargs.get("sliding_window") or 0) != masks[i][0]:
             refuse(f"layer {i} passes sliding_window={kwargs.get('sliding_window')} but its layer group says "

@@ -48,6 +48,9 @@ PERIOD_FIELDS = ("attn_layer_period", "expert_layer_period", "interleave_moe_lay
 FIXES: dict[str, dict[str, Any]] = {
     "lfm2": dict(num_hidden_layers=4, conv_L_cache=3, full_attn_idxs=[1, 3],
                  layer_types=["conv", "full_attention", "conv", "full_attention"]),
+    "lfm2_moe": dict(num_hidden_layers=4, conv_L_cache=3, layer_types=["conv", "full_attention", "conv", "full_attention"]),
+    "gemma3n_text": dict(num_hidden_layers=4, num_kv_shared_layers=2,
+                         layer_types=["sliding_attention", "full_attention"] * 2),
     "mamba2": dict(expand=1), "bamba": dict(mamba_expand=1, num_hidden_layers=2, attn_layer_indices=[1]),
     "granitemoehybrid": dict(mamba_expand=1, num_hidden_layers=2, layer_types=["linear_attention", "full_attention"]),
     "recurrent_gemma": dict(num_hidden_layers=3, block_types=["recurrent", "recurrent", "attention"]),
