@@ -2,7 +2,7 @@
 UnsupportedModelError naming why (bench/family_sweep.py found each; bench/RESULTS.md, issue 21 sweep).
 Before radixkv/integrations/model_checks.py: DiffLlama gave wrong tokens (its two attention calls per
 layer overwrote each other's V in the pool); Doge (a learned additive bias per key, which the Engine
-dropped) and Gemma 3n (layers reading earlier layers' K/V) were accepted; JetMoE, MiMo-V2-Flash, Whisper's decoder and DeepSeek V3 (MLA)
+dropped: tokens matched only while the random A = 0 left the bias flat) was accepted; JetMoE, MiMo-V2-Flash, Whisper's decoder and DeepSeek V3 (MLA)
 crashed in the first forward (K/V of another shape than the pool's); Nemotron and StableLM crashed there too (their
 layers drop the forward's keywords); Moshi raised mid-generate; GPT-2, OPT, BERT-style decoders and
 Gemma 3's multimodal wrapper raised AttributeError; BLOOM, MPT and Falcon raised InvalidArgumentError.
@@ -27,7 +27,6 @@ REFUSED = {
     "deepseek_v3": "Q/K/V heads 4/4/4 of sizes 16/16/16",  # MLA: K of nope + rope dims, head_dim says rope only
     "moshi": "passes sliding_window=None but its layer group says 8",
     "doge": "mask or bias of its own",  # a learned per-key bias; tokens matched only while random A = 0 made it flat
-    "gemma3n_text": "read K/V of earlier layers",  # num_kv_shared_layers
     "whisper": "heads 4/4/4 of sizes 16/16/16",  # config fields that do not give the decoder's KV layout
     "nemotron": "radixkv_batch never arrives",
     "stablelm": "radixkv_batch never arrives",
@@ -71,10 +70,12 @@ def test_family_is_refused_at_construction(model_type: str) -> None:
         assert model.config._attn_implementation != "radixkv_probe"  # the probe gave the model back as it was
 
 
-@pytest.mark.parametrize("model_type", ["llama", "gemma2", "gpt_oss", "llama4_text", "jamba", "qwen3_next"])
+@pytest.mark.parametrize("model_type", ["llama", "gemma2", "gpt_oss", "llama4_text", "jamba", "qwen3_next",
+                                        "gemma3n_text"])
 def test_served_families_pass_the_probe(model_type: str) -> None:
     """The probe refuses nothing the Engine serves exactly (tests/test_engine_families.py,
-    tests/test_recurrent_engine.py check their tokens)."""
+    tests/test_recurrent_engine.py check their tokens; bench/family_sweep.py every family's). Gemma 3n's
+    KV-sharing layers pass: each receives the earlier layer's K/V of the step's tokens and stores a copy."""
     model = tiny_model(model_type)
     before = model.config._attn_implementation
     Engine(model, num_slots=64)

@@ -9,8 +9,9 @@ soft-cap and sinks the model passes. A model is refused (UnsupportedModelError, 
   biases, relative positions, encoder-style attention: BLOOM, MPT, Falcon, GPT-Neo, XGLM, ...);
 - its config does not give the KV layout in the fields the Engine reads (`num_key_value_heads`,
   `hidden_size`, `num_attention_heads`, `num_hidden_layers`: GPT-2, OPT, BERT-style decoders, and
-  multimodal wrappers whose top-level config holds sub-configs); or it has cross-attention, an
-  encoder, KV shared across layers (`num_kv_shared_layers`, Gemma 3n);
+  multimodal wrappers whose top-level config holds sub-configs); or it has cross-attention or an
+  encoder. (K/V shared across layers, Gemma 3n's `num_kv_shared_layers`, is served exactly: a sharing
+  layer receives the earlier layer's K/V of the step's tokens and keeps a copy in its own pool slots.)
 - `probe_attention`: one forward over a few tokens with a recording attention function shows a layer
   that calls attention twice (DiffLlama's differential attention: two value halves over one K), a
   layer without `layer_idx` or not in its group, K/V of another head count or size than the pool's
@@ -61,10 +62,6 @@ def check_model(model: Any) -> None:
     for field, what in (("is_encoder_decoder", "an encoder-decoder"), ("add_cross_attention", "cross-attention")):
         if _get(cfg, field) is True:
             raise UnsupportedModelError(f"{name} is {what} model; the Engine serves decoder-only self-attention")
-    shared = _get(cfg, "num_kv_shared_layers")
-    if isinstance(shared, int) and shared > 0:
-        raise UnsupportedModelError(f"{name}: its last {shared} layers read K/V of earlier layers "
-                                    f"(num_kv_shared_layers); radixkv keeps each layer's own K/V")
 
 
 def probe_attention(model: Any, layout: dict[str, int], groups: Sequence[LayerGroup]) -> None:
