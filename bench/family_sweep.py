@@ -161,11 +161,12 @@ def run(model_type: str, timeout: float) -> tuple[str, str, float]:
     return result[0], result[1], time.perf_counter() - start
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--only", nargs="*", help="model types to run (default: every causal-LM model type)")
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.add_argument("--only", nargs="*", help="model types to run; none: every causal-LM model type")
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds per family")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     import transformers
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
     import radixkv.integrations.transformers  # noqa: F401: imported once, before the forks

@@ -80,13 +80,13 @@ def _tiny(cls: type, default: Any, overrides: dict[str, Any], keep: tuple[str, .
     alias = {k: v for k, v in getattr(cls, "attribute_map", {}).items()}
     kwargs: dict[str, Any] = {}
     for name, value in SIZES.items():
-        real = name if name in names else alias.get(name)
+        real = name if name in names else alias.get(name, "")
         if real in names and real not in keep:
             if name in ("q_lora_rank",) and _get(default, real, None) is None:
                 continue  # keep a family's "no LoRA" choice
             kwargs[real] = value
     for name in WINDOW_FIELDS:
-        real = name if name in names else alias.get(name)
+        real = name if name in names else alias.get(name, "")
         current = _get(default, real, None) if real in names else None
         if isinstance(current, int) and not isinstance(current, bool) and current > 0:
             kwargs[real] = WINDOW
@@ -124,7 +124,7 @@ def _field_names(cls: type, default: Any) -> set[str]:
 
 def _layer_fields(cls: type, default: Any, names: set[str], alias: dict[str, str]) -> dict[str, Any]:
     """num_hidden_layers and every per-layer field, cut to layers that keep each kind of layer."""
-    key = "num_hidden_layers" if "num_hidden_layers" in names else alias.get("num_hidden_layers")
+    key = "num_hidden_layers" if "num_hidden_layers" in names else alias.get("num_hidden_layers", "")
     n0 = _get(default, key, None) if key in names else None
     if not isinstance(n0, int) or n0 < 1:
         return {}
@@ -140,12 +140,9 @@ def _layer_fields(cls: type, default: Any, names: set[str], alias: dict[str, str
             indices[name] = set(value)
     sigs = [tuple([str(v[i]) for v in per_layer.values()] + [p[i] for p in patterns.values()]
                   + [i in s for s in indices.values()]) for i in range(n0)]
-    chosen = sorted({sigs.index(s) for s in dict.fromkeys(sigs)})[:MAX_LAYERS]
-    for i in range(n0):
-        if len(chosen) >= 2 or i in chosen:
-            continue
-        chosen = sorted(chosen + [i])
-    chosen = chosen[:MAX_LAYERS] if len(chosen) > 1 else chosen
+    chosen = sorted({sigs.index(s) for s in sigs})[:MAX_LAYERS]  # the first layer of each kind
+    extra = [i for i in range(n0) if i not in chosen]
+    chosen = sorted(chosen + extra[:max(0, 2 - len(chosen))])  # at least 2 layers where there are 2
     out: dict[str, Any] = {key: len(chosen)}
     out.update({name: [v[i] for i in chosen] for name, v in per_layer.items()})
     out.update({name: "".join(p[i] for i in chosen) for name, p in patterns.items()})
