@@ -83,7 +83,7 @@ def test_served_families_pass_the_probe(model_type: str) -> None:
 
 
 def _call(layer: int = 0, q=(1, 4, 3, 16), k=(1, 2, 3, 16), v=(1, 2, 3, 16), mask: bool = False, **kwargs):
-    return dict(layer=layer, q=q, k=k, v=v, mask=mask, kwargs=kwargs, reached=True)
+    return dict(layer=layer, q=q, k=k, v=v, mask=mask, kwargs=kwargs)
 
 
 LAYOUT = dict(num_layers=1, num_kv_heads=2, head_dim=16)
@@ -96,7 +96,6 @@ LAYOUT = dict(num_layers=1, num_kv_heads=2, head_dim=16)
     (_call(v=(1, 2, 3, 32)), "sizes 16/16/32"),
     (_call(sliding_window=4), "sliding_window=4"),
     (_call(position_bias=torch.zeros(1)), "\\['position_bias'\\]"),
-    ({**_call(), "reached": False}, "never arrives"),
     ({**_call(), "layer": None}, "without layer_idx"),
 ])
 def test_probe_refuses_what_the_kernels_do_not_compute(call: dict, why: str) -> None:

@@ -64,26 +64,39 @@ def check_model(model: Any) -> None:
             raise UnsupportedModelError(f"{name} is {what} model; the Engine serves decoder-only self-attention")
 
 
+class _Probe:
+    """What the probe forward passes as `radixkv_batch`: the attention calls it saw."""
+
+    def __init__(self) -> None:
+        self.calls: list[dict[str, Any]] = []
+
+
+class _NotReached(Exception):
+    """A layer called the attention function without the forward's keywords."""
+
+
+def _record(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+            attention_mask: torch.Tensor | None, **kwargs: Any) -> tuple[torch.Tensor, None]:
+    """The probe's attention function: records the call, returns plain causal attention."""
+    probe = kwargs.get("radixkv_batch")
+    if not isinstance(probe, _Probe):
+        raise _NotReached
+    probe.calls.append(dict(layer=getattr(module, "layer_idx", None), q=tuple(query.shape), k=tuple(key.shape),
+                            v=tuple(value.shape), mask=attention_mask is not None,
+                            kwargs={"is_causal": getattr(module, "is_causal", None), **kwargs}))
+    return _causal_attention(query, key, value, kwargs.get("scaling")), None
+
+
+AttentionInterface.register(PROBE_IMPLEMENTATION, _record)
+
+
 def probe_attention(model: Any, layout: dict[str, int], groups: Sequence[LayerGroup]) -> None:
     """One forward over PROBE_TOKENS tokens with a recording attention function (nothing stored; the
     model's outputs are discarded); UnsupportedModelError for anything the radixkv function would not
     compute the same way (the module docstring lists what)."""
     name = type(model).__name__
-    n = layout["num_layers"]
     attention_layers = sorted({i for g in groups if g.kind != "recurrent" for i in g.layers})
-    masks = layer_masks(groups, n)
-    calls: list[dict[str, Any]] = []
-    sentinel = object()
-
-    def record(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-               attention_mask: torch.Tensor | None, **kwargs: Any) -> tuple[torch.Tensor, None]:
-        calls.append(dict(layer=getattr(module, "layer_idx", None), q=tuple(query.shape), k=tuple(key.shape),
-                          v=tuple(value.shape), mask=attention_mask is not None,
-                          kwargs={"is_causal": getattr(module, "is_causal", None), **kwargs},
-                          reached=kwargs.get("radixkv_batch") is sentinel))
-        return _causal_attention(query, key, value, kwargs.get("scaling")), None
-
-    AttentionInterface.register(PROBE_IMPLEMENTATION, record)
+    probe = _Probe()
     previous = model.config._attn_implementation
     device = model.device
     try:
@@ -91,15 +104,17 @@ def probe_attention(model: Any, layout: dict[str, int], groups: Sequence[LayerGr
         ids = torch.arange(1, PROBE_TOKENS + 1, device=device)[None] % model.config.get_text_config().vocab_size
         with torch.inference_mode():
             model(input_ids=ids, position_ids=torch.arange(PROBE_TOKENS, device=device)[None], use_cache=False,
-                  radixkv_batch=sentinel)
-    except UnsupportedModelError:
-        raise
+                  radixkv_batch=probe)
+    except _NotReached:
+        raise UnsupportedModelError(f"{name}: its layers do not pass the forward's keywords to the attention function "
+                                    f"(radixkv_batch never arrives); radixkv would not compute the same attention"
+                                    ) from None
     except Exception as e:
         raise UnsupportedModelError(f"{name}: a {PROBE_TOKENS}-token probe forward with the radixkv attention "
                                     f"keywords failed ({type(e).__name__}: {' '.join(str(e).split())[:200]})") from e
     finally:
         model.set_attn_implementation(previous)
-    _judge(name, calls, attention_layers, masks, layout)
+    _judge(name, probe.calls, attention_layers, layer_masks(groups, layout["num_layers"]), layout)
 
 
 def _judge(name: str, calls: list[dict[str, Any]], attention_layers: list[int],
@@ -107,9 +122,6 @@ def _judge(name: str, calls: list[dict[str, Any]], attention_layers: list[int],
     def refuse(why: str) -> None:
         raise UnsupportedModelError(f"{name}: {why}; radixkv would not compute the same attention")
 
-    if any(not c["reached"] for c in calls):
-        refuse("its layers do not pass the forward's keywords to the attention function (radixkv_batch never "
-               "arrives)")
     if any(c["layer"] is None for c in calls):
         refuse("an attention module without layer_idx calls the attention function")
     twice = sorted(i for i, k in Counter(c["layer"] for c in calls).items() if k > 1)
