@@ -62,6 +62,7 @@ from radixkv import CacheConfig, ConfigError, RadixCache
 from radixkv.errors import InvalidArgumentError
 from radixkv.integrations import generation_options
 from radixkv.integrations.attention import ATTN_IMPLEMENTATION, ForwardBatch
+from radixkv.integrations.model_checks import check_model, probe_attention
 from radixkv.integrations.layer_groups import (check_position_limit, check_served, layer_groups,
                                                layer_masks, window_specs)
 from radixkv.integrations.prompts import prompt_ids, to_batch
@@ -140,11 +141,11 @@ class Engine:
         if not isinstance(schedule, str) or schedule not in POLICIES:
             raise InvalidArgumentError(f"Engine(schedule={schedule!r}): choose from {', '.join(POLICIES)}")
         self.schedule = schedule
-        if not model._can_set_attn_implementation():
-            raise InvalidArgumentError(f"{type(model).__name__} does not dispatch attention through AttentionInterface")
         self.layer_groups = layer_groups(model.config)  # raises UnsupportedModelError for an unknown layer kind
         check_served(self.layer_groups, type(model).__name__)
         check_family(model.config, type(model).__name__)  # recurrent layers: tested families only
+        check_model(model)  # attention through AttentionInterface, a Llama-style KV layout (model_checks.py)
+        probe_attention(model.eval(), model_layout(model), self.layer_groups)  # attention as the kernels compute it
         if isinstance(max_batch_tokens, bool) or not isinstance(max_batch_tokens, int) or max_batch_tokens < 1:
             raise InvalidArgumentError(f"max_batch_tokens must be an int >= 1, got {max_batch_tokens!r}")
         self.model = model.eval()
