@@ -14,7 +14,9 @@ fcfs and lpm runs are kept in `--cache` (keyed by trace, capacity, load, request
 a variant of auto reruns only auto; `--set NAME=VALUE` overrides a constant of policies.Auto.
 
     python bench/sched_sweep.py --half tune --jobs 2
+    python bench/sched_sweep.py --half tune --set SHARE=0.3          # a variant: only auto reruns
     python bench/sched_sweep.py --half held --json bench/out/sweep_held.json
+(from a git worktree, prefix `PYTHONPATH=.` so that its radixkv/ is the one imported.)
 """
 
 from __future__ import annotations
@@ -87,7 +89,8 @@ def goals(f: dict, lpm: dict, a: dict, load: float) -> dict[str, bool | None]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--half", choices=["tune", "held", "all"], default="tune")
     p.add_argument("--requests", type=int, default=2000, help="first N requests of each trace")
     p.add_argument("--loads", default="0.8,1.2")
@@ -159,7 +162,8 @@ def main(argv: list[str] | None = None) -> int:
     n_all = sum(all(v is not False for v in c["goals"].values()) for c in cells)
     print(f"\n{n_all} of {len(cells)} cells meet every goal; cells missing each goal: "
           + ", ".join(f"{k} {v}" for k, v in missed.items())
-          + f"; worst auto mean / lpm's {worst['mean/lpm']:.3f}, worst auto p99 / min(fcfs, lpm) {worst['p99/min']:.3f}")
+          + f"; worst auto mean / lpm's {worst['mean/lpm']:.3f}, "
+          f"worst auto p99 / min(fcfs, lpm) {worst['p99/min']:.3f}")
     if a.json:
         with open(a.json, "w") as fh:
             json.dump({"overrides": overrides, "requests": a.requests, "cells": cells}, fh, indent=1)
