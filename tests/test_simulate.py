@@ -146,3 +146,15 @@ def test_capacity_fraction_is_of_the_unique_prefix_tokens(tmp_path) -> None:
     assert capacity_tokens(0.5, trace, CostModel()) == int(0.5 * len(distinct) * 512)
     assert capacity_tokens(None, trace, CostModel()) == 400_000
     assert capacity_tokens(12345, trace, CostModel()) == 12345
+
+
+def test_synth_shape_parameters_change_only_what_they_name() -> None:
+    """bench/sched_sweep.py draws traces of several shapes; the defaults still draw the old trace."""
+    base = mooncake_shaped(400, seed=5)
+    assert mooncake_shaped(400, seed=5, burst=1.0, prefix_blocks=16, zipf=1.1) == base
+    gaps = np.diff([d["timestamp"] for d in mooncake_shaped(400, seed=5, burst=3.0)])
+    poisson = np.diff([d["timestamp"] for d in base])
+    assert gaps.std() / gaps.mean() > 2 > poisson.std() / poisson.mean()  # bursts and lulls
+    assert gaps.mean() == pytest.approx(poisson.mean(), rel=0.35)  # the same rate on average
+    longest = max(len(d["hash_ids"]) for d in mooncake_shaped(400, seed=5, prompt_tokens=1024, prefix_blocks=40))
+    assert longest >= 20  # a shared prefix of up to 39 blocks in front of ~2-block prompts

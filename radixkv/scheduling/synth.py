@@ -22,11 +22,16 @@ BLOCK = 512
 
 
 def mooncake_shaped(requests: int, prompt_tokens: int = 12000, output_tokens: int = 350, prefixes: int = 64,
-                    turn_share: float = 0.3, seed: int = 0) -> list[dict]:
+                    turn_share: float = 0.3, seed: int = 0, prefix_blocks: int = 16, zipf: float = 1.1,
+                    burst: float = 1.0) -> list[dict]:
+    """`prefix_blocks`: shared prefixes are 2 to `prefix_blocks` - 1 blocks long; `zipf`: their
+    popularity exponent; `burst`: the coefficient of variation of the gaps between arrivals (1:
+    Poisson; above 1: gamma-distributed gaps, bursts and lulls). The defaults draw the trace of
+    bench/RESULTS.md's issue 20 sections, line for line."""
     rng = np.random.default_rng(seed)
     next_id = iter(range(1 << 40))
-    shared = [[next(next_id) for _ in range(int(rng.integers(2, 16)))] for _ in range(prefixes)]
-    popularity = 1.0 / np.arange(1, prefixes + 1) ** 1.1
+    shared = [[next(next_id) for _ in range(int(rng.integers(2, prefix_blocks)))] for _ in range(prefixes)]
+    popularity = 1.0 / np.arange(1, prefixes + 1) ** zipf
     popularity /= popularity.sum()
     history: list[list[int]] = []  # prompts + answers that a later turn may continue
     t, out = 0.0, []
@@ -45,7 +50,7 @@ def mooncake_shaped(requests: int, prompt_tokens: int = 12000, output_tokens: in
         history.append(ids[:full] + [next(next_id) for _ in range(-(-(length % BLOCK + answer) // BLOCK))])
         if len(history) > 256:
             history.pop(int(rng.integers(len(history))))
-        t += float(rng.exponential(1000.0))
+        t += float(rng.exponential(1000.0) if burst == 1.0 else rng.gamma(burst ** -2, 1000.0 * burst ** 2))
     return out
 
 

@@ -1,0 +1,174 @@
+"""Does `auto` meet issue 20's goals on many traces, not one? fcfs, lpm and auto on Mooncake-shaped
+traces of several seeds and shapes (radixkv/scheduling/synth.py: prompt length, shared prefixes,
+follow-up turns, burstiness), at one H100's KV and a quarter of it, loads 0.8 and 1.2.
+
+The traces come in two halves: `tune` (to choose auto's constants on) and `held` (to report on,
+never tuned on). Per cell (trace, capacity, load) it prints auto's ratios and which goals hold:
+
+    hit   auto's hit rate >= lpm's - 0.01
+    mean  auto's mean TTFT <= lpm's x 1.02
+    0.9f  at load >= 1.2: auto's mean TTFT <= 0.9 x fcfs's
+    p99   auto's p99 TTFT <= fcfs's and lpm's
+
+fcfs and lpm runs are kept in `--cache` (keyed by trace, capacity, load, requests) so that trying
+a variant of auto reruns only auto; `--set NAME=VALUE` overrides a constant of policies.Auto.
+
+    python bench/sched_sweep.py --half tune --jobs 2
+    python bench/sched_sweep.py --half tune --set SHARE=0.3          # a variant: only auto reruns
+    python bench/sched_sweep.py --half held --json bench/out/sweep_held.json
+(from a git worktree, prefix `PYTHONPATH=.` so that its radixkv/ is the one imported.)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+
+from radixkv.scheduling import policies
+from radixkv.scheduling.cost_model import CostModel
+from radixkv.scheduling.sim_report import Run
+from radixkv.scheduling.sim_trace import read_sim_trace
+from radixkv.scheduling.simulate import Simulation
+from radixkv.scheduling.synth import mooncake_shaped
+
+# name: synth.mooncake_shaped arguments. The same families in both halves, other seeds and parameters.
+TRACES: dict[str, dict[str, dict]] = {
+    "tune": {
+        "base-s1": {"seed": 1}, "base-s2": {"seed": 2}, "base-s3": {"seed": 3},
+        "long-s11": {"seed": 11, "prompt_tokens": 20000, "output_tokens": 500},
+        "short-s12": {"seed": 12, "prompt_tokens": 6000},
+        "shared-s13": {"seed": 13, "prefixes": 16, "turn_share": 0.5, "prefix_blocks": 24},
+        "sparse-s14": {"seed": 14, "prefixes": 256, "turn_share": 0.1},
+        "bursty-s15": {"seed": 15, "burst": 3.0},
+    },
+    "held": {
+        "base-s4": {"seed": 4}, "base-s5": {"seed": 5}, "base-s6": {"seed": 6},
+        "long-s21": {"seed": 21, "prompt_tokens": 16000, "output_tokens": 250},
+        "short-s22": {"seed": 22, "prompt_tokens": 4000, "output_tokens": 500},
+        "shared-s23": {"seed": 23, "prefixes": 24, "turn_share": 0.45, "zipf": 1.3},
+        "sparse-s24": {"seed": 24, "prefixes": 512, "turn_share": 0.15, "zipf": 0.8},
+        "bursty-s25": {"seed": 25, "burst": 2.5},
+    },
+}
+CAPACITIES = {"1": None, "1/4": 100_000}  # None: the cost model's KV of one H100
+
+
+def trace_path(out: str, name: str, spec: dict, requests: int) -> str:
+    path = os.path.join(out, f"{name}-{requests}.jsonl")
+    if not os.path.exists(path):
+        with open(path + ".tmp", "w") as f:
+            for line in mooncake_shaped(requests, **spec):
+                f.write(json.dumps(line) + "\n")
+        os.replace(path + ".tmp", path)
+    return path
+
+
+def run_one(job: tuple[str, str, str, float, str, dict[str, float]]) -> tuple[str, dict, float]:
+    key, path, cap, load, schedule, overrides = job
+    for name, value in overrides.items():
+        setattr(policies.Auto, name, value)
+    cost = CostModel()
+    trace = read_sim_trace(path, os.path.basename(path))
+    capacity = CAPACITIES[cap] or cost.kv_capacity_tokens
+    sim = Simulation(trace, schedule, load, capacity, 16, cost)
+    t0 = time.process_time()
+    out = sim.run()
+    summary = Run(trace.name, schedule, load, out, sim.capacity, 0.0).summary()
+    return key, summary, time.process_time() - t0
+
+
+def goals(f: dict, lpm: dict, a: dict, load: float) -> dict[str, bool | None]:
+    return {"hit": a["hit_rate"] >= lpm["hit_rate"] - 0.01,
+            "mean": a["ttft_mean_s"] <= lpm["ttft_mean_s"] * 1.02,
+            "0.9f": a["ttft_mean_s"] <= 0.9 * f["ttft_mean_s"] if load >= 1.2 else None,
+            "p99": a["ttft_p99_s"] <= min(f["ttft_p99_s"], lpm["ttft_p99_s"])}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--half", choices=["tune", "held", "all"], default="tune")
+    p.add_argument("--requests", type=int, default=2000, help="first N requests of each trace")
+    p.add_argument("--loads", default="0.8,1.2")
+    p.add_argument("--capacities", default="1,1/4", help=f"of {','.join(CAPACITIES)}")
+    p.add_argument("--only", default="", help="comma-separated trace names (default: the whole half)")
+    p.add_argument("--jobs", type=int, default=2)
+    p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="override a policies.Auto constant")
+    p.add_argument("--traces-dir", default=os.path.join("bench", "out", "sweep_traces"))
+    p.add_argument("--cache", default=os.path.join("bench", "out", "sweep_baselines.json"))
+    p.add_argument("--json", default=None, help="write every cell's summaries and goals here")
+    a = p.parse_args(argv)
+    overrides = {k: float(v) for k, v in (s.split("=", 1) for s in a.set)}
+    for k in overrides:
+        if not hasattr(policies.Auto, k):
+            p.error(f"policies.Auto has no constant {k}")
+    halves = ["tune", "held"] if a.half == "all" else [a.half]
+    specs = {n: s for h in halves for n, s in TRACES[h].items() if not a.only or n in a.only.split(",")}
+    loads = [float(x) for x in a.loads.split(",")]
+    caps = a.capacities.split(",")
+    os.makedirs(a.traces_dir, exist_ok=True)
+    cache: dict[str, dict] = json.load(open(a.cache)) if os.path.exists(a.cache) else {}
+    results: dict[str, dict] = {}
+    jobs = []
+    for name, spec in specs.items():
+        path = trace_path(a.traces_dir, name, spec, a.requests)
+        for cap in caps:
+            for load in loads:
+                for sched in ("fcfs", "lpm", "auto"):
+                    key = f"{name}|{cap}|{load:g}|{a.requests}|{sched}"
+                    if sched != "auto" and key in cache:
+                        results[key] = cache[key]
+                    else:
+                        jobs.append((key, path, cap, load, sched, overrides))
+    cpu = 0.0
+    os.makedirs(os.path.dirname(a.cache) or ".", exist_ok=True)
+    with ProcessPoolExecutor(max_workers=a.jobs) as pool:
+        for done, (key, summary, sec) in enumerate(pool.map(run_one, jobs), 1):
+            results[key] = summary
+            cpu += sec
+            print(f"{done}/{len(jobs)} {key} {sec:.1f} s", file=sys.stderr, flush=True)
+            if not key.endswith("|auto"):
+                cache[key] = summary
+                with open(a.cache + ".tmp", "w") as f:
+                    json.dump(cache, f, indent=1, sort_keys=True)
+                os.replace(a.cache + ".tmp", a.cache)
+    print(f"# {len(jobs)} runs, {cpu:.0f} s of CPU in the workers; auto overrides: {overrides or 'none'}")
+    print("| trace | cap | load | lpm hit / mean / p99 | fcfs mean / p99 | auto hit / mean / p99 "
+          "| mean/lpm | mean/fcfs | p99/min | goals missed |")
+    print("|---|---|---:|---|---|---|---:|---:|---:|---|")
+    cells, missed = [], {"hit": 0, "mean": 0, "0.9f": 0, "p99": 0}
+    worst = {"mean/lpm": 0.0, "p99/min": 0.0}
+    for name in specs:
+        for cap in caps:
+            for load in loads:
+                f, lpm, au = (results[f"{name}|{cap}|{load:g}|{a.requests}|{s}"] for s in ("fcfs", "lpm", "auto"))
+                g = goals(f, lpm, au, load)
+                miss = [k for k, v in g.items() if v is False]
+                for k in miss:
+                    missed[k] += 1
+                r_l, r_f = au["ttft_mean_s"] / lpm["ttft_mean_s"], au["ttft_mean_s"] / f["ttft_mean_s"]
+                r_p = au["ttft_p99_s"] / min(f["ttft_p99_s"], lpm["ttft_p99_s"])
+                worst["mean/lpm"], worst["p99/min"] = max(worst["mean/lpm"], r_l), max(worst["p99/min"], r_p)
+                print(f"| {name} | {cap} | {load:g} | {lpm['hit_rate']:.3f} / {lpm['ttft_mean_s']:.2f} / "
+                      f"{lpm['ttft_p99_s']:.1f} | {f['ttft_mean_s']:.2f} / {f['ttft_p99_s']:.1f} | "
+                      f"{au['hit_rate']:.3f} / {au['ttft_mean_s']:.2f} / {au['ttft_p99_s']:.1f} | {r_l:.3f} | "
+                      f"{r_f:.3f} | {r_p:.3f} | {', '.join(miss) or '-'} |")
+                cells.append({"trace": name, "capacity": cap, "load": load, "fcfs": f, "lpm": lpm, "auto": au,
+                              "goals": g})
+    n_all = sum(all(v is not False for v in c["goals"].values()) for c in cells)
+    print(f"\n{n_all} of {len(cells)} cells meet every goal; cells missing each goal: "
+          + ", ".join(f"{k} {v}" for k, v in missed.items())
+          + f"; worst auto mean / lpm's {worst['mean/lpm']:.3f}, "
+          f"worst auto p99 / min(fcfs, lpm) {worst['p99/min']:.3f}")
+    if a.json:
+        with open(a.json, "w") as fh:
+            json.dump({"overrides": overrides, "requests": a.requests, "cells": cells}, fh, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
