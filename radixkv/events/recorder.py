@@ -26,7 +26,7 @@ Multimodal checks run only once a multimodal request was seen (`learn`).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Sequence, cast
 
 import numpy as np
 
@@ -47,9 +47,13 @@ _MAX_RAW = 1 << 16  # items whose raw placeholder ids are remembered (vLLM's sch
 
 class EventRecorder:
     def __init__(self, block_size: int, page_size: int = 1, scheme: str = "xxh3",
-                 mm_keys: MultiModalKeys | None = None, groups: Sequence[EventGroup] = ()) -> None:
-        """`groups`: the specs of the secondary layer groups 1..n (none: a one-group model)."""
-        self.hasher = BlockHasher(scheme)  # fails here, at construction, if a package is missing
+                 mm_keys: MultiModalKeys | None = None, groups: Sequence[EventGroup] = (),
+                 hasher: BlockHasher | None = None) -> None:
+        """`groups`: the specs of the secondary layer groups 1..n (none: a one-group model).
+        `hasher`: share another recorder's (vLLM's schemes draw a random root per hasher), else a new
+        one of `scheme`."""
+        # fails here, at construction, if a package is missing
+        self.hasher = hasher if hasher is not None else BlockHasher(scheme)
         self.block_size = block_size
         self.events: list[KVEvent] = []
         # node -> (digests, their event ints) of the blocks ending in its edge (one list for xxh3)
@@ -137,15 +141,17 @@ class EventRecorder:
         if new is None:  # every block is new to (medium, group)
             self._emit(node, hashes, parent, tokens[:len(hashes) * size], first, medium, group)
             return
-        start = None  # of the run of consecutive new blocks being gathered, reported as one event
-        for i, h in enumerate(hashes + [None]):  # type: ignore[operator]
+        start = -1  # of the run of consecutive new blocks being gathered, reported as one event
+        run_parent = parent
+        for i in range(len(hashes) + 1):
             if i < len(hashes) and new[i]:
-                if start is None:
+                if start < 0:
                     start, run_parent = i, parent
-            elif start is not None:
+            elif start >= 0:
                 self._emit(node, hashes[start:i], run_parent, tokens[start * size:i * size], first + start, medium, group)
-                start = None
-            parent = h
+                start = -1
+            if i < len(hashes):
+                parent = hashes[i]
 
     def store_blocks(self, node: TreeNode, hashes: list[int], first: int, group: int) -> None:
         """`publish` on the device for blocks [first, first + len(hashes)) of `node`'s edge."""
@@ -230,7 +236,7 @@ class EventRecorder:
                     raw = path_bytes(node, first * size)
                 if parent is False:
                     parent = self._parent_digest(node, first * size)
-                got = self._hash(node, raw, first, last, parent)  # type: ignore[arg-type]
+                got = self._hash(node, raw, first, last, parent)
             self._digests[node] = got
         return got
 
@@ -238,8 +244,8 @@ class EventRecorder:
               parent: Digest | None) -> tuple[list[Digest], list[int]]:
         size, root = self.block_size, hash_root(node.ns)
         if not self._mm and not self.hasher.vllm:  # the common case: XXH3 straight from the key bytes
-            digests = self.hasher.digests(raw, root, size, parent)  # type: ignore[arg-type]
-            return digests, digests  # type: ignore[return-value]  (xxh3: the digest is the int)
+            digests = self.hasher.digests(raw, root, size, parent)
+            return digests, cast("list[int]", digests)  # xxh3: the digest is the int
         tree_toks = np.frombuffer(raw, np.int32)[:(last - first) * size]
         extra = None
         if self.hasher.vllm:
@@ -267,15 +273,21 @@ class EventRecorder:
     def _int(self, digest: Digest | None) -> int | None:
         return None if digest is None else self.hasher.ints([digest])[0]
 
+    def _fork(self) -> EventRecorder:
+        """A recorder sharing this one's hasher, digests and multimodal names, counting every block
+        once (a fresh Holders, counted): what `snapshot` records into."""
+        fresh = EventRecorder(self.block_size, self.page_size, hasher=self.hasher, mm_keys=self.mm_keys)
+        fresh._digests, fresh._lora, fresh._raw, fresh.fields = self._digests, self._lora, self._raw, self.fields
+        fresh._counted = True
+        return fresh
+
     def snapshot(self, tree: RadixTree) -> list[KVEvent]:
         """AllBlocksCleared, then BlockStored for everything cached now, parents first (for resync),
         each secondary group's blocks after their node's full KV. A hybrid model first announces its
         groups: one BlockStored per group >= 1 with no blocks and the group's fields, so an index
         knows every group before any of its blocks (cluster/groups.py). Shares this recorder's
         digests and multimodal names; records nothing here."""
-        fresh = EventRecorder.__new__(EventRecorder)
-        fresh.__dict__.update(self.__dict__)
-        fresh._holders, fresh._counted = Holders(), True  # each block once
+        fresh = self._fork()
         fresh.events = [AllBlocksCleared()]
         fresh.events += [BlockStored([], None, [], self.block_size, None, DEVICE, None, None, *f)
                          for f in self.fields[1:]]
