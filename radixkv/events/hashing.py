@@ -85,6 +85,8 @@ class BlockHasher:
         """Digests of a request's full blocks, from its tokens as the engine takes them."""
         from radixkv.tokens import as_tokens
 
+        if block_size < 1:
+            raise InvalidArgumentError(f"block_size must be a positive int, got {block_size!r:.60}")
         raw = as_tokens(tokens)
         ns, hashed = hash_key(namespace, extra_keys, raw)  # validates everything
         if not self.vllm:
@@ -122,8 +124,12 @@ def chain_hashes(tokens: np.ndarray | list[int] | bytes, ns: bytes, block_size: 
                  parent_hash: int | None = None) -> list[int]:
     """XXH3 `block_hashes` for tokens already keyed (placeholders replaced) and a canonical key `ns`.
     `tokens` may be their int32 little-endian bytes (a tree key): hashed as they are."""
-    xxh3 = _xxh3 or hash_function()
+    xxh3: Callable[[bytes, Any], Any] = _xxh3 or hash_function()  # (Any: compiled, the ints stay as they come)
     raw = tokens if isinstance(tokens, bytes) else np.ascontiguousarray(tokens, dtype="<i4").tobytes()
     step = 4 * block_size
-    h = xxh3(ns, SEED) if parent_hash is None else parent_hash
-    return [h := xxh3(raw[s:s + step], h) for s in range(0, len(raw) - step + 1, step)]  # one C call per block
+    h: Any = xxh3(ns, SEED) if parent_hash is None else parent_hash
+    out: list[int] = []
+    for b in range(len(raw) // step):  # one C call per block: each seed is the previous hash
+        h = xxh3(raw[b * step:(b + 1) * step], h)
+        out.append(h)
+    return out

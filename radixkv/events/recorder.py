@@ -58,7 +58,8 @@ class EventRecorder:
         self.events: list[KVEvent] = []
         # node -> (digests, their event ints) of the blocks ending in its edge (one list for xxh3)
         self._digests: dict[TreeNode, tuple[list[Digest], list[int]]] = {}
-        self._lora: dict[bytes, tuple[int | None, str | None, str | None]] = {}  # root key -> its keys
+        # root key -> (the root its block hashes chain from, lora_id, lora_name, cache_salt)
+        self._ns_keys: dict[bytes, tuple[bytes, int | None, str | None, str | None]] = {}
         self.mm_keys = mm_keys if mm_keys is not None else MultiModalKeys()  # the cache's: names item ids
         self._raw: dict[tuple[str, int], list[int]] = {}  # (identifier, length) -> the raw ids a request gave
         self._mm = False  # a multimodal request was seen: item ids (negative) may be in the tree
@@ -106,7 +107,12 @@ class EventRecorder:
         old = self._digests.pop(lower, None)
         if old is not None:
             (d, h), j = old, upper.end // self.block_size - upper.depth // self.block_size
-            self._digests[upper], self._digests[lower] = (d[:j], h[:j]), (d[j:], h[j:])
+            du, dl = d[:j], d[j:]
+            if h is d:  # xxh3: the digests are the ints, one list
+                hu, hl = cast("list[int]", du), cast("list[int]", dl)
+            else:
+                hu, hl = h[:j], h[j:]
+            self._digests[upper], self._digests[lower] = (du, hu), (dl, hl)
         if self.groups is not None:
             self.groups.split(upper, lower)
 
@@ -164,21 +170,29 @@ class EventRecorder:
         if self._counted:
             hashes = self._holders.remove(hashes, medium, group)
         if hashes:
-            self.events.append(BlockRemoved(hashes, medium, *self.fields[group][:1]))
+            event = BlockRemoved(hashes, medium)
+            fields = self.fields[group]
+            if fields:  # a hybrid model's: which group
+                event.group_idx = fields[0]
+            self.events.append(event)
 
     def _emit(self, node: TreeNode, hashes: list[int], parent: int | None, toks: np.ndarray, first_block: int,
               medium: str, group: int) -> None:
-        lora_id, lora_name, salt = self._whole(node.ns)
+        _, lora_id, lora_name, salt = self._keys(node.ns)
         extra = None if lora_name is None and not salt and not self._mm else \
             self._extra_keys(toks, first_block, lora_name, salt)
         ids = self._event_tokens(toks) if self._mm else toks
-        self.events.append(BlockStored(hashes, parent, TokenIds(ids), self.block_size, lora_id, medium, lora_name,
-                                       extra, *self.fields[group]))
+        event = BlockStored(hashes, parent, TokenIds(ids), self.block_size, lora_id, medium, lora_name, extra)
+        fields = self.fields[group]
+        if fields:  # a hybrid model's: which group, and what it keeps
+            event.group_idx, event.kv_cache_spec_kind, event.kv_cache_spec_sliding_window = fields
+        self.events.append(event)
 
-    def _whole(self, ns: bytes) -> tuple[int | None, str | None, str | None]:
-        keys = self._lora.get(ns)
+    def _keys(self, ns: bytes) -> tuple[bytes, int | None, str | None, str | None]:
+        """(hash root, lora_id, lora_name, cache_salt) of root key `ns`, worked out once per key."""
+        keys = self._ns_keys.get(ns)
         if keys is None:
-            keys = self._lora[ns] = whole_request_keys(ns)
+            keys = self._ns_keys[ns] = (hash_root(ns), *whole_request_keys(ns))
         return keys
 
     def _extra_keys(self, toks: np.ndarray, first_block: int, lora_name: str | None,
@@ -242,14 +256,14 @@ class EventRecorder:
 
     def _hash(self, node: TreeNode, raw: bytes, first: int, last: int,
               parent: Digest | None) -> tuple[list[Digest], list[int]]:
-        size, root = self.block_size, hash_root(node.ns)
+        size, root = self.block_size, self._keys(node.ns)[0]
         if not self._mm and not self.hasher.vllm:  # the common case: XXH3 straight from the key bytes
             digests = self.hasher.digests(raw, root, size, parent)
             return digests, cast("list[int]", digests)  # xxh3: the digest is the int
         tree_toks = np.frombuffer(raw, np.int32)[:(last - first) * size]
         extra = None
         if self.hasher.vllm:
-            _, lora_name, salt = self._whole(node.ns)
+            _, _, lora_name, salt = self._keys(node.ns)
             extra = self._extra_keys(tree_toks, first, lora_name, salt)
         digests = self.hasher.digests(self._event_tokens(tree_toks), root, size, parent, extra)
         return digests, self.hasher.ints(digests)
@@ -277,7 +291,7 @@ class EventRecorder:
         """A recorder sharing this one's hasher, digests and multimodal names, counting every block
         once (a fresh Holders, counted): what `snapshot` records into."""
         fresh = EventRecorder(self.block_size, self.page_size, hasher=self.hasher, mm_keys=self.mm_keys)
-        fresh._digests, fresh._lora, fresh._raw, fresh.fields = self._digests, self._lora, self._raw, self.fields
+        fresh._digests, fresh._ns_keys, fresh._raw, fresh.fields = self._digests, self._ns_keys, self._raw, self.fields
         fresh._counted = True
         return fresh
 
