@@ -128,8 +128,7 @@ def chain_hashes(tokens: np.ndarray | list[int] | bytes, ns: bytes, block_size: 
     raw = tokens if isinstance(tokens, bytes) else np.ascontiguousarray(tokens, dtype="<i4").tobytes()
     step = 4 * block_size
     h: Any = xxh3(ns, SEED) if parent_hash is None else parent_hash
-    out: list[int] = []
-    for b in range(len(raw) // step):  # one C call per block: each seed is the previous hash
-        h = xxh3(raw[b * step:(b + 1) * step], h)
-        out.append(h)
+    out: list[Any] = [0] * (len(raw) // step)
+    for b in range(len(out)):  # one C call per block: each seed is the previous hash
+        h = out[b] = xxh3(raw[b * step:(b + 1) * step], h)
     return out

@@ -26,7 +26,7 @@ Multimodal checks run only once a multimodal request was seen (`learn`).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence, cast
+from typing import TYPE_CHECKING, Final, Sequence, cast
 
 import numpy as np
 
@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from radixkv.radix.tree import RadixTree
 
 
+_INT32: Final = np.dtype(np.int32)  # a tree key's ids
 _MAX_RAW = 1 << 16  # items whose raw placeholder ids are remembered (vLLM's schemes hash them)
 
 
@@ -91,7 +92,8 @@ class EventRecorder:
         raw = path_bytes(node, first * size)  # gathered once, for the digests and the event
         parent = self._parent_digest(node, first * size)
         hashes = self.digests(node, raw, parent)[1]
-        self.publish(node, hashes, self._int(parent), np.frombuffer(raw, np.int32), first, medium, 0)
+        ids = np.frombuffer(raw, _INT32, len(hashes) * size)  # the blocks' ids, no trailing partial block
+        self.publish(node, hashes, self._int(parent), ids, first, medium, 0)
 
     def removed(self, node: TreeNode, medium: str) -> None:
         self.withdraw(self.digests(node)[1], medium, 0)
@@ -145,7 +147,8 @@ class EventRecorder:
         size = self.block_size
         new = self._holders.add(hashes, medium, group) if self._counted else None
         if new is None:  # every block is new to (medium, group)
-            self._emit(node, hashes, parent, tokens[:len(hashes) * size], first, medium, group)
+            n = len(hashes) * size
+            self._emit(node, hashes, parent, tokens if len(tokens) == n else tokens[:n], first, medium, group)
             return
         start = -1  # of the run of consecutive new blocks being gathered, reported as one event
         run_parent = parent
@@ -162,7 +165,7 @@ class EventRecorder:
     def store_blocks(self, node: TreeNode, hashes: list[int], first: int, group: int) -> None:
         """`publish` on the device for blocks [first, first + len(hashes)) of `node`'s edge."""
         pos = first * self.block_size
-        self.publish(node, hashes, self.parent_int(node, pos), np.frombuffer(path_bytes(node, pos), np.int32),
+        self.publish(node, hashes, self.parent_int(node, pos), np.frombuffer(path_bytes(node, pos), _INT32),
                      first, DEVICE, group)
 
     def withdraw(self, hashes: list[int], medium: str, group: int) -> None:
@@ -260,7 +263,7 @@ class EventRecorder:
         if not self._mm and not self.hasher.vllm:  # the common case: XXH3 straight from the key bytes
             digests = self.hasher.digests(raw, root, size, parent)
             return digests, cast("list[int]", digests)  # xxh3: the digest is the int
-        tree_toks = np.frombuffer(raw, np.int32)[:(last - first) * size]
+        tree_toks = np.frombuffer(raw, _INT32, (last - first) * size)
         extra = None
         if self.hasher.vllm:
             _, _, lora_name, salt = self._keys(node.ns)
