@@ -128,7 +128,4 @@ def chain_hashes(tokens: np.ndarray | list[int] | bytes, ns: bytes, block_size: 
     raw = tokens if isinstance(tokens, bytes) else np.ascontiguousarray(tokens, dtype="<i4").tobytes()
     step = 4 * block_size
     h: Any = xxh3(ns, SEED) if parent_hash is None else parent_hash
-    out: list[Any] = [0] * (len(raw) // step)
-    for b in range(len(out)):  # one C call per block: each seed is the previous hash
-        h = out[b] = xxh3(raw[b * step:(b + 1) * step], h)
-    return out
+    return [h := xxh3(raw[b * step:(b + 1) * step], h) for b in range(len(raw) // step)]  # a C call per block
