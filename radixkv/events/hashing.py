@@ -29,7 +29,7 @@ and the Router. XXH3 comes from the `xxhash` package and CBOR from `cbor2` (the 
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence, Union
+from typing import Any, Callable, Final, Sequence, Union, cast
 
 import numpy as np
 
@@ -37,7 +37,7 @@ from radixkv.errors import ConfigError, InvalidArgumentError
 from radixkv.events.vllm_hash import CBOR_SCHEMES, VllmHasher, block_extra_keys, to_ints
 from radixkv.keys import ExtraKeys, as_extra_keys, hash_key
 
-SEED = 0x7261646978_6B7631  # b"radixkv1" read as an int: fixed, so every process agrees
+SEED: Final = 0x7261646978_6B7631  # b"radixkv1" read as an int: fixed, so every process agrees
 EVENT_HASHES = ("xxh3",) + CBOR_SCHEMES
 Digest = Union[int, bytes]  # xxh3: the 64-bit hash itself; vLLM's schemes: the full digest
 _xxh3: Callable[[bytes, int], int] | None = None
@@ -60,8 +60,8 @@ class BlockHasher:
     """One `event_hash` scheme. `digests` chains the digests of a run of full blocks; `ints` gives
     the ints KV events and indexes carry. Construction fails (ConfigError) when a package is missing."""
 
-    def __init__(self, scheme: str = "xxh3") -> None:
-        if scheme not in EVENT_HASHES:
+    def __init__(self, scheme: object = "xxh3") -> None:
+        if not isinstance(scheme, str) or scheme not in EVENT_HASHES:
             raise ConfigError(f"event_hash must be one of {EVENT_HASHES}, got {scheme!r:.60}")
         self.scheme = scheme
         self.vllm = scheme != "xxh3"  # names blocks as vLLM does: raw token ids, extra keys, no namespace
@@ -74,8 +74,8 @@ class BlockHasher:
         """xxh3: `tokens` as the tree keys them, chained from `ns`'s root; vLLM's schemes: the raw
         token ids with one extra-keys entry per block (`extra`), `ns` unused."""
         if self._vllm is None:
-            return chain_hashes(tokens, ns, block_size, parent)  # type: ignore[arg-type]
-        return self._vllm.digests(tokens, block_size, parent, extra)  # type: ignore[arg-type]
+            return cast("list[Digest]", chain_hashes(tokens, ns, block_size, parent))  # type: ignore[arg-type]
+        return cast("list[Digest]", self._vllm.digests(tokens, block_size, parent, extra))  # type: ignore[arg-type]
 
     def ints(self, digests: list[Digest]) -> list[int]:
         return digests if not self.vllm else to_ints(digests)  # type: ignore[return-value, arg-type]
@@ -85,6 +85,8 @@ class BlockHasher:
         """Digests of a request's full blocks, from its tokens as the engine takes them."""
         from radixkv.tokens import as_tokens
 
+        if block_size < 1:
+            raise InvalidArgumentError(f"block_size must be a positive int, got {block_size!r:.60}")
         raw = as_tokens(tokens)
         ns, hashed = hash_key(namespace, extra_keys, raw)  # validates everything
         if not self.vllm:
@@ -122,8 +124,8 @@ def chain_hashes(tokens: np.ndarray | list[int] | bytes, ns: bytes, block_size: 
                  parent_hash: int | None = None) -> list[int]:
     """XXH3 `block_hashes` for tokens already keyed (placeholders replaced) and a canonical key `ns`.
     `tokens` may be their int32 little-endian bytes (a tree key): hashed as they are."""
-    xxh3 = _xxh3 or hash_function()
-    raw = tokens if isinstance(tokens, bytes) else memoryview(np.ascontiguousarray(tokens, dtype="<i4")).cast("B")
+    xxh3: Callable[[bytes, Any], Any] = _xxh3 or hash_function()  # (Any: compiled, the ints stay as they come)
+    raw = tokens if isinstance(tokens, bytes) else np.ascontiguousarray(tokens, dtype="<i4").tobytes()
     step = 4 * block_size
-    h = xxh3(ns, SEED) if parent_hash is None else parent_hash
-    return [h := xxh3(raw[s:s + step], h) for s in range(0, len(raw) - step + 1, step)]  # one C call per block
+    h: Any = xxh3(ns, SEED) if parent_hash is None else parent_hash
+    return [h := xxh3(raw[b * step:(b + 1) * step], h) for b in range(len(raw) // step)]  # a C call per block

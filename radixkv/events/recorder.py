@@ -26,7 +26,7 @@ Multimodal checks run only once a multimodal request was seen (`learn`).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Final, Sequence, cast
 
 import numpy as np
 
@@ -42,19 +42,25 @@ if TYPE_CHECKING:
     from radixkv.radix.tree import RadixTree
 
 
+_INT32: Final = np.dtype(np.int32)  # a tree key's ids
 _MAX_RAW = 1 << 16  # items whose raw placeholder ids are remembered (vLLM's schemes hash them)
 
 
 class EventRecorder:
     def __init__(self, block_size: int, page_size: int = 1, scheme: str = "xxh3",
-                 mm_keys: MultiModalKeys | None = None, groups: Sequence[EventGroup] = ()) -> None:
-        """`groups`: the specs of the secondary layer groups 1..n (none: a one-group model)."""
-        self.hasher = BlockHasher(scheme)  # fails here, at construction, if a package is missing
+                 mm_keys: MultiModalKeys | None = None, groups: Sequence[EventGroup] = (),
+                 hasher: BlockHasher | None = None) -> None:
+        """`groups`: the specs of the secondary layer groups 1..n (none: a one-group model).
+        `hasher`: share another recorder's (vLLM's schemes draw a random root per hasher), else a new
+        one of `scheme`."""
+        # fails here, at construction, if a package is missing
+        self.hasher = hasher if hasher is not None else BlockHasher(scheme)
         self.block_size = block_size
         self.events: list[KVEvent] = []
         # node -> (digests, their event ints) of the blocks ending in its edge (one list for xxh3)
         self._digests: dict[TreeNode, tuple[list[Digest], list[int]]] = {}
-        self._lora: dict[bytes, tuple[int | None, str | None, str | None]] = {}  # root key -> its keys
+        # root key -> (the root its block hashes chain from, lora_id, lora_name, cache_salt)
+        self._ns_keys: dict[bytes, tuple[bytes, int | None, str | None, str | None]] = {}
         self.mm_keys = mm_keys if mm_keys is not None else MultiModalKeys()  # the cache's: names item ids
         self._raw: dict[tuple[str, int], list[int]] = {}  # (identifier, length) -> the raw ids a request gave
         self._mm = False  # a multimodal request was seen: item ids (negative) may be in the tree
@@ -86,7 +92,8 @@ class EventRecorder:
         raw = path_bytes(node, first * size)  # gathered once, for the digests and the event
         parent = self._parent_digest(node, first * size)
         hashes = self.digests(node, raw, parent)[1]
-        self.publish(node, hashes, self._int(parent), np.frombuffer(raw, np.int32), first, medium, 0)
+        ids = np.frombuffer(raw, _INT32, len(hashes) * size)  # the blocks' ids, no trailing partial block
+        self.publish(node, hashes, self._int(parent), ids, first, medium, 0)
 
     def removed(self, node: TreeNode, medium: str) -> None:
         self.withdraw(self.digests(node)[1], medium, 0)
@@ -102,7 +109,12 @@ class EventRecorder:
         old = self._digests.pop(lower, None)
         if old is not None:
             (d, h), j = old, upper.end // self.block_size - upper.depth // self.block_size
-            self._digests[upper], self._digests[lower] = (d[:j], h[:j]), (d[j:], h[j:])
+            du, dl = d[:j], d[j:]
+            if h is d:  # xxh3: the digests are the ints, one list
+                hu, hl = cast("list[int]", du), cast("list[int]", dl)
+            else:
+                hu, hl = h[:j], h[j:]
+            self._digests[upper], self._digests[lower] = (du, hu), (dl, hl)
         if self.groups is not None:
             self.groups.split(upper, lower)
 
@@ -135,22 +147,25 @@ class EventRecorder:
         size = self.block_size
         new = self._holders.add(hashes, medium, group) if self._counted else None
         if new is None:  # every block is new to (medium, group)
-            self._emit(node, hashes, parent, tokens[:len(hashes) * size], first, medium, group)
+            n = len(hashes) * size
+            self._emit(node, hashes, parent, tokens if len(tokens) == n else tokens[:n], first, medium, group)
             return
-        start = None  # of the run of consecutive new blocks being gathered, reported as one event
-        for i, h in enumerate(hashes + [None]):  # type: ignore[operator]
+        start = -1  # of the run of consecutive new blocks being gathered, reported as one event
+        run_parent = parent
+        for i in range(len(hashes) + 1):
             if i < len(hashes) and new[i]:
-                if start is None:
+                if start < 0:
                     start, run_parent = i, parent
-            elif start is not None:
+            elif start >= 0:
                 self._emit(node, hashes[start:i], run_parent, tokens[start * size:i * size], first + start, medium, group)
-                start = None
-            parent = h
+                start = -1
+            if i < len(hashes):
+                parent = hashes[i]
 
     def store_blocks(self, node: TreeNode, hashes: list[int], first: int, group: int) -> None:
         """`publish` on the device for blocks [first, first + len(hashes)) of `node`'s edge."""
         pos = first * self.block_size
-        self.publish(node, hashes, self.parent_int(node, pos), np.frombuffer(path_bytes(node, pos), np.int32),
+        self.publish(node, hashes, self.parent_int(node, pos), np.frombuffer(path_bytes(node, pos), _INT32),
                      first, DEVICE, group)
 
     def withdraw(self, hashes: list[int], medium: str, group: int) -> None:
@@ -158,21 +173,29 @@ class EventRecorder:
         if self._counted:
             hashes = self._holders.remove(hashes, medium, group)
         if hashes:
-            self.events.append(BlockRemoved(hashes, medium, *self.fields[group][:1]))
+            event = BlockRemoved(hashes, medium)
+            fields = self.fields[group]
+            if fields:  # a hybrid model's: which group
+                event.group_idx = fields[0]
+            self.events.append(event)
 
     def _emit(self, node: TreeNode, hashes: list[int], parent: int | None, toks: np.ndarray, first_block: int,
               medium: str, group: int) -> None:
-        lora_id, lora_name, salt = self._whole(node.ns)
+        _, lora_id, lora_name, salt = self._keys(node.ns)
         extra = None if lora_name is None and not salt and not self._mm else \
             self._extra_keys(toks, first_block, lora_name, salt)
         ids = self._event_tokens(toks) if self._mm else toks
-        self.events.append(BlockStored(hashes, parent, TokenIds(ids), self.block_size, lora_id, medium, lora_name,
-                                       extra, *self.fields[group]))
+        event = BlockStored(hashes, parent, TokenIds(ids), self.block_size, lora_id, medium, lora_name, extra)
+        fields = self.fields[group]
+        if fields:  # a hybrid model's: which group, and what it keeps
+            event.group_idx, event.kv_cache_spec_kind, event.kv_cache_spec_sliding_window = fields
+        self.events.append(event)
 
-    def _whole(self, ns: bytes) -> tuple[int | None, str | None, str | None]:
-        keys = self._lora.get(ns)
+    def _keys(self, ns: bytes) -> tuple[bytes, int | None, str | None, str | None]:
+        """(hash root, lora_id, lora_name, cache_salt) of root key `ns`, worked out once per key."""
+        keys = self._ns_keys.get(ns)
         if keys is None:
-            keys = self._lora[ns] = whole_request_keys(ns)
+            keys = self._ns_keys[ns] = (hash_root(ns), *whole_request_keys(ns))
         return keys
 
     def _extra_keys(self, toks: np.ndarray, first_block: int, lora_name: str | None,
@@ -230,20 +253,20 @@ class EventRecorder:
                     raw = path_bytes(node, first * size)
                 if parent is False:
                     parent = self._parent_digest(node, first * size)
-                got = self._hash(node, raw, first, last, parent)  # type: ignore[arg-type]
+                got = self._hash(node, raw, first, last, parent)
             self._digests[node] = got
         return got
 
     def _hash(self, node: TreeNode, raw: bytes, first: int, last: int,
               parent: Digest | None) -> tuple[list[Digest], list[int]]:
-        size, root = self.block_size, hash_root(node.ns)
+        size, root = self.block_size, self._keys(node.ns)[0]
         if not self._mm and not self.hasher.vllm:  # the common case: XXH3 straight from the key bytes
-            digests = self.hasher.digests(raw, root, size, parent)  # type: ignore[arg-type]
-            return digests, digests  # type: ignore[return-value]  (xxh3: the digest is the int)
-        tree_toks = np.frombuffer(raw, np.int32)[:(last - first) * size]
+            digests = self.hasher.digests(raw, root, size, parent)
+            return digests, cast("list[int]", digests)  # xxh3: the digest is the int
+        tree_toks = np.frombuffer(raw, _INT32, (last - first) * size)
         extra = None
         if self.hasher.vllm:
-            _, lora_name, salt = self._whole(node.ns)
+            _, _, lora_name, salt = self._keys(node.ns)
             extra = self._extra_keys(tree_toks, first, lora_name, salt)
         digests = self.hasher.digests(self._event_tokens(tree_toks), root, size, parent, extra)
         return digests, self.hasher.ints(digests)
@@ -267,15 +290,21 @@ class EventRecorder:
     def _int(self, digest: Digest | None) -> int | None:
         return None if digest is None else self.hasher.ints([digest])[0]
 
+    def _fork(self) -> EventRecorder:
+        """A recorder sharing this one's hasher, digests and multimodal names, counting every block
+        once (a fresh Holders, counted): what `snapshot` records into."""
+        fresh = EventRecorder(self.block_size, self.page_size, hasher=self.hasher, mm_keys=self.mm_keys)
+        fresh._digests, fresh._ns_keys, fresh._raw, fresh.fields = self._digests, self._ns_keys, self._raw, self.fields
+        fresh._counted = True
+        return fresh
+
     def snapshot(self, tree: RadixTree) -> list[KVEvent]:
         """AllBlocksCleared, then BlockStored for everything cached now, parents first (for resync),
         each secondary group's blocks after their node's full KV. A hybrid model first announces its
         groups: one BlockStored per group >= 1 with no blocks and the group's fields, so an index
         knows every group before any of its blocks (cluster/groups.py). Shares this recorder's
         digests and multimodal names; records nothing here."""
-        fresh = EventRecorder.__new__(EventRecorder)
-        fresh.__dict__.update(self.__dict__)
-        fresh._holders, fresh._counted = Holders(), True  # each block once
+        fresh = self._fork()
         fresh.events = [AllBlocksCleared()]
         fresh.events += [BlockStored([], None, [], self.block_size, None, DEVICE, None, None, *f)
                          for f in self.fields[1:]]
