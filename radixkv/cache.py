@@ -44,7 +44,7 @@ from radixkv.events.recorder import EventRecorder
 from radixkv.host_tier import HostTier
 from radixkv.insert_slots import InsertSlots
 from radixkv.invariants import check_cache, check_groups
-from radixkv.keys import as_extra_keys, request_key
+from radixkv.keys import DEFAULT_NAMESPACE, as_extra_keys, request_key
 from radixkv.multimodal import MultiModalKeys
 from radixkv.metrics import CacheStats, collect_metrics
 from radixkv.pools import CACHED, PRIVATE, RESERVED, PageLedger, TokenToKVPool, page_slots
@@ -376,6 +376,8 @@ class RadixCache:
     # ------------------------------------------------------------------ helpers
 
     def _key(self, toks: np.ndarray, namespace: Any, extra_keys: Any) -> tuple[bytes, np.ndarray]:
+        if namespace is None and extra_keys is None:  # the common case: nothing to check (keys.py runs interpreted)
+            return DEFAULT_NAMESPACE, toks
         ns, keyed = request_key(namespace, extra_keys, toks, self.mm_keys)
         extra = as_extra_keys(extra_keys) if keyed is not toks else None  # keyed anew only by extra keys
         if extra is not None and self.events is not None:
