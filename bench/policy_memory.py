@@ -1,20 +1,30 @@
 """Host memory the bookkeeping takes per cached token, per eviction policy and page size.
 
 A RadixCache of `--tokens` token slots (KV of one fp16 number per token: bookkeeping at full scale)
-replays a workload with the bench lifecycle until the tokens it inserted add up to `--turnovers`
-cache sizes, so an eviction policy's learned state is in steady state: `tools` (long agent sessions,
-radixkv/bench/workloads.py; seeds 0, 1, ... one after the other, ~350k unique tokens each, many
-nodes) or `mooncake` (radixkv/scheduling/synth.py: 512-token blocks, ~12k-token prompts, few large
-nodes). Two measures, each in a fresh process (one does not disturb the other):
+replays a workload with the bench lifecycle until it has evicted `--turnovers` cache sizes (it has
+turned over that often), so an eviction policy's learned state is in steady state: `tools` (long
+agent sessions, radixkv/bench/workloads.py; seeds 0, 1, ... one after the other, ~350k unique tokens
+each, many nodes; it first evicts after ~4 cache sizes inserted, and has turned over twice after ~12)
+or `mooncake` (radixkv/scheduling/synth.py: 512-token blocks, ~12k-token prompts, few large nodes).
+`--inserted N` stops instead when the tokens inserted add up to N cache sizes (the measure of the
+earlier sections of bench/RESULTS.md, with `--inserted 3 --cold`: the tools cache has then only just
+filled, before the adaptive policy's shadow holds a cache's worth of its own keys).
+Two measures, each in a fresh process (one does not disturb the other):
 
     traced   tracemalloc's growth from just before the cache is built to the end (Python objects and
              numpy arrays; torch tensors are not traced): deterministic
     rss      the process's resident set growth over the same span, less the torch buffers (KV pool,
              req_to_token), which are KV, not metadata: what the issue measures, but noisy (allocator)
 
-both divided by the tokens cached at the end (`sizes().cached`).
+both divided by the tokens cached at the end (`sizes().cached`). Before the span, a 4096-token cache
+of the same policy and page size serves request tails until it has evicted (and stays alive, so the
+measured cache cannot reuse its memory): the code the run needs is then loaded. Without this warm-up
+(`--cold`) the resident set also grows by the pages of code and shared libraries a first call touches
+(the compiled core, torch's and numpy's kernels: ~5 MB, ~5 B/token at 1M tokens, file-backed and
+shared, not metadata; /proc/self/status RssFile counts them).
 
     .venv/bin/python bench/policy_memory.py                        # lru and adaptive, pages 1 and 16
+    .venv/bin/python bench/policy_memory.py --workload mooncake --inserted 3 --cold
     .venv/bin/python bench/policy_memory.py --policies adaptive --page-sizes 1 --tokens 200000
 """
 
@@ -33,8 +43,12 @@ from radixkv import RadixCache
 from radixkv.bench.runner import sim_config
 from radixkv.bench.traces import hash_block_tokens
 from radixkv.bench.workloads import Request, tools
-from radixkv.cli_args import HelpFormatter, csv_of, one_of, positive_int
+from radixkv.cli_args import HelpFormatter, csv_of, nonneg_int, one_of, positive_int
 from radixkv.scheduling.synth import BLOCK, mooncake_shaped
+
+
+WARM_TOKENS = 4096  # the warm-up cache's size
+TRACE_BOUND = 6  # cache sizes of tokens generated per turnover asked, and 6 more (tools needs ~4 + 4 per turnover)
 
 
 def _rss() -> int:
@@ -49,34 +63,55 @@ def _one_seed(workload: str, seed: int) -> list[Request]:
     return [Request(t, len(t)) for t in (hash_block_tokens(d["hash_ids"], BLOCK)[:d["input_length"]] for d in lines)]
 
 
-def trace(workload: str, tokens: int, turnovers: int) -> list[Request]:
-    """Requests of `workload` (seeds 0, 1, ...) whose tokens add up to `turnovers` x `tokens`."""
+def trace(workload: str, tokens: int, inserted: int) -> list[Request]:
+    """Requests of `workload` (seeds 0, 1, ...) whose tokens add up to `inserted` x `tokens`."""
     reqs: list[Request] = []
     seed = 0
-    while sum(len(r.tokens) for r in reqs) < turnovers * tokens:
+    while sum(len(r.tokens) for r in reqs) < inserted * tokens:
         reqs += _one_seed(workload, seed)
         seed += 1
     return reqs
 
 
-def serve(cache: RadixCache, reqs: list[Request]) -> None:
-    for r in reqs:
+def serve(cache: RadixCache, reqs: list[Request], evicted: int | None = None) -> int:
+    """Serve `reqs` in order, stopping once the cache has evicted `evicted` tokens (if given).
+    Returns the requests served."""
+    for i, r in enumerate(reqs):
+        if evicted is not None and cache.stats.evicted_tokens >= evicted:
+            return i
         m = cache.match_prefix(r.tokens)
         cache.lock(m.node)
         new = cache.alloc(len(r.tokens) - m.length)
         cache.insert(r.tokens, torch.cat([m.slots, new]))
         cache.unlock(m.node)
+    if evicted is not None:
+        raise SystemExit(f"the trace ended before the cache evicted {evicted} tokens")
+    return len(reqs)
 
 
-def measure(workload: str, policy: str, page_size: int, tokens: int, turnovers: int, method: str
-            ) -> dict[str, float]:
-    reqs = trace(workload, tokens, turnovers)
+def warm_up(reqs: list[Request], policy: str, page_size: int) -> RadixCache:
+    """A small cache that served request tails (1024 tokens) until it evicted, and 8 requests more."""
+    cache = RadixCache(sim_config(WARM_TOKENS, page_size, policy, WARM_TOKENS // 4))
+    more = 8
+    for r in reqs:
+        serve(cache, [Request(r.tokens[-WARM_TOKENS // 4:], WARM_TOKENS // 4)])
+        more -= cache.stats.evicted_tokens > 0
+        if not more:
+            return cache
+    raise SystemExit("warm-up: the trace never made the small cache evict")
+
+
+def measure(workload: str, policy: str, page_size: int, tokens: int, turnovers: int, method: str,
+            warm: bool = True, inserted: int = 0) -> dict[str, float]:
+    """One cell: served until `turnovers` cache sizes were evicted, or `inserted` inserted if > 0."""
+    reqs = trace(workload, tokens, inserted or TRACE_BOUND * turnovers + TRACE_BOUND)
+    warm_cache = warm_up(reqs, policy, page_size) if warm else None
     gc.collect()
     if method == "traced":
         tracemalloc.start()
     before = tracemalloc.get_traced_memory()[0] if method == "traced" else _rss()
     cache = RadixCache(sim_config(tokens, page_size, policy, max(len(r.tokens) for r in reqs)))
-    serve(cache, reqs)
+    served = serve(cache, reqs, None if inserted else turnovers * tokens)
     gc.collect()
     after = tracemalloc.get_traced_memory()[0] if method == "traced" else _rss()
     grown = after - before
@@ -84,8 +119,9 @@ def measure(workload: str, policy: str, page_size: int, tokens: int, turnovers: 
         kv = sum(t.numel() * t.element_size() for t in (*cache.kv_pool.k_buffer, *cache.kv_pool.v_buffer))
         grown -= kv + cache.req_pool.req_to_token.numel() * 4
     cached = cache.sizes().cached
+    del warm_cache
     return {"policy": policy, "page_size": page_size, "method": method, "cached": cached,
-            "bytes_per_token": grown / cached, "requests": len(reqs)}
+            "bytes_per_token": grown / cached, "requests": served}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -94,25 +130,30 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--page-sizes", type=csv_of(positive_int), default="1,16")
     p.add_argument("--workload", type=one_of(("tools", "mooncake")), default="tools")
     p.add_argument("--tokens", type=positive_int, default=1 << 20, help="cache size in tokens")
-    p.add_argument("--turnovers", type=positive_int, default=3, help="inserted tokens, in cache sizes")
+    p.add_argument("--turnovers", type=positive_int, default=2, help="evicted tokens, in cache sizes")
+    p.add_argument("--inserted", type=nonneg_int, default=0,
+                   help="stop at inserted tokens instead, in cache sizes (0: at --turnovers)")
+    p.add_argument("--cold", action="store_true", help="no warm-up: count the code a first call loads too")
     p.add_argument("--one", metavar="POLICY:PAGE:METHOD", help=argparse.SUPPRESS)  # a child process's cell
     a = p.parse_args(argv)
     if a.one:
         pol, ps, method = a.one.split(":")
-        print(json.dumps(measure(a.workload, pol, int(ps), a.tokens, a.turnovers, method)))
+        print(json.dumps(measure(a.workload, pol, int(ps), a.tokens, a.turnovers, method, not a.cold, a.inserted)))
         return 0
-    print(f"| policy | page size | cached tokens | traced B/token | RSS B/token |")
-    print("|---|---:|---:|---:|---:|")
+    print("| policy | page size | requests | cached tokens | traced B/token | RSS B/token |")
+    print("|---|---:|---:|---:|---:|---:|")
     for ps in a.page_sizes:
         for pol in a.policies:
             row = {}
             for method in ("traced", "rss"):
-                out = subprocess.run([sys.executable, __file__, "--workload", a.workload, "--tokens", str(a.tokens), "--turnovers",
-                                      str(a.turnovers), "--one", f"{pol}:{ps}:{method}"],
+                out = subprocess.run([sys.executable, __file__, "--workload", a.workload, "--tokens", str(a.tokens),
+                                      "--turnovers", str(a.turnovers), "--inserted", str(a.inserted),
+                                      "--one", f"{pol}:{ps}:{method}", *(["--cold"] if a.cold else [])],
                                      check=True, capture_output=True, text=True).stdout
                 row[method] = json.loads(out.strip().splitlines()[-1])
-            print(f"| {pol} | {ps} | {row['traced']['cached']:,} | {row['traced']['bytes_per_token']:.1f} | "
-                  f"{row['rss']['bytes_per_token']:.1f} |", flush=True)
+            t, r = row["traced"], row["rss"]
+            print(f"| {pol} | {ps} | {t['requests']:,} | {t['cached']:,} | {t['bytes_per_token']:.1f} | "
+                  f"{r['bytes_per_token']:.1f} |", flush=True)
     return 0
 
 

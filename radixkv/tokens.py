@@ -101,19 +101,24 @@ def as_slots(slots: TokensLike, num_slots: int) -> np.ndarray:
 
 class Distinct:
     """Whether ints in [0, size) are distinct, in O(n) without sorting: write each value's own
-    position into a scratch table and read it back; a repeated value reads a later position."""
+    position into a scratch table and read it back; a repeated value reads a later position.
+    The table is the only per-value memory (int32 `[size]`); the positions it is compared with
+    (an arange and its bytes) grow, doubling, to the longest call."""
 
     def __init__(self, size: int) -> None:
         self._scratch = np.zeros(size, dtype=np.int32)
-        self._order = np.arange(size, dtype=np.int32)
-        self._order_bytes = self._order.tobytes()
+        self._order = np.arange(0, dtype=np.int32)
+        self._order_bytes = b""
 
     def __call__(self, values: np.ndarray) -> bool:
         n = len(values)
         if n < 2:
             return True
-        if n > len(self._order):
+        if n > len(self._scratch):
             return False
+        if n > len(self._order):
+            self._order = np.arange(min(max(n, 2 * len(self._order)), len(self._scratch)), dtype=np.int32)
+            self._order_bytes = self._order.tobytes()
         self._scratch[values] = self._order[:n]
         return self._scratch[values].tobytes() == self._order_bytes[:4 * n]
 

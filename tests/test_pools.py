@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import tracemalloc
+
 import numpy as np
 import pytest
 import torch
@@ -9,6 +11,7 @@ import torch
 from radixkv import CacheConfig, ConfigError, InvalidSlotsError, OutOfRowsError, OutOfSlotsError
 from radixkv.pools import (CACHED, FREE, PRIVATE, RESERVED, PageLedger, ReqToTokenPool, SlotAllocator,
                            TokenToKVPool, page_slots)
+from radixkv.tokens import Distinct
 
 
 def test_allocator_hands_out_each_page_once_and_takes_it_back() -> None:
@@ -56,6 +59,48 @@ def test_allocator_cost_does_not_grow_with_the_pool() -> None:
 def test_page_slots() -> None:
     assert page_slots(np.array([2, 0]), 3).tolist() == [6, 7, 8, 0, 1, 2]
     assert page_slots(np.array([5, 1]), 1).tolist() == [5, 1]
+    big = np.array([2**31 - 1], dtype=np.int32)  # a tree node's int32 pages: slots are int64, never wrapped
+    assert page_slots(big, 16).tolist() == [(2**31 - 1) * 16 + i for i in range(16)]
+    assert page_slots(big, 1).dtype == page_slots(big, 16).dtype == np.int64
+
+
+def test_page_ids_are_kept_int32_and_handed_out_int64() -> None:
+    alloc = SlotAllocator(num_pages=8, page_size=2)
+    assert alloc._stack.dtype == np.int32
+    pages = alloc.alloc_pages(3)
+    assert pages.dtype == np.int64  # numpy indexes much faster with int64 than with int32 arrays
+    alloc.free_pages(pages.astype(np.int32))  # a tree node's pages go back as they are
+    assert alloc.free_mask().all()
+    with pytest.raises(ConfigError):
+        SlotAllocator(num_pages=2**31, page_size=1)
+
+
+def test_ledger_keeps_nine_bytes_per_page() -> None:
+    # state (1), the free stack (4) and the distinctness scratch (4); what the checks compare
+    # against grows with the longest call, not with the pool
+    tracemalloc.start()
+    try:
+        ledger = PageLedger(num_pages=1 << 20, page_size=1)
+        pages = ledger.take(1000, PRIVATE, 0, evict=lambda n: pytest.fail("enough free pages"))
+        assert ledger.private_and_distinct(pages) is None and ledger.all_in(pages, PRIVATE)
+        ledger.release(pages)
+        used = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    assert 9 << 20 <= used < (9 << 20) + 64_000
+
+
+@pytest.mark.parametrize("n", [2, 3, 7, 8, 9, 100])
+def test_distinct_finds_a_repeat_at_any_length(n: int) -> None:
+    distinct = Distinct(64)
+    for size in (n - 1, n, 2 * n):  # the positions it compares against grow across calls
+        values = np.random.default_rng(size).permutation(64)[:min(size, 64)]
+        assert distinct(values)
+        if len(values) >= 2:
+            repeated = values.copy()
+            repeated[-1] = repeated[0]
+            assert not distinct(repeated)
+    assert not distinct(np.zeros(65, dtype=np.int64))  # longer than the range: a repeat somewhere
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])

@@ -1,9 +1,12 @@
 """SlotAllocator: hands out free pages of `page_size` consecutive slots.
 
 Page `p` holds slots `[p * page_size, (p + 1) * page_size)`. The free pages sit on a preallocated
-int64 stack (`_stack[:_top]`): `alloc_pages(k)` pops k ids and `free_pages(pages)` pushes them back,
-so both cost O(pages moved), never O(pool size) (SGLang's allocator `torch.cat`s its whole free
-list on every free). Pages freed last are handed out first, which keeps recently touched KV warm.
+int32 stack (`_stack[:_top]`, 4 bytes a page: pools hold fewer than 2**31 pages): `alloc_pages(k)`
+pops k ids and `free_pages(pages)` pushes them back, so both cost O(pages moved), never O(pool
+size) (SGLang's allocator `torch.cat`s its whole free list on every free). Pages freed last are
+handed out first, which keeps recently touched KV warm. Page ids are stored int32 (this stack, tree
+nodes) and handed around int64: numpy indexes with an int32 array 2-10x slower than with an int64
+one (it converts the index first), and every page handed out indexes the ledger's state at once.
 The allocator trusts its caller to free only pages it handed out (the PageLedger checks page
 states first); `free_mask()` rebuilds the free set from the stack and raises if a page is on it twice.
 """
@@ -12,21 +15,22 @@ from __future__ import annotations
 
 import numpy as np
 
-from radixkv.errors import OutOfSlotsError
+from radixkv.errors import ConfigError, OutOfSlotsError
 
-
+MAX_PAGES = 2**31 - 1  # page ids are stored int32
 _OFFSETS: dict[int, np.ndarray] = {}  # page_size -> int64 arange(page_size), read only: no arange per call
 
 
 def page_slots(pages: np.ndarray, page_size: int) -> np.ndarray:
-    """Slots of `pages`, page after page: int64 `[len(pages) * page_size]` (`pages` itself at page_size 1)."""
+    """Slots of `pages` (int32 or int64), page after page: int64 `[len(pages) * page_size]`
+    (`pages` itself at page_size 1 when it is int64)."""
     if page_size == 1:
         return pages.astype(np.int64, copy=False)
     offsets = _OFFSETS.get(page_size)
     if offsets is None:
         offsets = _OFFSETS[page_size] = np.arange(page_size, dtype=np.int64)
         offsets.flags.writeable = False
-    return (pages[:, None] * page_size + offsets).reshape(-1)
+    return (pages[:, None] * np.int64(page_size) + offsets).reshape(-1)  # int64 before the product: no overflow
 
 
 def slot_pages(slots: np.ndarray, page_size: int) -> np.ndarray:
@@ -36,9 +40,11 @@ def slot_pages(slots: np.ndarray, page_size: int) -> np.ndarray:
 
 class SlotAllocator:
     def __init__(self, num_pages: int, page_size: int) -> None:
+        if num_pages > MAX_PAGES:
+            raise ConfigError(f"a pool holds at most {MAX_PAGES} pages (int32 page ids), got {num_pages}")
         self.num_pages = num_pages
         self.page_size = page_size
-        self._stack = np.arange(num_pages, dtype=np.int64)
+        self._stack = np.arange(num_pages, dtype=np.int32)
         self._top = num_pages
 
     @property
@@ -55,10 +61,10 @@ class SlotAllocator:
             raise OutOfSlotsError(
                 f"asked for {k} pages ({k * self.page_size} slots), {self._top} free; free or evict pages first")
         self._top -= k
-        return self._stack[self._top:self._top + k].copy()
+        return self._stack[self._top:self._top + k].astype(np.int64)
 
     def free_pages(self, pages: np.ndarray) -> None:
-        """Push `pages` (int64 `[k]`, distinct, handed out by alloc_pages and not yet freed) back."""
+        """Push `pages` (int32 or int64 `[k]`, distinct, handed out by alloc_pages and not yet freed) back."""
         k = len(pages)
         self._stack[self._top:self._top + k] = pages
         self._top += k

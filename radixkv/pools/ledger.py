@@ -11,6 +11,9 @@ Callers validate, then move pages: `take` pops free pages into a state (asking t
 `evict` callback for cached pages first when too few are free), `move` changes the state of pages
 that stay out of the allocator (private -> cached when the tree adopts them), `release` gives pages
 back. Transitions are vectorized over the pages moved; nothing here walks the whole pool.
+
+Memory: per page, the state (1 byte), the allocator's stack slot (4) and the distinctness check's
+scratch (4). The constant rows that `all_in` compares against grow with the largest call, not the pool.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ class PageLedger:
         self.allocator = SlotAllocator(num_pages, page_size)
         self.state = np.zeros(num_pages, dtype=np.int8)  # FREE / CACHED / PRIVATE / RESERVED per page
         self.distinct = Distinct(num_pages)  # O(n) check that pages named by a caller are distinct
-        self._rows = {s: bytes([s]) * num_pages for s in (FREE, CACHED, PRIVATE, RESERVED)}  # for memcmp checks
+        self._rows = {s: b"" for s in (FREE, CACHED, PRIVATE, RESERVED)}  # state -> its byte repeated: memcmp checks
 
     @property
     def num_free_pages(self) -> int:
@@ -61,14 +64,15 @@ class PageLedger:
         self.state[pages] = state
 
     def release(self, pages: np.ndarray) -> None:
-        """Give `pages` (distinct, not free: the caller checked their states) back to the allocator."""
+        """Give `pages` (int32 or int64, distinct, not free: the caller checked their states) back to the allocator."""
         if len(pages):
+            pages = pages.astype(np.int64, copy=False)  # a tree node's int32 pages: numpy indexes faster with int64
             self.state[pages] = FREE
             self.allocator.free_pages(pages)
 
     def all_in(self, pages: np.ndarray, state: int) -> bool:
         """Whether every page of `pages` (int64, in range) is in `state`."""
-        return self.state[pages].tobytes() == self._rows[state][:len(pages)]
+        return self.state[pages].tobytes() == self._row(state, len(pages))
 
     def private_and_distinct(self, pages: np.ndarray) -> str | None:
         """Why `pages` (int64, any values) are not distinct private pages in range, or None if they are."""
@@ -76,11 +80,18 @@ class PageLedger:
             states = self.state[pages.view(np.uint64)]  # a negative page, seen as uint64, is out of range
         except IndexError:
             return f"pages must lie in [0, {self.num_pages}), got max {pages.max()} and min {pages.min()}"
-        if states.tobytes() != self._rows[PRIVATE][:len(pages)]:
+        if states.tobytes() != self._row(PRIVATE, len(pages)):
             return self.describe(pages, PRIVATE)
         if not self.distinct(pages):
             return "a private page is named twice"
         return None
+
+    def _row(self, state: int, n: int) -> bytes:
+        """`n` bytes of value `state`; the row kept per state grows (doubling) to the longest asked."""
+        row = self._rows[state]
+        if len(row) < n:
+            row = self._rows[state] = bytes([state]) * max(n, 2 * len(row))
+        return row[:n]
 
     def describe(self, pages: np.ndarray, want: int) -> str:
         """Say which of `pages` are not in state `want`, and what they are instead."""

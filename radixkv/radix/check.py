@@ -33,9 +33,9 @@ def _check_edge(tree: RadixTree, node: TreeNode) -> None:
         _fail("device residency is not prefix-closed", node)
     if node.lock_ref and node.pages is None:
         _fail("a locked node is not on the device", node)
-    for pages in (node.pages, node.host_pages):
-        if pages is not None and (pages.dtype != np.int64 or len(pages) != node.size // tree.page_size):
-            _fail("pages must be int64, one per page of the edge", node)
+    for pages, dtype in ((node.pages, np.int32), (node.host_pages, np.int64)):
+        if pages is not None and (pages.dtype != dtype or len(pages) != node.size // tree.page_size):
+            _fail("pages must be int32 (device) or int64 (host), one per page of the edge", node)
     if len(node.secondary) != len(tree.group_index):
         _fail("one component per secondary layer group", node)
     for pages in node.secondary:

@@ -27,7 +27,7 @@ _EMPTY = np.empty(0, dtype=np.int64)
 
 
 class Evicted(NamedTuple):
-    pages: np.ndarray  # int64: device pages (group 0) freed
+    pages: np.ndarray  # int32 (the nodes' own) or int64 when empty: device pages (group 0) freed
     host_pages: np.ndarray  # int64: host pages freed by removing host-only subtrees
     secondary: tuple[np.ndarray, ...]  # int64 per secondary group: its pages freed with the dropped nodes
 

@@ -78,7 +78,7 @@ class TreeNode(PrefixNode["TreeNode"]):
                  tick: int) -> None:
         PrefixNode.__init__(self, node_id, ns, parent, key, tick)
         self.tree = tree  # the owning tree: a node of another tree is rejected, never used
-        self.pages: np.ndarray | None = None  # int64 [size // page_size]: device full KV; None: host only
+        self.pages: np.ndarray | None = None  # int32 [size // page_size]: device full KV; None: host only
         self.host_pages: np.ndarray | None = None  # int64 [size // page_size]: host-tier copy, if any
         self.secondary: list[np.ndarray | None] = _NO_GROUPS  # secondary group components (module docstring); None: tombstone
         self.lock_ref = 0  # locks on this node or any descendant: > 0 means protected

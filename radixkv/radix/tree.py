@@ -159,8 +159,8 @@ class RadixTree(TreeCore[TreeNode]):
         if k == 0:
             return MatchInfo(start, 0, _EMPTY, length)
         node, first = path[k - 1], path[0].pages
-        pages = (first.copy() if k == 1 and first is not None
-                 else np.concatenate([n.pages for n in path[:k] if n.pages is not None]))
+        pages = (first.astype(np.int64) if k == 1 and first is not None  # (a copy: the caller owns it)
+                 else np.concatenate([n.pages for n in path[:k] if n.pages is not None], dtype=np.int64))
         return MatchInfo(node, dev, pages, length - dev)
 
     def pins_on(self, pins: PinKeeper) -> None:
@@ -209,11 +209,11 @@ class RadixTree(TreeCore[TreeNode]):
         length = matched // 4
         k, dev = self.device_prefix(path, length, start)
         first = path[0].pages if k else None
-        if k == 1 and first is not None:  # the usual case (a single edge matched): a view, read only below
-            tree_pages = first[:dev // self.page_size]
+        if k == 1 and first is not None:  # the usual case (a single edge matched); int64 like the caller's pages
+            tree_pages = first[:dev // self.page_size].astype(np.int64)
         else:
-            tree_pages = (np.concatenate([n.pages for n in path[:k] if n.pages is not None])[:dev // self.page_size]
-                          if k else _EMPTY)
+            tree_pages = (np.concatenate([n.pages for n in path[:k] if n.pages is not None],
+                                         dtype=np.int64)[:dev // self.page_size] if k else _EMPTY)
         if accept is not None:
             accept(dev, tree_pages)
         node, gained, ps = start, [], self.page_size
@@ -222,12 +222,13 @@ class RadixTree(TreeCore[TreeNode]):
                 path[-1] = self.split(path[-1], start.end + length - path[-1].depth)
             node = path[-1]
         for host_only in path[k:]:
-            host_only.pages = pages[(host_only.depth - start.end) // ps:(host_only.end - start.end) // ps].copy()
+            host_only.pages = pages[(host_only.depth - start.end) // ps:(host_only.end - start.end) // ps].astype(
+                np.int32)
             gained.append(host_only)
         leaf = None
         if matched < len(key):
             leaf = self.add_leaf(node, key[matched:])
-            leaf.pages = pages[length // ps:].copy()
+            leaf.pages = pages[length // ps:].astype(np.int32)  # int32 kept, 4 bytes a page
             if self.group_index:
                 leaf.secondary = [None] * len(self.group_index)
             if node.parent is None:

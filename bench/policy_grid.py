@@ -1,0 +1,144 @@
+"""The default policy's margin over the best fixed policy on a TUNING grid and a HELD-OUT grid.
+
+    margin = hit(adaptive) - max(hit(lru), hit(lfu), hit(fifo), hit(slru))     (points of token hit rate)
+
+at 5/10/25/50% of each trace's unique tokens. The grids:
+
+  tune   the `radixkv bench` workloads at page 1 and longchat/longdoc at page 16 (seed 0): what the
+         policy's constants may be chosen on (36 cells)
+  held   what they may not: bench/policy_margins.py's random traces (seeds 2000-2039, pages 1/16),
+         Mooncake-shaped traces (radixkv/scheduling/synth.py, 400 requests, seeds 1-3, page 16),
+         tools/agent/longchat/chat at other seeds (5 at page 1, 6 at page 16), and any `--trace
+         FILE:PAGE` (JSON lines, radixkv/bench/traces.py's formats)
+
+`--set NAME=VALUE` overrides a constant of the Adaptive class before the runs (a sweep; the class
+attribute must exist). The fixed policies' hit rates do not depend on it: `--fixed-cache FILE` keeps
+them between runs. `--jobs N` runs traces in N processes. Hit rates are deterministic.
+
+    .venv/bin/python bench/policy_grid.py tune
+    .venv/bin/python bench/policy_grid.py held --fixed-cache fixed.json --set WINDOW=4.0
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import os
+import sys
+import tempfile
+import time
+from multiprocessing import Pool
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # policy_margins, beside this file
+
+from policy_margins import random_trace  # noqa: E402
+
+from radixkv.bench.opt import build_segments  # noqa: E402
+from radixkv.bench.runner import capacity, replay  # noqa: E402
+from radixkv.bench.traces import read_trace  # noqa: E402
+from radixkv.bench.workloads import DEFAULT_WORKLOADS, Request, make_workload  # noqa: E402
+from radixkv.cli_args import HelpFormatter  # noqa: E402
+from radixkv.eviction.adaptive import Adaptive  # noqa: E402
+
+FRACS = (0.05, 0.1, 0.25, 0.5)
+FIXED = ("lru", "lfu", "fifo", "slru")
+TUNE = [f"wl:{w}:1:0" for w in DEFAULT_WORKLOADS] + ["wl:longchat:16:0", "wl:longdoc:16:0"]
+HELD = ([f"seed:{s}" for s in range(2000, 2040)] + [f"moon:{s}" for s in (1, 2, 3)]
+        + [f"wl:{w}:{p}:{s}" for w in ("tools", "agent", "longchat", "chat") for p, s in ((1, 5), (16, 6))])
+
+
+def load(name: str) -> tuple[list[Request], int]:
+    """(requests, page size) of a grid entry: wl:NAME:PAGE:SEED, seed:N, moon:SEED or file:PATH:PAGE."""
+    kind, _, arg = name.partition(":")
+    if kind == "wl":
+        workload, page, seed = arg.split(":")
+        return make_workload(workload, seed=int(seed)), int(page)
+    if kind == "seed":
+        _, reqs, page = random_trace(int(arg))
+        return reqs, page
+    if kind == "moon":
+        from radixkv.scheduling.synth import mooncake_shaped
+        with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as f:
+            for line in mooncake_shaped(400, seed=int(arg)):
+                f.write(json.dumps(line) + "\n")
+        try:
+            return read_trace(f.name), 16
+        finally:
+            os.unlink(f.name)
+    path, _, page = arg.rpartition(":")
+    return read_trace(path), int(page)
+
+
+def run(job: tuple[str, dict[str, object], tuple[str, ...]]) -> dict[str, float]:
+    name, overrides, policies = job
+    for key, value in overrides.items():
+        setattr(Adaptive, key, value)
+    reqs, page = load(name)
+    unique = build_segments(reqs, page).total_pages * page
+    longest = max(len(r.tokens) for r in reqs)
+    out = {}
+    for f in FRACS:
+        cap = capacity(f, unique, longest, page)
+        for p in policies:
+            out[f"{name}|{f}|{p}"] = replay(reqs, cap, p, page).hit_rate
+    return out
+
+
+def summary(label: str, rows: list[tuple[str, float, float]]) -> str:
+    m = np.array([r[2] for r in rows])
+    worst = min(rows, key=lambda r: r[2])
+    return (f"{label}: {len(m)} cells, worst {m.min():+.2f} ({worst[0]} {worst[1]:.0%}), mean {m.mean():+.3f}, "
+            f"below -0.5: {int((m < -0.5).sum())}, below -1: {int((m < -1).sum())}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
+    ap.add_argument("grid", choices=["tune", "held", "both"])
+    ap.add_argument("--trace", action="append", default=[], metavar="FILE:PAGE", help="add a trace to the held grid")
+    ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="override an Adaptive constant")
+    ap.add_argument("--fixed-cache", help="JSON file keeping the fixed policies' hit rates between runs")
+    ap.add_argument("--jobs", type=int, default=1, help="processes")
+    ap.add_argument("--cells", action="store_true", help="print every cell")
+    ap.add_argument("--only", default="", help="keep the grid entries whose name contains this")
+    a = ap.parse_args(argv)
+    overrides = {k: ast.literal_eval(v) for k, _, v in (s.partition("=") for s in a.set)}
+    for key in overrides:
+        if not key.isupper() or not hasattr(Adaptive, key):
+            ap.error(f"Adaptive has no constant {key}")
+    held = HELD + [f"file:{t}" for t in a.trace]
+    names = [n for n in {"tune": TUNE, "held": held, "both": TUNE + held}[a.grid] if a.only in n]
+    fixed: dict[str, float] = {}
+    if a.fixed_cache and os.path.exists(a.fixed_cache):
+        with open(a.fixed_cache) as f:
+            fixed = json.load(f)
+    t0 = time.perf_counter()
+    with Pool(a.jobs) as pool:
+        todo = [(n, {}, FIXED) for n in names if f"{n}|{FRACS[0]}|lru" not in fixed]
+        for r in pool.imap_unordered(run, todo):
+            fixed.update(r)
+        got: dict[str, float] = {}
+        for r in pool.imap_unordered(run, [(n, overrides, ("adaptive",)) for n in names]):
+            got.update(r)
+    if a.fixed_cache:
+        with open(a.fixed_cache, "w") as f:
+            json.dump(fixed, f)
+    rows = []
+    for n in names:
+        for f in FRACS:
+            hit = {p: fixed[f"{n}|{f}|{p}"] for p in FIXED}
+            rows.append((n, f, 100 * (got[f"{n}|{f}|adaptive"] - max(hit.values()))))
+            if a.cells:
+                print(f"| {n} | {f:.0%} | " + " | ".join(f"{hit[p]:.4f}" for p in FIXED)
+                      + f" | {got[f'{n}|{f}|adaptive']:.4f} | {rows[-1][2]:+.2f} |")
+    tuned = [r for r in rows if r[0] in TUNE]
+    for label, part in (("tune", tuned), ("held", [r for r in rows if r[0] not in TUNE])):
+        if part:
+            print(summary(label, part))
+    print(f"overrides {overrides}; {time.perf_counter() - t0:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
