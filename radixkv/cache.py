@@ -44,7 +44,7 @@ from radixkv.events.recorder import EventRecorder
 from radixkv.host_tier import HostTier
 from radixkv.insert_slots import InsertSlots
 from radixkv.invariants import check_cache, check_groups
-from radixkv.keys import as_extra_keys, request_key
+from radixkv.keys import DEFAULT_NAMESPACE, as_extra_keys, request_key
 from radixkv.multimodal import MultiModalKeys
 from radixkv.metrics import CacheStats, collect_metrics
 from radixkv.pools import CACHED, PRIVATE, RESERVED, PageLedger, TokenToKVPool, page_slots
@@ -130,7 +130,8 @@ class RadixCache:
         self._own()
         n = as_count(n, "alloc(n)")
         pages = self._take(-(-n // self.page_size), PRIVATE)
-        return torch.from_numpy(page_slots(pages, self.page_size)[:n])
+        slots = page_slots(pages, self.page_size)
+        return torch.from_numpy(slots if len(slots) == n else slots[:n])
 
     def free(self, slots: TokensLike) -> None:
         """Free the pages of `slots`, each whole. Every page touched must be private from alloc()."""
@@ -157,7 +158,7 @@ class RadixCache:
         if len(given) != len(toks):
             raise InvalidSlotsError(f"insert: {len(toks)} tokens but {len(given)} slots")
         n = len(toks) // self.page_size * self.page_size
-        key = toks[:n].tobytes()
+        key = (toks if n == len(toks) else toks[:n]).tobytes()
         if until is not None:
             self.pins.charge(n - self.pins.pinned_length(key, root), "insert(pin_ttl=...)")
         check = InsertSlots(self.ledger, given, n)
@@ -376,6 +377,8 @@ class RadixCache:
     # ------------------------------------------------------------------ helpers
 
     def _key(self, toks: np.ndarray, namespace: Any, extra_keys: Any) -> tuple[bytes, np.ndarray]:
+        if namespace is None and extra_keys is None:  # the common case: nothing to check (keys.py runs interpreted)
+            return DEFAULT_NAMESPACE, toks
         ns, keyed = request_key(namespace, extra_keys, toks, self.mm_keys)
         extra = as_extra_keys(extra_keys) if keyed is not toks else None  # keyed anew only by extra keys
         if extra is not None and self.events is not None:
@@ -383,7 +386,8 @@ class RadixCache:
         return ns, keyed
 
     def _match(self, toks: np.ndarray, root: TreeNode, asked: int) -> MatchInfo:
-        m = self.tree.match(toks[:len(toks) // self.page_size * self.page_size].tobytes(), root)
+        n = len(toks) // self.page_size * self.page_size
+        m = self.tree.match((toks if n == len(toks) else toks[:n]).tobytes(), root)
         self.stats.count_query(asked, m.length, m.host_length)
         return m
 

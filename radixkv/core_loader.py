@@ -20,13 +20,13 @@ import importlib.util
 import os
 import sys
 
-# Compiled by mypyc. Not the policies (eviction/policies.py, adaptive.py, lrfu.py): they are
-# subclassed, and a subclass's class attributes (`learns`, `name`) would not override a compiled
-# base's; the tree calls them as Python objects either way. Not keys.py: ExtraKeys checks its
+# Compiled by mypyc. The policies' base allows interpreted subclasses (users register their own) and
+# declares its flags ClassVar, so that a subclass's class attributes override them. Not keys.py: ExtraKeys checks its
 # fields' types itself, which compiled field reads would do first (a TypeError, not the typed error).
 # Not the layer-group and host-tier halves of the facade (cache_groups, cache_windows, cache_host):
 # off the common path, they run interpreted.
-CORE = ("tokens", "results", "pools/allocator", "pools/ledger", "eviction/index", "radix/types", "radix/core",
+CORE = ("tokens", "results", "pools/allocator", "pools/ledger", "eviction/index", "eviction/view", "eviction/history",
+        "eviction/policies", "eviction/adaptive", "eviction/lrfu", "radix/types", "radix/core",
         "radix/idle_roots", "radix/node", "radix/components", "radix/shadow", "radix/windows", "radix/residency",
         "radix/tree", "radix/lookup", "radix/locks", "radix/evict", "radix/pins", "radix/check", "sequences",
         "cache_thread", "insert_slots", "cache",

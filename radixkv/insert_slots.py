@@ -35,12 +35,10 @@ class InsertSlots:
             if page_slots(self.pages, ps).tobytes() != body.tobytes():
                 raise InvalidSlotsError("insert: each page of positions must be the tree's own slots there "
                                         "or the page_size slots of one private page, in order")
-        self.tail = self._tail_pages(given[n:], ps)  # pages of the partial tail
+        self.tail = _EMPTY if n == len(given) else self._tail_pages(given[n:], ps)  # pages of the partial tail
         self.duplicates = self.new = _EMPTY
 
     def _tail_pages(self, tail: np.ndarray, ps: int) -> np.ndarray:
-        if not len(tail):
-            return _EMPTY
         check_range(tail, self.ledger.num_pages * ps, "insert: slots")
         if len(set(tail.tolist())) != len(tail):  # fewer than page_size slots
             raise InvalidSlotsError("insert: slots must be distinct; the same slot appears twice")
@@ -52,8 +50,8 @@ class InsertSlots:
         ledger = self.ledger
         k = cached_len // ledger.page_size
         head = self.pages[:k]
-        duplicates = _EMPTY if head.tobytes() == tree_pages.tobytes() else head[head != tree_pages]
-        new = self.pages[k:]
+        duplicates = _EMPTY if not k or head.tobytes() == tree_pages.tobytes() else head[head != tree_pages]
+        new = self.pages[k:] if k else self.pages
         private = new if not len(duplicates) and not len(self.tail) else np.concatenate([duplicates, new, self.tail])
         why = ledger.private_and_distinct(private)
         if why is not None:

@@ -231,14 +231,3 @@ def _decode(data: bytes, pos: int) -> tuple[Any, int]:
     else:
         value = body if tag == b"b" else int.from_bytes(body, "big", signed=True)
     return value, pos + 5 + n
-
-
-def common_bytes(a: bytes, b: bytes, pos: int, page_bytes: int) -> int:
-    """Bytes of `a` equal to `b[pos:]` from the start, rounded down to whole pages: where two edge keys
-    (int32 little-endian token ids, as the tree core, radix/core.py, keeps them) part."""
-    n = min(len(a), len(b) - pos) // 4
-    x = np.frombuffer(a, dtype=np.int32, count=n)
-    y = np.frombuffer(b, dtype=np.int32, count=n, offset=pos)
-    diff = np.flatnonzero(x != y)
-    same = int(diff[0]) if len(diff) else n
-    return same * 4 // page_bytes * page_bytes

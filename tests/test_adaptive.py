@@ -11,10 +11,10 @@ from radixkv import RadixCache
 from radixkv.bench.opt import build_segments
 from radixkv.bench.runner import replay, sim_config
 from radixkv.bench.workloads import Request, agent, chat, gsp, tot
-from radixkv.eviction import make_policy
+from radixkv.eviction import POLICIES, make_policy
 from radixkv.eviction.adaptive import Adaptive
 from radixkv.eviction.history import History
-from radixkv.eviction.view import NodeView
+from radixkv.eviction.view import CachedNodeView, NodeView
 from radixkv.eviction.lrfu import LRFU
 from radixkv.radix.shadow import ShadowTree
 
@@ -208,27 +208,28 @@ def test_adaptive_history_is_charged_its_real_bytes_from_the_first_lookup(key_le
         tracemalloc.stop()
 
 
-def test_history_replays_the_traffic_before_the_first_eviction_without_its_key_bytes() -> None:
+def test_history_replays_the_traffic_before_the_first_eviction_without_its_key_bytes(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     """Before the first eviction the prior's history keeps, per request of the bench lifecycle, a
     length (the lookup) and a leaf (the insert) instead of key bytes, and replays exactly the
     (ns, key, use) entries the policy saw; lookups no insert extends and inserts that made no leaf
     keep their bytes (before: every entry kept its whole key, 20x the bytes on this small trace)."""
     reqs = SESSIONS["chat"]
+    seen: list[tuple[bytes, bytes, bool | None]] = []
+
+    class Recording(Adaptive):  # an interpreted subclass of the (maybe compiled) policy
+        def on_lookup(self, start: CachedNodeView, key: bytes, length: int) -> None:
+            seen.append((start.ns, key, None))
+            super().on_lookup(start, key, length)
+
+        def on_cache(self, start: CachedNodeView, key: bytes, n: int, use: bool) -> None:
+            seen.append((start.ns, key, use))
+            super().on_cache(start, key, n, use)
+
+    monkeypatch.setitem(POLICIES, "adaptive", Recording)
     cache = RadixCache(sim_config(sum(len(r.tokens) for r in reqs), 1, "adaptive", 4096))  # never evicts
     policy = cache.tree.policy
-    assert isinstance(policy, Adaptive) and policy._history is not None
-    seen: list[tuple[bytes, bytes, bool | None]] = []
-    lookup, cached = policy.on_lookup, policy.on_cache
-
-    def on_lookup(start: NodeView, key: bytes, length: int) -> None:
-        seen.append((start.ns, key, None))
-        lookup(start, key, length)
-
-    def on_cache(start: NodeView, key: bytes, n: int, use: bool) -> None:
-        seen.append((start.ns, key, use))
-        cached(start, key, n, use)
-
-    policy.on_lookup, policy.on_cache = on_lookup, on_cache  # type: ignore[method-assign]
+    assert isinstance(policy, Recording) and policy._history is not None
     for r in reqs:
         _serve(cache, r)
     history = policy._history

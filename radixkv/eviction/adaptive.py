@@ -37,6 +37,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from mypy_extensions import mypyc_attr
+
 from radixkv.eviction.history import History, absolute_key
 from radixkv.eviction.policies import LFU, LRU, EvictionPolicy
 
@@ -44,6 +46,7 @@ if TYPE_CHECKING:
     from radixkv.eviction.view import CachedNodeView, NodeView, ShadowView, TreeView
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Adaptive(EvictionPolicy):
     """Follow the leader of LRU and LFU (module docstring)."""
 
@@ -65,7 +68,7 @@ class Adaptive(EvictionPolicy):
     def __init__(self) -> None:
         self.experts: tuple[EvictionPolicy, ...] = (LRU(), LFU())
         self.mode = self.START  # the expert the real cache follows
-        self.key = self.experts[self.START].key  # type: ignore[method-assign]  # the current expert's key
+        self._current: EvictionPolicy = self.experts[self.START]  # the expert followed: `key` is its key
         self.switches = 0
         self._tree: TreeView | None = None
         self._shadows: dict[int, ShadowView] = {}  # expert -> its shadow (none before the first eviction)
@@ -83,6 +86,9 @@ class Adaptive(EvictionPolicy):
     @property
     def leader(self) -> str:
         return self.experts[self.mode].name
+
+    def key(self, node: NodeView) -> tuple:
+        return self._current.key(node)
 
     def on_evict(self, victim: CachedNodeView) -> None:
         if not self._shadows:  # until now every expert held what the real cache holds
@@ -176,7 +182,7 @@ class Adaptive(EvictionPolicy):
 
     def _follow(self, expert: int) -> None:
         self.mode = expert
-        self.key = self.experts[expert].key  # type: ignore[method-assign]
+        self._current = self.experts[expert]
         self.epoch += 1
         self.switches += 1
 

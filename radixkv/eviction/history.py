@@ -19,7 +19,7 @@ the history past its budget). Replay yields the same (ns, key, use) entries the 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterator, Union
+from typing import TYPE_CHECKING, Final, Iterator, Union
 
 if TYPE_CHECKING:
     from radixkv.eviction.view import NodeView
@@ -28,7 +28,7 @@ Item = Union[bytes, int, "NodeView"]  # key bytes, a length into the next entry'
 
 
 class History:
-    ENTRY_BYTES = 112  # per entry besides the key bytes it keeps: its 3-tuple (64), list slot (8, 9 amortized)
+    ENTRY_BYTES: Final = 112  # per entry besides the key bytes it keeps: its 3-tuple (64), list slot (8, 9 amortized)
     # and a kept key's bytes header (33), rounded up; the namespace is the root's own object, shared
     # (tests/test_adaptive.py measures it with tracemalloc: ~99-106 + len(key))
 

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from radixkv.eviction.policies import EvictionPolicy
 
@@ -47,12 +47,13 @@ class LRFU(EvictionPolicy):
     learns = True
     stable_keys = False  # keys read the half-life, which moves with every event
     # insert_is_use stays False although the key reads hit_count: on_hit spots a leaf's first match by it
-    H_MIN = 8.0  # ticks (2 per request): the frequency term vanishes, pure LRU order
-    H_MAX = 4096.0  # ~2,000 requests: log2(hit count) dominates recency, LFU-like
-    R_LO, R_HI = 0.6, 0.85  # chain rate at which H starts to fall from H_MAX / reaches H_MIN
-    DECAY = 0.999  # per counted event: r remembers the last ~1,000 events
-    GHOSTS = 8192  # evicted never-hit leaves remembered
-    _FP = 8 * 4  # leading key bytes (8 tokens) in a ghost's fingerprint
+    H_MIN: Final = 8.0  # ticks (2 per request): the frequency term vanishes, pure LRU order
+    H_MAX: Final = 4096.0  # ~2,000 requests: log2(hit count) dominates recency, LFU-like
+    R_LO: Final = 0.6  # chain rate at which H starts to fall from H_MAX
+    R_HI: Final = 0.85  # ... and reaches H_MIN
+    DECAY: Final = 0.999  # per counted event: r remembers the last ~1,000 events
+    GHOSTS: Final = 8192  # evicted never-hit leaves remembered
+    _FP: Final = 8 * 4  # leading key bytes (8 tokens) in a ghost's fingerprint
 
     def __init__(self) -> None:
         self._chains = 0.0  # decayed count of chain events (prior: r = 0, weight 1)

@@ -14,18 +14,23 @@ says that a stored key always equals `key(node)` (check_invariants verifies it).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, ClassVar
+
+from mypy_extensions import mypyc_attr
 
 if TYPE_CHECKING:
     from radixkv.eviction.view import CachedNodeView, NodeView
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # users register policies of their own (interpreted)
 class EvictionPolicy:
-    name = "base"
-    learns = False  # True: the tree calls the hooks below; keys may depend on what was learned
-    stable_keys = True  # every stored key equals key(node) (False: keys drift with learned state)
+    # ClassVar: compiled (radixkv/build.py), a plain class attribute becomes an instance field whose
+    # default a subclass's class attribute would not override; a ClassVar is looked up on the class.
+    name: ClassVar[str] = "base"
+    learns: ClassVar[bool] = False  # True: the tree calls the hooks below; keys may depend on what was learned
+    stable_keys: ClassVar[bool] = True  # every stored key equals key(node) (False: keys drift with learned state)
+    insert_is_use: ClassVar[bool] = False  # True where the key reads hit_count: a direct insert then counts a use
     epoch = 0  # bumped by a learning policy whose order changed wholesale: the tree re-keys
-    insert_is_use = False  # True where the key reads hit_count: a direct insert then counts a use, as in SGLang
 
     def key(self, node: NodeView) -> tuple:
         raise NotImplementedError

@@ -44,7 +44,8 @@ class CachedNodeView(NodeView, Protocol):
 class FixedPolicyView(Protocol):
     """A fixed policy as a shadow runs it (eviction/policies.py's EvictionPolicy satisfies it)."""
 
-    insert_is_use: bool  # a direct insert counts as a use
+    @property
+    def insert_is_use(self) -> bool: ...  # a direct insert counts as a use
 
     def key(self, node: NodeView) -> tuple: ...  # eviction order: smallest first
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Generic, TypeVar
 
-from radixkv.keys import common_bytes
+import numpy as np
 
 N = TypeVar("N", bound="PrefixNode")  # a tree's own node class: its parent and children are of it too
 
@@ -113,3 +113,16 @@ class TreeCore(Generic[N]):
         leaf = self.make_node(parent.ns, parent, key)
         parent.children[key[:self.page_bytes]] = leaf
         return leaf
+
+
+def common_bytes(a: bytes, b: bytes, pos: int, page_bytes: int) -> int:
+    """Bytes of `a` equal to `b[pos:]` from the start, rounded down to whole pages: where two edge keys
+    (int32 little-endian token ids) part. C calls only (flatnonzero's Python wrappers cost more)."""
+    n = min(len(a), len(b) - pos) // 4
+    if n == 0:
+        return 0
+    diff = np.frombuffer(a, dtype=np.int32, count=n) != np.frombuffer(b, dtype=np.int32, count=n, offset=pos)
+    same = int(diff.argmax())  # the first difference, or 0 when there is none
+    if same == 0 and not diff[0]:
+        same = n
+    return same * 4 // page_bytes * page_bytes

@@ -139,5 +139,5 @@ def evict_host(tree: RadixTree, num_tokens: int) -> np.ndarray:
     return _cat(chunks)
 
 
-def _cat(chunks: list[np.ndarray]) -> np.ndarray:
-    return np.concatenate(chunks) if chunks else _EMPTY
+def _cat(chunks: list[np.ndarray]) -> np.ndarray:  # (a lone chunk is a dropped node's own array: no copy)
+    return (chunks[0] if len(chunks) == 1 else np.concatenate(chunks)) if chunks else _EMPTY

@@ -158,9 +158,10 @@ class RadixTree(TreeCore[TreeNode]):
             self._learn_lookup(start, key, dev)
         if k == 0:
             return MatchInfo(start, 0, _EMPTY, length)
-        node = path[k - 1]
-        return MatchInfo(node, dev, np.concatenate([n.pages for n in path[:k] if n.pages is not None], dtype=np.int64),
-                         length - dev)
+        node, first = path[k - 1], path[0].pages
+        pages = (first.astype(np.int64) if k == 1 and first is not None  # (a copy: the caller owns it)
+                 else np.concatenate([n.pages for n in path[:k] if n.pages is not None], dtype=np.int64))
+        return MatchInfo(node, dev, pages, length - dev)
 
     def pins_on(self, pins: PinKeeper) -> None:
         """Start keeping `pins` (before the first one): from now on the device index orders pinned

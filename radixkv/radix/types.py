@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Callable, Protocol
 
 import numpy as np
 
@@ -15,18 +15,26 @@ USER, SEQUENCE = 0, 1  # lock holders: lock()/unlock() callers, open Sequences
 DEVICE, HOST = "GPU", "CPU"  # media a listener hears of: vLLM's KV-event names (radixkv.events keeps the same)
 
 
-class MatchInfo(NamedTuple):
-    node: TreeNode  # ends exactly at `length` (the start node when nothing matched)
-    length: int  # device-cached tokens below the start node, whole pages
-    pages: np.ndarray  # int64 [length // page_size]: their device pages, a fresh array
-    host_length: int  # further tokens held only in the host tier
+# Plain classes, not NamedTuples: compiled, building one is a C call and its fields are struct reads
+# (a NamedTuple's __new__ is an interpreted lambda, two per request).
+class MatchInfo:
+    __slots__ = ("node", "length", "pages", "host_length")
+
+    def __init__(self, node: TreeNode, length: int, pages: np.ndarray, host_length: int) -> None:
+        self.node = node  # ends exactly at `length` (the start node when nothing matched)
+        self.length = length  # device-cached tokens below the start node, whole pages
+        self.pages = pages  # int64 [length // page_size]: their device pages, a fresh array
+        self.host_length = host_length  # further tokens held only in the host tier
 
 
-class InsertResult(NamedTuple):
-    node: TreeNode  # ends exactly at the end of the inserted key
-    cached_len: int  # tokens that were already on the device (the caller's pages there are duplicates)
-    tree_pages: np.ndarray  # int64 [cached_len // page_size]: the tree's pages there (read only)
-    gained: list[TreeNode]  # nodes that just got device KV (new leaf, host-only nodes), parents first
+class InsertResult:
+    __slots__ = ("node", "cached_len", "tree_pages", "gained")
+
+    def __init__(self, node: TreeNode, cached_len: int, tree_pages: np.ndarray, gained: list[TreeNode]) -> None:
+        self.node = node  # ends exactly at the end of the inserted key
+        self.cached_len = cached_len  # tokens that were already on the device (the caller's pages there are duplicates)
+        self.tree_pages = tree_pages  # int64 [cached_len // page_size]: the tree's pages there (read only)
+        self.gained = gained  # nodes that just got device KV (new leaf, host-only nodes), parents first
 
 
 class ResidencyListener(Protocol):

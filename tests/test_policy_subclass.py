@@ -1,0 +1,105 @@
+"""A policy defined in the user's own (interpreted) code, registered in POLICIES, drives the cache as
+the built-in ones do, compiled core or not: its class-level flags (`name`, `learns`, `insert_is_use`,
+`stable_keys`) override the base's, its `key` orders eviction, its hooks are called, and a bumped
+`epoch` re-keys the index. (Compiled by mypyc, a base's plain class attribute would become a field
+that a subclass's class attribute does not override: eviction/policies.py declares them ClassVar.)"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from radixkv import RadixCache
+from radixkv.bench.runner import sim_config
+from radixkv.eviction import POLICIES, EvictionPolicy
+from radixkv.eviction.adaptive import Adaptive
+from radixkv.eviction.policies import LFU, LRU
+from radixkv.eviction.view import CachedNodeView, NodeView
+
+
+class Oldest(EvictionPolicy):
+    """Evicts the oldest-created leaf first, learns (counts its hooks) and flips to newest-first on
+    request, bumping `epoch`."""
+
+    name = "oldest-test"
+    learns = True
+    insert_is_use = True
+    stable_keys = True
+
+    def __init__(self) -> None:
+        self.calls = {"insert": 0, "hit": 0, "evict": 0, "lookup": 0, "cache": 0}
+        self.newest_first = False
+
+    def key(self, node: NodeView) -> tuple:
+        return (-node.created if self.newest_first else node.created, node.id)
+
+    def flip(self) -> None:
+        self.newest_first = not self.newest_first
+        self.epoch += 1
+
+    def on_insert(self, leaf: CachedNodeView) -> None:
+        self.calls["insert"] += 1
+
+    def on_hit(self, node: CachedNodeView) -> None:
+        self.calls["hit"] += 1
+
+    def on_evict(self, victim: CachedNodeView) -> None:
+        self.calls["evict"] += 1
+
+    def on_lookup(self, start: CachedNodeView, key: bytes, length: int) -> None:
+        self.calls["lookup"] += 1
+
+    def on_cache(self, start: CachedNodeView, key: bytes, cached: int, use: bool) -> None:
+        self.calls["cache"] += 1
+
+
+@pytest.fixture
+def registered():
+    POLICIES[Oldest.name] = Oldest
+    yield
+    del POLICIES[Oldest.name]
+
+
+def _cached(cache: RadixCache, tokens: list[int]) -> int:
+    return cache.match_prefix(tokens).length
+
+
+def test_builtin_flags_read_as_class_attributes() -> None:
+    assert (LRU.name, LRU.learns, LRU.insert_is_use, LRU().epoch) == ("lru", False, False, 0)
+    assert (LFU.name, LFU().insert_is_use) == ("lfu", True)
+    a = Adaptive()
+    assert (a.name, a.learns, a.stable_keys, a.insert_is_use) == ("adaptive", True, True, True)
+    assert a.key is not None and a.leader == "lru"
+
+
+def test_interpreted_subclass_drives_the_cache(registered) -> None:
+    cache = RadixCache(sim_config(8, 1, Oldest.name, 8))
+    policy = cache.tree.policy
+    assert isinstance(policy, Oldest) and cache.tree._learns and cache.tree._insert_is_use
+    for first in (10, 20):  # two 4-token sequences fill the cache: 10.. is the older one
+        cache.insert([first, 1, 2, 3], cache.alloc(4))
+    assert cache.tree.nodes()[1].hit_count == 1  # insert_is_use: the insert counted a use
+    cache.insert([30, 1, 2, 3], cache.alloc(4))  # evicts the oldest: 10..
+    assert (_cached(cache, [10, 1, 2, 3]), _cached(cache, [20, 1, 2, 3]), _cached(cache, [30, 1, 2, 3])) == (0, 4, 4)
+    assert policy.calls["evict"] == 1 and policy.calls["insert"] == 3 and policy.calls["cache"] == 3
+    assert policy.calls["lookup"] == 3 and policy.calls["hit"] == 2
+    policy.flip()  # newest first from now on: the next lookup re-keys the index
+    _cached(cache, [40])
+    cache.insert([50, 1, 2, 3], cache.alloc(4))  # evicts the newest: 30..
+    assert (_cached(cache, [20, 1, 2, 3]), _cached(cache, [30, 1, 2, 3])) == (4, 0)
+    cache.check_invariants()  # stable keys: every stored key equals key(node) after the re-key
+
+
+def test_fixed_interpreted_subclass_is_not_asked_to_learn(registered) -> None:
+    class Quiet(Oldest):
+        learns = False
+
+    POLICIES["quiet-test"] = Quiet
+    try:
+        cache = RadixCache(sim_config(8, 1, "quiet-test", 8))
+        for first in (10, 20, 30):
+            cache.insert(torch.tensor([first, 1, 2, 3]), cache.alloc(4))
+        assert not cache.tree._learns and sum(cache.tree.policy.calls.values()) == 0
+        assert _cached(cache, [10, 1, 2, 3]) == 0 and _cached(cache, [30, 1, 2, 3]) == 4
+    finally:
+        del POLICIES["quiet-test"]
