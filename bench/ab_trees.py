@@ -14,10 +14,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 
+from compile_gain import paired_medians  # bench/ is the script's own folder, first on sys.path
 from radixkv.cli_args import HelpFormatter, positive_int
 
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "compile_gain.py")
@@ -47,11 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"policy {a.policy}; median of {a.rounds} rounds")
     print("| cell | before req/s | after req/s | after / before |")
     print("|---|---:|---:|---:|")
-    for cell in [k for k in runs["before"][0] if k != "tree"]:
-        hits = {r[cell][1] for rs in runs.values() for r in rs}
-        if len(hits) != 1:
-            raise SystemExit(f"{cell}: hit rates differ between the checkouts: {sorted(hits)}")
-        b, c = (statistics.median(r[cell][0] for r in runs[k]) for k in ("before", "after"))
+    for cell, b, c in paired_medians(runs, "before", "after"):
         print(f"| {cell} | {b:.0f} | {c:.0f} | {c / b:.3f} |")
     return 0
 

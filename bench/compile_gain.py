@@ -100,12 +100,21 @@ def compare(args: argparse.Namespace) -> None:
                 runs["compiled"].append(run_round(built, args))
     print(f"radix/tree loaded from: pure {runs['pure'][0]['tree']}, compiled {runs['compiled'][0]['tree']}")
     print(f"{'cell':<12} {'pure req/s':>10} {'compiled':>9} {'ratio':>6}  (median of {args.rounds} rounds)")
-    for cell in [k for k in runs["pure"][0] if k != "tree"]:
-        hits = {r[cell][1] for rs in runs.values() for r in rs}
-        if len(hits) != 1:
-            raise SystemExit(f"{cell}: hit rates differ between pure and compiled: {sorted(hits)}")
-        p, c = (statistics.median(r[cell][0] for r in runs[k]) for k in ("pure", "compiled"))
+    for cell, p, c in paired_medians(runs, "pure", "compiled"):
         print(f"{cell:<12} {p:>10.0f} {c:>9.0f} {c / p:>5.2f}x")
+
+
+def paired_medians(runs: dict[str, list[dict]], first: str, second: str) -> list[tuple[str, float, float]]:
+    """Per cell of the workers' rounds: (cell, median req/s of `first`, of `second`); SystemExit where the
+    two sides' hit rates differ (the comparison would then not be of the same work)."""
+    out = []
+    for cell in [k for k in runs[first][0] if k != "tree"]:
+        hits = {r[cell][1] for k in (first, second) for r in runs[k]}
+        if len(hits) != 1:
+            raise SystemExit(f"{cell}: hit rates differ between {first} and {second}: {sorted(hits)}")
+        a, b = (statistics.median(r[cell][0] for r in runs[k]) for k in (first, second))
+        out.append((cell, a, b))
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
