@@ -136,6 +136,21 @@ def test_rejects_requests_that_cannot_fit(model: torch.nn.Module, no_interpreter
     assert_cache_idle(engine)
 
 
+@pytest.mark.parametrize("bad", [0, -3, True, 2.5, "512"])
+def test_bad_engine_arguments_cost_no_forward(model: torch.nn.Module, bad: object) -> None:
+    """An argument error is raised before the construction's probe forward runs, and leaves the model as it was."""
+    calls: list[int] = []
+    handle = model.register_forward_hook(lambda *_: calls.append(1))
+    try:
+        model.train()
+        with pytest.raises(ValueError, match="max_batch_tokens must be"):
+            Engine(model, max_batch_tokens=bad, dtype=torch.float32)
+        assert calls == [] and model.training
+    finally:
+        handle.remove()
+        model.eval()
+
+
 def test_interpreted_triton_kernels() -> None:
     """A few tokens through the Triton kernels under TRITON_INTERPRET=1 (set by conftest)."""
     assert os.environ.get("TRITON_INTERPRET") == "1"

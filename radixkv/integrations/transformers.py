@@ -141,14 +141,15 @@ class Engine:
         if not isinstance(schedule, str) or schedule not in POLICIES:
             raise InvalidArgumentError(f"Engine(schedule={schedule!r}): choose from {', '.join(POLICIES)}")
         self.schedule = schedule
+        if isinstance(max_batch_tokens, bool) or not isinstance(max_batch_tokens, int) or max_batch_tokens < 1:
+            raise InvalidArgumentError(f"max_batch_tokens must be an int >= 1, got {max_batch_tokens!r}")
+        # The model's checks, cheapest first; the probe runs a forward, so it comes after every argument check.
         self.layer_groups = layer_groups(model.config)  # raises UnsupportedModelError for an unknown layer kind
         check_served(self.layer_groups, type(model).__name__)
         check_family(model.config, type(model).__name__)  # recurrent layers: tested families only
         check_model(model)  # attention through AttentionInterface, a Llama-style KV layout (model_checks.py)
-        probe_attention(model.eval(), model_layout(model), self.layer_groups)  # attention as the kernels compute it
-        if isinstance(max_batch_tokens, bool) or not isinstance(max_batch_tokens, int) or max_batch_tokens < 1:
-            raise InvalidArgumentError(f"max_batch_tokens must be an int >= 1, got {max_batch_tokens!r}")
         self.model = model.eval()
+        probe_attention(self.model, model_layout(model), self.layer_groups)  # attention as the kernels compute it
         self.tokenizer = tokenizer
         self.max_batch_tokens = max_batch_tokens
         self.namespace = namespace
