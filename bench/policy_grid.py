@@ -13,7 +13,8 @@ at 5/10/25/50% of each trace's unique tokens. The grids:
 
 `--set NAME=VALUE` overrides a constant of the Adaptive class before the runs (a sweep; the class
 attribute must exist). The fixed policies' hit rates do not depend on it: `--fixed-cache FILE` keeps
-them between runs. `--jobs N` runs traces in N processes. Hit rates are deterministic.
+them between runs. `--jobs N` runs traces in N processes. Hit rates are deterministic. `--set` needs
+RADIXKV_PURE_PYTHON=1: the compiled core's class reads its constants as they were built.
 
     .venv/bin/python bench/policy_grid.py tune
     .venv/bin/python bench/policy_grid.py held --fixed-cache fixed.json --set WINDOW=4.0
@@ -36,6 +37,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # policy_margins
 
 from policy_margins import random_trace  # noqa: E402
 
+from radixkv import COMPILED_CORE  # noqa: E402
 from radixkv.bench.opt import build_segments  # noqa: E402
 from radixkv.bench.runner import capacity, replay  # noqa: E402
 from radixkv.bench.traces import read_trace  # noqa: E402
@@ -108,6 +110,8 @@ def main(argv: list[str] | None = None) -> None:
     for key in overrides:
         if not key.isupper() or not hasattr(Adaptive, key):
             ap.error(f"Adaptive has no constant {key}")
+    if overrides and COMPILED_CORE:  # the compiled class reads its constants as built: a --set would do nothing
+        ap.error("--set needs the pure-Python core: run with RADIXKV_PURE_PYTHON=1")
     held = HELD + [f"file:{t}" for t in a.trace]
     names = [n for n in {"tune": TUNE, "held": held, "both": TUNE + held}[a.grid] if a.only in n]
     fixed: dict[str, float] = {}

@@ -240,3 +240,34 @@ def test_history_replays_the_traffic_before_the_first_eviction_without_its_key_b
         cache.match_prefix(r.tokens[:3])
         _serve(cache, r)
     assert list(history) == seen and policy._shadows == {}
+
+
+def test_policy_switches_traces_the_policy_without_changing_it() -> None:
+    """bench/policy_switches.py (pure core only) logs the first eviction and each switch of the default
+    policy; its traced run must hit exactly what a plain run of `adaptive` hits, and its switches must be
+    the policy's own (seed 2013 at 10%: the held-out cell with three switches after the prior)."""
+    import os
+    import subprocess
+    import sys
+
+    from scripts import ROOT, load_script
+
+    cell = "seed:2013@0.1"
+    env = {**os.environ, "RADIXKV_PURE_PYTHON": "1", "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, str(ROOT / "bench" / "policy_switches.py"), cell], capture_output=True,
+                         text=True, check=True, env=env, cwd=ROOT).stdout.splitlines()
+    grid = load_script(ROOT / "bench" / "policy_grid.py")
+    reqs, page = grid.load("seed:2013")
+    cap = grid.capacity(0.1, build_segments(reqs, page).total_pages * page, max(len(r.tokens) for r in reqs), page)
+    cache = RadixCache(sim_config(cap, page, "adaptive", max(len(r.tokens) for r in reqs), False, "xxh3"))
+    for r in reqs:  # the replay's lifecycle, keeping the cache to read its policy's switch count
+        m = cache.match_prefix(r.tokens[:r.prompt_len])
+        cache.lock(m.node)
+        cache.insert(r.tokens, torch.cat([m.slots, cache.alloc(len(r.tokens) - m.length)]))
+        cache.unlock(m.node)
+    policy = cache.tree.policy
+    assert isinstance(policy, Adaptive)
+    hit = replay(reqs, cap, "adaptive", page).hit_rate
+    assert out[0].startswith(f"{cell}: {len(reqs)} requests, capacity {cap}, adaptive {hit:.4f} ("), out
+    assert out[1].startswith("  first eviction at request ") and out[1].endswith("follows lru"), out
+    assert sum("-> lfu" in line or "-> lru" in line for line in out[2:]) == policy.switches, out

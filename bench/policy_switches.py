@@ -1,0 +1,108 @@
+"""Where the default policy's margin is lost: its decisions on one grid cell, request by request.
+
+For each cell (a bench/policy_grid.py entry at a share of its unique tokens) this prints the request
+at which the real cache first evicted (and how many history entries the prior replayed then), and every
+switch: the request, the expert followed from then on, and the evidence it acted on (decayed lead in
+tokens, tokens asked, and the sign count: lookups where the other expert matched more minus those
+where it matched less, out of the lookups where they differed). With the fixed policies' hit rates
+beside it, this says whether a cell lost to lag, a wrong prior or a round trip (bench/RESULTS.md).
+
+    RADIXKV_PURE_PYTHON=1 .venv/bin/python bench/policy_switches.py wl:chat:1:0@0.25 seed:2012@0.5 \\
+        [--set NAME=VALUE]
+
+Needs the pure-Python core: it wraps the Adaptive class's methods, which a compiled class ignores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # policy_grid, beside this file
+
+from policy_grid import FIXED, load  # noqa: E402
+
+from radixkv import COMPILED_CORE  # noqa: E402
+from radixkv.bench.opt import build_segments  # noqa: E402
+from radixkv.bench.runner import capacity, replay  # noqa: E402
+from radixkv.cli_args import HelpFormatter  # noqa: E402
+from radixkv.eviction.adaptive import Adaptive  # noqa: E402
+
+
+class Traced(Adaptive):
+    """Adaptive, recording its first eviction and its switches against a request counter."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.request = 0
+        self.wins = self.split = 0.0  # the sign count, decayed as the lead is
+        self.log: list[str] = []
+
+    def on_evict(self, victim) -> None:  # noqa: ANN001 - a CachedNodeView
+        first, mode = not self._shadows, self.mode
+        super().on_evict(victim)
+        if first:
+            self.log.append(f"first eviction at request {self.request}: the prior follows {self.leader}"
+                            + (" (switched)" if self.mode != mode else ""))
+
+    def on_lookup(self, start, key: bytes, length: int) -> None:  # noqa: ANN001
+        lead_before, switches = self._lead, self.switches
+        super().on_lookup(start, key, length)
+        if self.switches != switches:  # the lead was negated: undo that to read this lookup's lead
+            lead = -self._lead - lead_before
+        else:
+            lead = self._lead - lead_before
+        if self._shadows and lead:
+            self.wins += 1.0 if lead > 0 else -1.0
+            self.split += 1.0
+        if self.switches != switches:
+            self.log.append(f"request {self.request}: -> {self.leader}, lead {-self._lead:.0f} of "
+                            f"{self._asked:.0f} asked, sign {self.wins:+.1f} of {self.split:.1f}")
+            self.wins = -self.wins
+
+    def on_cache(self, start, key: bytes, cached: int, use: bool) -> None:  # noqa: ANN001
+        asked = self._asked
+        super().on_cache(start, key, cached, use)
+        if asked > 0.0 and self._asked < asked:  # decayed: the same factor
+            self.wins *= self._asked / asked
+            self.split *= self._asked / asked
+
+
+def trace(cell: str) -> str:
+    name, _, frac = cell.rpartition("@")
+    reqs, page = load(name)
+    unique = build_segments(reqs, page).total_pages * page
+    cap = capacity(float(frac), unique, max(len(r.tokens) for r in reqs), page)
+    policy = Traced()
+    from radixkv.eviction import POLICIES
+    POLICIES["traced"] = lambda: policy
+    try:
+        hit = replay(reqs, cap, "traced", page, on_request=lambda: setattr(policy, "request", policy.request + 1))
+    finally:
+        del POLICIES["traced"]
+    fixed = {p: replay(reqs, cap, p, page).hit_rate for p in FIXED}
+    lines = [f"{cell}: {len(reqs)} requests, capacity {cap}, adaptive {hit.hit_rate:.4f} ("
+             + ", ".join(f"{p} {h:.4f}" for p, h in fixed.items())
+             + f"), margin {100 * (hit.hit_rate - max(fixed.values())):+.2f}"]
+    return "\n".join(lines + [f"  {line}" for line in policy.log])
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
+    ap.add_argument("cells", nargs="+", metavar="NAME@SHARE", help="e.g. wl:chat:1:0@0.25, moon:1@0.05")
+    ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="override an Adaptive constant")
+    a = ap.parse_args(argv)
+    if COMPILED_CORE:
+        ap.error("needs the pure-Python core: run with RADIXKV_PURE_PYTHON=1")
+    for k, _, v in (s.partition("=") for s in a.set):
+        if not k.isupper() or not hasattr(Adaptive, k):
+            ap.error(f"Adaptive has no constant {k}")
+        setattr(Adaptive, k, ast.literal_eval(v))
+    for cell in a.cells:
+        print(trace(cell), flush=True)
+
+
+if __name__ == "__main__":
+    main()
