@@ -72,8 +72,11 @@ def count(a: argparse.Namespace, mode: str) -> tuple[int, list[tuple[int, str]]]
         top: list[tuple[int, str]] = []
         if a.top:  # own instructions, any function; then inclusive, the compiled core's functions
             top = _annotate(f"{tmp}/cg.out", "no", a.top)
-            top += [(k, fn.partition("CPyDef_")[2] + " (inclusive)") for k, fn in _annotate(f"{tmp}/cg.out", "yes", 400)
-                    if "CPyDef_" in fn][:a.top]
+            seen: dict[str, int] = {}  # (callgrind lists a function once per object it was entered from)
+            for k, fn in _annotate(f"{tmp}/cg.out", "yes", 400):
+                if "CPyDef_" in fn:
+                    seen.setdefault(fn.partition("CPyDef_")[2] + " (inclusive)", k)
+            top += [(k, fn) for fn, k in seen.items()][:a.top]
     return int(got.group(1)), top
 
 
