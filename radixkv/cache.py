@@ -46,13 +46,13 @@ from radixkv.insert_slots import InsertSlots
 from radixkv.invariants import check_cache, check_groups
 from radixkv.keys import DEFAULT_NAMESPACE, as_extra_keys, request_key
 from radixkv.multimodal import MultiModalKeys
-from radixkv.metrics import CacheStats, collect_metrics
+from radixkv.metrics import collect_metrics
 from radixkv.pools import CACHED, PRIVATE, RESERVED, PageLedger, TokenToKVPool, page_slots
 from radixkv.radix import SEQUENCE, USER, MatchInfo, RadixTree, TreeNode, evict_device
 from radixkv.radix import locks, lookup
 from radixkv.radix.pins import Pins
 from radixkv.radix.windows import Reach
-from radixkv.results import BatchInputs, LockHandle, MatchResult, SizeInfo
+from radixkv.results import BatchInputs, CacheStats, LockHandle, MatchResult, SizeInfo
 from radixkv.sequences import Sequence, SequenceTable
 from radixkv.tokens import ExtraKeysArg, IntArg, SecondsArg, SequenceArg, TokensLike, as_count, as_priority, as_slots, as_tokens, slot_array
 
@@ -102,7 +102,8 @@ class RadixCache:
         self._own()
         ns, toks = self._key(as_tokens(tokens), namespace, extra_keys)
         m = self._match(toks, self.tree.root(ns), len(toks))
-        return MatchResult(m.length, torch.from_numpy(page_slots(m.pages, self.page_size)), m.node, m.host_length)
+        slots = torch.from_numpy(page_slots(m.pages, self.page_size))
+        return tuple.__new__(MatchResult, (m.length, slots, m.node, m.host_length))  # (no interpreted __new__)
 
     def locate(self, tokens: TokensLike, namespace: Any = None, extra_keys: ExtraKeysArg = None) -> LockHandle:
         """The node ending the longest prefix of `tokens` (whole pages) whose full KV is on the
@@ -111,7 +112,7 @@ class RadixCache:
         Splits the edge where it ends; not a use: no recency, hit or query is counted."""
         self._own()
         ns, toks = self._key(as_tokens(tokens), namespace, extra_keys)
-        return lookup.locate(self.tree, toks[:len(toks) // self.page_size * self.page_size].tobytes(), self.tree.root(ns))
+        return lookup.locate(self.tree, self._page_key(toks), self.tree.root(ns))
 
     def lock(self, node: LockHandle) -> None:
         """Protect `node` and its ancestors from eviction; pairs with one unlock(node)."""
@@ -157,8 +158,8 @@ class RadixCache:
         until = None if pin_ttl is None else self.pins.deadline(pin_ttl, "insert(pin_ttl=...)")
         if len(given) != len(toks):
             raise InvalidSlotsError(f"insert: {len(toks)} tokens but {len(given)} slots")
-        n = len(toks) // self.page_size * self.page_size
-        key = (toks if n == len(toks) else toks[:n]).tobytes()
+        key = self._page_key(toks)
+        n = len(key) // 4
         if until is not None:
             self.pins.charge(n - self.pins.pinned_length(key, root), "insert(pin_ttl=...)")
         check = InsertSlots(self.ledger, given, n)
@@ -200,7 +201,7 @@ class RadixCache:
         self.seqs.check_row_free()
         root = self.tree.root(ns)
         if until is not None:  # plan the pin before the match and promotion change anything
-            key = toks[:reuse // self.page_size * self.page_size].tobytes()
+            key = self._page_key(toks[:reuse])
             self.pins.charge(sum(lookup.peek(self.tree, key, root)) - self.pins.pinned_length(key, root), "open(pin_ttl=...)")
         m = self._match(toks[:reuse], root, reuse)
         if m.host_length and self.host is not None:
@@ -225,7 +226,7 @@ class RadixCache:
         ns, toks = self._key(as_tokens(tokens), namespace, extra_keys)
         until = self.pins.deadline(ttl, "pin(ttl=...)")
         root = self.tree.root(ns)
-        node = lookup.locate(self.tree, toks[:len(toks) // self.page_size * self.page_size].tobytes(), root)
+        node = lookup.locate(self.tree, self._page_key(toks), root)
         self.pins.pin(node, until, "pin(ttl=...)")
         return node.end
 
@@ -385,10 +386,17 @@ class RadixCache:
             self.events.learn(extra, toks)  # the raw ids vLLM's block hashes see
         return ns, keyed
 
-    def _match(self, toks: np.ndarray, root: TreeNode, asked: int) -> MatchInfo:
+    def _page_key(self, toks: np.ndarray) -> bytes:
+        """The tree's key of `toks`: its whole pages, int32 bytes (a partial last page is never keyed)."""
         n = len(toks) // self.page_size * self.page_size
-        m = self.tree.match((toks if n == len(toks) else toks[:n]).tobytes(), root)
-        self.stats.count_query(asked, m.length, m.host_length)
+        return (toks if n == len(toks) else toks[:n]).tobytes()
+
+    def _match(self, toks: np.ndarray, root: TreeNode, asked: int) -> MatchInfo:
+        m = self.tree.match(self._page_key(toks), root)
+        st = self.stats
+        st.query_tokens += asked
+        st.hit_tokens += m.length
+        st.host_hit_tokens += m.host_length
         return m
 
     def _take(self, k: int, state: int) -> np.ndarray:

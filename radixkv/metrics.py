@@ -22,25 +22,13 @@ extra), with counters as counters and the rest as gauges.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+from radixkv.results import CacheStats
 
 if TYPE_CHECKING:
     from radixkv.host_tier import HostTier
     from radixkv.results import SizeInfo
-
-
-@dataclass
-class CacheStats:
-    query_tokens: int = 0
-    hit_tokens: int = 0
-    host_hit_tokens: int = 0
-    evicted_tokens: int = 0
-
-    def count_query(self, asked: int, hit: int, host_hit: int) -> None:
-        self.query_tokens += asked
-        self.hit_tokens += hit
-        self.host_hit_tokens += host_hit
 
 
 def collect_metrics(s: SizeInfo, st: CacheStats, running: int, host: HostTier | None,

@@ -1,4 +1,4 @@
-"""Small typed results returned by RadixCache."""
+"""Small typed results returned by RadixCache, and the query counters behind its metrics."""
 
 from __future__ import annotations
 
@@ -59,3 +59,14 @@ class BatchInputs(NamedTuple):
     # batch(..., cascade=True): the cascade plan of the leading Sequences that extend by one position
     # (decode rows, packed first); None when not asked for or when none of them shares a tree node
     cascade: CascadePlan | None = None
+
+
+class CacheStats:
+    """What a cache counts for its metrics (radixkv/metrics.py names them); the cache writes them.
+    Here with the compiled core: a match updates them with struct writes, no interpreted call."""
+
+    def __init__(self) -> None:
+        self.query_tokens = 0  # tokens asked for by match_prefix / open
+        self.hit_tokens = 0  # of those, tokens found on the device
+        self.host_hit_tokens = 0  # further tokens found only on the host tier
+        self.evicted_tokens = 0  # device tokens evicted

@@ -18,9 +18,8 @@ from radixkv.radix.types import USER
 
 
 def lock(tree: RadixTree, node: TreeNode, holder: int) -> None:
-    """Protect `node` and its ancestors; `holder` is USER or SEQUENCE. LockError (nothing
-    changed) for a node of another cache or one no longer on the device."""
-    tree.check_node(node)
+    """Protect `node` (one of `tree`'s: the facade's tree.check_node) and its ancestors; `holder`
+    is USER or SEQUENCE. LockError (nothing changed) for a node no longer on the device."""
     if node.evicted or node.pages is None:
         raise LockError(f"cannot lock {node}: it is no longer on the device; match_prefix again")
     if holder == USER:
@@ -41,8 +40,8 @@ def lock(tree: RadixTree, node: TreeNode, holder: int) -> None:
     tree.hold_root(root)
 
 def unlock(tree: RadixTree, node: TreeNode, holder: int) -> None:
-    """Undo one lock of `node` by `holder`. LockError (nothing changed) when that holder has none."""
-    tree.check_node(node)
+    """Undo one lock of `node` (one of `tree`'s) by `holder`. LockError (nothing changed) when that
+    holder has none."""
     if (node.user_locks if holder == USER else node.seq_locks) == 0:
         who = "lock(node)" if holder == USER else "an open Sequence"
         raise LockError(f"unlock of {node} without a matching {who}: a node is released only by "

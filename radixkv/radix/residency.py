@@ -10,34 +10,34 @@ Eviction walks (radix/evict.py), locks (radix/locks.py), insert and the host tie
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
-
 import numpy as np
 
+from radixkv.eviction import EvictableIndex
 from radixkv.radix.components import drop_component
+from radixkv.radix.core import TreeCore
+from radixkv.radix.node import TreeNode
 from radixkv.radix.types import DEVICE, HOST, PinKeeper, ResidencyListener
 
-if TYPE_CHECKING:
-    from radixkv.eviction import EvictableIndex
-    from radixkv.radix.node import TreeNode
 
+class ResidentTree(TreeCore[TreeNode]):
+    """What these functions read and write of a tree: radix/tree.py's RadixTree is this class plus
+    its lookups, inserts and policy hooks. A base class, not a Protocol, so that compiled, every
+    field below is a struct read (a Protocol's fields are a generic getattr each)."""
 
-class RadixTree(Protocol):
-    """What these functions read and write of radix/tree.py's RadixTree (which imports this module)."""
-
-    index: EvictableIndex
-    host_index: EvictableIndex | None
-    group_index: tuple[EvictableIndex, ...]
-    listener: ResidencyListener | None
-    pins: PinKeeper | None
+    index: EvictableIndex[TreeNode]  # device leaves (radix/tree.py's table)
+    host_index: EvictableIndex[TreeNode] | None  # host leaves, with a host tier
+    group_index: tuple[EvictableIndex[TreeNode], ...]  # per secondary group, the nodes holding a component
+    listener: ResidencyListener | None  # KV events
+    pins: PinKeeper | None  # pins with a deadline (radix/pins.py), once there are any
     evictable_size: int
+    protected_size: int
     host_size: int
-    page_bytes: int
 
-    def release_root_if_idle(self, root: TreeNode) -> None: ...
+    def release_root_if_idle(self, root: TreeNode) -> None:
+        raise NotImplementedError
 
 
-def reindex(tree: RadixTree, node: TreeNode | None) -> None:
+def reindex(tree: ResidentTree, node: TreeNode | None) -> None:
     """Recompute `node`'s membership of both evictable indexes (None, a root's parent: nothing)."""
     if node is None or node.parent is None:
         return
@@ -49,7 +49,7 @@ def reindex(tree: RadixTree, node: TreeNode | None) -> None:
                             and not any(c.host_pages is not None for c in children))
 
 
-def device_changed(tree: RadixTree, node: TreeNode) -> None:
+def device_changed(tree: ResidentTree, node: TreeNode) -> None:
     """`node` gained or lost its device copy: its and its parent's index membership may
     change, and so does its host-index key (host-only nodes go first)."""
     reindex(tree, node)
@@ -58,7 +58,7 @@ def device_changed(tree: RadixTree, node: TreeNode) -> None:
         tree.host_index.refresh(node)
 
 
-def gain_device(tree: RadixTree, nodes: list[TreeNode]) -> None:
+def gain_device(tree: ResidentTree, nodes: list[TreeNode]) -> None:
     """`nodes` (unlocked, parents first) just got device pages."""
     for node in nodes:
         tree.evictable_size += node.size
@@ -73,7 +73,7 @@ def gain_device(tree: RadixTree, nodes: list[TreeNode]) -> None:
             tree.listener.stored(node, DEVICE)
 
 
-def drop_device(tree: RadixTree, node: TreeNode) -> list[np.ndarray | None]:
+def drop_device(tree: ResidentTree, node: TreeNode) -> list[np.ndarray | None]:
     """`node` (unlocked, no device child) loses its device KV, secondary components included;
     returns those components' pages per secondary group (None: it had none)."""
     if tree.listener is not None:
@@ -87,7 +87,7 @@ def drop_device(tree: RadixTree, node: TreeNode) -> list[np.ndarray | None]:
     return [drop_component(tree.group_index, node, g) for g in range(1, len(tree.group_index) + 1)]
 
 
-def set_host(tree: RadixTree, node: TreeNode, host_pages: np.ndarray) -> None:
+def set_host(tree: ResidentTree, node: TreeNode, host_pages: np.ndarray) -> None:
     """`node` now has a host copy in `host_pages` (int64, one per page; the KV is copied)."""
     node.host_pages = host_pages
     tree.host_size += node.size
@@ -97,7 +97,7 @@ def set_host(tree: RadixTree, node: TreeNode, host_pages: np.ndarray) -> None:
         tree.listener.stored(node, HOST)
 
 
-def lose_host(tree: RadixTree, node: TreeNode) -> None:
+def lose_host(tree: ResidentTree, node: TreeNode) -> None:
     if tree.listener is not None:
         tree.listener.removed(node, HOST)
     tree.host_size -= node.size
@@ -106,7 +106,7 @@ def lose_host(tree: RadixTree, node: TreeNode) -> None:
     reindex(tree, node.parent)
 
 
-def unlink(tree: RadixTree, node: TreeNode) -> None:
+def unlink(tree: ResidentTree, node: TreeNode) -> None:
     """Remove a node that no tier holds any more (it has no children)."""
     tree.index.discard(node)
     if tree.host_index is not None:

@@ -30,7 +30,6 @@ from radixkv.errors import LockError
 from radixkv.eviction import EvictableIndex, EvictionPolicy, host_first
 from radixkv.radix import residency
 from radixkv.radix.components import split_components
-from radixkv.radix.core import TreeCore
 from radixkv.radix.idle_roots import IdleRoots
 from radixkv.radix.node import TreeNode
 from radixkv.radix.shadow import ShadowTree
@@ -44,19 +43,17 @@ if TYPE_CHECKING:
     from radixkv.eviction.view import FixedPolicyView, NodeView
 
 
-class RadixTree(TreeCore[TreeNode]):
+class RadixTree(residency.ResidentTree):
     def __init__(self, page_size: int, policy: EvictionPolicy, host_tier: bool = False,
                  listener: ResidencyListener | None = None, secondary_groups: int = 0,
                  reaches: tuple[Reach, ...] = ()) -> None:
         super().__init__(page_size)
         self.policy = policy
-        self.index: EvictableIndex[TreeNode] = EvictableIndex(policy.key)
-        self.pins: PinKeeper | None = None  # pins with a deadline (radix/pins.py), from pins_on() on
-        self.host_index: EvictableIndex[TreeNode] | None = (
-            EvictableIndex(host_first(policy, self.on_device)) if host_tier else None)
+        self.index = EvictableIndex(policy.key)
+        self.pins = None  # pins with a deadline (radix/pins.py), from pins_on() on
+        self.host_index = EvictableIndex(host_first(policy, self.on_device)) if host_tier else None
         # secondary layer groups (radix/node.py): per group, the nodes holding a component, policy order
-        self.group_index: tuple[EvictableIndex[TreeNode], ...] = tuple(
-            EvictableIndex(policy.key) for _ in range(secondary_groups))
+        self.group_index = tuple(EvictableIndex(policy.key) for _ in range(secondary_groups))
         self.reaches = reaches  # per secondary group: what resuming needs of it (windows.py); () without groups
         self.roots: dict[bytes, TreeNode] = {}  # namespace key -> root, while it has children or locks
         self._idle_roots = IdleRoots()  # roots with no children and no locks, while held elsewhere
@@ -158,10 +155,7 @@ class RadixTree(TreeCore[TreeNode]):
             self._learn_lookup(start, key, dev)
         if k == 0:
             return MatchInfo(start, 0, _EMPTY, length)
-        node, first = path[k - 1], path[0].pages
-        pages = (first.astype(np.int64) if k == 1 and first is not None  # (a copy: the caller owns it)
-                 else np.concatenate([n.pages for n in path[:k] if n.pages is not None], dtype=np.int64))
-        return MatchInfo(node, dev, pages, length - dev)
+        return MatchInfo(path[k - 1], dev, device_pages(path, k, dev // self.page_size), length - dev)
 
     def pins_on(self, pins: PinKeeper) -> None:
         """Start keeping `pins` (before the first one): from now on the device index orders pinned
@@ -208,12 +202,7 @@ class RadixTree(TreeCore[TreeNode]):
         path, matched = self.walk(key, start)
         length = matched // 4
         k, dev = self.device_prefix(path, length, start)
-        first = path[0].pages if k else None
-        if k == 1 and first is not None:  # the usual case (a single edge matched); int64 like the caller's pages
-            tree_pages = first[:dev // self.page_size].astype(np.int64)
-        else:
-            tree_pages = (np.concatenate([n.pages for n in path[:k] if n.pages is not None],
-                                         dtype=np.int64)[:dev // self.page_size] if k else _EMPTY)
+        tree_pages = device_pages(path, k, dev // self.page_size)
         if accept is not None:
             accept(dev, tree_pages)
         node, gained, ps = start, [], self.page_size
@@ -314,3 +303,13 @@ class RadixTree(TreeCore[TreeNode]):
         for node in out:
             out.extend(node.children.values())
         return out
+
+
+def device_pages(path: list[TreeNode], k: int, n: int) -> np.ndarray:
+    """int64 `[n]`, a fresh array: the first n device pages of the nodes `path[:k]` (all on the device)."""
+    first = path[0].pages if k else None
+    if first is None:
+        return _EMPTY
+    if k == 1:  # the usual case: one edge (int32 kept; int64 like the caller's pages)
+        return first[:n].astype(np.int64)
+    return np.concatenate([p.pages for p in path[:k] if p.pages is not None], dtype=np.int64)[:n]
