@@ -18,7 +18,8 @@ known private and distinct without reading a page's state, which spares insert()
 checks in the usual lifecycle (match, alloc, insert). Any other slots get the full checks.
 
 Memory: per page, the state (1 byte), the allocator's stack slot (4) and the distinctness check's
-scratch (4). The constant rows that `all_in` compares against grow with the largest call, not the pool.
+scratch (4). The constant rows that `all_in` compares against grow with the largest call, not the pool;
+the last alloc's slots are one call's (8 bytes a slot).
 """
 
 from __future__ import annotations
