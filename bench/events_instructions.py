@@ -13,6 +13,7 @@ counting on entering those calls by their compiled names, so this needs the comp
 their ratio: deterministic, so two builds compare on a loaded machine where CPU times do not.
 `--top N` also lists, per mode, the N functions with the most instructions of their own inside those
 calls (callgrind_annotate), then the N compiled core functions with the most inclusive ones, per request.
+`--keep PREFIX` keeps callgrind's output (PREFIX.off, PREFIX.on) for `callgrind_annotate --inclusive=yes`.
 """
 
 from __future__ import annotations
@@ -62,7 +63,8 @@ def count(a: argparse.Namespace, mode: str) -> tuple[int, list[tuple[int, str]]]
     """Instructions inside the cache's calls, and the `a.top` functions with the most of their own."""
     toggles = [f"--toggle-collect=CPyPy_cache___RadixCache___{c}" for c in CALLS]
     with tempfile.TemporaryDirectory() as tmp:
-        out = subprocess.run(["valgrind", "--tool=callgrind", *toggles, f"--callgrind-out-file={tmp}/cg.out",
+        dest = f"{a.keep}.{mode}" if a.keep else f"{tmp}/cg.out"
+        out = subprocess.run(["valgrind", "--tool=callgrind", *toggles, f"--callgrind-out-file={dest}",
                               sys.executable, __file__, "--child", mode, "--workload", a.workload,
                               "--page-size", str(a.page_size), "--policy", a.policy, "--requests", str(a.requests)],
                              capture_output=True, text=True, env=os.environ)
@@ -71,9 +73,9 @@ def count(a: argparse.Namespace, mode: str) -> tuple[int, list[tuple[int, str]]]
             sys.exit(f"valgrind run failed ({mode}): {out.stderr[-400:]}")
         top: list[tuple[int, str]] = []
         if a.top:  # own instructions, any function; then inclusive, the compiled core's functions
-            top = _annotate(f"{tmp}/cg.out", "no", a.top)
+            top = _annotate(dest, "no", a.top)
             seen: dict[str, int] = {}  # (callgrind lists a function once per object it was entered from)
-            for k, fn in _annotate(f"{tmp}/cg.out", "yes", 400):
+            for k, fn in _annotate(dest, "yes", 400):
                 if "CPyDef_" in fn:
                     seen.setdefault(fn.partition("CPyDef_")[2] + " (inclusive)", k)
             top += [(k, fn) for fn, k in seen.items()][:a.top]
@@ -101,6 +103,7 @@ def main() -> None:
     ap.add_argument("--modes", default="off,on", help="events off, on, or both (off,on)")
     ap.add_argument("--requests", type=int, default=0, help="only the first N requests (0: all)")
     ap.add_argument("--top", type=int, default=0, help="also list the N functions with the most own instructions")
+    ap.add_argument("--keep", metavar="PREFIX", help="keep callgrind's output as PREFIX.off / PREFIX.on")
     ap.add_argument("--child", choices=("off", "on"), help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.child:

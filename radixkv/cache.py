@@ -130,9 +130,8 @@ class RadixCache:
         Returns int64 `[n]`."""
         self._own()
         n = as_count(n, "alloc(n)")
-        pages = self._take(-(-n // self.page_size), PRIVATE)
-        slots = page_slots(pages, self.page_size)
-        return torch.from_numpy(slots if len(slots) == n else slots[:n])
+        slots = self.ledger.alloc_slots(n, self.tree.evictable_size // self.page_size, self._evict_pages)
+        return torch.from_numpy(slots)
 
     def free(self, slots: TokensLike) -> None:
         """Free the pages of `slots`, each whole. Every page touched must be private from alloc()."""

@@ -9,6 +9,11 @@ For insert(tokens, slots) with n = len(tokens) // page_size * page_size whole-pa
 
 Every private page named must be distinct. `accept` runs inside the tree's insert, after its
 read-only walk found cached_len and before it changes anything, so a refusal changes nothing.
+
+The usual caller matched, allocated and inserted: its slots are the match's (the tree's own) and
+then exactly what alloc() just handed out. The ledger proves the second part in one comparison
+(`PageLedger.fresh_start`: every page there private, named once, whole pages in order); only the
+part before it is checked page by page. Anything else gets the full checks.
 """
 
 from __future__ import annotations
@@ -27,15 +32,21 @@ class InsertSlots:
         """`given`: int64 `[len(tokens)]` slots, not yet range-checked; `n`: whole-page positions."""
         ps = ledger.page_size
         self.ledger = ledger
-        body = given[:n]
+        start = ledger.fresh_start(given)  # positions [start, len(given)) are alloc()'s own slots, or -1
+        self.fresh = start // ps  # ... from this page on (-1: none)
+        body = given if n == len(given) else given[:n]
         if ps == 1:
             self.pages = body
         else:  # each page of positions: the slots of one page, in order (one memcmp against them)
             self.pages = body[::ps] // ps  # int64 [n // ps]
-            if page_slots(self.pages, ps).tobytes() != body.tobytes():
+            head = body if start < 0 else body[:start]  # (alloc()'s own slots are whole pages in order)
+            if len(head) and page_slots(self.pages[:len(head) // ps], ps).tobytes() != head.tobytes():
                 raise InvalidSlotsError("insert: each page of positions must be the tree's own slots there "
                                         "or the page_size slots of one private page, in order")
-        self.tail = _EMPTY if n == len(given) else self._tail_pages(given[n:], ps)  # pages of the partial tail
+        if n == len(given):
+            self.tail = _EMPTY
+        else:  # the pages of the partial tail: alloc()'s last page, or checked
+            self.tail = given[n:n + 1] // ps if start >= 0 else self._tail_pages(given[n:], ps)
         self.duplicates = self.new = _EMPTY
 
     def _tail_pages(self, tail: np.ndarray, ps: int) -> np.ndarray:
@@ -48,7 +59,11 @@ class InsertSlots:
         """Classify the given pages against the tree's; InvalidSlotsError unless every page that is
         not the tree's own is private and named once."""
         ledger = self.ledger
-        k = cached_len // ledger.page_size
+        k, f = cached_len // ledger.page_size, self.fresh
+        if 0 <= f <= k and (not f or self.pages[:f].tobytes() == (tree_pages if f == k else tree_pages[:f]).tobytes()):
+            # the tree's own pages up to f, alloc()'s from there: those before k duplicate cached ones
+            self.duplicates, self.new = self.pages[f:k], self.pages[k:]
+            return
         head = self.pages[:k]
         duplicates = _EMPTY if not k or head.tobytes() == tree_pages.tobytes() else head[head != tree_pages]
         new = self.pages[k:] if k else self.pages

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from radixkv import CacheConfig, ConfigError, InvalidSlotsError, OutOfRowsError, OutOfSlotsError
+from radixkv import CacheConfig, ConfigError, InvalidSlotsError, OutOfRowsError, OutOfSlotsError, RadixCache
 from radixkv.pools import (CACHED, FREE, PRIVATE, RESERVED, PageLedger, ReqToTokenPool, SlotAllocator,
                            TokenToKVPool, page_slots)
 from radixkv.tokens import Distinct
@@ -88,6 +88,84 @@ def test_ledger_keeps_nine_bytes_per_page() -> None:
     finally:
         tracemalloc.stop()
     assert 9 << 20 <= used < (9 << 20) + 64_000
+
+
+def test_ledger_remembers_the_last_alloc_until_a_page_changes_state() -> None:
+    ledger = PageLedger(num_pages=8, page_size=4)
+    no_eviction = lambda n: pytest.fail("enough free pages")  # noqa: E731
+    slots = ledger.alloc_slots(6, 0, no_eviction)  # two pages, the second's first two slots
+    pages = np.unique(slots // 4)
+    assert len(slots) == 6 and len(pages) == 2 and ledger.all_in(pages, PRIVATE)
+    assert ledger.fresh_start(slots) == 0
+    assert ledger.fresh_start(np.concatenate([np.arange(4), slots])) == 4  # after a page of other slots
+    assert ledger.fresh_start(np.concatenate([np.arange(2), slots])) == -1  # not at a page boundary
+    assert ledger.fresh_start(slots[1:]) == -1 and ledger.fresh_start(slots[::-1].copy()) == -1
+    slots[0] += 1  # what the caller got is its own: writing into it changes nothing remembered
+    assert ledger.fresh_start(slots) == -1
+    slots[0] -= 1
+    ledger.take(1, RESERVED, 0, no_eviction)  # other pages change state: still remembered
+    assert ledger.fresh_start(slots) == 0
+    ledger.move(pages[:1], CACHED)
+    assert ledger.fresh_start(slots) == -1
+    again = ledger.alloc_slots(4, 0, no_eviction)
+    ledger.release(np.unique(again // 4))
+    assert ledger.fresh_start(again) == -1
+    ledger.check()
+
+
+def _cache(page_size: int) -> RadixCache:
+    return RadixCache(CacheConfig(num_layers=1, num_kv_heads=1, head_dim=2, num_slots=16 * page_size,
+                                  page_size=page_size, max_requests=2, max_context_len=16 * page_size,
+                                  dtype=torch.float32))
+
+
+@pytest.mark.parametrize("ps", [1, 4])
+def test_insert_of_what_alloc_just_gave(ps: int) -> None:
+    # the usual lifecycle, where the ledger vouches for alloc()'s slots: match, alloc, insert
+    cache = _cache(ps)
+    toks = list(range(3 * ps + ps // 2))  # a partial last page when ps > 1
+    m = cache.match_prefix(toks)
+    assert cache.insert(toks, torch.cat([m.slots, cache.alloc(len(toks) - m.length)])) == 0
+    cache.check_invariants()
+    assert cache.sizes().cached == 3 * ps and cache.sizes().private == 0
+    # a prompt matched shorter than what insert finds cached: alloc()'s first pages duplicate cached ones
+    longer = toks[:3 * ps] + [99] * (2 * ps)
+    m = cache.match_prefix(longer[:ps])
+    assert m.length == ps
+    assert cache.insert(longer, torch.cat([m.slots, cache.alloc(len(longer) - m.length)])) == 3 * ps
+    cache.check_invariants()
+    assert cache.sizes().cached == 5 * ps and cache.sizes().private == 0
+    # slots from an earlier alloc() before the fresh ones, where the tree has its own: a duplicate, freed
+    earlier, fresh = cache.alloc(ps), cache.alloc(ps)
+    assert cache.insert(longer[:2 * ps], torch.cat([earlier, fresh])) == 2 * ps
+    earlier, fresh = cache.alloc(ps), cache.alloc(ps)
+    assert cache.insert([7] * 2 * ps, torch.cat([earlier, fresh])) == 0
+    cache.check_invariants()
+    assert cache.sizes().cached == 7 * ps and cache.sizes().private == 0
+
+
+@pytest.mark.parametrize("ps", [1, 4])
+@pytest.mark.parametrize("misuse", ["written into", "freed since", "inserted twice", "named before", "misordered"])
+def test_insert_refuses_alloc_slots_that_are_no_longer_what_it_gave(ps: int, misuse: str) -> None:
+    cache = _cache(ps)
+    cache.insert([5] * ps, cache.alloc(ps))
+    toks = list(range(2 * ps))
+    slots = cache.alloc(2 * ps)
+    if misuse == "written into":
+        slots[ps:] = slots[:ps].clone()  # one page named twice
+    elif misuse == "freed since":
+        cache.free(slots[:ps])
+    elif misuse == "inserted twice":
+        cache.insert([6] * 2 * ps, slots)
+    elif misuse == "named before":  # a fresh page also named before the fresh slots
+        toks, slots = list(range(3 * ps)), torch.cat([slots[ps:], slots])
+    elif misuse == "misordered":
+        slots = torch.cat([slots[:ps], slots[ps:].flip(0)]) if ps > 1 else slots.flip(0)[:1].repeat(2)
+    before = (cache.sizes(), cache.ledger.state.copy())
+    with pytest.raises(InvalidSlotsError):
+        cache.insert(toks, slots)
+    assert cache.sizes() == before[0] and np.array_equal(cache.ledger.state, before[1])
+    cache.check_invariants()
 
 
 @pytest.mark.parametrize("n", [2, 3, 7, 8, 9, 100])

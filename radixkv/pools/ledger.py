@@ -12,8 +12,14 @@ Callers validate, then move pages: `take` pops free pages into a state (asking t
 that stay out of the allocator (private -> cached when the tree adopts them), `release` gives pages
 back. Transitions are vectorized over the pages moved; nothing here walks the whole pool.
 
+The ledger remembers the slots of the last `alloc_slots` until any page changes state again
+(`move`, `release`): slots a caller hands back that equal them byte for byte (`fresh_start`) are
+known private and distinct without reading a page's state, which spares insert() its per-page
+checks in the usual lifecycle (match, alloc, insert). Any other slots get the full checks.
+
 Memory: per page, the state (1 byte), the allocator's stack slot (4) and the distinctness check's
-scratch (4). The constant rows that `all_in` compares against grow with the largest call, not the pool.
+scratch (4). The constant rows that `all_in` compares against grow with the largest call, not the pool;
+the last alloc's slots are one call's (8 bytes a slot).
 """
 
 from __future__ import annotations
@@ -23,10 +29,11 @@ from typing import Callable
 import numpy as np
 
 from radixkv.errors import OutOfSlotsError
-from radixkv.pools.allocator import SlotAllocator
+from radixkv.pools.allocator import SlotAllocator, page_slots
 from radixkv.tokens import Distinct
 
 FREE, CACHED, PRIVATE, RESERVED = 0, 1, 2, 3
+_max = np.maximum.reduce  # ndarray.max() without its Python wrapper
 STATE_NAMES = {FREE: "free", CACHED: "cached", PRIVATE: "private (alloc)", RESERVED: "reserved by a Sequence"}
 
 
@@ -38,6 +45,7 @@ class PageLedger:
         self.state = np.zeros(num_pages, dtype=np.int8)  # FREE / CACHED / PRIVATE / RESERVED per page
         self.distinct = Distinct(num_pages)  # O(n) check that pages named by a caller are distinct
         self._rows = {s: b"" for s in (FREE, CACHED, PRIVATE, RESERVED)}  # state -> its byte repeated: memcmp checks
+        self._fresh: bytes | None = None  # int64 slots of the last alloc_slots(), until a page changes state again
 
     @property
     def num_free_pages(self) -> int:
@@ -59,16 +67,39 @@ class PageLedger:
         self.state[pages] = state
         return pages
 
+    def alloc_slots(self, n: int, evictable_pages: int, evict: Callable[[int], np.ndarray]) -> np.ndarray:
+        """`n` private slots, the first n of ceil(n / page_size) pages from `take`: int64 `[n]` (the
+        caller's to keep). Remembered, for `fresh_start`, until a page changes state again."""
+        ps = self.page_size
+        slots = page_slots(self.take(-(-n // ps), PRIVATE, evictable_pages, evict), ps)
+        if len(slots) != n:
+            slots = slots[:n]
+        self._fresh = slots.tobytes()  # a copy: the caller may write into what it got
+        return slots
+
+    def fresh_start(self, slots: np.ndarray) -> int:
+        """Where int64 `slots` end with exactly the slots of the last `alloc_slots` (a page boundary),
+        if no page has changed state since; -1 otherwise. From there on, every page is private and
+        named once (whole pages in order, the last one's first slots if partial)."""
+        fresh = self._fresh
+        if fresh is None:
+            return -1
+        start = len(slots) - len(fresh) // 8
+        if start < 0 or start % self.page_size:
+            return -1
+        return start if (slots if start == 0 else slots[start:]).tobytes() == fresh else -1
+
     def move(self, pages: np.ndarray, state: int) -> None:
         """Pages that stay allocated change hands (e.g. private -> cached)."""
+        self._fresh = None
         self.state[pages] = state
 
     def release(self, pages: np.ndarray) -> None:
         """Give `pages` (int32 or int64, distinct, not free: the caller checked their states) back to the allocator."""
+        self._fresh = None
         if len(pages):
-            pages = pages.astype(np.int64, copy=False)  # a tree node's int32 pages: numpy indexes faster with int64
-            self.state[pages] = FREE
-            self.allocator.free_pages(pages)
+            self.state[pages.astype(np.int64, copy=False)] = FREE  # numpy indexes with int64 2-3x faster than int32
+            self.allocator.free_pages(pages)  # (a tree node's int32 pages go onto the int32 stack uncast)
 
     def all_in(self, pages: np.ndarray, state: int) -> bool:
         """Whether every page of `pages` (int64, in range) is in `state`."""
@@ -76,11 +107,9 @@ class PageLedger:
 
     def private_and_distinct(self, pages: np.ndarray) -> str | None:
         """Why `pages` (int64, any values) are not distinct private pages in range, or None if they are."""
-        try:
-            states = self.state[pages.view(np.uint64)]  # a negative page, seen as uint64, is out of range
-        except IndexError:
+        if len(pages) and _max(pages.view(np.uint64)) >= self.num_pages:  # a negative page, seen as uint64, is huge
             return f"pages must lie in [0, {self.num_pages}), got max {pages.max()} and min {pages.min()}"
-        if states.tobytes() != self._row(PRIVATE, len(pages)):
+        if self.state[pages].tobytes() != self._row(PRIVATE, len(pages)):  # (a uint64 index would be cast first)
             return self.describe(pages, PRIVATE)
         if not self.distinct(pages):
             return "a private page is named twice"
