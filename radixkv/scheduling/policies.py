@@ -157,21 +157,23 @@ class Auto(Policy):
             self.contested_tokens = self.bound_tokens = 0  # the next contended period starts afresh
         self.growing = growing
         length, k = self.estimates.length, self.SLOWDOWN
-        by_deadline = sorted((r for r in window if r in turn),
-                             key=lambda r: (max(now, r.arrival + k * (len(r.tokens) - 2 * length(r))), -length(r)))
-        if not growing:  # a transient queue: every due request first, oldest first
+        if not growing:  # a transient queue: every due request first, oldest first, then by deadline
             self.picked = set(due)
-            return resumed + due + [r for r in by_deadline if turn[r] > done]
-        return resumed + self._interleave(due, by_deadline)
+            rest = sorted((r for r in window if r in turn and turn[r] > done),
+                          key=lambda r: (max(now, r.arrival + k * (len(r.tokens) - 2 * length(r))), -length(r)))
+            return resumed + due + rest
+        # a standing backlog: what drains it is the hit rate, so every request counts as late (lpm's order)
+        by_prefix = sorted((r for r in window if r in turn), key=lambda r: -length(r))
+        return resumed + self._interleave(due, by_prefix)
 
-    def _interleave(self, due: list[Queued], by_deadline: list[Queued]) -> list[Queued]:
+    def _interleave(self, due: list[Queued], by_prefix: list[Queued]) -> list[Queued]:
         """Both orders merged: the oldest due request whenever the oldest-first side's picks so far
         (this contended period, then this order if all were admitted) are within SHARE of the tokens."""
         out: list[Queued] = []
         self.picked = picked = set()
         taken: set[Queued] = set()
         spent, total, i, j = self.bound_tokens, self.contested_tokens, 0, 0
-        while i < len(due) and j < len(by_deadline):
+        while i < len(due) and j < len(by_prefix):
             if spent <= self.SHARE * total:
                 req, i = due[i], i + 1
                 if req in taken:
@@ -179,13 +181,13 @@ class Auto(Policy):
                 spent += len(req.tokens)
                 picked.add(req)
             else:
-                req, j = by_deadline[j], j + 1
+                req, j = by_prefix[j], j + 1
                 if req in taken:
                     continue
             taken.add(req)
             total += len(req.tokens)
             out.append(req)
-        return out + [r for r in by_deadline[j:] if r not in taken]
+        return out + [r for r in by_prefix[j:] if r not in taken]
 
     def admitted(self, req: Queued, now: float) -> None:
         if self.turn.pop(req, None) is None:
