@@ -131,6 +131,7 @@ class Auto(Policy):
     SHARE = 0.25  # S: while the backlog grows, due requests get this share of the tokens admitted
     WINDOW = 128.0  # the overload detector's window, in mean requests' prefill times (overload.py)
     MARGIN = -0.05  # ... and by how much arrivals must outrun admissions over it (< 0: nearly keep up with)
+    STRICT = 1.0  # 1: due requests strictly first while the backlog does not stand; 0: the share throughout
     PERSIST = 1.0  # ... and the backlog it must not fall below meanwhile, in mean requests
 
     def __init__(self, estimates: PrefixEstimates) -> None:
@@ -152,16 +153,18 @@ class Auto(Policy):
         resumed = [r for r in window if r not in turn]  # preempted: no turn, first
         due = [r for r in window if r in turn and turn[r] <= done]
         growing = self.load.growing(now)
-        self.contended = bool(due) and growing
+        self.contended = bool(due) and (growing or not self.STRICT)
         if not self.contended or growing != self.growing:
             self.contested_tokens = self.bound_tokens = 0  # the next contended period starts afresh
         self.growing = growing
         length, k = self.estimates.length, self.SLOWDOWN
-        if not growing:  # a transient queue: every due request first, oldest first, then by deadline
+        if not growing:  # a transient queue: due requests first (STRICT) or a share, then by deadline
+            by_deadline = sorted((r for r in window if r in turn),
+                                 key=lambda r: (max(now, r.arrival + k * (len(r.tokens) - 2 * length(r))), -length(r)))
+            if not self.STRICT:
+                return resumed + self._interleave(due, by_deadline)
             self.picked = set(due)
-            rest = sorted((r for r in window if r in turn and turn[r] > done),
-                          key=lambda r: (max(now, r.arrival + k * (len(r.tokens) - 2 * length(r))), -length(r)))
-            return resumed + due + rest
+            return resumed + due + [r for r in by_deadline if turn[r] > done]
         # a standing backlog: what drains it is the hit rate, so every request counts as late (lpm's order)
         by_prefix = sorted((r for r in window if r in turn), key=lambda r: -length(r))
         return resumed + self._interleave(due, by_prefix)
