@@ -18,7 +18,7 @@ so a wait and a prefill length can be compared:
                 after its subtrees
     hrrn        highest response ratio next, `(wait + s) / s` with `s` = the whole prompt: shortest first,
                 but every request's ratio grows while it waits (cache-agnostic); equal ratios: smaller s
-    auto        earliest virtual deadline first, late requests by cached prefix, requests past their FCFS turn first:
+    auto        earliest virtual deadline first, late requests by cached prefix, and a share for the oldest:
                   deadline = arrival + K * (uncached - cached)   (K = 48; tokens of the prompt)
                 Among requests that arrived together this is shortest remaining work first (the
                 order that minimizes mean TTFT), with what the tree holds counted twice: it shrinks
@@ -30,15 +30,12 @@ so a wait and a prefill length can be compared:
                 hit rate, which lpm's order maximizes.
                 Bound: a request is *due* once the prompt tokens admitted since it arrived exceed
                 (1 + C) times those waiting ahead of it then (C = 0.5): FCFS would have started it by
-                then (its arrival backlog over the admission rate, measured in tokens as it goes).
-                In a transient queue every due request goes first, oldest first, so no request
-                waits much past its FCFS turn (FCFS's tail). While the backlog keeps growing
-                (overload.py: over a window of minutes, arrivals keep up with admissions and the
-                queue never drains) every old request is due, and serving them first would make
-                the queue FCFS; there due requests get a share S = 1/4 of the prompt tokens admitted,
-                oldest first (a deficit counter over that period), and the other 3/4 follow the
-                order above. So the oldest always progress (no stream of cached requests starves a
-                cold one) and a sustained overload keeps lpm's hit rate (bench/RESULTS.md, issue 20).
+                then. While any request is due, due requests get a share S = 1/4 of the prompt tokens
+                admitted, oldest first (a deficit counter over the contended period, reset when none
+                is due); the other 3/4 follow the order above. So the oldest always progress (no
+                stream of cached requests starves a cold one), and a backlog that keeps growing, in
+                which every waiting request is due, does not turn the queue into FCFS
+                (bench/RESULTS.md, issue 20, third round).
 """
 
 from __future__ import annotations
@@ -47,7 +44,6 @@ from collections import defaultdict
 from typing import TYPE_CHECKING, ClassVar
 
 from radixkv.errors import InvalidArgumentError
-from radixkv.scheduling.overload import OverloadDetector
 
 if TYPE_CHECKING:
     from radixkv.results import LockHandle
@@ -128,55 +124,43 @@ class Auto(Policy):
     matches = True
     SLOWDOWN = 48.0  # K: prefill-token times of deadline per token of (uncached - cached) work
     SLACK = 0.5  # C: a request may be overtaken until (1 + C) x the work ahead of it at arrival is admitted
-    SHARE = 0.25  # S: while the backlog grows, due requests get this share of the tokens admitted
-    WINDOW = 128.0  # the overload detector's window, in mean requests' prefill times (overload.py)
-    MARGIN = -0.05  # ... and by how much arrivals must outrun admissions over it (< 0: nearly keep up with)
-    STRICT = 1.0  # 1: due requests strictly first while the backlog does not stand; 0: the share throughout
-    PERSIST = 1.0  # ... and the backlog it must not fall below meanwhile, in mean requests
+    SHARE = 0.25  # S: while any request is due, due ones get this share of the tokens admitted, oldest first
 
     def __init__(self, estimates: PrefixEstimates) -> None:
         super().__init__(estimates)
-        self.load = OverloadDetector(self.WINDOW, self.MARGIN, self.PERSIST)
-        self.turn: dict[Queued, float] = {}  # admitted tokens at which a waiting request is due
-        self.growing = False  # the detector's answer at the last order()
+        self.arrived_tokens = 0  # prompt tokens of every request that arrived so far
+        self.admitted_tokens = 0  # ... and of every request admitted so far (first admission)
+        self.turn: dict[Queued, float] = {}  # admitted_tokens at which a waiting request is due
         self.contended = False  # some request in the window was due when it was last ordered
-        self.contested_tokens = 0  # prompt tokens admitted while contended and growing, since that began
+        self.contested_tokens = 0  # prompt tokens admitted while contended, since contention began
         self.bound_tokens = 0  # ... of them, those the oldest-first side picked
         self.picked: set[Queued] = set()  # the oldest-first side's picks in the last order()
 
     def arrived(self, req: Queued, now: float) -> None:
-        self.turn[req] = self.load.admitted + (1 + self.SLACK) * self.load.backlog
-        self.load.arrive(len(req.tokens))
+        backlog = self.arrived_tokens - self.admitted_tokens
+        self.turn[req] = self.admitted_tokens + (1 + self.SLACK) * backlog
+        self.arrived_tokens += len(req.tokens)
 
     def order(self, window: list[Queued], now: float) -> list[Queued]:
-        turn, done = self.turn, self.load.admitted
+        turn, done = self.turn, self.admitted_tokens
         resumed = [r for r in window if r not in turn]  # preempted: no turn, first
         due = [r for r in window if r in turn and turn[r] <= done]
-        growing = self.load.growing(now)
-        self.contended = bool(due) and (growing or not self.STRICT)
-        if not self.contended or growing != self.growing:
+        self.contended = bool(due)
+        if not due:
             self.contested_tokens = self.bound_tokens = 0  # the next contended period starts afresh
-        self.growing = growing
         length, k = self.estimates.length, self.SLOWDOWN
-        if not growing:  # a transient queue: due requests first (STRICT) or a share, then by deadline
-            by_deadline = sorted((r for r in window if r in turn),
-                                 key=lambda r: (max(now, r.arrival + k * (len(r.tokens) - 2 * length(r))), -length(r)))
-            if not self.STRICT:
-                return resumed + self._interleave(due, by_deadline)
-            self.picked = set(due)
-            return resumed + due + [r for r in by_deadline if turn[r] > done]
-        # a standing backlog: what drains it is the hit rate, so every request counts as late (lpm's order)
-        by_prefix = sorted((r for r in window if r in turn), key=lambda r: -length(r))
-        return resumed + self._interleave(due, by_prefix)
+        by_deadline = sorted((r for r in window if r in turn),
+                             key=lambda r: (max(now, r.arrival + k * (len(r.tokens) - 2 * length(r))), -length(r)))
+        return resumed + self._interleave(due, by_deadline)
 
-    def _interleave(self, due: list[Queued], by_prefix: list[Queued]) -> list[Queued]:
+    def _interleave(self, due: list[Queued], by_deadline: list[Queued]) -> list[Queued]:
         """Both orders merged: the oldest due request whenever the oldest-first side's picks so far
         (this contended period, then this order if all were admitted) are within SHARE of the tokens."""
         out: list[Queued] = []
         self.picked = picked = set()
         taken: set[Queued] = set()
         spent, total, i, j = self.bound_tokens, self.contested_tokens, 0, 0
-        while i < len(due) and j < len(by_prefix):
+        while i < len(due) and j < len(by_deadline):
             if spent <= self.SHARE * total:
                 req, i = due[i], i + 1
                 if req in taken:
@@ -184,19 +168,19 @@ class Auto(Policy):
                 spent += len(req.tokens)
                 picked.add(req)
             else:
-                req, j = by_prefix[j], j + 1
+                req, j = by_deadline[j], j + 1
                 if req in taken:
                     continue
             taken.add(req)
             total += len(req.tokens)
             out.append(req)
-        return out + [r for r in by_prefix[j:] if r not in taken]
+        return out + [r for r in by_deadline[j:] if r not in taken]
 
     def admitted(self, req: Queued, now: float) -> None:
         if self.turn.pop(req, None) is None:
             return
         n = len(req.tokens)
-        self.load.admit(n)
+        self.admitted_tokens += n
         if self.contended:
             self.contested_tokens += n
             self.bound_tokens += n if req in self.picked else 0
