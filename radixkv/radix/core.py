@@ -57,7 +57,7 @@ class TreeCore(Generic[N]):
 
     def __init__(self, page_size: int) -> None:
         self.page_size = page_size
-        self.page_bytes = 4 * page_size
+        self.page_bytes = 4 * page_size  # key bytes per page: int32 tokens (a hashing shadow sets 8)
         self.tick = 0  # logical clock: +1 per match or insert that touches nodes
         self._next_id = 0
         self._matched_tick = -1  # the tick of the last match when nothing has ticked since, else -1
@@ -96,7 +96,7 @@ class TreeCore(Generic[N]):
     def split_edge(self, node: N, k: int) -> N:
         """Cut `node`'s edge after k tokens (whole pages): a new upper node takes the first k with
         node's times, hits and priority; `node` keeps the lower half and so its meaning."""
-        kb, parent = 4 * k, node.parent
+        kb, parent = k // self.page_size * self.page_bytes, node.parent  # (a shadow's key may hold a hash a page)
         assert parent is not None  # a root has no edge to cut
         upper = self.make_node(node.ns, parent, node.key[:kb])
         upper.last_access, upper.created = node.last_access, node.created
