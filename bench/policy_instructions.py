@@ -72,7 +72,7 @@ def count(spec: str, policy: str, top: int, keep: str = "") -> tuple[int, int, i
             shutil.copyfile(f"{tmp}/cg.out", keep)
         annotated = ""
         if top:
-            annotated = subprocess.run(["callgrind_annotate", "--inclusive=yes", f"--threshold=100",
+            annotated = subprocess.run(["callgrind_annotate", "--inclusive=yes", "--threshold=100",
                                         f"{tmp}/cg.out"], capture_output=True, text=True).stdout
     return int(got.group(1)), int(done.group(1)), int(done.group(2)), annotated
 

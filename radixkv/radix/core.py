@@ -6,8 +6,8 @@
                                            metadata-only replay (eviction/adaptive.py)
 
 A PrefixNode is what every tree's node has: its identity, its edge (`key`, int32 little-endian
-bytes, a whole number of pages), its place (`parent`, `children` by first page, `depth`) and the
-fields eviction policies order by (`last_access`, `created`, `hit_count`, `priority`). Policies
+bytes, a whole number of pages; a shadow's from page 3 on: one int64 hash a page, radix/shadow.py),
+its place (`parent`, `children` by first page, `depth`) and the fields eviction policies order by (`last_access`, `created`, `hit_count`, `priority`). Policies
 read nodes through eviction/view.py's NodeView, which these fields satisfy. The core writes them;
 its subclasses add their own slots and write those.
 
