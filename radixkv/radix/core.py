@@ -7,9 +7,10 @@
 
 A PrefixNode is what every tree's node has: its identity, its edge (`key`, int32 little-endian
 bytes, a whole number of pages; a shadow's from page 3 on: one int64 hash a page, radix/shadow.py),
-its place (`parent`, `children` by first page, `depth`) and the fields eviction policies order by (`last_access`, `created`, `hit_count`, `priority`). Policies
-read nodes through eviction/view.py's NodeView, which these fields satisfy. The core writes them;
-its subclasses add their own slots and write those.
+its place (`parent`, `children` by first page, `depth`) and the fields eviction policies order by
+(`last_access`, `created`, `hit_count`, `priority`). Policies read nodes through eviction/view.py's
+NodeView, which these fields satisfy. The core writes them; its subclasses add their own slots and
+write those.
 
 Cost: a walk is one dict lookup and one memcmp per edge; a split is O(1) (plus the subclass's part).
 Node creation is on every tree's hot path: subclasses call PrefixNode.__init__ directly (no super()
