@@ -4,6 +4,7 @@ and LFU, `lrfu` against its learned regimes, `slru` against LRU."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -16,7 +17,7 @@ from radixkv.eviction.adaptive import Adaptive
 from radixkv.eviction.history import History
 from radixkv.eviction.view import CachedNodeView, NodeView
 from radixkv.eviction.lrfu import LRFU
-from radixkv.radix.shadow import ShadowTree
+from radixkv.radix.shadow import ShadowKeys, ShadowTree
 
 SESSIONS = {"chat": chat(num_convs=48, turns=6, system_prompt_len=256, user_len=32, answer_len=64),
             "agent": agent(num_agents=24, steps=8, tools_prompt_len=256, action_len=32, tool_output_len=96)}
@@ -271,3 +272,55 @@ def test_policy_switches_traces_the_policy_without_changing_it() -> None:
     assert out[0].startswith(f"{cell}: {len(reqs)} requests, capacity {cap}, adaptive {hit:.4f} ("), out
     assert out[1].startswith("  first eviction at request ") and out[1].endswith("follows lru"), out
     assert sum("-> lfu" in line or "-> lru" in line for line in out[2:]) == policy.switches, out
+
+
+@pytest.mark.parametrize("page_size", [3, 16])
+def test_a_shadow_copy_keeps_matching_the_real_cache(page_size: int) -> None:
+    """A shadow copied from the real cache mid-trace (its keys rebuilt from the real tree's nodes: at
+    these page sizes one hash per page) matches, request for request
+    from then on, what the real cache under the same policy matches; its keys hold 8 bytes a page
+    (a hash of the page's tokens)."""
+    reqs = SESSIONS["agent"]
+    cache = RadixCache(sim_config(_capacity(reqs, 0.25, page_size), page_size, "lru", 4096))
+    for r in reqs[:len(reqs) // 2]:
+        _serve(cache, r)
+    shadow = cache.tree.shadow_copy(make_policy("lru"))
+    assert isinstance(shadow, ShadowTree) and shadow.used == cache.tree.evictable_size
+    (ns,) = cache.tree.roots  # the default namespace's key
+    for r in reqs[len(reqs) // 2:]:
+        want = shadow.match(ns, r.tokens[:r.prompt_len].tobytes())
+        assert _serve(cache, r) == want
+        shadow.insert(ns, r.tokens.tobytes(), cache.tree.evictable_size + cache.tree.protected_size)
+    nodes = list(shadow.roots[ns].children.values())
+    for node in nodes:
+        nodes.extend(node.children.values())
+    assert all(len(n.key) == 8 * n.size // page_size for n in nodes) and sum(n.size for n in nodes) == shadow.used
+
+
+def test_shadow_keys_hash_whole_pages_and_extend_the_last_key() -> None:
+    """Page hashes: a trailing partial page is dropped (and so never matched: as a shadow of token
+    bytes), a key extending the last one gets the hashes the whole key would, any changed token
+    changes its own page's hash, equal pages hash equal, and pages 1 and 2 keep token bytes."""
+    keys = ShadowKeys(16)
+    rng = np.random.default_rng(0)
+    tokens = rng.integers(0, 2**31 - 1, size=16 * 40 + 5, dtype=np.int32)
+    whole = keys.pages(tokens.tobytes(), 0)
+    assert len(whole) == 8 * 40 and keys.of(tokens[:16 * 40].tobytes()) == whole
+    assert keys.of(tokens[:16 * 10].tobytes()) == whole[:80]  # not an extension: hashed anew
+    assert keys.of(tokens[:16 * 25 + 3].tobytes()) == whole[:200]  # an extension of it
+    assert keys.of(tokens.tobytes()) == whole  # extends a key that ended inside a page: hashed anew
+    base = np.frombuffer(whole, dtype=np.int64)
+    for pos in (0, 1, 15, 16, 300, 639):
+        changed = tokens.copy()
+        changed[pos] ^= 1 << int(rng.integers(0, 31))
+        hashes = np.frombuffer(ShadowKeys(16).of(changed.tobytes()), dtype=np.int64)
+        page = pos // 16
+        assert (hashes != base).tolist() == [p == page for p in range(40)], pos
+    repeated = np.tile(tokens[:16], 3).tobytes()
+    assert keys.of(repeated) == whole[:8] * 3
+    for page_size in (1, 2):
+        assert ShadowKeys(page_size).of(tokens[:6].tobytes()) == tokens[:6].tobytes()
+        assert ShadowKeys(page_size).of(tokens[:7].tobytes()) == tokens[:7 // page_size * page_size].tobytes()
+    shadow = ShadowTree(make_policy("lru"), 4)
+    assert shadow.insert(b"", tokens[:10].tobytes(), 100) == 8
+    assert shadow.match(b"", tokens[:11].tobytes()) == 8 and shadow.match(b"", tokens[:7].tobytes()) == 4

@@ -13,14 +13,27 @@ Its nodes carry the fields the fixed policies' keys read (PrefixNode), so the re
 functions work on them unchanged. The adaptive policy gets shadows from the tree it serves
 (RadixTree.shadow / shadow_copy) through eviction/view.py, and never imports this module.
 
+Keys (ShadowKeys): at page 1 a shadow keeps the tree's own key bytes (int32 per token). From page 3
+on it keeps one 64-bit hash of each page's tokens instead (8 bytes a page, 0.5 per token at page 16,
+where token bytes cost 4), so the shadow's tree has the same shape, the same splits and the same
+matches as one of token bytes. Two different pages with the same hash below the same node (about
+2**-64 a pair) would make the shadow report a match the real cache would not have: that perturbs an
+ESTIMATE only (a shadow picks which expert the real cache follows; it never serves KV), and
+tests/test_adaptive.py checks shadow == real cache, request for request, at pages 3, 4 and 16.
+A key's hashes are computed once per request for every shadow of a tree: the shadows share one
+ShadowKeys, which remembers the last key (the second shadow's call is free) and extends it (a
+request's insert of prompt + output hashes only the output's pages).
+
 Cost per call: one walk over the edges of the key, a split at most, and O(log n) heap work per
-leaf touched or evicted.
+leaf touched or evicted; from page 3 on, hashing the key's pages not hashed for the last call.
 """
 
 from __future__ import annotations
 
 import heapq
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING, Final, Iterable
+
+import numpy as np
 
 from radixkv.radix.core import PrefixNode, TreeCore
 
@@ -29,11 +42,72 @@ if TYPE_CHECKING:
     from radixkv.radix.node import TreeNode
 
 
+HASH_BYTES: Final = 8  # a page's key in a hashing shadow: one int64, little-endian
+
+
+class ShadowKeys:
+    """Keys as a tree's shadows hold them (module docstring): the tree's own key bytes at page sizes
+    1 and 2, else one int64 per whole page (a trailing partial page is dropped: nothing matches it),
+
+        hash of a page = sum over its tokens t_j of t_j * w_j   (mod 2**64, j the position in the page)
+
+    with fixed odd 64-bit weights w_j (splitmix64 of j: the same in every process; at even page sizes
+    the tokens are taken in int64 pairs, half the work): one matrix-vector product per key (numpy:
+    ~10k instructions a call and ~110 a page, so a request pays ~20k plus its pages: the time the
+    memory costs). A page's own tokens suffice, no chain through its parent: in a radix tree a page is
+    looked up below the path that leads to it, so two keys have the same hashes page for page exactly
+    when they have the same tokens, barring a collision. One token (pair) that differs always changes
+    its page's hash (odd weights are invertible mod 2**64). One per tree, shared by its shadows; it
+    remembers the last key asked."""
+
+    def __init__(self, page_size: int) -> None:
+        self.page_size = page_size
+        self.hashed = 4 * page_size > HASH_BYTES  # page sizes 1 and 2: token bytes are no longer
+        self.page_bytes = HASH_BYTES if self.hashed else 4 * page_size  # key bytes a page
+        wide = page_size % 2 == 0  # tokens taken in int64 pairs
+        self._page = np.dtype((np.int64 if wide else np.int32, page_size // 2 if wide else page_size))  # a row
+        self._weights = _weights(page_size // 2 if wide else page_size)
+        self._key = b""  # the last key asked (token bytes) ...
+        self._hashes = b""  # ... and its page hashes
+
+    def of(self, key: bytes) -> bytes:
+        """`key` (int32 token bytes from a namespace root) as the shadows hold it."""
+        if not self.hashed:
+            cut = len(key) % self.page_bytes  # a partial page matches nothing: as a hashing shadow drops it
+            return key if cut == 0 else key[:len(key) - cut]
+        if key is self._key:
+            return self._hashes
+        last = self._key
+        if last and len(last) % (4 * self.page_size) == 0 and key.startswith(last):
+            hashes = self._hashes + self.pages(key, len(last))  # extends the last key: hash the rest only
+        else:
+            hashes = self.pages(key, 0)
+        self._key, self._hashes = key, hashes
+        return hashes
+
+    def pages(self, tokens: bytes, offset: int) -> bytes:
+        """Hashes of the whole pages of `tokens` (int32 bytes) from byte `offset` (a page boundary) on."""
+        n = (len(tokens) - offset) // (4 * self.page_size)
+        if n <= 0:
+            return b""
+        return np.matmul(np.frombuffer(tokens, self._page, n, offset), self._weights).tobytes()  # int64, wrapping
+
+
+def _weights(n: int) -> np.ndarray:
+    """Odd 64-bit weights for positions 0..n-1 in a page: splitmix64 of the position, int64."""
+    z = (np.arange(n, dtype=np.uint64) + np.uint64(1)) * np.uint64(0x9E3779B97F4A7C15)
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return ((z ^ (z >> np.uint64(31))) | np.uint64(1)).view(np.int64)
+
+
 class ShadowNode(PrefixNode["ShadowNode"]):
     __slots__ = ("hkey",)
 
-    def __init__(self, node_id: int, ns: bytes, parent: ShadowNode | None, key: bytes, tick: int) -> None:
+    def __init__(self, node_id: int, ns: bytes, parent: ShadowNode | None, key: bytes, tick: int,
+                 size: int) -> None:
         PrefixNode.__init__(self, node_id, ns, parent, key, tick)
+        self.size = size  # tokens (the key may hold a hash per page)
         self.hkey: tuple | None = None  # current key in the shadow's leaf heap; None: not a member
 
 
@@ -44,8 +118,11 @@ class ShadowTree(TreeCore[ShadowNode]):
     node itself (`hkey`; None: not a member), so the hot path needs no dicts and no method calls
     beyond the walk, a split and a leaf."""
 
-    def __init__(self, policy: FixedPolicyView, page_size: int) -> None:
+    def __init__(self, policy: FixedPolicyView, page_size: int, keys: ShadowKeys | None = None) -> None:
         super().__init__(page_size)
+        self.keys = keys if keys is not None else ShadowKeys(page_size)  # shared by a tree's shadows
+        self.page_bytes = self.keys.page_bytes
+        self._hashed = self.keys.hashed
         self.policy = policy
         self._key = policy.key
         self._heap: list[tuple[tuple, ShadowNode]] = []  # an entry is live iff node.hkey is its key
@@ -72,7 +149,7 @@ class ShadowTree(TreeCore[ShadowNode]):
             heapq.heapify(self._heap)
 
     def make_node(self, ns: bytes, parent: ShadowNode | None, key: bytes) -> ShadowNode:
-        node = ShadowNode(self._next_id, ns, parent, key, self.tick)
+        node = ShadowNode(self._next_id, ns, parent, key, self.tick, len(key) // self.page_bytes * self.page_size)
         self._next_id += 1
         return node
 
@@ -81,19 +158,21 @@ class ShadowTree(TreeCore[ShadowNode]):
         return root
 
     def match(self, ns: bytes, key: bytes) -> int:
-        """Tokens of `key` (whole pages) the shadow holds below namespace `ns`; refreshes them."""
+        """Tokens of `key` (int32 token bytes, whole pages) the shadow holds below namespace `ns`;
+        refreshes them."""
         root = self.roots.get(ns)
         self._matched_tick = -1
         if root is None:
             self.tick += 1
             return 0
+        key = self.keys.of(key)
         path, pos = self.walk(key, root)
         if not path:
             self.tick += 1
             return 0
-        last = path[-1]
-        if (last.depth + last.size) * 4 > pos:  # the walk ended inside it: split where the match ends
-            last = path[-1] = self.split_edge(last, pos // 4 - last.depth)
+        last, matched = path[-1], pos // self.page_bytes * self.page_size
+        if last.depth + last.size > matched:  # the walk ended inside it: split where the match ends
+            last = path[-1] = self.split_edge(last, matched - last.depth)
         self.tick = tick = self.tick + 1
         for node in path:
             node.last_access = tick
@@ -102,7 +181,7 @@ class ShadowTree(TreeCore[ShadowNode]):
             self._push(last)
         self._matched_tick = tick
         self._matched = (ns, key, path, pos, self._version)
-        return pos // 4
+        return matched
 
     def _walk_on(self, ns: bytes, key: bytes, root: ShadowNode) -> tuple[list[ShadowNode], int]:
         """The walk of `key`, continued from the last match when `key` extends it and nothing changed
@@ -116,21 +195,23 @@ class ShadowTree(TreeCore[ShadowNode]):
         return self.walk(key, root)
 
     def insert(self, ns: bytes, key: bytes, capacity: int, use: bool = True, tail: bytes | None = None) -> int:
-        """Cache `key` (whole pages) below `ns`, first evicting down to `capacity` tokens in all
-        (never the path of `key` itself); `use` counts it as RadixTree.insert(use=True) does. A new
-        leaf keeps `tail` as its key when it equals the end of `key` it needs (the real tree's new
-        leaf's key: one bytes object for both trees instead of a copy each). Returns the tokens added."""
+        """Cache `key` (int32 token bytes, whole pages) below `ns`, first evicting down to `capacity`
+        tokens in all (never the path of `key` itself); `use` counts it as RadixTree.insert(use=True)
+        does. A new leaf of a shadow that keeps token bytes keeps `tail` as its key when it equals the
+        end of `key` it needs (the real tree's new leaf's key: one bytes object for both trees instead
+        of a copy each). Returns the tokens added."""
         root = self.roots.get(ns)
         if root is None:
             root = self._root(ns)
+        key = self.keys.of(key)
         path, pos = self._walk_on(ns, key, root)
         self._version += 1
-        node = root
+        node, pb, ps = root, self.page_bytes, self.page_size
         if path:
             node = path[-1]
-            if (node.depth + node.size) * 4 > pos:
-                node = path[-1] = self.split_edge(node, pos // 4 - node.depth)
-        excess = self.used + (len(key) - pos) // 4 - capacity
+            if node.depth + node.size > pos // pb * ps:
+                node = path[-1] = self.split_edge(node, pos // pb * ps - node.depth)
+        excess = self.used + (len(key) - pos) // pb * ps - capacity
         if excess > 0:
             self._held = node
             if node.hkey is not None:
@@ -144,7 +225,7 @@ class ShadowTree(TreeCore[ShadowNode]):
                 self.roots[ns] = root
         leaf = None
         if pos < len(key):
-            share = tail is not None and len(tail) == len(key) - pos and key.endswith(tail)
+            share = tail is not None and not self._hashed and len(tail) == len(key) - pos and key.endswith(tail)
             leaf = self.add_leaf(node, tail if share and tail is not None else key[pos:])
             self.used += leaf.size
             path.append(leaf)
@@ -200,7 +281,9 @@ class ShadowTree(TreeCore[ShadowNode]):
                 continue
             if real.pages is None or id(real.parent) not in copies:
                 continue
-            node = copies[id(real)] = self.add_leaf(copies[id(real.parent)], real.key)
+            parent = copies[id(real.parent)]
+            key = real.key if not self._hashed else self.keys.pages(real.key, 0)
+            node = copies[id(real)] = self.add_leaf(parent, key)
             node.last_access, node.created = real.last_access, real.created
             node.hit_count, node.priority = real.hit_count, real.priority
             self.used += node.size

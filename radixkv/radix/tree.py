@@ -32,7 +32,7 @@ from radixkv.radix import residency
 from radixkv.radix.components import split_components
 from radixkv.radix.idle_roots import IdleRoots
 from radixkv.radix.node import TreeNode
-from radixkv.radix.shadow import ShadowTree
+from radixkv.radix.shadow import ShadowKeys, ShadowTree
 from radixkv.radix.windows import Reach, resumable
 from radixkv.radix.types import InsertResult, MatchInfo, PinKeeper, ResidencyListener
 
@@ -64,6 +64,7 @@ class RadixTree(residency.ResidentTree):
         self._learns = policy.learns
         self._insert_is_use = policy.insert_is_use
         self._epoch = policy.epoch  # the policy's order the indexes are keyed by
+        self.shadow_keys = ShadowKeys(page_size)  # one for all of this tree's shadows (radix/shadow.py)
 
     # ------------------------------------------------------------------ structure
 
@@ -248,11 +249,11 @@ class RadixTree(residency.ResidentTree):
 
     def shadow(self, policy: FixedPolicyView) -> ShadowTree:
         """An empty metadata-only replay of this tree's core under `policy` (radix/shadow.py)."""
-        return ShadowTree(policy, self.page_size)
+        return ShadowTree(policy, self.page_size, self.shadow_keys)
 
     def shadow_copy(self, policy: FixedPolicyView) -> ShadowTree:
         """A shadow under `policy` that starts from what this tree holds on the device now."""
-        shadow = ShadowTree(policy, self.page_size)
+        shadow = ShadowTree(policy, self.page_size, self.shadow_keys)
         shadow.load(self.nodes())
         return shadow
 
