@@ -20,8 +20,9 @@ It reads as a list does (len, index, slice, iteration, `==` with a list, `tolist
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, fields
-from typing import Any, Iterator, Sequence, Union, overload
+from typing import Any, Iterator, Union, overload
 
 import numpy as np
 
@@ -31,13 +32,12 @@ HASH_LIMIT = 1 << 64
 _INT32 = np.dtype("<i4")  # a tree key's ids (TokenIds over its bytes)
 
 
-class TokenIds(Sequence[int]):
+class TokenIds:
     """Token ids of an event, read-only: int32 little-endian bytes that nobody writes (a tree key's,
     given with how many ids they hold), or a 1-D integer array (see the module docstring). `ids` is
     the array (a read-only view of the bytes, made when asked for); ints come out as Python ints; a
-    slice is a TokenIds too."""
-
-    __slots__ = ("_src", "_len")
+    slice is a TokenIds too. A registered Sequence, not a subclass: compiled, a subclass of an ABC
+    would share collections.abc.Sequence's isinstance cache (a list would pass as a TokenIds)."""
 
     def __init__(self, ids: np.ndarray | bytes, length: int = -1) -> None:
         """`ids`: an array, or bytes holding at least `length` int32 ids (all of them when -1)."""
@@ -74,8 +74,20 @@ class TokenIds(Sequence[int]):
     def __repr__(self) -> str:
         return repr(self.ids.tolist())
 
+    def __reversed__(self) -> Iterator[int]:
+        return reversed(self.ids.tolist())
+
+    def index(self, value: int) -> int:
+        return self.ids.tolist().index(value)
+
+    def count(self, value: int) -> int:
+        return self.ids.tolist().count(value)
+
     def tolist(self) -> list[int]:
         return self.ids.tolist()
+
+
+Sequence.register(TokenIds)
 
 
 # Dataclasses for their fields, equality and repr, with the __init__ written out: compiled with the
