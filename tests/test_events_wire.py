@@ -148,3 +148,22 @@ def test_a_caches_token_ids_read_as_a_list_and_go_on_the_wire_as_one() -> None:
         assert event_to_dict(e) == event_to_dict(as_list) and type(event_to_dict(e)["token_ids"]) is list
         assert encode_batch([e], 1.0) == encode_batch([as_list], 1.0)
         assert parse_event(e) == e == as_list
+
+
+def test_token_ids_over_key_bytes_read_as_a_list_and_nothing_else_is_one() -> None:
+    from collections.abc import Sequence
+
+    import numpy as np
+
+    from radixkv.events import TokenIds
+
+    ids = TokenIds(np.arange(10, dtype="<i4").tobytes(), 8)  # bytes past the length: the last two ids are not in it
+    assert isinstance([1], Sequence) and isinstance(ids, Sequence)
+    assert not isinstance([1], TokenIds) and not isinstance((1,), TokenIds)  # (compiled: an ABC subclass said yes)
+    assert len(ids) == 8 and list(ids) == list(range(8)) == ids.tolist() and ids == list(range(8))
+    assert list(reversed(ids)) == list(range(7, -1, -1)) and ids.index(3) == 3 and ids.count(9) == 0 and 7 in ids
+    assert ids[2:4] == [2, 3] and ids[-1] == 7 and repr(ids) == repr(list(range(8)))
+    with pytest.raises(ValueError):
+        ids.ids[0] = 1  # a read-only view of the bytes
+    with pytest.raises(TypeError):
+        hash(ids)

@@ -18,9 +18,9 @@ when the tree splits a node, and dropped when the node leaves its last medium. I
 through their public fields (tokens(), depth, end, parent, ns, pages, host_pages, secondary) and
 never writes them: the tree (radixkv.radix) is the only writer of nodes and never imports this package.
 
-Cost: per stored node, one join of its blocks' key bytes (none when they start in its own edge),
-one hash call per new block, and the event; its token ids are a read-only view of those bytes
-(records.TokenIds), not a Python int per token. Removal and splits reuse the kept digests.
+Cost: per stored node, one join of its blocks' key bytes (a slice when they start in its own edge),
+one hash call per new block, and the event; its token ids are those bytes (records.TokenIds), not a
+Python int per token nor an array. Removal and splits reuse the kept digests.
 Multimodal checks run only once a multimodal request was seen (`learn`).
 """
 
@@ -89,11 +89,10 @@ class EventRecorder:
         first, last = node.depth // size, node.end // size
         if last <= first:  # no block ends in this edge
             return
-        raw = path_bytes(node, first * size)  # gathered once, for the digests and the event
+        raw = path_bytes(node, first * size)  # gathered once, for the digests and the event's ids
         parent = self._parent_digest(node, first * size)
         hashes = self.digests(node, raw, parent)[1]
-        ids = np.frombuffer(raw, _INT32, len(hashes) * size)  # the blocks' ids, no trailing partial block
-        self.publish(node, hashes, self._int(parent), ids, first, medium, 0)
+        self.publish(node, hashes, self._int(parent), raw, first, medium, 0)
 
     def removed(self, node: TreeNode, medium: str) -> None:
         self.withdraw(self.digests(node)[1], medium, 0)
@@ -139,16 +138,15 @@ class EventRecorder:
 
     # ------------------------------------------------------------------ events
 
-    def publish(self, node: TreeNode, hashes: list[int], parent: int | None, tokens: np.ndarray, first: int,
+    def publish(self, node: TreeNode, hashes: list[int], parent: int | None, raw: bytes, first: int,
                 medium: str, group: int) -> None:
-        """BlockStored for blocks [first, first + len(hashes)) of `node`'s path (`tokens` from the
-        start of block `first`, `parent` the int of block first - 1); counted: only blocks new to
-        (medium, group), in runs of consecutive ones."""
+        """BlockStored for blocks [first, first + len(hashes)) of `node`'s path (`raw`: the path's
+        key bytes from the start of block `first`, maybe more; `parent` the int of block first - 1);
+        counted: only blocks new to (medium, group), in runs of consecutive ones."""
         size = self.block_size
         new = self._holders.add(hashes, medium, group) if self._counted else None
         if new is None:  # every block is new to (medium, group)
-            n = len(hashes) * size
-            self._emit(node, hashes, parent, tokens if len(tokens) == n else tokens[:n], first, medium, group)
+            self._emit(node, hashes, parent, raw, first, medium, group)
             return
         start = -1  # of the run of consecutive new blocks being gathered, reported as one event
         run_parent = parent
@@ -157,7 +155,8 @@ class EventRecorder:
                 if start < 0:
                     start, run_parent = i, parent
             elif start >= 0:
-                self._emit(node, hashes[start:i], run_parent, tokens[start * size:i * size], first + start, medium, group)
+                self._emit(node, hashes[start:i], run_parent, raw[4 * start * size:4 * i * size], first + start, medium,
+                           group)
                 start = -1
             if i < len(hashes):
                 parent = hashes[i]
@@ -165,8 +164,7 @@ class EventRecorder:
     def store_blocks(self, node: TreeNode, hashes: list[int], first: int, group: int) -> None:
         """`publish` on the device for blocks [first, first + len(hashes)) of `node`'s edge."""
         pos = first * self.block_size
-        self.publish(node, hashes, self.parent_int(node, pos), np.frombuffer(path_bytes(node, pos), _INT32),
-                     first, DEVICE, group)
+        self.publish(node, hashes, self.parent_int(node, pos), path_bytes(node, pos), first, DEVICE, group)
 
     def withdraw(self, hashes: list[int], medium: str, group: int) -> None:
         """BlockRemoved for `hashes` (counted: those whose last holder this was)."""
@@ -179,13 +177,18 @@ class EventRecorder:
                 event.group_idx = fields[0]
             self.events.append(event)
 
-    def _emit(self, node: TreeNode, hashes: list[int], parent: int | None, toks: np.ndarray, first_block: int,
+    def _emit(self, node: TreeNode, hashes: list[int], parent: int | None, raw: bytes, first_block: int,
               medium: str, group: int) -> None:
+        """One BlockStored; `raw` holds the blocks' ids (key bytes), maybe more after them."""
+        n = len(hashes) * self.block_size
         _, lora_id, lora_name, salt = self._keys(node.ns)
-        extra = None if lora_name is None and not salt and not self._mm else \
-            self._extra_keys(toks, first_block, lora_name, salt)
-        ids = self._event_tokens(toks) if self._mm else toks
-        event = BlockStored(hashes, parent, TokenIds(ids), self.block_size, lora_id, medium, lora_name, extra)
+        if lora_name is None and not salt and not self._mm:  # the common case: no numpy, the ids stay bytes
+            extra, ids = None, TokenIds(raw, n)
+        else:
+            toks = np.frombuffer(raw, _INT32, n)
+            extra = self._extra_keys(toks, first_block, lora_name, salt)
+            ids = TokenIds(self._event_tokens(toks)) if self._mm else TokenIds(raw, n)
+        event = BlockStored(hashes, parent, ids, self.block_size, lora_id, medium, lora_name, extra)
         fields = self.fields[group]
         if fields:  # a hybrid model's: which group, and what it keeps
             event.group_idx, event.kv_cache_spec_kind, event.kv_cache_spec_sliding_window = fields
@@ -288,7 +291,9 @@ class EventRecorder:
         return self.digests(node)[1][pos // self.block_size - 1 - first]
 
     def _int(self, digest: Digest | None) -> int | None:
-        return None if digest is None else self.hasher.ints([digest])[0]
+        if digest is None or not self.hasher.vllm:  # xxh3: the digest is the int
+            return cast("int | None", digest)
+        return self.hasher.ints([digest])[0]
 
     def _fork(self) -> EventRecorder:
         """A recorder sharing this one's hasher, digests and multimodal names, counting every block

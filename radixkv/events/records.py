@@ -1,4 +1,4 @@
-"""KV events in this process: vLLM's three event types, its field order, and one validator.
+"""KV events in this process: vLLM's three event types and its field order.
 
 The fields, their order and their defaults are those of vLLM 0.33's `vllm/distributed/kv_events.py`
 (`BlockStored`, `BlockRemoved`, `AllBlocksCleared`), so an event converts to the wire struct
@@ -7,49 +7,50 @@ without msgspec: the cache records them, the cluster indexes read them. Unlike v
 `medium` and `lora_name` have defaults here (None, "GPU", None) so that recording code can leave
 them out; the wire struct still declares them without defaults, as vLLM does.
 
-`parse_event` is the one validator for everything that arrives from outside (a dict in the map
-layout `{"type": "BlockStored", ...}` that vLLM 0.33 and msgspec's tagged structs produce, a list in
-the older positional layout `["BlockStored", block_hashes, parent_block_hash, token_ids,
-block_size, lora_id, medium, lora_name, ...]` that llm-d still reads, or one of these objects).
-Block hashes may be ints in [0, 2**64) or bytes (vLLM 0.33's default sha256 digests); bytes become
-the int of their last 8 bytes, big-endian, as llm-d reads them. Anything malformed raises
-EventFormatError, never TypeError.
+Compiled with the core (radixkv/core_loader.py): the cache builds one event per stored node. What
+arrives from outside is validated by radixkv.events.parse (interpreted: its checks raise
+EventFormatError where a compiled field type would raise TypeError first).
 
 A cache's own BlockStored carries its `token_ids` as `TokenIds`: a read-only sequence of ints over
-the int32 array the tree keys the edge by, so recording an event makes no Python int per token.
+the int32 bytes the tree keys its edges by, so recording an event makes no Python int per token
+(and no array: one is made when `ids` is read).
 It reads as a list does (len, index, slice, iteration, `==` with a list, `tolist()`); the wire
-(radixkv.events.wire) and `event_to_dict` give plain lists.
+(radixkv.events.wire) and `event_to_dict` (radixkv.events.parse) give plain lists.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, fields
-from typing import Any, Iterator, Sequence, Union, overload
+from typing import Any, Iterator, Union, overload
 
 import numpy as np
-
-from radixkv.errors import RadixKVError
 
 DEVICE, HOST, STORAGE = "GPU", "CPU", "STORAGE"  # vLLM's medium names (the tier, whatever the device)
 MEDIA = (DEVICE, HOST, STORAGE)
 HASH_LIMIT = 1 << 64
+_INT32 = np.dtype("<i4")  # a tree key's ids (TokenIds over its bytes)
 
 
-class EventFormatError(RadixKVError, ValueError):
-    """A serialized event is malformed: unknown type, missing or mistyped fields."""
+class TokenIds:
+    """Token ids of an event, read-only: int32 little-endian bytes that nobody writes (a tree key's,
+    given with how many ids they hold), or a 1-D integer array (see the module docstring). `ids` is
+    the array (a read-only view of the bytes, made when asked for); ints come out as Python ints; a
+    slice is a TokenIds too. A registered Sequence, not a subclass: compiled, a subclass of an ABC
+    would share collections.abc.Sequence's isinstance cache (a list would pass as a TokenIds)."""
 
+    def __init__(self, ids: np.ndarray | bytes, length: int = -1) -> None:
+        """`ids`: an array, or bytes holding at least `length` int32 ids (all of them when -1)."""
+        self._src = ids
+        self._len = (len(ids) // 4 if length < 0 else length) if isinstance(ids, bytes) else len(ids)
 
-class TokenIds(Sequence[int]):
-    """Token ids of an event, read-only: a view of a 1-D integer array that nobody writes (see the
-    module docstring). Ints come out as Python ints; a slice is a TokenIds too."""
-
-    __slots__ = ("ids",)
-
-    def __init__(self, ids: np.ndarray) -> None:
-        self.ids = ids  # 1-D, integer, read-only (a view of a tree key, or an array no one else holds)
+    @property
+    def ids(self) -> np.ndarray:
+        src = self._src
+        return np.frombuffer(src, _INT32, self._len) if isinstance(src, bytes) else src
 
     def __len__(self) -> int:
-        return len(self.ids)
+        return self._len
 
     @overload
     def __getitem__(self, i: int) -> int: ...
@@ -68,16 +69,31 @@ class TokenIds(Sequence[int]):
             return bool(np.array_equal(self.ids, other.ids))
         return self.ids.tolist() == other if isinstance(other, list) else NotImplemented
 
-    __hash__ = None  # type: ignore[assignment]  (compares equal to lists, which are unhashable)
+    __hash__ = None  # type: ignore[assignment]  # compares equal to lists, which are unhashable
 
     def __repr__(self) -> str:
         return repr(self.ids.tolist())
+
+    def __reversed__(self) -> Iterator[int]:
+        return reversed(self.ids.tolist())
+
+    def index(self, value: int) -> int:
+        return self.ids.tolist().index(value)
+
+    def count(self, value: int) -> int:
+        return self.ids.tolist().count(value)
 
     def tolist(self) -> list[int]:
         return self.ids.tolist()
 
 
-@dataclass(slots=True)
+Sequence.register(TokenIds)
+
+
+# Dataclasses for their fields, equality and repr, with the __init__ written out: compiled with the
+# core (radixkv/core_loader.py), an explicit __init__ is a native call, while the one dataclasses
+# generates is interpreted code, slower than it is without compiling.
+@dataclass(slots=True, init=False)
 class BlockStored:
     block_hashes: list[int]
     parent_block_hash: int | None
@@ -95,14 +111,45 @@ class BlockStored:
     session_id: str | None = None
     lookahead_token_ids: list[list[int]] | None = None
 
+    def __init__(self, block_hashes: list[int], parent_block_hash: int | None, token_ids: list[int] | TokenIds,
+                 block_size: int, lora_id: int | None = None, medium: str | None = DEVICE,
+                 lora_name: str | None = None, extra_keys: list[tuple[Any, ...] | None] | None = None,
+                 group_idx: int | None = None, kv_cache_spec_kind: str | None = None,
+                 kv_cache_spec_sliding_window: int | None = None, locality: str | None = None,
+                 ownership: str | None = None, session_id: str | None = None,
+                 lookahead_token_ids: list[list[int]] | None = None) -> None:
+        self.block_hashes = block_hashes
+        self.parent_block_hash = parent_block_hash
+        self.token_ids = token_ids
+        self.block_size = block_size
+        self.lora_id = lora_id
+        self.medium = medium
+        self.lora_name = lora_name
+        self.extra_keys = extra_keys
+        self.group_idx = group_idx
+        self.kv_cache_spec_kind = kv_cache_spec_kind
+        self.kv_cache_spec_sliding_window = kv_cache_spec_sliding_window
+        self.locality = locality
+        self.ownership = ownership
+        self.session_id = session_id
+        self.lookahead_token_ids = lookahead_token_ids
 
-@dataclass(slots=True)
+
+@dataclass(slots=True, init=False)
 class BlockRemoved:
     block_hashes: list[int]
     medium: str | None = DEVICE
     group_idx: int | None = None
     locality: str | None = None
     ownership: str | None = None
+
+    def __init__(self, block_hashes: list[int], medium: str | None = DEVICE, group_idx: int | None = None,
+                 locality: str | None = None, ownership: str | None = None) -> None:
+        self.block_hashes = block_hashes
+        self.medium = medium
+        self.group_idx = group_idx
+        self.locality = locality
+        self.ownership = ownership
 
 
 @dataclass(slots=True)
@@ -115,129 +162,3 @@ EVENT_TYPES: dict[str, type] = {"BlockStored": BlockStored, "BlockRemoved": Bloc
                                 "AllBlocksCleared": AllBlocksCleared}
 FIELDS: dict[str, tuple[str, ...]] = {name: tuple(f.name for f in fields(cls)) for name, cls in EVENT_TYPES.items()}
 REQUIRED = {"BlockStored": 4, "BlockRemoved": 1, "AllBlocksCleared": 0}  # leading fields without a default
-
-
-def event_to_dict(event: KVEvent) -> dict[str, Any]:
-    """The map layout: {"type": class name, every field} (token ids as a list)."""
-    out = {"type": type(event).__name__, **{k: getattr(event, k) for k in FIELDS[type(event).__name__]}}
-    if isinstance(out.get("token_ids"), TokenIds):
-        out["token_ids"] = out["token_ids"].tolist()
-    return out
-
-
-def parse_event(obj: object) -> KVEvent:
-    """Validate one event in any accepted layout (see the module docstring); EventFormatError otherwise."""
-    if isinstance(obj, (BlockStored, BlockRemoved, AllBlocksCleared)):
-        name, values = type(obj).__name__, {k: getattr(obj, k) for k in FIELDS[type(obj).__name__]}
-    elif isinstance(obj, dict):
-        name = obj.get("type")
-        if not isinstance(name, str) or name not in EVENT_TYPES:
-            raise EventFormatError(f"not a KV event (no known 'type'): {_show(obj)}")
-        values = {k: v for k, v in obj.items() if k != "type"}
-    elif isinstance(obj, (list, tuple)) and obj and isinstance(obj[0], str) and obj[0] in EVENT_TYPES:
-        name = obj[0]
-        if len(obj) - 1 > len(FIELDS[name]):
-            raise EventFormatError(f"{name}: {len(obj) - 1} positional fields, at most {len(FIELDS[name])}")
-        values = dict(zip(FIELDS[name], obj[1:]))
-    else:
-        raise EventFormatError(f"not a KV event: {_show(obj)}")
-    unknown = set(values) - set(FIELDS[name])
-    if unknown:
-        raise EventFormatError(f"{name}: unknown fields {sorted(map(str, unknown))}")
-    missing = [k for k in FIELDS[name][:REQUIRED[name]] if k not in values]
-    if missing:
-        raise EventFormatError(f"{name}: missing fields {missing}")
-    if name == "BlockStored":
-        return _stored(values)
-    if name == "BlockRemoved":
-        return BlockRemoved(_hashes(values["block_hashes"], name), _medium(values.get("medium", DEVICE), name),
-                            *(_opt(values.get(k), int if k == "group_idx" else str, f"{name}.{k}")
-                              for k in ("group_idx", "locality", "ownership")))
-    return AllBlocksCleared()
-
-
-def _stored(v: dict[str, Any]) -> BlockStored:
-    name = "BlockStored"
-    hashes = _hashes(v["block_hashes"], name)
-    size, toks, parent = v["block_size"], v["token_ids"], v["parent_block_hash"]
-    if not _is_int(size) or size < 1:
-        raise EventFormatError(f"{name}: block_size must be a positive int, got {_show(size)}")
-    if not (isinstance(toks, TokenIds) or _is_int_list(toks)) or len(toks) != size * len(hashes):
-        raise EventFormatError(f"{name}: token_ids must be a list of block_size ints per block hash")
-    parent = None if parent is None else _hashes([parent], name)[0]
-    extra = v.get("extra_keys")
-    if extra is not None and (not isinstance(extra, (list, tuple)) or len(extra) != len(hashes)
-                              or not all(e is None or isinstance(e, (list, tuple)) for e in extra)):
-        raise EventFormatError(f"{name}: extra_keys must be None or one tuple (or None) per block hash")
-    look = v.get("lookahead_token_ids")
-    if look is not None and (not isinstance(look, (list, tuple)) or not all(_is_int_list(x) for x in look)):
-        raise EventFormatError(f"{name}: lookahead_token_ids must be None or lists of ints")
-    return BlockStored(
-        hashes, parent, toks if isinstance(toks, TokenIds) else list(toks), size, _opt(v.get("lora_id"), int, "lora_id"), _medium(v.get("medium", DEVICE), name),
-        _opt(v.get("lora_name"), str, "lora_name"), None if extra is None else [None if e is None else _freeze(e) for e in extra],
-        _opt(v.get("group_idx"), int, "group_idx"), _opt(v.get("kv_cache_spec_kind"), str, "kv_cache_spec_kind"),
-        _opt(v.get("kv_cache_spec_sliding_window"), int, "kv_cache_spec_sliding_window"),
-        _opt(v.get("locality"), str, "locality"), _opt(v.get("ownership"), str, "ownership"),
-        _opt(v.get("session_id"), str, "session_id"), None if look is None else [list(x) for x in look])
-
-
-_MAX_DEPTH = 8  # extra keys are (identifier, offset) pairs and strings: deeper nesting is malformed
-
-
-def _freeze(value: Any, depth: int = 0) -> Any:
-    """Lists (msgpack has no tuples) back into tuples, recursively, so decoded extra keys compare equal."""
-    if not isinstance(value, (list, tuple)):
-        return value
-    if depth >= _MAX_DEPTH:
-        raise EventFormatError(f"BlockStored: extra_keys nested deeper than {_MAX_DEPTH} levels")
-    return tuple(_freeze(x, depth + 1) for x in value)
-
-
-def _hashes(values: object, name: str) -> list[int]:
-    if not isinstance(values, (list, tuple)):
-        raise EventFormatError(f"{name}: block_hashes must be a list, got {_show(values)}")
-    if _plain_ints(values) and (not values or (min(values) >= 0 and max(values) < HASH_LIMIT)):
-        return list(values)  # the common case, checked by C-level passes
-    out = []
-    for h in values:
-        if isinstance(h, (bytes, bytearray)) and h:
-            h = int.from_bytes(bytes(h[-8:]), "big")  # vLLM's sha256 digests, read as llm-d reads them
-        if not _is_int(h) or not 0 <= h < HASH_LIMIT:
-            raise EventFormatError(f"{name}: block hashes must be ints in [0, 2**64) or non-empty bytes, got {_show(h)}")
-        out.append(h)
-    return out
-
-
-def _medium(m: object, name: str) -> str:
-    if m is None:
-        return DEVICE  # vLLM leaves it None for the GPU tier in older releases; llm-d reads None as GPU
-    if m not in MEDIA:
-        raise EventFormatError(f"{name}: medium must be one of {MEDIA} or None, got {_show(m)}")
-    return m  # type: ignore[return-value]
-
-
-def _opt(value: object, kind: type, what: str) -> Any:
-    if value is None or (kind is int and _is_int(value)) or (kind is str and isinstance(value, str)):
-        return value
-    raise EventFormatError(f"{what} must be {kind.__name__} or None, got {_show(value)}")
-
-
-_INT = {int}
-
-
-def _is_int(x: object) -> bool:
-    return type(x) is int or (isinstance(x, int) and not isinstance(x, bool))
-
-
-def _is_int_list(v: object) -> bool:
-    return isinstance(v, (list, tuple)) and (_plain_ints(v) or all(type(x) is int or _is_int(x) for x in v))
-
-
-def _plain_ints(v: list | tuple) -> bool:
-    """Every item's type is exactly int (one C-level pass; subclasses take the slow checks)."""
-    return not v or set(map(type, v)) == _INT
-
-
-def _show(x: object) -> str:
-    text = repr(x)
-    return text if len(text) <= 80 else text[:77] + "..."

@@ -18,7 +18,8 @@ from typing import Any, NamedTuple
 import msgspec
 
 from radixkv.events import records
-from radixkv.events.records import FIELDS, EventFormatError, KVEvent, parse_event
+from radixkv.events.parse import EventFormatError, parse_event
+from radixkv.events.records import FIELDS, KVEvent
 
 MAX_RANK = (1 << 31) - 1  # a data_parallel_rank above this is no real deployment's
 
