@@ -20,79 +20,39 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
-import subprocess
 import sys
 import tempfile
 
-from radixkv.bench.workloads import make_workload
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # callgrind.py beside this script
 
-CALLS = ("match_prefix", "lock", "alloc", "insert", "unlock", "take_events")
+from callgrind import annotate, collect, compiled_inclusive, lifecycle  # noqa: E402
+
+from radixkv.bench.workloads import make_workload  # noqa: E402
 
 
 def child(workload: str, page_size: int, on: bool, policy: str, requests: int) -> None:
-    import torch
-
     from radixkv.bench.main import capacity
     from radixkv.bench.opt import build_segments
     from radixkv.bench.runner import sim_config
     from radixkv.cache import RadixCache
-    from radixkv.core_loader import state
 
-    if not state()[0]:
-        sys.exit(f"the compiled core is not running ({state()[1]}): build it first (python -m radixkv.build)")
     reqs = make_workload(workload)[:requests or None]
     seg = build_segments(reqs, page_size)
     longest = max(len(r.tokens) for r in reqs)
     cfg = sim_config(capacity(0.25, seg.total_pages * page_size, longest, page_size), page_size, policy, longest, on)
-    cache = RadixCache(cfg)
-    for req in reqs:
-        n = len(req.tokens)
-        if -(-n // page_size) > cfg.num_pages:
-            continue
-        r = cache.match_prefix(req.tokens[:req.prompt_len])
-        cache.lock(r.node)
-        slots = torch.cat([r.slots, cache.alloc(n - r.length)])
-        cache.insert(req.tokens, slots)
-        cache.unlock(r.node)
-        if on:
-            cache.take_events()
+    lifecycle(RadixCache(cfg), reqs, drain=on)
 
 
 def count(a: argparse.Namespace, mode: str) -> tuple[int, list[tuple[int, str]]]:
     """Instructions inside the cache's calls, and the `a.top` functions with the most of their own."""
-    toggles = [f"--toggle-collect=CPyPy_cache___RadixCache___{c}" for c in CALLS]
     with tempfile.TemporaryDirectory() as tmp:
         dest = f"{a.keep}.{mode}" if a.keep else f"{tmp}/cg.out"
-        out = subprocess.run(["valgrind", "--tool=callgrind", *toggles, f"--callgrind-out-file={dest}",
-                              sys.executable, __file__, "--child", mode, "--workload", a.workload,
-                              "--page-size", str(a.page_size), "--policy", a.policy, "--requests", str(a.requests)],
-                             capture_output=True, text=True, env=os.environ)
-        got = re.search(r"Collected : (\d+)", out.stderr)
-        if out.returncode != 0 or got is None:
-            sys.exit(f"valgrind run failed ({mode}): {out.stderr[-400:]}")
+        got, _ = collect(__file__, ["--child", mode, "--workload", a.workload, "--page-size", str(a.page_size),
+                                    "--policy", a.policy, "--requests", str(a.requests)], dest)
         top: list[tuple[int, str]] = []
         if a.top:  # own instructions, any function; then inclusive, the compiled core's functions
-            top = _annotate(dest, "no", a.top)
-            seen: dict[str, int] = {}  # (callgrind lists a function once per object it was entered from)
-            for k, fn in _annotate(dest, "yes", 400):
-                if "CPyDef_" in fn:
-                    seen.setdefault(fn.partition("CPyDef_")[2] + " (inclusive)", k)
-            top += [(k, fn) for fn, k in seen.items()][:a.top]
-    return int(got.group(1)), top
-
-
-def _annotate(out: str, inclusive: str, top: int) -> list[tuple[int, str]]:
-    ann = subprocess.run(["callgrind_annotate", "--threshold=100", f"--inclusive={inclusive}", out],
-                         capture_output=True, text=True).stdout
-    rows = re.findall(r"^\s*([\d,]+) \([^)]*\)\s+(\S.*?)(?: \[[^]]*\])?$", ann, re.M)
-    return [(int(n.replace(",", "")), _short(fn)) for n, fn in rows if "PROGRAM TOTALS" not in fn][:top]
-
-
-def _short(fn: str) -> str:
-    """`file:function` as callgrind_annotate names it, the file reduced to its base name."""
-    file, _, name = fn.rpartition(":")
-    return name if file in ("", "???") else f"{os.path.basename(file)}:{name}"
+            top = annotate(dest, False, a.top) + compiled_inclusive(dest, a.top)
+    return got, top
 
 
 def main() -> None:

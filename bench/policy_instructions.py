@@ -24,57 +24,38 @@ import subprocess
 import sys
 import tempfile
 
-CALLS = ("match_prefix", "lock", "alloc", "insert", "unlock")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # callgrind.py, policy_cost.py beside this script
+
+from callgrind import collect, lifecycle  # noqa: E402
 
 
 def child(spec: str, policy: str) -> None:
-    import torch
-
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from policy_cost import cell
 
     from radixkv.bench.runner import sim_config
     from radixkv.cache import RadixCache
-    from radixkv.core_loader import state
 
-    if not state()[0]:
-        sys.exit(f"the compiled core is not running ({state()[1]}): build it first (python -m radixkv.build)")
     reqs, cap, page = cell(spec, 1 << 30)
-    cfg = sim_config(cap, page, policy, max(len(r.tokens) for r in reqs))
-    cache = RadixCache(cfg)
-    hit = 0
-    for req in reqs:
-        n = len(req.tokens)
-        if -(-n // page) > cfg.num_pages:
-            continue
-        r = cache.match_prefix(req.tokens[:req.prompt_len])
-        cache.lock(r.node)
-        slots = torch.cat([r.slots, cache.alloc(n - r.length)])
-        cache.insert(req.tokens, slots)
-        cache.unlock(r.node)
-        hit += r.length
+    cache = RadixCache(sim_config(cap, page, policy, max(len(r.tokens) for r in reqs)))
+    hit = lifecycle(cache, reqs)
     print(f"requests {len(reqs)} hit {hit}")
 
 
 def count(spec: str, policy: str, top: int, keep: str = "") -> tuple[int, int, int, str]:
     """(instructions inside the cache's calls, requests, hit tokens, callgrind_annotate's top lines);
     `keep`: also copy callgrind's output file there."""
-    toggles = [f"--toggle-collect=CPyPy_cache___RadixCache___{c}" for c in CALLS]
     with tempfile.TemporaryDirectory() as tmp:
-        out = subprocess.run(["valgrind", "--tool=callgrind", *toggles, f"--callgrind-out-file={tmp}/cg.out",
-                              sys.executable, __file__, "--child", f"{spec}:{policy}"],
-                             capture_output=True, text=True, env=os.environ)
-        got = re.search(r"Collected : (\d+)", out.stderr)
-        done = re.search(r"requests (\d+) hit (\d+)", out.stdout)
-        if out.returncode != 0 or got is None or done is None:
-            sys.exit(f"valgrind run failed ({spec} {policy}): {out.stderr[-400:]}")
+        got, stdout = collect(__file__, ["--child", f"{spec}:{policy}"], f"{tmp}/cg.out")
+        done = re.search(r"requests (\d+) hit (\d+)", stdout)
+        if done is None:
+            sys.exit(f"the replay under valgrind printed no result ({spec} {policy})")
         if keep:
             shutil.copyfile(f"{tmp}/cg.out", keep)
         annotated = ""
         if top:
             annotated = subprocess.run(["callgrind_annotate", "--inclusive=yes", "--threshold=100",
                                         f"{tmp}/cg.out"], capture_output=True, text=True).stdout
-    return int(got.group(1)), int(done.group(1)), int(done.group(2)), annotated
+    return got, int(done.group(1)), int(done.group(2)), annotated
 
 
 def _top(annotated: str, requests: int, n: int) -> list[str]:
