@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 import torch
+from mypy_extensions import mypyc_attr
 
 if TYPE_CHECKING:
     from radixkv.kernels import CascadePlan
@@ -61,12 +63,15 @@ class BatchInputs(NamedTuple):
     cascade: CascadePlan | None = None
 
 
+@mypyc_attr(native_class=False)
+@dataclass
 class CacheStats:
     """What a cache counts for its metrics (radixkv/metrics.py names them); the cache writes them.
-    Here with the compiled core: a match updates them with struct writes, no interpreted call."""
 
-    def __init__(self) -> None:
-        self.query_tokens = 0  # tokens asked for by match_prefix / open
-        self.hit_tokens = 0  # of those, tokens found on the device
-        self.host_hit_tokens = 0  # further tokens found only on the host tier
-        self.evicted_tokens = 0  # device tokens evicted
+    A plain dataclass, compiled or not (mypyc's non-native class): `vars()`, `dataclasses.asdict`, `==`
+    and repr work as they always did; a match still updates it with no interpreted call."""
+
+    query_tokens: int = 0  # tokens asked for by match_prefix / open
+    hit_tokens: int = 0  # of those, tokens found on the device
+    host_hit_tokens: int = 0  # further tokens found only on the host tier
+    evicted_tokens: int = 0  # device tokens evicted
