@@ -7,6 +7,12 @@ import torch
 from radixkv import CacheConfig, RadixCache
 
 
+def here(t: torch.Tensor) -> torch.Tensor:
+    """`t` on the current default device: parametrize cases are built at collection time, on the CPU,
+    while a kernel test on a GPU machine runs with CUDA as the default device (tests/conftest.py)."""
+    return t.to(torch.get_default_device())
+
+
 def randn(*shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """Standard normal values pushed 0.1 away from zero (a kernel that writes zeros cannot pass)."""
     x = torch.randn(*shape)
@@ -53,7 +59,8 @@ def random_kv_cache(kv_heads: int, dim: int, num_slots: int, page_size: int, max
                     dtype: torch.dtype) -> RadixCache:
     """A one-layer RadixCache (max context 128) whose K/V buffers hold random non-zero values."""
     cache = RadixCache(CacheConfig(num_layers=1, num_kv_heads=kv_heads, head_dim=dim, num_slots=num_slots,
-                                   page_size=page_size, max_requests=max_requests, max_context_len=128, dtype=dtype))
+                                   page_size=page_size, max_requests=max_requests, max_context_len=128, dtype=dtype,
+                                   device=torch.get_default_device()))
     cache.kv_pool.k_buffer[0].copy_(randn(num_slots, kv_heads, dim, dtype=dtype))
     cache.kv_pool.v_buffer[0].copy_(randn(num_slots, kv_heads, dim, dtype=dtype))
     return cache

@@ -63,7 +63,7 @@ def _flat(q: torch.Tensor, k_buf: torch.Tensor, v_buf: torch.Tensor, row_slots: 
 def _cache_plan(page_size: int, group: int, dtype: torch.dtype, scale_rows: int = 1):
     """A decode step of 7 rows: 5 under a system prompt, 3 of them under a document, 2 alone."""
     g = torch.Generator().manual_seed(page_size)
-    tok = lambda n: torch.randint(0, 500, (n,), generator=g).tolist()  # noqa: E731
+    tok = lambda n: torch.randint(0, 500, (n,), generator=g, device="cpu").tolist()  # noqa: E731
     system, doc = tok(37), tok(29)
     prompts = ([system + doc + tok(3 + i) for i in range(3 * scale_rows)] + [system + tok(11), system + tok(2)]
                + [tok(19), tok(5)])

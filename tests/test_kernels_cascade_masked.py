@@ -29,7 +29,7 @@ TOLS = {torch.float32: (2e-5, 2e-5), torch.float16: (2e-3, 2e-3)}  # as tests/te
 def _step(page_size: int, dtype: torch.dtype, group: int, seed: int = 0):
     """7 decode rows (q at positions 5..80): 5 under the system prompt, 3 of them under the document."""
     g = torch.Generator().manual_seed(seed)
-    tok = lambda n: torch.randint(0, 500, (n,), generator=g).tolist()  # noqa: E731
+    tok = lambda n: torch.randint(0, 500, (n,), generator=g, device="cpu").tolist()  # noqa: E731
     system, doc = tok(SYSTEM), tok(DOC)
     prompts = [system + doc + tok(3 + 5 * i) for i in range(3)] + [system + tok(11), system + tok(6)] + [tok(19), tok(5)]
     cache = random_kv_cache(KV_HEADS, DIM, 1024, page_size, 16, dtype)

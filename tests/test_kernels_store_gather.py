@@ -12,7 +12,7 @@ from radixkv.errors import InvalidSlotsError, RadixKVError
 from radixkv.kernels import (gather_kv, gather_kv_ref, gather_kv_unchecked, store_kv, store_kv_ref,
                              store_kv_unchecked)
 from radixkv.kernels._common import KernelInputError
-from kernel_checks import assert_equal, randn
+from kernel_checks import assert_equal, here, randn
 
 NUM_SLOTS = 640
 # (n tokens, num_kv_heads, head_dim): odd counts; padded heads (3 -> 4); odd and non-pow2 dims.
@@ -116,6 +116,7 @@ def _bad_store_cases():
 @pytest.mark.parametrize("case", list(_bad_store_cases()), ids=lambda c: c[0])
 def test_store_kv_rejects_before_writing(case) -> None:
     _, slots, shape, dtype, err = case
+    slots = here(slots)
     k_buf, v_buf = randn(NUM_SLOTS, 2, 8, dtype=torch.float32), randn(NUM_SLOTS, 2, 8, dtype=torch.float32)
     k_before, v_before = k_buf.clone(), v_buf.clone()
     with pytest.raises(err):

@@ -12,7 +12,7 @@ import torch
 transformers = pytest.importorskip("transformers")
 from transformers.masking_utils import chunked_overlay, sliding_window_overlay  # noqa: E402
 
-from kernel_checks import assert_close, paged_table, randn  # noqa: E402
+from kernel_checks import assert_close, here, paged_table, randn  # noqa: E402
 from test_cascade_plan import decoding  # noqa: E402
 from radixkv import CacheConfig, RadixCache  # noqa: E402
 from radixkv.kernels import (AttentionVariant, KernelInputError, cascade_decode, cascade_decode_ref,  # noqa: E402
@@ -32,6 +32,11 @@ def _variants(heads: int) -> list[AttentionVariant]:
             AttentionVariant(chunk=16), AttentionVariant(chunk=37), AttentionVariant(softcap=0.7),
             AttentionVariant(sinks=sinks), AttentionVariant(window=19, softcap=1.5, sinks=sinks),
             AttentionVariant(chunk=8, sinks=sinks)]
+
+
+def _here(v: AttentionVariant) -> AttentionVariant:
+    """The variant with its sinks on the test's device (the cases are built at collection, on the CPU)."""
+    return v if v.sinks is None else v._replace(sinks=here(v.sinks))
 
 
 def _ids(v: AttentionVariant) -> str:
@@ -70,6 +75,7 @@ def _dense(q: torch.Tensor, keys: torch.Tensor, vals: torch.Tensor, q_pos: torch
 
 @pytest.mark.parametrize("variant", _variants(KV_HEADS * 3), ids=_ids)
 def test_references_match_transformers_definitions(variant: AttentionVariant) -> None:
+    variant = _here(variant)
     lens = [1, 9, 130, 61]
     k_buf, v_buf, table, rows = _store(1, lens, torch.float32)
     q = randn(len(lens), KV_HEADS * 3, DIM)
@@ -103,6 +109,7 @@ def _extend_inputs(group: int, dtype: torch.dtype, page_size: int):
 @pytest.mark.parametrize("page_size", [1, 16])
 def test_triton_matches_reference(variant: AttentionVariant, dtype: torch.dtype, atol: float, rtol: float,
                                   page_size: int) -> None:
+    variant = _here(variant)
     lens = [1, 17, 300, 64, 33]
     k_buf, v_buf, table, rows = _store(page_size, lens, dtype)
     q = randn(len(lens), KV_HEADS * 2, DIM, dtype=dtype)
@@ -130,11 +137,12 @@ def test_a_window_changes_the_result() -> None:
 def _cascade_step(dtype: torch.dtype):
     """A decode step of 6 rows from a real cache: 4 share a system prompt, 2 of them a document."""
     g = torch.Generator().manual_seed(5)
-    tok = lambda n: torch.randint(0, 500, (n,), generator=g).tolist()  # noqa: E731
+    tok = lambda n: torch.randint(0, 500, (n,), generator=g, device="cpu").tolist()  # noqa: E731
     system, doc = tok(37), tok(29)
     prompts = [system + doc + tok(3), system + doc + tok(8), system + tok(11), system + tok(2), tok(19), tok(5)]
     cache = RadixCache(CacheConfig(num_layers=1, num_kv_heads=KV_HEADS, head_dim=DIM, num_slots=1024,
-                                   page_size=16, max_requests=8, max_context_len=128, dtype=dtype))
+                                   page_size=16, max_requests=8, max_context_len=128, dtype=dtype,
+                                   device=torch.get_default_device()))
     cache.kv_pool.k_buffer[0].copy_(randn(1024, KV_HEADS, DIM, dtype=dtype))
     cache.kv_pool.v_buffer[0].copy_(randn(1024, KV_HEADS, DIM, dtype=dtype))
     b = cache.batch(decoding(cache, prompts), cascade=True)
