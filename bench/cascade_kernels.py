@@ -30,6 +30,7 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from radixkv import CacheConfig, RadixCache, kernels  # noqa: E402
+from radixkv.cascade import cascade_pays  # noqa: E402
 from radixkv.cli_args import HelpFormatter, positive_int  # noqa: E402
 from radixkv.kernels.cascade import launch_config  # noqa: E402
 
@@ -42,8 +43,11 @@ def gsp_batch(a: argparse.Namespace, device: str, dtype: torch.dtype, kv_heads: 
     the i-th request of a group has i more tokens of its own, so rows sit at different positions)."""
     g = torch.Generator(device="cpu").manual_seed(SEED)
     n = a.groups * a.per_group
-    cache = RadixCache(CacheConfig(num_layers=1, num_kv_heads=kv_heads, head_dim=dim, num_slots=16384,
-                                   page_size=16, max_requests=n, max_context_len=max_context_len, dtype=dtype,
+    longest = a.system + a.own + (a.per_group - 1) * stagger + 1  # the decode position included
+    pages = a.groups * (-(-a.system // 16) + a.per_group * (-(-(longest - a.system) // 16) + 1))
+    cache = RadixCache(CacheConfig(num_layers=1, num_kv_heads=kv_heads, head_dim=dim,
+                                   num_slots=max(16384, 16 * pages), page_size=16, max_requests=n,
+                                   max_context_len=max(max_context_len, longest), dtype=dtype,
                                    device=device))
     for buf in (cache.kv_pool.k_buffer[0], cache.kv_pool.v_buffer[0]):
         buf.copy_(torch.randn(buf.shape, generator=g).to(buf))
@@ -124,10 +128,11 @@ def main(argv: list[str] | None = None) -> None:
               ("bench/e2e.py's model (2 kv heads, 8 heads, dim 32)", 2, 8, 32))
     print(f"gsp decode step: {a.groups} x {a.per_group} requests, {a.system} shared + {a.own} own tokens; {dtype}")
     for label, kv_heads, heads, dim in shapes:
-        (flat_name, flat_b, flat_fn, flat_ref), (casc_name, casc_b, casc_fn, casc_ref) = ops(
-            gsp_batch(a, device, dtype, kv_heads, heads, dim), e)
+        t = gsp_batch(a, device, dtype, kv_heads, heads, dim)
+        (flat_name, flat_b, flat_fn, flat_ref), (casc_name, casc_b, casc_fn, casc_ref) = ops(t, e)
+        pays = cascade_pays(t["b"].cascade.saved_positions, 2 * kv_heads * dim * e, torch.device("cuda"))
         print(f"{label}: flat moves {flat_b / 1e6:.1f} MB, cascade {casc_b / 1e6:.1f} MB "
-              f"({flat_b / casc_b:.2f}x fewer)")
+              f"({flat_b / casc_b:.2f}x fewer); on CUDA the Engine would run {'cascade' if pays else 'flat'}")
         if cuda:
             import triton.testing
 

@@ -54,6 +54,21 @@ _GPU_KV_CHUNK = 256  # slots per group on a GPU: long runs split so that program
 Run = tuple[list[int], np.ndarray, int]  # a group: its rows, its slots, the position of its first slot
 
 
+# On CUDA a cascade step launches more kernels than a flat one (one per level, and the merge). On one
+# H100 (bench/cascade_kernels.py over six batch shapes, bench/RESULTS.md "First GPU run") it took
+# 0.05-0.24 ms more than flat decode per layer wherever it saved under ~450 MB of KV reads, drew level
+# at 470 MB and won from 1 GB on: 450 MB is ~0.15 ms at the 2.95 TB/s its device-to-device copy moved.
+# Measured on one GPU model; another's bandwidth and launch cost move the point.
+CUDA_MIN_SAVED_BYTES = 450_000_000
+
+
+def cascade_pays(saved_positions: int, position_bytes: int, device: torch.device) -> bool:
+    """Whether cascade decode should run a step whose plan saves `saved_positions` KV reads of
+    `position_bytes` each (one layer's K and V of one position): always off CUDA (the torch
+    references gain from any shared run), on CUDA when the bytes saved outweigh its extra launches."""
+    return device.type != "cuda" or saved_positions * position_bytes >= CUDA_MIN_SAVED_BYTES
+
+
 def kv_chunk_for(device: torch.device) -> int | None:
     """Longest KV run of one group in a plan for `device`: bounded on CUDA (flash-decoding's split,
     merged like any other partial state), unbounded on CPU where the torch reference runs."""
@@ -195,8 +210,9 @@ def _build(by_level: list[list[Run]], q_pos: np.ndarray, device: torch.device, k
     per_row = np.bincount(owner, minlength=len(q_pos))
     indptr, order, width = _indptr(per_row), np.argsort(owner, kind="stable").astype(np.int32), int(per_row.max())
     merge = tuple(_tensor(a, device) for a in _csr_pad(indptr, order, width)) if pad else None
+    saved = sum((len(rows) - 1) * len(s) for groups in by_level for rows, s, _ in groups)
     return CascadePlan(tuple(levels), _tensor(indptr, device), _tensor(order, device), width, merge,
-                       _tensor(q_pos.astype(np.int32, copy=False), device))
+                       _tensor(q_pos.astype(np.int32, copy=False), device), saved)
 
 
 def _pad_level(qo_indptr: np.ndarray, qo: np.ndarray, kv_indptr: np.ndarray, slots: np.ndarray,

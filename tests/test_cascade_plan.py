@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from radixkv import CacheConfig, InvalidArgumentError, RadixCache
-from radixkv.cascade import plan_cascade
+from radixkv.cascade import CUDA_MIN_SAVED_BYTES, cascade_pays, plan_cascade
 from radixkv.kernels import with_padding
 
 
@@ -66,6 +66,7 @@ def check_plan(plan, seqs: list, kv_chunk: int | None = None) -> list[list[tuple
         assert all(torch.equal(a, b) for a, b in zip(plan.merge_padded, want.merge_padded))
         for lvl, ref in zip(plan.levels, want.levels):
             assert all(torch.equal(a, b) for a, b in zip(lvl.padded, ref.padded))
+    assert plan.saved_positions == sum((len(rows) - 1) * len(slots) for groups in levels for rows, slots in groups)
     shared, tails = split_levels(levels)
     assert len(shared) + len(tails) == len(levels), "a level mixes shared groups and tails"
     for groups in shared:  # 2+ rows reading one run (at most kv_chunk long)
@@ -109,7 +110,16 @@ def test_system_document_and_tails(page_size: int) -> None:
     assert sorted(tails) == [(i, s.kv_len - e) for i, (s, e) in enumerate(zip(seqs, [48 // ps * ps + shared_doc] * 3
                                                                                  + [48 // ps * ps] * 2 + [0, 0]))]
     assert len(levels) in (3, 4) and split_levels(levels)[1] == levels[2:]
+    assert plan.saved_positions == 4 * (48 // ps * ps) + 2 * shared_doc  # flat decode's repeated reads
     cache.check_invariants()
+
+
+def test_cascade_pays_off_cuda_always_and_on_cuda_past_its_launch_cost() -> None:
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")  # a device object needs no GPU
+    assert cascade_pays(1, 256, cpu) and not cascade_pays(0, 256, cuda)
+    per_pos = 2 * 8 * 128 * 2  # Llama-3-8B, one layer's fp16 K and V
+    assert not cascade_pays(CUDA_MIN_SAVED_BYTES // per_pos - 1, per_pos, cuda)
+    assert cascade_pays(-(-CUDA_MIN_SAVED_BYTES // per_pos), per_pos, cuda)
 
 
 def test_no_plan_without_sharing_or_when_not_asked() -> None:

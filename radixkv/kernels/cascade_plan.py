@@ -67,6 +67,9 @@ class CascadePlan(NamedTuple):
     # csr_to_padded(merge_indptr, merge_indices, max_entries), built once per plan for the torch reference
     merge_padded: tuple[torch.Tensor, torch.Tensor] | None = None
     q_pos: torch.Tensor | None = None  # int32 [rows]: each row's query position (None: unknown)
+    # host: KV positions a flat decode of these rows would read again (a run shared by n rows: n - 1
+    # times its length), the reads the cascade saves before its row blocks; 0 when unknown
+    saved_positions: int = 0
 
     @property
     def num_rows(self) -> int:
