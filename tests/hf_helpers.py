@@ -90,7 +90,8 @@ def reference_generate(model: torch.nn.Module, prompts: list[list[int]], **kwarg
     tokens, gaps = [], []
     with torch.no_grad():
         for p in prompts:
-            out = model.generate(torch.tensor([p]), attention_mask=torch.ones(1, len(p), dtype=torch.long),
+            out = model.generate(torch.tensor([p], device=model.device),
+                                 attention_mask=torch.ones(1, len(p), dtype=torch.long, device=model.device),
                                  output_logits=True, return_dict_in_generate=True, **kwargs)
             tokens.append(out.sequences[0, len(p):].tolist())
             gaps.append([float(t[0] - t[1]) for t in (step[0].topk(2).values for step in out.logits)])
