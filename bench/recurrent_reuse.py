@@ -33,7 +33,8 @@ from radixkv import GroupSpec
 from radixkv.integrations.layer_groups import layer_groups
 from radixkv.integrations.recurrent import RecurrentRunner
 from radixkv.integrations.recurrent_state import RecurrentState, StateCache
-from radixkv.integrations.transformers import Engine, kv_layers
+from radixkv.integrations.model_cache import kv_layers
+from radixkv.integrations.transformers import Engine
 from radixkv.pools import TokenToKVPool
 from radixkv.testing.hybrid_models import FAMILIES, build_hybrid
 

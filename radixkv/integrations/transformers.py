@@ -54,21 +54,21 @@ import difflib
 import itertools
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import fields, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import torch
 
-from radixkv import CacheConfig, ConfigError, RadixCache
+from radixkv import CacheConfig, RadixCache
 from radixkv.cascade import cascade_pays
 from radixkv.errors import InvalidArgumentError
 from radixkv.integrations import generation_options
 from radixkv.integrations.attention import ATTN_IMPLEMENTATION, ForwardBatch
+from radixkv.integrations.model_cache import CACHE_FIELDS, cache_config_for, check_layout, model_layout
 from radixkv.integrations.model_checks import check_model, probe_attention
-from radixkv.integrations.layer_groups import (check_position_limit, check_served, layer_groups,
-                                               layer_masks, window_specs)
+from radixkv.integrations.layer_groups import check_served, layer_groups, layer_masks, window_specs
 from radixkv.integrations.prompts import prompt_ids, to_batch
-from radixkv.integrations.recurrent import RecurrentRunner, check_family, state_groups
+from radixkv.integrations.recurrent import RecurrentRunner, check_family
 from radixkv.integrations.sampling import SamplingParams, make_generator, sample
 from radixkv.scheduling.scheduler import Plan, Request, Scheduler
 from radixkv.integrations.stats import GenerateStats
@@ -78,35 +78,6 @@ if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
     from radixkv import BatchInputs
-
-_CACHE_FIELDS = {f.name for f in fields(CacheConfig)}
-
-
-def model_layout(model: PreTrainedModel) -> dict[str, int]:
-    """`num_layers`, `num_kv_heads`, `head_dim` of a Llama-family model's KV."""
-    cfg = model.config
-    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-    return dict(num_layers=cfg.num_hidden_layers, num_kv_heads=cfg.num_key_value_heads, head_dim=head_dim)
-
-
-def cache_config_for(model: PreTrainedModel, **overrides: Any) -> CacheConfig:
-    """A CacheConfig whose layers, KV heads, head_dim, dtype and device match `model`."""
-    cfg = model.config
-    # 16k slots: a few dozen requests of a few hundred tokens each.
-    base = dict(**model_layout(model), num_slots=16384, max_requests=64,
-                max_context_len=min(getattr(cfg, "max_position_embeddings", 4096), 4096),
-                dtype=model.dtype, device=model.device, kv_layers=kv_layers(model.config))
-    fields = {**base, **overrides}
-    fields.setdefault("groups", state_groups(model.config, fields["max_requests"]))  # recurrent models' snapshots
-    return CacheConfig(**fields)
-
-
-def kv_layers(config: Any) -> tuple[int, ...] | None:
-    """The decoder layers with attention in a model's config, when some have none (a hybrid model's
-    recurrent-only layers: the pool allocates no KV for them); None when every layer has attention."""
-    layers = tuple(sorted({i for g in layer_groups(config) if g.kind != "recurrent" for i in g.layers}))
-    return None if len(layers) == config.get_text_config(decoder=True).num_hidden_layers else layers
-
 
 class Engine:
     """Continuous-batching generation for a transformers causal LM, KV held in a RadixCache.
@@ -129,12 +100,12 @@ class Engine:
     def __init__(self, model: PreTrainedModel, cache_config: CacheConfig | None = None, *, tokenizer: Any = None,
                  max_batch_tokens: int = 512, namespace: Any = None, cascade: bool = True,
                  schedule: str = "auto", **cache_options: Any) -> None:
-        unknown = sorted(set(cache_options) - _CACHE_FIELDS)
+        unknown = sorted(set(cache_options) - CACHE_FIELDS)
         if unknown:
-            close = [m for u in unknown for m in difflib.get_close_matches(u, _CACHE_FIELDS, n=1)]
+            close = [m for u in unknown for m in difflib.get_close_matches(u, CACHE_FIELDS, n=1)]
             raise InvalidArgumentError(f"unknown Engine options {unknown}" + (f" (did you mean {close}?)" if close else "")
                                        + f"; Engine takes tokenizer, max_batch_tokens, namespace, cascade, schedule and the CacheConfig "
-                                       f"fields {sorted(_CACHE_FIELDS)}")
+                                       f"fields {sorted(CACHE_FIELDS)}")
         if cache_config is not None and cache_options:
             raise InvalidArgumentError(f"pass either cache_config or CacheConfig fields {sorted(cache_options)}, not both")
         if not isinstance(cascade, bool):
@@ -164,7 +135,7 @@ class Engine:
         self.cache = RadixCache(cache_config)
         c = self.cache.config  # one layer's K and V of one position: what a cascade saves per shared read
         self._position_bytes = 2 * c.num_kv_heads * c.head_dim * torch.empty(0, dtype=c.dtype).element_size()
-        self._check_layout()
+        check_layout(self.model, self.cache, self.max_batch_tokens)
         self._layer_masks = layer_masks(self.layer_groups, self.cache.config.num_layers)
         # Models with recurrent layers (Mamba, linear attention): per-request state, state snapshots.
         self.recurrent = RecurrentRunner.for_model(self.model, self.cache, namespace)
@@ -174,19 +145,6 @@ class Engine:
         self.step_hooks: list[Callable[[], object]] = []
         if self.recurrent is not None:
             self.step_hooks.append(self.recurrent.flush)  # publish the step's state snapshots
-
-    def _check_layout(self) -> None:
-        for name, want in model_layout(self.model).items():
-            got = getattr(self.cache.config, name)
-            if got != want:
-                raise ConfigError(f"cache_config.{name} = {got} but the model has {want}")
-        needed = kv_layers(self.model.config)
-        missing = sorted(set(range(self.cache.config.num_layers) if needed is None else needed)
-                         - set(self.cache.kv_pool.kv_layers))
-        if missing:
-            raise ConfigError(f"cache_config.kv_layers leaves out attention layers {missing} of the model")
-        check_position_limit(self.model.config, max(self.cache.config.max_context_len, self.max_batch_tokens),
-                             type(self.model).__name__)
 
     @torch.inference_mode()
     def generate(self, prompts: Any, generation_config: Any = None, *, max_new_tokens: int | None = None,
