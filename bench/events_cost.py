@@ -9,6 +9,12 @@ rounds; each round runs every mode once, interleaved, so load drifts hit all ali
 off; on (XXH3, and sha256_cbor); on and each request's batch msgpack-encoded as ZmqPublisher sends
 it (`+enc`). Prints one line per cell (ms, ratios to off, events and blocks recorded, extra µs per
 stored block) and writes them as JSON (`--json`). Deterministic counts: blocks and events.
+
+`--lockstep`: instead, one cache with events off and one with XXH3 events on replay the trace side
+by side, each request through both (which goes first alternates), each call timed as above, events
+taken after every request; the ratio of the two sums, best of `--repeats`. A load swing then hits
+both caches within the same millisecond, not in different runs: on a shared machine this ratio
+moves far less between runs than the interleaved one (see bench/RESULTS.md, issue 23, events24).
 """
 
 from __future__ import annotations
@@ -18,9 +24,12 @@ import json
 import os
 import time
 
+import torch
+
 from radixkv.bench.main import capacity
 from radixkv.bench.opt import build_segments
-from radixkv.bench.runner import replay
+from radixkv.bench.runner import replay, sim_config
+from radixkv.cache import RadixCache
 from radixkv.bench.workloads import make_workload
 from radixkv.events import BlockRemoved, BlockStored
 from radixkv.events.wire import encode_batch
@@ -53,6 +62,42 @@ def count_blocks(reqs, cap: int, page_size: int) -> tuple[int, int, int]:
     return seen[0], seen[1], seen[2]
 
 
+def lockstep(reqs, cap: int, page_size: int) -> tuple[int, int]:
+    """(ns off, ns on) of the cache calls (and take_events) of one side-by-side replay."""
+    longest = max(len(r.tokens) for r in reqs)
+    caches = [RadixCache(sim_config(cap, page_size, "lru", longest, events=on)) for on in (False, True)]
+    clock, spent = time.thread_time_ns, [0, 0]
+    for i, req in enumerate(reqs):
+        n = len(req.tokens)
+        if -(-n // page_size) > caches[0].config.num_pages:
+            continue
+        for k in ((0, 1) if i % 2 else (1, 0)):
+            c = caches[k]
+            t0 = clock()
+            r = c.match_prefix(req.tokens[:req.prompt_len])
+            c.lock(r.node)
+            new = c.alloc(n - r.length)
+            t1 = clock()
+            slots = torch.cat([r.slots, new])  # the caller's work, outside the clock as in runner.replay
+            t2 = clock()
+            c.insert(req.tokens, slots)
+            c.unlock(r.node)
+            c.take_events()
+            spent[k] += clock() - t2 + t1 - t0
+    return spent[0], spent[1]
+
+
+def lockstep_cell(workload: str, page_size: int, repeats: int) -> dict:
+    reqs = make_workload(workload)
+    seg = build_segments(reqs, page_size)
+    cap = capacity(0.25, seg.total_pages * page_size, max(len(r.tokens) for r in reqs), page_size)
+    runs = [lockstep(reqs, cap, page_size) for _ in range(repeats)]
+    off, on = min(r[0] for r in runs), min(r[1] for r in runs)
+    return {"workload": workload, "page_size": page_size, "requests": len(reqs), "ms": {"off": round(off / 1e6, 1),
+            "xxh3": round(on / 1e6, 1)}, "ratio": {"xxh3": round(on / off, 3)},
+            "run_ratios": [round(b / a, 3) for a, b in runs]}
+
+
 def cell(workload: str, page_size: int, repeats: int, modes: tuple[str, ...]) -> dict:
     reqs = make_workload(workload)
     seg = build_segments(reqs, page_size)
@@ -76,6 +121,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--modes", default=",".join(MODES), help=f"'off' first, then any of {MODES[1:]}")
     ap.add_argument("--json", default=None, help="write the cells here")
+    ap.add_argument("--lockstep", action="store_true", help="off and XXH3 on side by side, request by request")
     a = ap.parse_args()
     modes = tuple(a.modes.split(","))
     if modes[0] != "off" or not set(modes) <= set(MODES):
@@ -83,6 +129,12 @@ def main() -> None:
     cells = []
     for ps in a.page_size:
         for w in a.workloads.split(","):
+            if a.lockstep:
+                c = lockstep_cell(w, ps, a.repeats)
+                cells.append(c)
+                print(f"page {ps:2d} {w:6s} off {c['ms']['off']:7.1f} ms  xxh3 {c['ratio']['xxh3']:.2f}x (lockstep; "
+                      f"each run: {', '.join(f'{x:.2f}' for x in c['run_ratios'])})", flush=True)
+                continue
             c = cell(w, ps, a.repeats, modes)
             cells.append(c)
             print(f"page {ps:2d} {w:6s} off {c['ms']['off']:7.1f} ms  " + "  ".join(

@@ -21,8 +21,8 @@ import os
 import sys
 
 # Compiled by mypyc. The policies' base allows interpreted subclasses (users register their own) and
-# declares its flags ClassVar, so that a subclass's class attributes override them. Not keys.py: ExtraKeys checks its
-# fields' types itself, which compiled field reads would do first (a TypeError, not the typed error).
+# declares its flags ClassVar, so that a subclass's class attributes override them. keys.py reads what callers give
+# through Any, so its own checks raise the typed error before a compiled field read's TypeError.
 # Not the layer-group and host-tier halves of the facade (cache_groups, cache_windows, cache_host):
 # off the common path, they run interpreted.
 CORE = ("tokens", "results", "pools/allocator", "pools/ledger", "eviction/index", "eviction/view", "eviction/history",
@@ -30,7 +30,7 @@ CORE = ("tokens", "results", "pools/allocator", "pools/ledger", "eviction/index"
         "radix/idle_roots", "radix/node", "radix/components", "radix/shadow", "radix/windows", "radix/residency",
         "radix/tree", "radix/lookup", "radix/locks", "radix/evict", "radix/pins", "radix/check", "sequences",
         "cache_thread", "insert_slots", "cache",
-        "events/records", "events/holders", "events/hashing", "events/recorder")
+        "events/records", "events/holders", "events/hashing", "events/recorder", "keys")
 SHARED = "core__mypyc"  # mypyc's shared library of the whole group (radixkv/core__mypyc.*.so)
 STAMP = "_core_build.txt"  # written by a successful build: one "sha256 path" line per CORE source
 PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))

@@ -12,6 +12,11 @@ explicit encoding instead:
 
 The encoding depends only on the value, so it is the same in every process, on every machine and
 whatever order the traffic arrives in. Anything else raises InvalidArgumentError.
+
+Compiled with the core (radixkv/core_loader.py). Compiled code checks a value's declared type where it
+reads it, a TypeError before any check of ours could raise the typed error: so the validators read
+what callers give through `Any` (ExtraKeys' and MultiModalItem's fields included), and ExtraKeys is a
+plain Python dataclass when compiled (frozen, `==`, hashing and `dataclasses.replace` as before).
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import numpy as np
+from mypy_extensions import mypyc_attr
 
 from radixkv.errors import InvalidArgumentError
 from radixkv.multimodal import MultiModalItem, MultiModalKeys, hash_ids
@@ -72,6 +78,7 @@ def _encode(value: Any, depth: int) -> bytes:
 # ---------------------------------------------------------------------------------------------
 
 
+@mypyc_attr(native_class=False)
 @dataclass(frozen=True)
 class ExtraKeys:
     """Per-request keys that partition the cache beyond the namespace (validated at construction).
@@ -85,15 +92,17 @@ class ExtraKeys:
     mm: tuple[MultiModalItem, ...] = field(default=())
 
     def __post_init__(self) -> None:
-        if self.lora_id is not None and (type(self.lora_id) is not int or self.lora_id < 0):
-            raise InvalidArgumentError(f"extra_keys.lora_id must be an int >= 0 or None, got {self.lora_id!r}")
+        given: Any = self  # the fields as given, unchecked (module docstring)
+        lora_id, mm = given.lora_id, given.mm
+        if lora_id is not None and (type(lora_id) is not int or lora_id < 0):
+            raise InvalidArgumentError(f"extra_keys.lora_id must be an int >= 0 or None, got {lora_id!r}")
         for name in ("lora_name", "cache_salt"):
             value = getattr(self, name)
             if value is not None and type(value) is not str:
                 raise InvalidArgumentError(f"extra_keys.{name} must be a str or None, got {value!r:.60}")
-        if not isinstance(self.mm, (tuple, list)):
-            raise InvalidArgumentError(f"extra_keys.mm must be a list of (identifier, offset, length), got {self.mm!r:.60}")
-        items = sorted((_mm_item(x) for x in self.mm), key=lambda m: m.offset)
+        if not isinstance(mm, (tuple, list)):
+            raise InvalidArgumentError(f"extra_keys.mm must be a list of (identifier, offset, length), got {mm!r:.60}")
+        items = sorted((_mm_item(x) for x in mm), key=lambda m: m.offset)
         for a, b in zip(items, items[1:]):
             if b.offset < a.offset + a.length:
                 raise InvalidArgumentError(f"extra_keys.mm items overlap: {a} and {b}")
@@ -133,15 +142,17 @@ class ExtraKeys:
 
 
 def _mm_item(x: object) -> MultiModalItem:
+    item: Any  # its fields as given, unchecked (module docstring)
     if isinstance(x, MultiModalItem):
         item = x
     elif isinstance(x, (tuple, list)) and len(x) == 3:
         item = MultiModalItem(*x)
     else:
         raise InvalidArgumentError(f"extra_keys.mm items are (identifier, offset, length), got {x!r:.60}")
-    if type(item.identifier) is not str or not item.identifier:
-        raise InvalidArgumentError(f"a multimodal identifier must be a non-empty str, got {item.identifier!r:.60}")
-    if type(item.offset) is not int or item.offset < 0 or type(item.length) is not int or item.length < 1:
+    identifier, offset, length = item.identifier, item.offset, item.length
+    if type(identifier) is not str or not identifier:
+        raise InvalidArgumentError(f"a multimodal identifier must be a non-empty str, got {identifier!r:.60}")
+    if type(offset) is not int or offset < 0 or type(length) is not int or length < 1:
         raise InvalidArgumentError(f"a multimodal item needs an int offset >= 0 and length >= 1, got {item}")
     return item
 

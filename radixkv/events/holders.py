@@ -57,3 +57,17 @@ class Holders:
             else:
                 extra[h] = n - 1
         return gone
+
+
+def new_runs(new: list[bool]) -> list[tuple[int, int]]:
+    """The runs [i, j) of consecutive True in `new` (`Holders.add`'s answer), in order."""
+    runs, start = [], -1
+    for i, is_new in enumerate(new):
+        if is_new and start < 0:
+            start = i
+        elif not is_new and start >= 0:
+            runs.append((start, i))
+            start = -1
+    if start >= 0:
+        runs.append((start, len(new)))
+    return runs

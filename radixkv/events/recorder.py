@@ -18,22 +18,26 @@ when the tree splits a node, and dropped when the node leaves its last medium. I
 through their public fields (tokens(), depth, end, parent, ns, pages, host_pages, secondary) and
 never writes them: the tree (radixkv.radix) is the only writer of nodes and never imports this package.
 
-Cost: per stored node, one join of its blocks' key bytes (a slice when they start in its own edge),
-one hash call per new block, and the event; its token ids are those bytes (records.TokenIds), not a
-Python int per token nor an array. Removal and splits reuse the kept digests.
-Multimodal checks run only once a multimodal request was seen (`learn`).
+Cost: per stored node, a slice (or join) of its blocks' key bytes, one hash call per new block and
+the event, whose token ids are those bytes (records.TokenIds). Removal and splits reuse the kept
+digests. The common case (XXH3, one holder per block, one layer group, no multimodal request seen:
+`_plain`) is one method per stored or removed node calling no other Python function than the event's
+constructors: interpreted (`RADIXKV_PURE_PYTHON=1`) a call costs as much as several blocks' hashes.
+Extra keys and ids of LoRA, salted and multimodal requests: events/request_keys.py.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Final, Sequence, cast
+from typing import TYPE_CHECKING, Any, Callable, Final, Sequence, cast
 
 import numpy as np
 
 from radixkv.events.groups import FULL, EventGroup, GroupEvents
-from radixkv.events.hashing import BlockHasher, Digest
-from radixkv.events.holders import Holders
-from radixkv.events.records import DEVICE, HOST, AllBlocksCleared, BlockRemoved, BlockStored, KVEvent, TokenIds
+from radixkv.events.hashing import SEED, BlockHasher, Digest, hash_function
+from radixkv.events.holders import Holders, new_runs
+from radixkv.events.records import DEVICE, BlockRemoved, BlockStored, KVEvent, TokenIds
+from radixkv.events.request_keys import block_extra_keys, event_tokens, remember_raw
+from radixkv.events.snapshot import snapshot
 from radixkv.keys import ExtraKeys, hash_root, whole_request_keys
 from radixkv.multimodal import MultiModalKeys
 
@@ -43,7 +47,6 @@ if TYPE_CHECKING:
 
 
 _INT32: Final = np.dtype(np.int32)  # a tree key's ids
-_MAX_RAW = 1 << 16  # items whose raw placeholder ids are remembered (vLLM's schemes hash them)
 
 
 class EventRecorder:
@@ -64,19 +67,22 @@ class EventRecorder:
         self.mm_keys = mm_keys if mm_keys is not None else MultiModalKeys()  # the cache's: names item ids
         self._raw: dict[tuple[str, int], list[int]] = {}  # (identifier, length) -> the raw ids a request gave
         self._mm = False  # a multimodal request was seen: item ids (negative) may be in the tree
-        # Siblings diverge at page boundaries, their first pages differing somewhere inside. When
-        # block_size is a multiple of page_size, that page lies inside one block, which therefore
-        # differs too: every block has one holder. Otherwise (page 16, block 6; or page 32, block
-        # 16) a block can end in two siblings whose pages differ only after it, so blocks are
-        # reference-counted per medium: reported when the first holder appears, removed when the
-        # last one goes (events/holders.py). vLLM's schemes leave the namespace out of the hash, so
-        # two namespaces can hold one block: counted too.
+        # Siblings diverge at page boundaries, inside their first pages. When block_size is a multiple
+        # of page_size, that page lies inside one block, which differs too: one holder per block.
+        # Otherwise (page 16, block 6) a block can end in two siblings whose pages differ only after
+        # it, so blocks are counted per medium (events/holders.py); so are vLLM's schemes (no namespace).
         self.page_size = page_size
         self._counted = bool(block_size % page_size) or self.hasher.vllm
         self._holders = Holders()
         self.groups = GroupEvents(self, groups) if groups else None
         # the group fields of each group's events: none at all for a one-group model
         self.fields: list[tuple] = [()] if not groups else [FULL.fields(0)] + [s.fields(g + 1) for g, s in enumerate(groups)]
+        self._xxh3: Callable[[bytes, Any], Any] | None = None if self.hasher.vllm else hash_function()
+        self._plain = False  # the common case (module docstring), set by _replan
+        self._replan()
+
+    def _replan(self) -> None:
+        self._plain = self._xxh3 is not None and not self._counted and self.groups is None and not self._mm
 
     def take(self) -> list[KVEvent]:
         out, self.events = self.events, []
@@ -85,19 +91,43 @@ class EventRecorder:
     # ------------------------------------------------------------------ ResidencyListener
 
     def stored(self, node: TreeNode, medium: str) -> None:
-        size = self.block_size
-        first, last = node.depth // size, node.end // size
+        size, depth = self.block_size, node.depth
+        first, last = depth // size, (depth + node.size) // size
         if last <= first:  # no block ends in this edge
             return
-        raw = path_bytes(node, first * size)  # gathered once, for the digests and the event's ids
-        parent = self._parent_digest(node, first * size)
-        hashes = self.digests(node, raw, parent)[1]
-        self.publish(node, hashes, self._int(parent), raw, first, medium, 0)
+        start = first * size
+        raw = node.key[4 * (start - depth):] if start >= depth else path_bytes(node, start)  # for digests and ids
+        if not self._plain:
+            parent = self._parent_digest(node, start)
+            self.publish(node, self.digests(node, raw, parent)[1], self._int(parent), raw, first, medium, 0)
+            return
+        keys = self._ns_keys.get(node.ns)
+        if keys is None:
+            keys = self._keys(node.ns)
+        parent_int: Any = None if start == 0 else self._parent_digest(node, start)  # XXH3: the digest is the int
+        got = self._digests.get(node)
+        if got is None:  # XXH3 chain of blocks [first, last), each seeded by the one before
+            xxh3, step = self._xxh3, 4 * size
+            assert xxh3 is not None  # _plain
+            h: Any = xxh3(keys[0], SEED) if parent_int is None else parent_int
+            hashes: Any = [h := xxh3(raw[b * step:(b + 1) * step], h) for b in range(last - first)]
+            self._digests[node] = got = (hashes, hashes)  # (no typing.cast: a Python call interpreted)
+        if keys[2] is None and not keys[3]:  # no LoRA name, no salt: the ids stay bytes
+            self.events.append(BlockStored(got[1], parent_int, TokenIds(raw, (last - first) * size), size, keys[1],
+                                           medium))
+        else:
+            self._emit(node, got[1], parent_int, raw, first, medium, 0)
 
     def removed(self, node: TreeNode, medium: str) -> None:
-        self.withdraw(self.digests(node)[1], medium, 0)
-        if medium == DEVICE and self.groups is not None:
-            self.groups.dropped(node)  # its components go with its full KV
+        got = self._digests.get(node)
+        hashes = (got if got is not None else self.digests(node))[1]
+        if self._plain:
+            if hashes:
+                self.events.append(BlockRemoved(hashes, medium))
+        else:
+            self.withdraw(hashes, medium, 0)
+            if medium == DEVICE and self.groups is not None:
+                self.groups.dropped(node)  # its components go with its full KV
         other = node.host_pages if medium == DEVICE else node.pages
         if other is None:  # the node leaves the tree: its digests go with it
             self._digests.pop(node, None)
@@ -107,12 +137,11 @@ class EventRecorder:
         in upper's edge, then those ending in lower's, so its digests are cut the same way."""
         old = self._digests.pop(lower, None)
         if old is not None:
-            (d, h), j = old, upper.end // self.block_size - upper.depth // self.block_size
+            (d, h), j = old, (upper.depth + upper.size) // self.block_size - upper.depth // self.block_size
             du, dl = d[:j], d[j:]
-            if h is d:  # xxh3: the digests are the ints, one list
-                hu, hl = cast("list[int]", du), cast("list[int]", dl)
-            else:
-                hu, hl = h[:j], h[j:]
+            # xxh3: the digests are the ints, one list (Any, not typing.cast: a Python call interpreted)
+            hu: Any = du if h is d else h[:j]
+            hl: Any = dl if h is d else h[j:]
             self._digests[upper], self._digests[lower] = (du, hu), (dl, hl)
         if self.groups is not None:
             self.groups.split(upper, lower)
@@ -131,10 +160,8 @@ class EventRecorder:
         """Remember the raw placeholder ids `tokens` (the request as given) holds at `extra`'s
         multimodal items: vLLM's schemes hash them (the tree keys item positions by its own ids)."""
         self._mm = True
-        if len(self._raw) > _MAX_RAW:
-            self._raw.clear()  # forgetting only misnames blocks of vLLM's schemes: a missed route
-        for item in extra.mm:
-            self._raw[(item.identifier, item.length)] = tokens[item.offset:item.offset + item.length].tolist()
+        self._replan()
+        remember_raw(self._raw, extra, tokens)
 
     # ------------------------------------------------------------------ events
 
@@ -143,23 +170,14 @@ class EventRecorder:
         """BlockStored for blocks [first, first + len(hashes)) of `node`'s path (`raw`: the path's
         key bytes from the start of block `first`, maybe more; `parent` the int of block first - 1);
         counted: only blocks new to (medium, group), in runs of consecutive ones."""
-        size = self.block_size
         new = self._holders.add(hashes, medium, group) if self._counted else None
         if new is None:  # every block is new to (medium, group)
             self._emit(node, hashes, parent, raw, first, medium, group)
             return
-        start = -1  # of the run of consecutive new blocks being gathered, reported as one event
-        run_parent = parent
-        for i in range(len(hashes) + 1):
-            if i < len(hashes) and new[i]:
-                if start < 0:
-                    start, run_parent = i, parent
-            elif start >= 0:
-                self._emit(node, hashes[start:i], run_parent, raw[4 * start * size:4 * i * size], first + start, medium,
-                           group)
-                start = -1
-            if i < len(hashes):
-                parent = hashes[i]
+        step = 4 * self.block_size
+        for i, j in new_runs(new):  # one event per run of consecutive new blocks
+            self._emit(node, hashes[i:j], parent if i == 0 else hashes[i - 1], raw[i * step:j * step], first + i, medium,
+                       group)
 
     def store_blocks(self, node: TreeNode, hashes: list[int], first: int, group: int) -> None:
         """`publish` on the device for blocks [first, first + len(hashes)) of `node`'s edge."""
@@ -186,8 +204,8 @@ class EventRecorder:
             extra, ids = None, TokenIds(raw, n)
         else:
             toks = np.frombuffer(raw, _INT32, n)
-            extra = self._extra_keys(toks, first_block, lora_name, salt)
-            ids = TokenIds(self._event_tokens(toks)) if self._mm else TokenIds(raw, n)
+            extra = block_extra_keys(self.mm_keys, toks, self.block_size, first_block, lora_name, salt, self._mm)
+            ids = TokenIds(event_tokens(self.mm_keys, self._raw, toks, self.hasher.vllm)) if self._mm else TokenIds(raw, n)
         event = BlockStored(hashes, parent, ids, self.block_size, lora_id, medium, lora_name, extra)
         fields = self.fields[group]
         if fields:  # a hybrid model's: which group, and what it keeps
@@ -201,43 +219,6 @@ class EventRecorder:
             keys = self._ns_keys[ns] = (hash_root(ns), *whole_request_keys(ns))
         return keys
 
-    def _extra_keys(self, toks: np.ndarray, first_block: int, lora_name: str | None,
-                    salt: str | None) -> list[tuple | None] | None:
-        """vLLM's per-block extra_keys (its generate_block_hash_extra_keys): the LoRA name,
-        (item identifier, item offset - block start) per multimodal item the block overlaps, and
-        the cache salt on the sequence's first block; None when no block has any."""
-        has_mm = self._mm and int(toks.min(initial=0)) < 0  # item ids are negative (radixkv.multimodal)
-        if lora_name is None and not salt and not has_mm:
-            return None
-        size, out = self.block_size, []
-        for b in range(len(toks) // size):
-            keys: list = [] if lora_name is None else [lora_name]
-            block = toks[b * size:(b + 1) * size]
-            for p in (np.flatnonzero(block < 0).tolist() if has_mm else ()):
-                hit = self.mm_keys.item_at(int(block[p]))  # (identifier, length, index in the item)
-                if hit is not None and (hit[0], p - hit[2]) not in keys:
-                    keys.append((hit[0], p - hit[2]))
-            if salt and first_block + b == 0:
-                keys.append(salt)
-            out.append(tuple(keys) or None)
-        return out
-
-    def _event_tokens(self, toks: np.ndarray) -> np.ndarray:
-        """The ids events carry and the hash sees, from the tree's (item positions keyed by negative
-        ids): xxh3 puts each item's stateless hash ids there (the same on every instance); vLLM's
-        schemes put back the raw ids the request gave (its extra keys name the item)."""
-        if not self._mm or not len(toks) or int(toks.min()) >= 0:
-            return toks
-        if not self.hasher.vllm:
-            return self.mm_keys.hash_form(toks)
-        out = toks.copy()
-        for p in np.flatnonzero(toks < 0).tolist():
-            hit = self.mm_keys.item_at(int(toks[p]))
-            raw = None if hit is None else self._raw.get(hit[:2])
-            if raw is not None:
-                out[p] = raw[hit[2]]  # type: ignore[index]
-        return out
-
     # ------------------------------------------------------------------ digests
 
     def digests(self, node: TreeNode, raw: bytes | None = None,
@@ -248,7 +229,7 @@ class EventRecorder:
         got = self._digests.get(node)
         if got is None:
             size = self.block_size
-            first, last = node.depth // size, node.end // size  # blocks [first, last)
+            first, last = node.depth // size, (node.depth + node.size) // size  # blocks [first, last)
             if first >= last:
                 got = ([], [])
             else:
@@ -270,8 +251,10 @@ class EventRecorder:
         extra = None
         if self.hasher.vllm:
             _, _, lora_name, salt = self._keys(node.ns)
-            extra = self._extra_keys(tree_toks, first, lora_name, salt)
-        digests = self.hasher.digests(self._event_tokens(tree_toks), root, size, parent, extra)
+            extra = block_extra_keys(self.mm_keys, tree_toks, size, first, lora_name, salt, self._mm)
+        if self._mm:
+            tree_toks = event_tokens(self.mm_keys, self._raw, tree_toks, self.hasher.vllm)
+        digests = self.hasher.digests(tree_toks, root, size, parent, extra)
         return digests, self.hasher.ints(digests)
 
     def _parent_digest(self, node: TreeNode, pos: int) -> Digest | None:
@@ -279,9 +262,10 @@ class EventRecorder:
         if pos == 0:
             return None
         anc: TreeNode = node.parent  # type: ignore[assignment]
-        while not anc.depth < pos <= anc.end:
+        while not anc.depth < pos <= anc.depth + anc.size:
             anc = anc.parent  # type: ignore[assignment]
-        return self.digests(anc)[0][pos // self.block_size - 1 - anc.depth // self.block_size]
+        got = self._digests.get(anc)
+        return (got if got is not None else self.digests(anc))[0][pos // self.block_size - 1 - anc.depth // self.block_size]
 
     def parent_int(self, node: TreeNode, pos: int) -> int | None:
         """The event int of the block ending at `pos` (block-aligned, <= node.end) on `node`'s path."""
@@ -295,36 +279,20 @@ class EventRecorder:
             return cast("int | None", digest)
         return self.hasher.ints([digest])[0]
 
-    def _fork(self) -> EventRecorder:
+    def fork(self) -> EventRecorder:
         """A recorder sharing this one's hasher, digests and multimodal names, counting every block
         once (a fresh Holders, counted): what `snapshot` records into."""
         fresh = EventRecorder(self.block_size, self.page_size, hasher=self.hasher, mm_keys=self.mm_keys)
         fresh._digests, fresh._ns_keys, fresh._raw, fresh.fields = self._digests, self._ns_keys, self._raw, self.fields
         fresh._counted = True
+        fresh._mm = True  # this recorder may not have seen the requests (kv_events off): check every id
+        fresh.groups = None if self.groups is None else GroupEvents(fresh, self.groups.specs)
+        fresh._replan()
         return fresh
 
     def snapshot(self, tree: RadixTree) -> list[KVEvent]:
-        """AllBlocksCleared, then BlockStored for everything cached now, parents first (for resync),
-        each secondary group's blocks after their node's full KV. A hybrid model first announces its
-        groups: one BlockStored per group >= 1 with no blocks and the group's fields, so an index
-        knows every group before any of its blocks (cluster/groups.py). Shares this recorder's
-        digests and multimodal names; records nothing here."""
-        fresh = self._fork()
-        fresh.events = [AllBlocksCleared()]
-        fresh.events += [BlockStored([], None, [], self.block_size, None, DEVICE, None, None, *f)
-                         for f in self.fields[1:]]
-        fresh._mm = True  # this recorder may not have seen the requests (kv_events off): check every id
-        fresh.groups = None if self.groups is None else GroupEvents(fresh, self.groups.specs)
-        for node in tree.nodes():
-            if node.parent is not None:
-                for medium, resident in ((DEVICE, node.pages is not None), (HOST, node.host_pages is not None)):
-                    if resident:
-                        fresh.stored(node, medium)
-                if fresh.groups is not None and node.pages is not None:
-                    for g, comp in enumerate(node.secondary, 1):
-                        if comp is not None:
-                            fresh.groups.changed(node, g)
-        return fresh.events
+        """Every block cached now, for resync (events/snapshot.py); records nothing here."""
+        return snapshot(self.fork(), tree)
 
 
 def path_bytes(node: TreeNode, start: int) -> bytes:
@@ -333,7 +301,8 @@ def path_bytes(node: TreeNode, start: int) -> bytes:
     if start >= node.depth:
         return node.key[4 * (start - node.depth):]
     chunks = []
-    while node.end > start:
+    while node.depth + node.size > start:
         chunks.append(node.key[4 * max(0, start - node.depth):])
         node = node.parent  # type: ignore[assignment]
     return b"".join(chunks[::-1])
+
