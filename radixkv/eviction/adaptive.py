@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING
 
 from mypy_extensions import mypyc_attr
 
+from radixkv.eviction.ghosts import GhostLFU
 from radixkv.eviction.history import History, absolute_key
 from radixkv.eviction.policies import LFU, LRU, EvictionPolicy
 
@@ -52,7 +53,7 @@ class Adaptive(EvictionPolicy):
 
     name = "adaptive"
     learns = True
-    stable_keys = True
+    stable_keys = False  # the LFU expert's keys read ghost counts (eviction/ghosts.py), which evictions change
     insert_is_use = True  # its LFU expert reads hit_count
     PRIOR = True  # choose the first expert by replaying the traffic before the first eviction in small caches
     PRIOR_SIZE = 0.25  # ... of this share of the real cache's size
@@ -64,9 +65,14 @@ class Adaptive(EvictionPolicy):
     MARGIN = 0.002  # switch when the other expert matched this share of the asked tokens more (0.2 points)
     MIN_LEAD = 0.05  # ... by at least this share of the cache's size in tokens (a switch costs a transient)
     Z = 0.5  # ... and its lead is Z standard deviations of the paired per-lookup leads from zero
+    GHOST_SHIFT = 0
+    GHOST_COPY = 1
+    GHOST_AGE = 0.0  # turnovers (cache sizes of evicted tokens) between halvings of the ghosts; 0: every 4096 evictions
+    GHOSTS = 1  # the LFU expert keeps use counts of evicted prefixes (eviction/ghosts.py)
 
     def __init__(self) -> None:
-        self.experts: tuple[EvictionPolicy, ...] = (LRU(), LFU())
+        self._ghosts = GhostLFU(4, self.GHOST_SHIFT)
+        self.experts: tuple[EvictionPolicy, ...] = (LRU(), self._ghosts if self.GHOSTS else LFU())
         self.mode = self.START  # the expert the real cache follows
         self._current: EvictionPolicy = self.experts[self.START]  # the expert followed: `key` is its key
         self.switches = 0
@@ -93,17 +99,21 @@ class Adaptive(EvictionPolicy):
     def on_evict(self, victim: CachedNodeView) -> None:
         if not self._shadows:  # until now every expert held what the real cache holds
             self._tree = tree = victim.tree
+            self._ghosts.page_bytes = 4 * tree.page_size
+            self._ghosts.period = int(self.GHOST_AGE * (tree.evictable_size + tree.protected_size))
             if self._history:
                 self._choose_start(tree.evictable_size + tree.protected_size)
             self._history = None
             self._leaf = None
             self._copy_real(1 - self.mode)
+        if self.GHOSTS:
+            self._ghosts.on_evict(victim)
 
     def _choose_start(self, capacity: int) -> None:
         """Replay the traffic seen before the first eviction through both experts in caches of
         PRIOR_SIZE x the real size (where they already differ) and follow the one that matched more."""
         assert self._tree is not None and self._history is not None
-        minis = [self._tree.shadow(e) for e in self.experts]
+        minis = [self._tree.shadow(self._shadow_policy(e, False)) for e in range(2)]
         hits, asked, small = [0, 0], 0, int(self.PRIOR_SIZE * capacity)
         for ns, key, use in self._history:
             if use is not None:
@@ -188,5 +198,14 @@ class Adaptive(EvictionPolicy):
 
     def _copy_real(self, expert: int) -> None:
         assert self._tree is not None
-        self._shadows[expert] = self._tree.shadow_copy(self.experts[expert])
+        self._shadows[expert] = self._tree.shadow_copy(self._shadow_policy(expert, True))
+
+    def _shadow_policy(self, expert: int, copy: bool) -> EvictionPolicy:
+        policy = self.experts[expert]
+        if isinstance(policy, GhostLFU):
+            assert self._tree is not None
+            ps = self._tree.page_size
+            pb = 8 if 4 * ps > 8 else 4 * ps
+            return policy.copy(pb) if copy and self.GHOST_COPY else policy.fork(pb)
+        return policy
 
