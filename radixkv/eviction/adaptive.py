@@ -68,10 +68,13 @@ class Adaptive(EvictionPolicy):
     GHOST_SHIFT = 0
     GHOST_COPY = 1
     GHOST_AGE = 0.0  # turnovers (cache sizes of evicted tokens) between halvings of the ghosts; 0: every 4096 evictions
+    GHOST_TRANSIENT = 1  # ghosts only in the real cache's keys, for the turnover after a switch to LFU
     GHOSTS = 1  # the LFU expert keeps use counts of evicted prefixes (eviction/ghosts.py)
 
     def __init__(self) -> None:
         self._ghosts = GhostLFU(4, self.GHOST_SHIFT)
+        self._ghosts.active = not self.GHOST_TRANSIENT
+        self._plain = LFU()
         self.experts: tuple[EvictionPolicy, ...] = (LRU(), self._ghosts if self.GHOSTS else LFU())
         self.mode = self.START  # the expert the real cache follows
         self._current: EvictionPolicy = self.experts[self.START]  # the expert followed: `key` is its key
@@ -174,6 +177,9 @@ class Adaptive(EvictionPolicy):
             self._settle -= added
             if self._settle <= 0:  # the real cache now holds what its expert would: it counts
                 del shadows[mode]
+                if self.GHOST_TRANSIENT and self._ghosts.active:
+                    self._ghosts.active = False
+                    self.epoch += 1
         decay = 1.0 - added / (self.WINDOW * self._capacity)
         if decay < 1.0:
             decay = decay if decay > 0.0 else 0.0
@@ -186,6 +192,8 @@ class Adaptive(EvictionPolicy):
         turned over; the expert left gets a shadow copied from the real cache (its steady state)."""
         old = self.mode
         self._follow(1 - old)
+        if self.GHOST_TRANSIENT:
+            self._ghosts.active = self.mode == 1
         self._lead = -self._lead  # the same evidence, seen from the other side
         self._copy_real(old)
         self._settle = int(self.WARMUP * self._capacity)
@@ -202,6 +210,8 @@ class Adaptive(EvictionPolicy):
 
     def _shadow_policy(self, expert: int, copy: bool) -> EvictionPolicy:
         policy = self.experts[expert]
+        if isinstance(policy, GhostLFU) and self.GHOST_TRANSIENT:
+            return self._plain
         if isinstance(policy, GhostLFU):
             assert self._tree is not None
             ps = self._tree.page_size

@@ -46,6 +46,7 @@ class GhostLFU(LFU):
         self._evicted = 0
         self.ghosts: OrderedDict[int, int] = OrderedDict()  # sig -> uses
         self._age = 0  # evictions since the last halving
+        self.active = True  # False: plain LFU's key
 
     def fork(self, page_bytes: int) -> GhostLFU:
         """A fresh instance for another tree (no ghosts)."""
@@ -60,6 +61,8 @@ class GhostLFU(LFU):
         return hash((node.ns, node.depth, node.key[:self.page_bytes]))
 
     def key(self, node: NodeView) -> tuple:
+        if not self.active:
+            return (node.hit_count, node.last_access, node.id)
         return (node.hit_count + self.ghosts.get(self._sig(node), 0), node.last_access, node.id)
 
     def on_evict(self, victim: NodeView) -> None:  # type: ignore[override]
