@@ -39,7 +39,6 @@ from typing import TYPE_CHECKING
 
 from mypy_extensions import mypyc_attr
 
-from radixkv.eviction.ghosts import GhostLFU
 from radixkv.eviction.history import History, absolute_key
 from radixkv.eviction.policies import LFU, LRU, EvictionPolicy
 
@@ -53,7 +52,7 @@ class Adaptive(EvictionPolicy):
 
     name = "adaptive"
     learns = True
-    stable_keys = False  # the LFU expert's keys read ghost counts (eviction/ghosts.py), which evictions change
+    stable_keys = True
     insert_is_use = True  # its LFU expert reads hit_count
     PRIOR = True  # choose the first expert by replaying the traffic before the first eviction in small caches
     PRIOR_SIZE = 0.25  # ... of this share of the real cache's size
@@ -65,17 +64,9 @@ class Adaptive(EvictionPolicy):
     MARGIN = 0.002  # switch when the other expert matched this share of the asked tokens more (0.2 points)
     MIN_LEAD = 0.05  # ... by at least this share of the cache's size in tokens (a switch costs a transient)
     Z = 0.5  # ... and its lead is Z standard deviations of the paired per-lookup leads from zero
-    GHOST_SHIFT = 0
-    GHOST_COPY = 1
-    GHOST_AGE = 0.0  # turnovers (cache sizes of evicted tokens) between halvings of the ghosts; 0: every 4096 evictions
-    GHOST_TRANSIENT = 1  # ghosts only in the real cache's keys, for the turnover after a switch to LFU
-    GHOSTS = 1  # the LFU expert keeps use counts of evicted prefixes (eviction/ghosts.py)
 
     def __init__(self) -> None:
-        self._ghosts = GhostLFU(4, self.GHOST_SHIFT)
-        self._ghosts.active = not self.GHOST_TRANSIENT
-        self._plain = LFU()
-        self.experts: tuple[EvictionPolicy, ...] = (LRU(), self._ghosts if self.GHOSTS else LFU())
+        self.experts: tuple[EvictionPolicy, ...] = (LRU(), LFU())
         self.mode = self.START  # the expert the real cache follows
         self._current: EvictionPolicy = self.experts[self.START]  # the expert followed: `key` is its key
         self.switches = 0
@@ -102,21 +93,17 @@ class Adaptive(EvictionPolicy):
     def on_evict(self, victim: CachedNodeView) -> None:
         if not self._shadows:  # until now every expert held what the real cache holds
             self._tree = tree = victim.tree
-            self._ghosts.page_bytes = 4 * tree.page_size
-            self._ghosts.period = int(self.GHOST_AGE * (tree.evictable_size + tree.protected_size))
             if self._history:
                 self._choose_start(tree.evictable_size + tree.protected_size)
             self._history = None
             self._leaf = None
             self._copy_real(1 - self.mode)
-        if self.GHOSTS:
-            self._ghosts.on_evict(victim)
 
     def _choose_start(self, capacity: int) -> None:
         """Replay the traffic seen before the first eviction through both experts in caches of
         PRIOR_SIZE x the real size (where they already differ) and follow the one that matched more."""
         assert self._tree is not None and self._history is not None
-        minis = [self._tree.shadow(self._shadow_policy(e, False)) for e in range(2)]
+        minis = [self._tree.shadow(e) for e in self.experts]
         hits, asked, small = [0, 0], 0, int(self.PRIOR_SIZE * capacity)
         for ns, key, use in self._history:
             if use is not None:
@@ -177,9 +164,6 @@ class Adaptive(EvictionPolicy):
             self._settle -= added
             if self._settle <= 0:  # the real cache now holds what its expert would: it counts
                 del shadows[mode]
-                if self.GHOST_TRANSIENT and self._ghosts.active:
-                    self._ghosts.active = False
-                    self.epoch += 1
         decay = 1.0 - added / (self.WINDOW * self._capacity)
         if decay < 1.0:
             decay = decay if decay > 0.0 else 0.0
@@ -192,8 +176,6 @@ class Adaptive(EvictionPolicy):
         turned over; the expert left gets a shadow copied from the real cache (its steady state)."""
         old = self.mode
         self._follow(1 - old)
-        if self.GHOST_TRANSIENT:
-            self._ghosts.active = self.mode == 1
         self._lead = -self._lead  # the same evidence, seen from the other side
         self._copy_real(old)
         self._settle = int(self.WARMUP * self._capacity)
@@ -206,16 +188,5 @@ class Adaptive(EvictionPolicy):
 
     def _copy_real(self, expert: int) -> None:
         assert self._tree is not None
-        self._shadows[expert] = self._tree.shadow_copy(self._shadow_policy(expert, True))
-
-    def _shadow_policy(self, expert: int, copy: bool) -> EvictionPolicy:
-        policy = self.experts[expert]
-        if isinstance(policy, GhostLFU) and self.GHOST_TRANSIENT:
-            return self._plain
-        if isinstance(policy, GhostLFU):
-            assert self._tree is not None
-            ps = self._tree.page_size
-            pb = 8 if 4 * ps > 8 else 4 * ps
-            return policy.copy(pb) if copy and self.GHOST_COPY else policy.fork(pb)
-        return policy
+        self._shadows[expert] = self._tree.shadow_copy(self.experts[expert])
 

@@ -128,7 +128,6 @@ class ShadowTree(TreeCore[ShadowNode]):
         self._heap: list[tuple[tuple, ShadowNode]] = []  # an entry is live iff node.hkey is its key
         self._live = 0  # leaves in the heap
         self._counts_uses = policy.insert_is_use
-        self._evicted = getattr(policy, "on_evict", None) if getattr(policy, "remembers", False) else None
         self.roots: dict[bytes, ShadowNode] = {}  # namespace key -> root, while it has children
         self.used = 0  # tokens held
         self._held: ShadowNode | None = None  # the path end an insert protects while it evicts
@@ -260,8 +259,6 @@ class ShadowTree(TreeCore[ShadowNode]):
             if keep > 0:
                 self.split_edge(leaf, keep)
             freed += leaf.size
-            if self._evicted is not None:
-                self._evicted(leaf)
             parent = leaf.parent
             assert parent is not None  # a leaf in the heap is never a root
             del parent.children[leaf.key[:self.page_bytes]]
