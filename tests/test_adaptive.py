@@ -324,3 +324,26 @@ def test_shadow_keys_hash_whole_pages_and_extend_the_last_key() -> None:
     shadow = ShadowTree(make_policy("lru"), 4)
     assert shadow.insert(b"", tokens[:10].tobytes(), 100) == 8
     assert shadow.match(b"", tokens[:11].tobytes()) == 8 and shadow.match(b"", tokens[:7].tobytes()) == 4
+
+
+def test_policy_switches_lfu_from_is_lru_then_lfu() -> None:
+    """bench/policy_switches.py --lfu-from R: LRU until request R, then LFU, and no other decision. Past
+    the trace's end it never switches, so it hits exactly what LRU hits; within it, one forced switch."""
+    import os
+    import subprocess
+    import sys
+
+    from scripts import ROOT
+
+    cell = "seed:2013@0.1"
+    env = {**os.environ, "RADIXKV_PURE_PYTHON": "1", "PYTHONPATH": str(ROOT)}
+
+    def run(r: int) -> list[str]:
+        return subprocess.run([sys.executable, str(ROOT / "bench" / "policy_switches.py"), cell, "--lfu-from", str(r)],
+                              capture_output=True, text=True, check=True, env=env, cwd=ROOT).stdout.splitlines()
+
+    never = run(10**9)
+    lru = never[0].split("(lru ")[1].split(",")[0]
+    assert f"adaptive {lru} (" in never[0] and not any("->" in line for line in never), never
+    once = run(60)
+    assert [line.strip() for line in once if "->" in line] == ["request 60: -> lfu (forced)"], once
