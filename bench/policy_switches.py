@@ -10,6 +10,10 @@ beside it, this says whether a cell lost to lag, a wrong prior or a round trip (
     RADIXKV_PURE_PYTHON=1 .venv/bin/python bench/policy_switches.py wl:chat:1:0@0.25 seed:2012@0.5 \\
         [--set NAME=VALUE]
 
+`--lfu-from R` replaces the policy's decisions by one switch: LRU until request R, LFU from then on
+(no prior, no switch on evidence). With R the request of a cell's first switch to LFU, its hit rate
+against LFU's says what the switch itself costs, apart from deciding when (bench/RESULTS.md, round 7).
+
 Needs the pure-Python core: it wraps the Adaptive class's methods, which a compiled class ignores.
 """
 
@@ -34,8 +38,11 @@ from radixkv.eviction.adaptive import Adaptive  # noqa: E402
 class Traced(Adaptive):
     """Adaptive, recording its first eviction and its switches against a request counter."""
 
-    def __init__(self) -> None:
+    def __init__(self, lfu_from: int = 0) -> None:
         super().__init__()
+        self.lfu_from = lfu_from  # > 0: LRU until this request, then LFU (no other decision)
+        if lfu_from:
+            self._history = None  # no prior: LRU at the first eviction
         self.request = 0
         self.wins = self.split = 0.0  # the sign count, decayed as the lead is
         self.log: list[str] = []
@@ -48,6 +55,11 @@ class Traced(Adaptive):
                             + (" (switched)" if self.mode != mode else ""))
 
     def on_lookup(self, start, key: bytes, length: int) -> None:  # noqa: ANN001
+        if self.lfu_from:
+            if self.request >= self.lfu_from and self.mode == 0 and self._shadows:
+                self._switch()
+                self.log.append(f"request {self.request}: -> {self.leader} (forced)")
+            return
         lead_before, switches = self._lead, self.switches
         super().on_lookup(start, key, length)
         if self.switches != switches:  # the lead was negated: undo that to read this lookup's lead
@@ -70,12 +82,12 @@ class Traced(Adaptive):
             self.split *= self._asked / asked
 
 
-def trace(cell: str) -> str:
+def trace(cell: str, lfu_from: int = 0) -> str:
     name, _, frac = cell.rpartition("@")
     reqs, page = load(name)
     unique = build_segments(reqs, page).total_pages * page
     cap = capacity(float(frac), unique, max(len(r.tokens) for r in reqs), page)
-    policy = Traced()
+    policy = Traced(lfu_from)
     from radixkv.eviction import POLICIES
     POLICIES["traced"] = lambda: policy
     try:
@@ -93,6 +105,7 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     ap.add_argument("cells", nargs="+", metavar="NAME@SHARE", help="e.g. wl:chat:1:0@0.25, moon:1@0.05")
     ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="override an Adaptive constant")
+    ap.add_argument("--lfu-from", type=int, default=0, metavar="R", help="LRU until request R, then LFU (module docstring)")
     a = ap.parse_args(argv)
     if COMPILED_CORE:
         ap.error("needs the pure-Python core: run with RADIXKV_PURE_PYTHON=1")
@@ -101,7 +114,7 @@ def main(argv: list[str] | None = None) -> None:
             ap.error(f"Adaptive has no constant {k}")
         setattr(Adaptive, k, ast.literal_eval(v))
     for cell in a.cells:
-        print(trace(cell), flush=True)
+        print(trace(cell, a.lfu_from), flush=True)
 
 
 if __name__ == "__main__":

@@ -324,3 +324,60 @@ def test_shadow_keys_hash_whole_pages_and_extend_the_last_key() -> None:
     shadow = ShadowTree(make_policy("lru"), 4)
     assert shadow.insert(b"", tokens[:10].tobytes(), 100) == 8
     assert shadow.match(b"", tokens[:11].tobytes()) == 8 and shadow.match(b"", tokens[:7].tobytes()) == 4
+
+
+def test_policy_switches_lfu_from_is_lru_then_lfu() -> None:
+    """bench/policy_switches.py --lfu-from R: LRU until request R, then LFU, and no other decision. Past
+    the trace's end it never switches, so it hits exactly what LRU hits; within it, one forced switch."""
+    import os
+    import subprocess
+    import sys
+
+    from scripts import ROOT
+
+    cell = "seed:2013@0.1"
+    env = {**os.environ, "RADIXKV_PURE_PYTHON": "1", "PYTHONPATH": str(ROOT)}
+
+    def run(r: int) -> list[str]:
+        return subprocess.run([sys.executable, str(ROOT / "bench" / "policy_switches.py"), cell, "--lfu-from", str(r)],
+                              capture_output=True, text=True, check=True, env=env, cwd=ROOT).stdout.splitlines()
+
+    never = run(10**9)
+    lru = never[0].split("(lru ")[1].split(",")[0]
+    assert f"adaptive {lru} (" in never[0] and not any("->" in line for line in never), never
+    once = run(60)
+    assert [line.strip() for line in once if "->" in line] == ["request 60: -> lfu (forced)"], once
+
+
+@pytest.mark.parametrize("page_size", [1, 16])
+def test_ghost_counts_give_a_reinserted_prefix_its_uses_back_within_its_extent(page_size: int) -> None:
+    """eviction/ghosts.py: an evicted edge leaves its uses, keyed by where it started; while the LFU
+    expert is active, an edge re-inserted there that ends within the old edge is ordered by its
+    hit_count plus those uses, one that runs past it (prefix + a new suffix in one leaf) is not; inactive,
+    the key is plain LFU's."""
+    ps = page_size
+    prefix = torch.arange(1000, 1000 + 8 * ps, dtype=torch.int32)
+    cache = RadixCache(sim_config(16 * ps, ps, "adaptive", 16 * ps))
+    policy = cache.tree.policy
+    assert isinstance(policy, Adaptive)
+    for _ in range(4):  # four uses of the prefix
+        _serve(cache, Request(prefix, len(prefix)))
+    _serve(cache, Request(torch.arange(5000, 5000 + 16 * ps, dtype=torch.int32), 0))  # evicts it whole
+    assert cache.match_prefix(prefix).length == 0
+    ghosts = policy._ghosts
+    assert ghosts.ghosts and max(g >> 40 for g in ghosts.ghosts.values()) >= 4
+    longer = torch.cat([prefix, torch.arange(9000, 9000 + 2 * ps, dtype=torch.int32)])
+    _serve(cache, Request(longer, 0))  # the prefix back, with a suffix, in one leaf
+    leaf = cache.match_prefix(longer).node
+    assert leaf.end == len(longer) and leaf.depth == 0
+    ghosts.active = True
+    assert ghosts.key(leaf) == (leaf.hit_count, leaf.last_access, leaf.id)  # past the old edge's end
+    cache.match_prefix(torch.cat([prefix, torch.arange(7000, 7000 + ps, dtype=torch.int32)]))  # splits at the prefix
+    upper = cache.match_prefix(prefix).node
+    assert upper.end == len(prefix) and upper.depth == 0
+    uses = max(g >> 40 for g in ghosts.ghosts.values() if g & ((1 << 40) - 1) == len(prefix))
+    assert uses >= 4
+    assert ghosts.key(upper) == (upper.hit_count + uses, upper.last_access, upper.id)
+    ghosts.active = False
+    assert ghosts.key(upper) == (upper.hit_count, upper.last_access, upper.id)
+    assert len(ghosts.ghosts) <= ghosts.GHOSTS

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING
 
 from mypy_extensions import mypyc_attr
 
+from radixkv.eviction.ghosts import GhostLFU
 from radixkv.eviction.history import History, absolute_key
 from radixkv.eviction.policies import LFU, LRU, EvictionPolicy
 
@@ -52,7 +53,7 @@ class Adaptive(EvictionPolicy):
 
     name = "adaptive"
     learns = True
-    stable_keys = True
+    stable_keys = False  # after a switch to LFU its keys read ghost counts (eviction/ghosts.py), which evictions change
     insert_is_use = True  # its LFU expert reads hit_count
     PRIOR = True  # choose the first expert by replaying the traffic before the first eviction in small caches
     PRIOR_SIZE = 0.25  # ... of this share of the real cache's size
@@ -66,7 +67,9 @@ class Adaptive(EvictionPolicy):
     Z = 0.5  # ... and its lead is Z standard deviations of the paired per-lookup leads from zero
 
     def __init__(self) -> None:
-        self.experts: tuple[EvictionPolicy, ...] = (LRU(), LFU())
+        self._ghosts = GhostLFU()  # the real cache's LFU: ghost counts while it turns over after a switch
+        self.experts: tuple[EvictionPolicy, ...] = (LRU(), self._ghosts)
+        self._shadowed: tuple[EvictionPolicy, ...] = (self.experts[0], LFU())  # what the shadows run
         self.mode = self.START  # the expert the real cache follows
         self._current: EvictionPolicy = self.experts[self.START]  # the expert followed: `key` is its key
         self.switches = 0
@@ -93,17 +96,19 @@ class Adaptive(EvictionPolicy):
     def on_evict(self, victim: CachedNodeView) -> None:
         if not self._shadows:  # until now every expert held what the real cache holds
             self._tree = tree = victim.tree
+            self._ghosts.page_bytes = 4 * tree.page_size
             if self._history:
                 self._choose_start(tree.evictable_size + tree.protected_size)
             self._history = None
             self._leaf = None
             self._copy_real(1 - self.mode)
+        self._ghosts.remember(victim)
 
     def _choose_start(self, capacity: int) -> None:
         """Replay the traffic seen before the first eviction through both experts in caches of
         PRIOR_SIZE x the real size (where they already differ) and follow the one that matched more."""
         assert self._tree is not None and self._history is not None
-        minis = [self._tree.shadow(e) for e in self.experts]
+        minis = [self._tree.shadow(e) for e in self._shadowed]
         hits, asked, small = [0, 0], 0, int(self.PRIOR_SIZE * capacity)
         for ns, key, use in self._history:
             if use is not None:
@@ -164,6 +169,9 @@ class Adaptive(EvictionPolicy):
             self._settle -= added
             if self._settle <= 0:  # the real cache now holds what its expert would: it counts
                 del shadows[mode]
+                if self._ghosts.active:  # from now on the real cache is plain LFU's
+                    self._ghosts.active = False
+                    self.epoch += 1
         decay = 1.0 - added / (self.WINDOW * self._capacity)
         if decay < 1.0:
             decay = decay if decay > 0.0 else 0.0
@@ -176,6 +184,7 @@ class Adaptive(EvictionPolicy):
         turned over; the expert left gets a shadow copied from the real cache (its steady state)."""
         old = self.mode
         self._follow(1 - old)
+        self._ghosts.active = self.mode == 1
         self._lead = -self._lead  # the same evidence, seen from the other side
         self._copy_real(old)
         self._settle = int(self.WARMUP * self._capacity)
@@ -188,5 +197,5 @@ class Adaptive(EvictionPolicy):
 
     def _copy_real(self, expert: int) -> None:
         assert self._tree is not None
-        self._shadows[expert] = self._tree.shadow_copy(self.experts[expert])
+        self._shadows[expert] = self._tree.shadow_copy(self._shadowed[expert])
 

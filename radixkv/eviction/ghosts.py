@@ -1,0 +1,79 @@
+"""GhostLFU: the adaptive policy's LFU expert, which can give re-inserted prefixes back the uses
+eviction took from them.
+
+An LFU that takes over a cache another policy ran (adaptive.py's switch from LRU) does not reach
+the hit rate of an LFU that ran from the start: the prefixes LRU evicted come back with one use and
+are LFU's first victims again, so they never rebuild their counts (bench/RESULTS.md, round 4: the
+"lag" cells lose 78-100% of their points after the switch, not before). So every eviction of the
+real cache leaves a ghost: the victim's uses (its hit_count, plus its own ghost if it had one) and
+where its edge ended, keyed by where its edge starts (the namespace, the depth and the edge's first
+page: an edge re-inserted below the same cached parent, or the tail of a trimmed leaf, starts
+there again). While `active`, an edge that starts where a ghost's did and ends within that ghost's
+edge is ordered by its hit_count plus the ghost's uses:
+
+    key = (hit_count [+ ghost uses], last_access, id)
+
+An edge that runs past the ghost's end (a prefix re-inserted with a new suffix, in one leaf) gets
+nothing until a split or a trim cuts it back: the ghost's uses were the prefix's, not the suffix's.
+
+The adaptive policy keeps it active only while the real cache turns over after a switch to LFU
+(its shadows run plain LFU, so they predict what they always predicted): measured, ghosts that stay
+on help Mooncake-shaped traffic and lose gsp 5-10% by 1.5-8 points (bench/RESULTS.md, round 7).
+
+Ghosts are bounded (GHOSTS, oldest dropped first) and age (all halve every GHOSTS evictions). One
+entry is an int key and an int value (uses << 40 | end). Keys read the table live, so a ghost
+written under a live edge that shares its start would move that edge's key: `stable_keys = False`.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import TYPE_CHECKING, Final
+
+from radixkv.eviction.policies import LFU
+
+if TYPE_CHECKING:
+    from radixkv.eviction.view import NodeView
+
+_END: Final = (1 << 40) - 1  # a ghost's value: uses << 40 | end (tokens)
+
+
+class GhostLFU(LFU):
+    stable_keys = False
+    GHOSTS: Final = 1024  # ghosts kept (about 100 bytes each: 0.1 MB)
+
+    def __init__(self) -> None:
+        self.page_bytes = 4  # key bytes of an edge's first page (the tree's: set at its first eviction)
+        self.active = False  # False: plain LFU's key
+        self.ghosts: OrderedDict[int, int] = OrderedDict()  # where an evicted edge started -> uses << 40 | end
+        self._evictions = 0  # since the ghosts last halved
+
+    def _start(self, node: NodeView) -> int:
+        return hash((node.ns, node.depth, node.key[:self.page_bytes]))
+
+    def key(self, node: NodeView) -> tuple:
+        if self.active:
+            ghost = self.ghosts.get(self._start(node), 0)
+            if ghost and node.depth + node.size <= ghost & _END:
+                return (node.hit_count + (ghost >> 40), node.last_access, node.id)
+        return (node.hit_count, node.last_access, node.id)
+
+    def remember(self, victim: NodeView) -> None:
+        """`victim` (a node of the real cache) is about to be evicted: keep its uses."""
+        ghosts, start, end = self.ghosts, self._start(victim), victim.depth + victim.size
+        old = ghosts.pop(start, 0)
+        uses = victim.hit_count + (old >> 40 if old and end <= old & _END else 0)
+        if old >> 40 > uses:  # an edge past the old one's end, used less: the old ghost says more
+            ghosts[start] = old
+        elif uses:
+            ghosts[start] = uses << 40 | end
+            if len(ghosts) > self.GHOSTS:
+                ghosts.popitem(last=False)
+        self._evictions += 1
+        if self._evictions >= self.GHOSTS:
+            self._evictions = 0
+            for s, ghost in list(ghosts.items()):
+                if ghost >> 41:
+                    ghosts[s] = ghost >> 41 << 40 | ghost & _END
+                else:
+                    del ghosts[s]
