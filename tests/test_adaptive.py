@@ -381,3 +381,29 @@ def test_ghost_counts_give_a_reinserted_prefix_its_uses_back_within_its_extent(p
     ghosts.active = False
     assert ghosts.key(upper) == (upper.hit_count, upper.last_access, upper.id)
     assert len(ghosts.ghosts) <= ghosts.GHOSTS
+
+
+@pytest.mark.parametrize("policy", ["lru", "lfu"])
+def test_a_shadows_int_keys_order_as_the_policys_tuples(policy: str) -> None:
+    """Under LRU and LFU a shadow keys its heap by one int packing the policy's key tuple; it matches a
+    shadow keyed by the tuples themselves (a subclass: same key, no int path) request for request, and
+    still does after its clock passes 2**ID_BITS mid-trace (it falls back to the tuples there)."""
+    from radixkv.eviction.policies import EvictionPolicy
+    from radixkv.radix import shadow as shadow_module
+
+    expert = make_policy(policy)
+    tupled = type("Tupled", (EvictionPolicy,), {"key": lambda self, node: expert.key(node),  # the same key,
+                                                 "insert_is_use": expert.insert_is_use})()  # not LRU or LFU
+    reqs = SHARED["tot"] + SESSIONS["chat"]
+    cap = _capacity(reqs, 0.1, 4)
+    fast, slow, late = ShadowTree(expert, 4), ShadowTree(tupled, 4), ShadowTree(expert, 4)
+    assert fast._kind != shadow_module.TUPLE_KEY and slow._kind == shadow_module.TUPLE_KEY
+    late.tick = late._next_id = (1 << shadow_module.ID_BITS) - len(reqs)  # an offset keeps every order
+    for r in reqs:
+        prompt, full = r.tokens[:r.prompt_len // 4 * 4].tobytes(), r.tokens[:len(r.tokens) // 4 * 4].tobytes()
+        got = {s.match(b"", prompt) for s in (fast, slow, late)}
+        assert len(got) == 1
+        for s in (fast, slow, late):
+            s.insert(b"", full, cap)
+        assert fast.used == slow.used == late.used
+    assert late._kind == shadow_module.TUPLE_KEY and fast._kind != shadow_module.TUPLE_KEY

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Final, Iterable
 
 import numpy as np
 
+from radixkv.eviction.policies import LFU, LRU
 from radixkv.radix.core import PrefixNode, TreeCore
 
 if TYPE_CHECKING:
@@ -43,6 +44,8 @@ if TYPE_CHECKING:
 
 
 HASH_BYTES: Final = 8  # a page's key in a hashing shadow: one int64, little-endian
+ID_BITS: Final = 40  # an int heap key's low field: node ids and clocks below 2**40 (a trillion) keep it exact
+TUPLE_KEY, LRU_KEY, LFU_KEY = 0, 1, 2  # how a shadow keys its heap: the policy's own key, or LRU's or LFU's as one int
 
 
 class ShadowKeys:
@@ -101,6 +104,15 @@ def _weights(n: int) -> np.ndarray:
     return ((z ^ (z >> np.uint64(31))) | np.uint64(1)).view(np.int64)
 
 
+def _int_key(node: ShadowNode, kind: int) -> int:
+    """LRU's key (last_access, id) or LFU's (hit_count, last_access, id) as one int of the same order:
+    the fields side by side, ID_BITS bits each below the first (exact while ids and clocks stay below
+    2**ID_BITS; past 2**63 Python's ints just grow)."""
+    if kind == LRU_KEY:
+        return node.last_access << ID_BITS | node.id
+    return (node.hit_count << ID_BITS | node.last_access) << ID_BITS | node.id
+
+
 class ShadowNode(PrefixNode["ShadowNode"]):
     __slots__ = ("hkey",)
 
@@ -108,7 +120,7 @@ class ShadowNode(PrefixNode["ShadowNode"]):
                  size: int) -> None:
         PrefixNode.__init__(self, node_id, ns, parent, key, tick)
         self.size = size  # tokens (the key may hold a hash per page)
-        self.hkey: tuple | None = None  # current key in the shadow's leaf heap; None: not a member
+        self.hkey: object = None  # current key in the shadow's leaf heap (int or tuple); None: not a member
 
 
 class ShadowTree(TreeCore[ShadowNode]):
@@ -116,7 +128,9 @@ class ShadowTree(TreeCore[ShadowNode]):
 
     Its evictable leaves sit in a heap of (key, node) with lazy deletion, the current key kept on the
     node itself (`hkey`; None: not a member), so the hot path needs no dicts and no method calls
-    beyond the walk, a split and a leaf."""
+    beyond the walk, a split and a leaf. Under LRU or LFU (the adaptive policy's experts) the key is
+    their key tuple packed into one int in the same order (`_int_key`): a heap comparison is then one
+    int comparison, not two levels of tuple comparison; other policies' keys are their own tuples."""
 
     def __init__(self, policy: FixedPolicyView, page_size: int, keys: ShadowKeys | None = None) -> None:
         super().__init__(page_size)
@@ -125,7 +139,8 @@ class ShadowTree(TreeCore[ShadowNode]):
         self._hashed = self.keys.hashed
         self.policy = policy
         self._key = policy.key
-        self._heap: list[tuple[tuple, ShadowNode]] = []  # an entry is live iff node.hkey is its key
+        self._kind = LRU_KEY if type(policy) is LRU else LFU_KEY if type(policy) is LFU else TUPLE_KEY
+        self._heap: list[tuple[object, ShadowNode]] = []  # an entry is live iff node.hkey is its key
         self._live = 0  # leaves in the heap
         self._counts_uses = policy.insert_is_use
         self.roots: dict[bytes, ShadowNode] = {}  # namespace key -> root, while it has children
@@ -141,12 +156,25 @@ class ShadowTree(TreeCore[ShadowNode]):
         """(Re-)key leaf `node` in the heap."""
         if node.hkey is None:
             self._live += 1
-        node.hkey = k = self._key(node)
+        if self._kind != TUPLE_KEY and (node.last_access | node.id) >> ID_BITS:
+            self._tuple_keys()  # an int key would no longer keep the order
+        k: object = _int_key(node, self._kind) if self._kind != TUPLE_KEY else self._key(node)
+        node.hkey = k
         heap = self._heap
         heapq.heappush(heap, (k, node))
         if len(heap) > 2 * self._live + 64:
             self._heap = [e for e in heap if e[1].hkey is e[0]]
             heapq.heapify(self._heap)
+
+    def _tuple_keys(self) -> None:
+        """Key the heap by the policy's own tuples from now on (a clock or an id reached 2**ID_BITS)."""
+        self._kind = TUPLE_KEY
+        live = [node for k, node in self._heap if node.hkey is k]
+        self._heap = []
+        for node in live:
+            node.hkey = k = self._key(node)
+            self._heap.append((k, node))
+        heapq.heapify(self._heap)
 
     def make_node(self, ns: bytes, parent: ShadowNode | None, key: bytes) -> ShadowNode:
         node = ShadowNode(self._next_id, ns, parent, key, self.tick, len(key) // self.page_bytes * self.page_size)
