@@ -82,6 +82,9 @@ def as_tokens(tokens: TokensLike) -> np.ndarray:
 
 def slot_array(slots: TokensLike) -> np.ndarray:
     """int64 `[n]` view or copy of integer `slots`, not yet range-checked; raises InvalidSlotsError."""
+    t: Any = slots
+    if type(t) is torch.Tensor and t.dtype is torch.int64 and t.is_cpu and t.dim() == 1:
+        return t.numpy()  # the hot path: the cache's own tensors (match_prefix, alloc) or a cat of them
     return _as_int_array(slots, "slots", InvalidSlotsError).astype(np.int64, copy=False)
 
 
