@@ -25,10 +25,10 @@ import numpy as np
 
 from radixkv.errors import InvalidSlotsError
 from radixkv.pools import PageLedger, page_slots
-from radixkv.tokens import check_range
+from radixkv.tokens import check_range, same_values
 
 _EMPTY = np.empty(0, dtype=np.int64)
-_all, _any, _eq, _ne = np.logical_and.reduce, np.logical_or.reduce, np.equal, np.not_equal  # (no Python wrappers)
+_any, _ne = np.logical_or.reduce, np.not_equal  # (no Python wrappers)
 
 
 class InsertSlots:
@@ -46,7 +46,7 @@ class InsertSlots:
             self.pages = body[::ps] // ps  # int64 [n // ps]
             head = body if start < 0 else body[:start]  # (alloc()'s own slots are whole pages in order)
             h = len(head)
-            if h and not (h <= len(matched) and _all(_eq(head, matched if h == len(matched) else matched[:h]))) \
+            if h and not (h <= len(matched) and same_values(head, matched if h == len(matched) else matched[:h])) \
                     and page_slots(self.pages[:h // ps], ps).tobytes() != head.tobytes():
                 raise InvalidSlotsError("insert: each page of positions must be the tree's own slots there "
                                         "or the page_size slots of one private page, in order")
@@ -67,7 +67,7 @@ class InsertSlots:
         not the tree's own is private and named once."""
         ledger = self.ledger
         k, f = cached_len // ledger.page_size, self.fresh
-        if 0 <= f <= k and (not f or _all(_eq(self.pages[:f], tree_pages if f == k else tree_pages[:f]))):
+        if 0 <= f <= k and (not f or same_values(self.pages[:f], tree_pages if f == k else tree_pages[:f])):
             # the tree's own pages up to f, alloc()'s from there: those before k duplicate cached ones
             self.duplicates, self.new = self.pages[f:k], self.pages[k:]
             return

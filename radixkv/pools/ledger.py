@@ -30,10 +30,10 @@ import numpy as np
 
 from radixkv.errors import OutOfSlotsError
 from radixkv.pools.allocator import SlotAllocator, page_slots
-from radixkv.tokens import Distinct
+from radixkv.tokens import Distinct, same_values
 
 FREE, CACHED, PRIVATE, RESERVED = 0, 1, 2, 3
-_max, _all, _eq = np.maximum.reduce, np.logical_and.reduce, np.equal  # without ndarray's Python wrappers
+_max = np.maximum.reduce  # ndarray.max() without its Python wrapper
 STATE_NAMES = {FREE: "free", CACHED: "cached", PRIVATE: "private (alloc)", RESERVED: "reserved by a Sequence"}
 
 
@@ -87,7 +87,7 @@ class PageLedger:
         start = len(slots) - len(fresh)
         if start < 0 or start % self.page_size:
             return -1
-        return start if _all(_eq(slots if start == 0 else slots[start:], fresh)) else -1
+        return start if same_values(slots if start == 0 else slots[start:], fresh) else -1
 
     def move(self, pages: np.ndarray, state: int) -> None:
         """Pages that stay allocated change hands (e.g. private -> cached)."""
