@@ -25,67 +25,29 @@ the request level is what a generation loop calls (open, reserve, commit, close,
 
 from __future__ import annotations
 
-import time
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import torch
 
+from radixkv import cache_requests as requests
+from radixkv.cache_base import CacheBase
 from radixkv.cache_groups import SecondaryGroup
-from radixkv.cache_host import promote
-from radixkv.cache_thread import ThreadOwner
-from radixkv.cache_windows import WindowGroup, path_between
-from radixkv.config import KV_GROUP_KINDS, CacheConfig
-from radixkv.errors import ConfigError, InvalidArgumentError, InvalidSlotsError, OutOfSlotsError
-from radixkv.eviction import make_policy
+from radixkv.errors import InvalidArgumentError, InvalidSlotsError
 from radixkv.events import KVEvent
-from radixkv.events.groups import event_groups
-from radixkv.events.recorder import EventRecorder
-from radixkv.host_tier import HostTier
 from radixkv.insert_slots import InsertSlots
 from radixkv.invariants import check_cache, check_groups
-from radixkv.keys import DEFAULT_NAMESPACE, as_extra_keys, request_key
-from radixkv.multimodal import MultiModalKeys
 from radixkv.metrics import collect_metrics
-from radixkv.pools import CACHED, PRIVATE, RESERVED, PageLedger, TokenToKVPool, page_slots
-from radixkv.radix import SEQUENCE, USER, MatchInfo, RadixTree, TreeNode, evict_device
-from radixkv.radix import locks, lookup
-from radixkv.radix.pins import Pins
-from radixkv.radix.windows import Reach
-from radixkv.results import BatchInputs, CacheStats, LockHandle, MatchResult, SizeInfo
-from radixkv.sequences import Sequence, SequenceTable
+from radixkv.pools import CACHED, PRIVATE, page_slots
+from radixkv.radix import USER, locks, lookup
+from radixkv.results import BatchInputs, LockHandle, MatchResult, SizeInfo
+from radixkv.sequences import Sequence
 from radixkv.tokens import ExtraKeysArg, IntArg, SecondsArg, SequenceArg, TokensLike, as_count, as_priority, as_slots, as_tokens, slot_array
 
-class RadixCache:
-    """A prefix-sharing KV cache over a radix tree (DESIGN.md has the whole contract)."""
 
-    def __init__(self, config: object, clock: Callable[[], object] = time.monotonic) -> None:
-        """`config`: a CacheConfig (checked here: ConfigError otherwise). `clock` (seconds) times pins
-        only; tests pass a fake one."""
-        if not isinstance(config, CacheConfig):
-            raise ConfigError(f"RadixCache takes a CacheConfig, got {type(config).__name__}")
-        self.config = config
-        self.page_size = ps = config.page_size
-        self.kv_pool = TokenToKVPool(config.num_slots, config.num_layers, config.num_kv_heads, config.head_dim,
-                                     config.dtype, config.device, kv_layers=config.kv_layers,
-                                     layer_slots=config.group_layer_slots)
-        self.ledger = PageLedger(config.num_pages, ps)
-        self.mm_keys = MultiModalKeys()  # multimodal items' tree ids, by whole content hash
-        self.events = self._recorder() if config.kv_events else None
-        self.tree = RadixTree(ps, make_policy(config.eviction), config.host_slots > 0, self.events, len(config.groups),
-                              tuple(Reach(g.kind, g.size) for g in config.groups))
-        self.pins = Pins(self.tree, config.pin_budget, clock)
-        self.seqs: SequenceTable[TreeNode] = SequenceTable(config.max_requests, config.max_context_len, ps, config.device)
-        self.req_pool = self.seqs.pool
-        self.host = HostTier(config, self.tree, self.kv_pool) if config.host_slots else None
-        self.stats = CacheStats()
-        self._owner = ThreadOwner()
-        self._own = self._owner.check
-        # secondary layer groups (cache_groups.py): group g is groups[g - 1]
-        self.groups = tuple(WindowGroup(g, spec, ps, self.tree, self._own, config.num_pages, self.kv_pool.device)
-                            if spec.kind in KV_GROUP_KINDS else SecondaryGroup(g, spec, ps, self.tree, self._own)
-                            for g, spec in enumerate(config.groups, start=1))
-        self.windows = tuple(g for g in self.groups if isinstance(g, WindowGroup))
+class RadixCache(CacheBase):
+    """A prefix-sharing KV cache over a radix tree (DESIGN.md has the whole contract). Built from a
+    CacheConfig (and a `clock` for pins: cache_base.py); what it is made of is CacheBase's."""
 
     # ------------------------------------------------------------------ tree level
 
@@ -102,8 +64,11 @@ class RadixCache:
         self._own()
         ns, toks = self._key(as_tokens(tokens), namespace, extra_keys)
         m = self._match(toks, self.tree.root(ns), len(toks))
-        slots = torch.from_numpy(page_slots(m.pages, self.page_size))
-        return tuple.__new__(MatchResult, (m.length, slots, m.node, m.host_length))  # (no interpreted __new__)
+        slots = m.pages  # (a fresh int64 array: the slots themselves at page 1)
+        if self.page_size > 1:
+            slots = page_slots(slots, self.page_size)
+            self._matched = slots.copy()  # our own: proves an insert's head is whole pages (insert_slots.py)
+        return tuple.__new__(MatchResult, (m.length, torch.from_numpy(slots), m.node, m.host_length))  # (no interpreted __new__)
 
     def locate(self, tokens: TokensLike, namespace: Any = None, extra_keys: ExtraKeysArg = None) -> LockHandle:
         """The node ending the longest prefix of `tokens` (whole pages) whose full KV is on the
@@ -157,11 +122,11 @@ class RadixCache:
         until = None if pin_ttl is None else self.pins.deadline(pin_ttl, "insert(pin_ttl=...)")
         if len(given) != len(toks):
             raise InvalidSlotsError(f"insert: {len(toks)} tokens but {len(given)} slots")
-        key = self._page_key(toks)
-        n = len(key) // 4
+        n = len(toks) // self.page_size * self.page_size
+        key = (toks if n == len(toks) else toks[:n]).tobytes()  # (_page_key, with its length)
         if until is not None:
             self.pins.charge(n - self.pins.pinned_length(key, root), "insert(pin_ttl=...)")
-        check = InsertSlots(self.ledger, given, n)
+        check = InsertSlots(self.ledger, given, n, self._matched)
         result = self.tree.insert(key, check.pages, root, prio, check.accept, use=True)
         if until is not None:
             self.pins.pin(result.node, until, "insert(pin_ttl=...)")
@@ -191,27 +156,7 @@ class RadixCache:
         `pin_ttl` (seconds) the reused prefix is pinned until now + pin_ttl (PinBudgetError, no
         Sequence, past the budget) and so is every page the Sequence commits later, while the budget allows."""
         self._own()
-        extra = as_extra_keys(extra_keys)
-        ns, toks = self._key(as_tokens(tokens), namespace, extra)
-        prio = as_priority(priority)
-        reuse = len(toks) if max_reuse is None else min(as_count(max_reuse, "max_reuse"), len(toks))
-        until = None if pin_ttl is None else self.pins.deadline(pin_ttl, "open(pin_ttl=...)")
-        self.seqs.check_length(len(toks), "open")
-        self.seqs.check_row_free()
-        root = self.tree.root(ns)
-        if until is not None:  # plan the pin before the match and promotion change anything
-            key = self._page_key(toks[:reuse])
-            self.pins.charge(sum(lookup.peek(self.tree, key, root)) - self.pins.pinned_length(key, root), "open(pin_ttl=...)")
-        m = self._match(toks[:reuse], root, reuse)
-        if m.host_length and self.host is not None:
-            m = promote(self.tree, self.ledger, self.host, self._take, toks[:reuse], m)
-        if until is not None:
-            self.pins.pin(m.node, until, "open(pin_ttl=...)")  # within the charge above: cannot fail
-        locks.lock(self.tree, m.node, SEQUENCE)
-        seq = self.seqs.open(toks, namespace, prio, m.node, page_slots(m.pages, self.page_size), extra)
-        if until is not None:
-            self.pins.open_row(seq.row, until)
-        return seq
+        return requests.open_sequence(self, tokens, namespace, max_reuse, priority, extra_keys, pin_ttl)
 
     def pin(self, tokens: TokensLike, namespace: Any = None, *, ttl: SecondsArg,
             extra_keys: ExtraKeysArg = None) -> int:
@@ -240,20 +185,7 @@ class RadixCache:
         page before taking new pages; written into its row. n = 0 is a no-op. OutOfSlotsError /
         ContextLengthError with nothing changed. Returns int64 `[n]`."""
         self._own()
-        rec = self.seqs.get(seq)
-        n, ps, start = as_count(n, "reserve(n)"), self.page_size, rec.kv_len
-        self.seqs.check_length(start + n, "reserve")
-        fill = min(-start % ps, n)  # free positions left in the last private page
-        k = -(-(n - fill) // ps)
-        for window in self.windows:  # window pages go with full pages: check first, change nothing
-            window.check_room(k)
-        pages = self._take(k, RESERVED)
-        for window in self.windows:
-            window.reserve(pages)
-        head = rec.slots[start - 1] + 1 + np.arange(fill, dtype=np.int64)
-        slots = np.concatenate([head, page_slots(pages, ps)[:n - fill]])
-        self.seqs.extend(rec, slots)
-        return torch.from_numpy(slots.copy())
+        return requests.reserve(self, seq, n)
 
     def commit(self, seq: SequenceArg, tokens: TokensLike) -> None:
         """Declare the KV of positions [committed_len, committed_len + len(tokens)) written. They
@@ -261,46 +193,13 @@ class RadixCache:
         beyond. Full pages are inserted now (shareable) and the Sequence's lock moves down to them;
         pages another request inserted first are re-pointed to the tree's slots, duplicates freed."""
         self._own()
-        rec = self.seqs.get(seq)
-        toks = as_tokens(tokens)
-        if rec.extra_keys is not None and rec.extra_keys.mm:
-            toks = rec.extra_keys.rekey(toks, rec.committed_len, rec.tokens)
-        self.seqs.check_commit(rec, toks)
-        start, end = self.seqs.commit(rec, toks)
-        if end == start:
-            return
-        ps, node = self.page_size, rec.node
-        pages = rec.slots[start:end][::ps] // ps
-        result = self.tree.insert(rec.tokens[start:end].tobytes(), pages, node, rec.priority)
-        if self.windows:
-            nodes = path_between(node, result.node)
-            for window in self.windows:
-                window.commit(nodes, pages)
-        k = result.cached_len // ps  # [start, start + k * ps): another request cached these first
-        self.ledger.release(pages[:k])
-        self.ledger.move(pages[k:], CACHED)
-        if k:
-            self.seqs.repoint(rec, start, page_slots(result.tree_pages, ps))
-        locks.move_lock(self.tree, node, result.node, SEQUENCE)
-        self.seqs.move_lock(rec, result.node)
-        for window in self.windows:
-            window.trim(rec.row, result.node, rec.cached_len)
-        self.pins.extend(rec.row, result.node)
-        if self.host is not None:
-            self.host.back_up(result.gained)
+        requests.commit(self, seq, tokens)
 
     def close(self, seq: SequenceArg) -> None:
         """End a request: unlock its prefix, free its private pages (the partial last page and every
         reserved-but-uncommitted page) and release its row. The Sequence is unusable afterwards."""
         self._own()
-        rec = self.seqs.get(seq)
-        node = rec.node
-        self.pins.close_row(rec.row)
-        private = self.seqs.close(rec)[::self.page_size] // self.page_size
-        for window in self.windows:
-            window.close(rec.row, private)
-        self.ledger.release(private)
-        locks.unlock(self.tree, node, SEQUENCE)
+        requests.close(self, seq)
 
     def batch(self, seqs: Any, cascade: Any = False) -> BatchInputs:
         """Inputs of one forward over positions [committed_len, kv_len) of each Sequence of `seqs` (a list), checked
@@ -354,10 +253,6 @@ class RadixCache:
         self._own()
         return (self.events or self._recorder()).snapshot(self.tree)
 
-    def _recorder(self) -> EventRecorder:
-        cfg = self.config
-        return EventRecorder(cfg.event_block_size, cfg.page_size, cfg.event_hash, self.mm_keys, event_groups(cfg.groups))
-
     def adopt_thread(self) -> None:
         """Make the calling thread the cache's driver. The thread that built the cache hands it over
         to the first adopter; after that, a thread adopts only a cache whose owner released it
@@ -373,41 +268,3 @@ class RadixCache:
     @property
     def _thread(self) -> int | None:  # the owning thread's ident, for fingerprints in tests
         return self._owner.thread
-
-    # ------------------------------------------------------------------ helpers
-
-    def _key(self, toks: np.ndarray, namespace: Any, extra_keys: Any) -> tuple[bytes, np.ndarray]:
-        if namespace is None and extra_keys is None:  # the common case: nothing to check (keys.py runs interpreted)
-            return DEFAULT_NAMESPACE, toks
-        ns, keyed = request_key(namespace, extra_keys, toks, self.mm_keys)
-        extra = as_extra_keys(extra_keys) if keyed is not toks else None  # keyed anew only by extra keys
-        if extra is not None and self.events is not None:
-            self.events.learn(extra, toks)  # the raw ids vLLM's block hashes see
-        return ns, keyed
-
-    def _page_key(self, toks: np.ndarray) -> bytes:
-        """The tree's key of `toks`: its whole pages, int32 bytes (a partial last page is never keyed)."""
-        n = len(toks) // self.page_size * self.page_size
-        return (toks if n == len(toks) else toks[:n]).tobytes()
-
-    def _match(self, toks: np.ndarray, root: TreeNode, asked: int) -> MatchInfo:
-        m = self.tree.match(self._page_key(toks), root)
-        st = self.stats
-        st.query_tokens += asked
-        st.hit_tokens += m.length
-        st.host_hit_tokens += m.host_length
-        return m
-
-    def _take(self, k: int, state: int) -> np.ndarray:
-        return self.ledger.take(k, state, self.tree.evictable_size // self.page_size, self._evict_pages)
-
-    def _evict_pages(self, n: int) -> np.ndarray:
-        if self.tree.pins is not None:
-            self.pins.expire()
-        pages, host_pages, secondary = evict_device(self.tree, n, None if self.host is None else self.host.keep)
-        if len(host_pages) and self.host is not None:  # (host pages come only from a host tier)
-            self.host.free(host_pages)
-        for group, group_pages in zip(self.groups, secondary):
-            group.ledger.release(group_pages)
-        self.stats.evicted_tokens += len(pages) * self.page_size
-        return pages

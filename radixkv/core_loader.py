@@ -29,7 +29,7 @@ CORE = ("tokens", "results", "pools/allocator", "pools/ledger", "eviction/index"
         "eviction/policies", "eviction/ghosts", "eviction/adaptive", "eviction/lrfu", "radix/types", "radix/core",
         "radix/idle_roots", "radix/node", "radix/components", "radix/shadow", "radix/windows", "radix/residency",
         "radix/tree", "radix/lookup", "radix/locks", "radix/evict", "radix/pins", "radix/check", "sequences",
-        "cache_thread", "insert_slots", "cache",
+        "cache_thread", "insert_slots", "cache_base", "cache_requests", "cache",
         "events/records", "events/holders", "events/hashing", "events/recorder", "keys")
 SHARED = "core__mypyc"  # mypyc's shared library of the whole group (radixkv/core__mypyc.*.so)
 STAMP = "_core_build.txt"  # written by a successful build: one "sha256 path" line per CORE source

@@ -12,8 +12,11 @@ read-only walk found cached_len and before it changes anything, so a refusal cha
 
 The usual caller matched, allocated and inserted: its slots are the match's (the tree's own) and
 then exactly what alloc() just handed out. The ledger proves the second part in one comparison
-(`PageLedger.fresh_start`: every page there private, named once, whole pages in order); only the
-part before it is checked page by page. Anything else gets the full checks.
+(`PageLedger.fresh_start`: every page there private, named once, whole pages in order). At
+page_size > 1 the first part's structure (whole pages, in order) is proved by one comparison too,
+with `matched`: the cache's own copy of the slots its last match_prefix returned (page_slots of
+some pages, so a run equal to its start is whole pages in order); which pages they are is then
+`accept`'s check against the tree's. Anything else gets the full checks.
 """
 
 from __future__ import annotations
@@ -22,14 +25,16 @@ import numpy as np
 
 from radixkv.errors import InvalidSlotsError
 from radixkv.pools import PageLedger, page_slots
-from radixkv.tokens import check_range
+from radixkv.tokens import check_range, same_values
 
 _EMPTY = np.empty(0, dtype=np.int64)
+_any, _ne = np.logical_or.reduce, np.not_equal  # (no Python wrappers)
 
 
 class InsertSlots:
-    def __init__(self, ledger: PageLedger, given: np.ndarray, n: int) -> None:
-        """`given`: int64 `[len(tokens)]` slots, not yet range-checked; `n`: whole-page positions."""
+    def __init__(self, ledger: PageLedger, given: np.ndarray, n: int, matched: np.ndarray = _EMPTY) -> None:
+        """`given`: int64 `[len(tokens)]` slots, not yet range-checked; `n`: whole-page positions;
+        `matched`: int64 slots of whole pages in order, private to the cache (the last match's), or empty."""
         ps = ledger.page_size
         self.ledger = ledger
         start = ledger.fresh_start(given)  # positions [start, len(given)) are alloc()'s own slots, or -1
@@ -40,7 +45,9 @@ class InsertSlots:
         else:  # each page of positions: the slots of one page, in order (one memcmp against them)
             self.pages = body[::ps] // ps  # int64 [n // ps]
             head = body if start < 0 else body[:start]  # (alloc()'s own slots are whole pages in order)
-            if len(head) and page_slots(self.pages[:len(head) // ps], ps).tobytes() != head.tobytes():
+            h = len(head)
+            if h and not (h <= len(matched) and same_values(head, matched if h == len(matched) else matched[:h])) \
+                    and page_slots(self.pages[:h // ps], ps).tobytes() != head.tobytes():
                 raise InvalidSlotsError("insert: each page of positions must be the tree's own slots there "
                                         "or the page_size slots of one private page, in order")
         if n == len(given):
@@ -60,12 +67,13 @@ class InsertSlots:
         not the tree's own is private and named once."""
         ledger = self.ledger
         k, f = cached_len // ledger.page_size, self.fresh
-        if 0 <= f <= k and (not f or self.pages[:f].tobytes() == (tree_pages if f == k else tree_pages[:f]).tobytes()):
+        if 0 <= f <= k and (not f or same_values(self.pages[:f], tree_pages if f == k else tree_pages[:f])):
             # the tree's own pages up to f, alloc()'s from there: those before k duplicate cached ones
             self.duplicates, self.new = self.pages[f:k], self.pages[k:]
             return
         head = self.pages[:k]
-        duplicates = _EMPTY if not k or head.tobytes() == tree_pages.tobytes() else head[head != tree_pages]
+        differ = _ne(head, tree_pages)  # (k pages each)
+        duplicates = _EMPTY if not k or not _any(differ) else head[differ]
         new = self.pages[k:] if k else self.pages
         private = new if not len(duplicates) and not len(self.tail) else np.concatenate([duplicates, new, self.tail])
         why = ledger.private_and_distinct(private)

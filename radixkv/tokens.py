@@ -16,7 +16,7 @@ import torch
 from radixkv.errors import InvalidArgumentError, InvalidSlotsError, InvalidTokensError
 
 MAX_TOKEN_ID = 2**31 - 1
-_min, _max = np.minimum.reduce, np.maximum.reduce  # ndarray.min() without its Python wrapper
+_min, _max, _all, _eq = np.minimum.reduce, np.maximum.reduce, np.logical_and.reduce, np.equal  # no Python wrappers
 TokensLike: TypeAlias = Sequence[int] | np.ndarray | torch.Tensor
 # Public arguments a call validates itself, raising a typed RadixKVError for a bad one. Typed Any,
 # named for what they should be: the compiled core (radixkv/build.py) checks a declared type at the
@@ -82,6 +82,9 @@ def as_tokens(tokens: TokensLike) -> np.ndarray:
 
 def slot_array(slots: TokensLike) -> np.ndarray:
     """int64 `[n]` view or copy of integer `slots`, not yet range-checked; raises InvalidSlotsError."""
+    t: Any = slots
+    if type(t) is torch.Tensor and t.dtype is torch.int64 and t.is_cpu and t.dim() == 1:
+        return t.numpy()  # the hot path: the cache's own tensors (match_prefix, alloc) or a cat of them
     return _as_int_array(slots, "slots", InvalidSlotsError).astype(np.int64, copy=False)
 
 
@@ -89,6 +92,14 @@ def check_range(values: np.ndarray, limit: int, what: str) -> None:
     """Every int64 value lies in [0, limit); one pass (a negative value, seen as uint64, is huge)."""
     if len(values) and _max(values.view(np.uint64)) >= limit:
         raise InvalidSlotsError(f"{what} must lie in [0, {limit}), got min {values.min()} and max {values.max()}")
+
+
+def same_values(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether int64 `a` and `b`, of one length, hold the same values. Short ones: a memcmp of byte
+    copies (a ufunc call and its reduction cost more than copying a few KB); long ones: one comparison."""
+    if len(a) <= 1024:
+        return a.tobytes() == b.tobytes()
+    return bool(_all(_eq(a, b)))
 
 
 def as_slots(slots: TokensLike, num_slots: int) -> np.ndarray:

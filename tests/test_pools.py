@@ -168,6 +168,37 @@ def test_insert_refuses_alloc_slots_that_are_no_longer_what_it_gave(ps: int, mis
     cache.check_invariants()
 
 
+@pytest.mark.parametrize("misuse", ["none", "a prefix", "written into", "a page named twice", "evicted since"])
+def test_insert_checks_the_slots_match_prefix_gave(misuse: str) -> None:
+    # page_size > 1: the cache keeps its own copy of the last match's slots; a head equal to (a start of)
+    # it is whole pages in order, and accept() still compares its pages with the tree's
+    ps = 4
+    cache = _cache(ps)
+    toks = list(range(3 * ps))
+    cache.insert(toks, cache.alloc(3 * ps))
+    m = cache.match_prefix(toks + [50] * ps)
+    assert m.length == 3 * ps
+    head, more = m.slots, toks + [50] * ps
+    if misuse == "a prefix":
+        head, more = head[:2 * ps], toks[:2 * ps] + [50] * ps
+    elif misuse == "written into":
+        head[1], head[2] = int(head[2]), int(head[1])  # a page's slots out of order
+    elif misuse == "a page named twice":
+        head[:ps] = head[ps:2 * ps].clone()
+    elif misuse == "evicted since":
+        cache.evict(3 * ps)
+    slots = torch.cat([head, cache.alloc(len(more) - len(head))])
+    before = (cache.sizes(), cache.ledger.state.copy())
+    if misuse in ("none", "a prefix"):
+        assert cache.insert(more, slots) == len(head)
+        assert cache.sizes().cached == 4 * ps and cache.sizes().private == 0
+    else:
+        with pytest.raises(InvalidSlotsError):
+            cache.insert(more, slots)
+        assert cache.sizes() == before[0] and np.array_equal(cache.ledger.state, before[1])
+    cache.check_invariants()
+
+
 @pytest.mark.parametrize("n", [2, 3, 7, 8, 9, 100])
 def test_distinct_finds_a_repeat_at_any_length(n: int) -> None:
     distinct = Distinct(64)

@@ -13,7 +13,7 @@ that stay out of the allocator (private -> cached when the tree adopts them), `r
 back. Transitions are vectorized over the pages moved; nothing here walks the whole pool.
 
 The ledger remembers the slots of the last `alloc_slots` until any page changes state again
-(`move`, `release`): slots a caller hands back that equal them byte for byte (`fresh_start`) are
+(`move`, `release`): slots a caller hands back that equal them value for value (`fresh_start`) are
 known private and distinct without reading a page's state, which spares insert() its per-page
 checks in the usual lifecycle (match, alloc, insert). Any other slots get the full checks.
 
@@ -30,7 +30,7 @@ import numpy as np
 
 from radixkv.errors import OutOfSlotsError
 from radixkv.pools.allocator import SlotAllocator, page_slots
-from radixkv.tokens import Distinct
+from radixkv.tokens import Distinct, same_values
 
 FREE, CACHED, PRIVATE, RESERVED = 0, 1, 2, 3
 _max = np.maximum.reduce  # ndarray.max() without its Python wrapper
@@ -45,7 +45,7 @@ class PageLedger:
         self.state = np.zeros(num_pages, dtype=np.int8)  # FREE / CACHED / PRIVATE / RESERVED per page
         self.distinct = Distinct(num_pages)  # O(n) check that pages named by a caller are distinct
         self._rows = {s: b"" for s in (FREE, CACHED, PRIVATE, RESERVED)}  # state -> its byte repeated: memcmp checks
-        self._fresh: bytes | None = None  # int64 slots of the last alloc_slots(), until a page changes state again
+        self._fresh: np.ndarray | None = None  # int64 slots of the last alloc_slots(), until a page changes state again
 
     @property
     def num_free_pages(self) -> int:
@@ -74,7 +74,7 @@ class PageLedger:
         slots = page_slots(self.take(-(-n // ps), PRIVATE, evictable_pages, evict), ps)
         if len(slots) != n:
             slots = slots[:n]
-        self._fresh = slots.tobytes()  # a copy: the caller may write into what it got
+        self._fresh = slots.copy()  # a copy: the caller may write into what it got
         return slots
 
     def fresh_start(self, slots: np.ndarray) -> int:
@@ -84,10 +84,10 @@ class PageLedger:
         fresh = self._fresh
         if fresh is None:
             return -1
-        start = len(slots) - len(fresh) // 8
+        start = len(slots) - len(fresh)
         if start < 0 or start % self.page_size:
             return -1
-        return start if (slots if start == 0 else slots[start:]).tobytes() == fresh else -1
+        return start if same_values(slots if start == 0 else slots[start:], fresh) else -1
 
     def move(self, pages: np.ndarray, state: int) -> None:
         """Pages that stay allocated change hands (e.g. private -> cached)."""
