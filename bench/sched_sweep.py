@@ -78,8 +78,6 @@ def run_one(job: tuple[str, str, str, float, str, dict[str, float]]) -> tuple[st
     t0 = time.process_time()
     out = sim.run()
     summary = Run(trace.name, schedule, load, out, sim.capacity, 0.0).summary()
-    if schedule == "auto":  # how many of auto's orders were made while flooded (policies.Auto.FLOOD)
-        summary["flooded_steps"] = getattr(sim.sched.policy, "flooded_steps", 0)
     return key, summary, time.process_time() - t0
 
 
@@ -162,8 +160,6 @@ def main(argv: list[str] | None = None) -> int:
                 cells.append({"trace": name, "capacity": cap, "load": load, "fcfs": f, "lpm": lpm, "auto": au,
                               "goals": g})
     n_all = sum(all(v is not False for v in c["goals"].values()) for c in cells)
-    flooded = [f"{c['trace']} {c['capacity']} {c['load']:g}" for c in cells if c["auto"].get("flooded_steps")]
-    print(f"\nauto flooded in {len(flooded)} cells: {', '.join(flooded) or 'none'}")
     print(f"\n{n_all} of {len(cells)} cells meet every goal; cells missing each goal: "
           + ", ".join(f"{k} {v}" for k, v in missed.items())
           + f"; worst auto mean / lpm's {worst['mean/lpm']:.3f}, "

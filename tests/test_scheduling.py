@@ -151,29 +151,6 @@ def test_auto_runs_a_request_once_its_fcfs_turn_has_passed() -> None:
     assert order(sched) == [1, 3, 4]
 
 
-def test_auto_flooded_drops_the_deadlines_for_lpm_order_and_keeps_a_due_share() -> None:
-    """Once the waiting prompt tokens exceed FLOOD x the cache's slots (and until they fall below
-    FLOOD_EXIT x), the queue's prefixes cannot stay cached while they wait: no deadlines (every request
-    late: longest cached prefix first) and due requests get FLOOD_SHARE of the tokens, oldest first.
-    Otherwise the deadlines order the queue."""
-    cache = make_cache(slots=64)
-    hot = tokens(1, 16)
-    cache_prefix(cache, hot)
-    prompts = [tokens(3, 20), tokens(4, 8), hot + tokens(5, 40)]  # uncached - cached: 20, 8, 24
-    sched, reqs = queued(cache, prompts, "auto")
-    policy = sched.policy
-    assert order(sched) == [0, 1, 2]  # 0 is due; then deadlines 48 x 8 < 48 x 24: the short cold one first
-    assert policy.flooded_steps == 0  # 84 tokens wait: not above 3 x 64
-    policy.arrived_tokens += 200  # 284 tokens wait
-    assert order(sched) == [0, 2, 1]  # 0 is due (the share); then lpm's order: 16 cached tokens before 0
-    assert policy.flooded_steps == 1
-    policy.arrived_tokens -= 200  # 84 tokens: below 3 x 64, above 1 x 64: still flooded
-    assert order(sched) == [0, 2, 1]
-    policy.arrived_tokens -= 30  # 54 tokens: below 1 x 64, the deadlines again
-    assert order(sched) == [0, 1, 2]
-    assert policy.flooded_steps == 2
-
-
 def test_dfs_weight_runs_the_heaviest_subtree_first() -> None:
     cache = make_cache()
     a, b = tokens(1, 40), tokens(2, 40)

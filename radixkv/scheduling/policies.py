@@ -36,13 +36,6 @@ so a wait and a prefill length can be compared:
                 stream of cached requests starves a cold one), and a backlog that keeps growing, in
                 which every waiting request is due, does not turn the queue into FCFS
                 (bench/RESULTS.md, issue 20, third round).
-                Flooded: once the prompt tokens waiting exceed FLOOD = 3 times the cache's slots, and
-                until they fall below FLOOD_EXIT = 1 times, the queue's prefixes cannot all stay cached
-                while they wait, and lpm's order is what makes hits happen at all: the deadlines are off
-                (every request counts as late: longest cached prefix first) and due requests get
-                FLOOD_SHARE = 5% of the tokens instead of S. A transient queue at a cache that holds it
-                (one H100 at load 1.2: at most ~2.2x in the sweep's traces) does not flood; a quarter of
-                an H100 under load 1.2 does (bench/RESULTS.md, issue 20, seventh round).
 """
 
 from __future__ import annotations
@@ -132,9 +125,6 @@ class Auto(Policy):
     SLOWDOWN = 48.0  # K: prefill-token times of deadline per token of (uncached - cached) work
     SLACK = 0.5  # C: a request may be overtaken until (1 + C) x the work ahead of it at arrival is admitted
     SHARE = 0.25  # S: while any request is due, due ones get this share of the tokens admitted, oldest first
-    FLOOD = 3.0  # flooded once the waiting prompt tokens exceed this many times the cache's slots ...
-    FLOOD_EXIT = 1.0  # ... until they fall below this many times
-    FLOOD_SHARE = 0.05  # the due requests' share while flooded
 
     def __init__(self, estimates: PrefixEstimates) -> None:
         super().__init__(estimates)
@@ -145,8 +135,6 @@ class Auto(Policy):
         self.contested_tokens = 0  # prompt tokens admitted while contended, since contention began
         self.bound_tokens = 0  # ... of them, those the oldest-first side picked
         self.picked: set[Queued] = set()  # the oldest-first side's picks in the last order()
-        self.flooded = False
-        self.flooded_steps = 0  # order() calls made while flooded (reported by bench/sched_sweep.py)
 
     def arrived(self, req: Queued, now: float) -> None:
         backlog = self.arrived_tokens - self.admitted_tokens
@@ -161,17 +149,11 @@ class Auto(Policy):
         if not due:
             self.contested_tokens = self.bound_tokens = 0  # the next contended period starts afresh
         length, k = self.estimates.length, self.SLOWDOWN
-        share = self.SHARE
-        waiting = (self.arrived_tokens - self.admitted_tokens) / self.estimates.cache.config.num_slots
-        self.flooded = waiting > (self.FLOOD_EXIT if self.flooded else self.FLOOD)
-        if self.flooded:
-            self.flooded_steps += 1
-            share, k = self.FLOOD_SHARE, 0.0  # deadline = arrival <= now: every request is late
         by_deadline = sorted((r for r in window if r in turn),
                              key=lambda r: (max(now, r.arrival + k * (len(r.tokens) - 2 * length(r))), -length(r)))
-        return resumed + self._interleave(due, by_deadline, share)
+        return resumed + self._interleave(due, by_deadline)
 
-    def _interleave(self, due: list[Queued], by_deadline: list[Queued], share: float) -> list[Queued]:
+    def _interleave(self, due: list[Queued], by_deadline: list[Queued]) -> list[Queued]:
         """Both orders merged: the oldest due request whenever the oldest-first side's picks so far
         (this contended period, then this order if all were admitted) are within SHARE of the tokens."""
         out: list[Queued] = []
@@ -179,7 +161,7 @@ class Auto(Policy):
         taken: set[Queued] = set()
         spent, total, i, j = self.bound_tokens, self.contested_tokens, 0, 0
         while i < len(due) and j < len(by_deadline):
-            if spent <= share * total:
+            if spent <= self.SHARE * total:
                 req, i = due[i], i + 1
                 if req in taken:
                     continue
