@@ -9,16 +9,28 @@ before any of its blocks (cluster/groups.py). Recorded by a fork of the cache's 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from radixkv.events.records import DEVICE, HOST, AllBlocksCleared, BlockStored, KVEvent
 
 if TYPE_CHECKING:
-    from radixkv.events.recorder import EventRecorder
+    from radixkv.events.groups import GroupEvents
+    from radixkv.radix.node import TreeNode
     from radixkv.radix.tree import RadixTree
 
 
-def snapshot(fresh: EventRecorder, tree: RadixTree) -> list[KVEvent]:
+class Recording(Protocol):
+    """What the snapshot needs of a fresh EventRecorder (events/recorder.py imports this module)."""
+
+    events: list[KVEvent]
+    block_size: int
+    fields: list[tuple]
+    groups: GroupEvents | None
+
+    def stored(self, node: TreeNode, medium: str) -> None: ...
+
+
+def snapshot(fresh: Recording, tree: RadixTree) -> list[KVEvent]:
     """The events above, recorded by `fresh` (a fork with nothing recorded yet)."""
     fresh.events = [AllBlocksCleared()]
     fresh.events += [BlockStored([], None, [], fresh.block_size, None, DEVICE, None, None, *f) for f in fresh.fields[1:]]
