@@ -80,7 +80,9 @@ class BlockHasher:
     def ints(self, digests: list[Digest]) -> list[int]:
         return digests if not self.vllm else to_ints(digests)  # type: ignore[return-value, arg-type]
 
-    def request(self, tokens: Any, namespace: Any, block_size: int, extra_keys: ExtraKeys | dict | None,
+    # extra_keys are Any here and below: as_extra_keys raises the typed error, where a compiled union
+    # annotation would raise TypeError first
+    def request(self, tokens: Any, namespace: Any, block_size: int, extra_keys: Any,
                 parent: Digest | None = None) -> list[Digest]:
         """Digests of a request's full blocks, from its tokens as the engine takes them."""
         from radixkv.tokens import as_tokens
@@ -101,7 +103,7 @@ class BlockHasher:
 
 
 def block_hashes(tokens: Any, namespace: Any, block_size: int, parent_hash: Digest | None = None,
-                 extra_keys: ExtraKeys | dict | None = None, scheme: str = "xxh3") -> list[int]:
+                 extra_keys: Any = None, scheme: str = "xxh3") -> list[int]:
     """Hashes of the full blocks of `tokens` (a trailing partial block is ignored), for a request in
     `namespace` with `extra_keys`, exactly as an instance with `event_hash=scheme` names them in
     its KV events.
@@ -115,7 +117,7 @@ def block_hashes(tokens: Any, namespace: Any, block_size: int, parent_hash: Dige
 
 
 def block_digests(tokens: Any, namespace: Any, block_size: int, parent_hash: Digest | None = None,
-                  extra_keys: ExtraKeys | dict | None = None, scheme: str = "xxh3") -> list[Digest]:
+                  extra_keys: Any = None, scheme: str = "xxh3") -> list[Digest]:
     """`block_hashes` before the cut to 64 bits (vLLM's schemes chain on the full digest)."""
     return BlockHasher(scheme).request(tokens, namespace, block_size, extra_keys, parent_hash)
 
