@@ -204,7 +204,7 @@ def _bench_parser(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--no-plots", action="store_true")
     b.add_argument("--speed-repeats", type=nonneg_int, default=3, metavar="N",
                    help="with --sglang: rounds of requests/s side by side (radixkv, SGLang RadixCache, SGLang Rust "
-                        "core), best of N each; 0 skips them")
+                        "core): best of N each, and the median of the N rounds' own ratios; 0 skips them")
     b.add_argument("--events-cost", type=nonneg_int, default=0, metavar="N",
                    help="also time the first of --policies with KV events off and on, N interleaved runs each (best of N)")
 

@@ -51,3 +51,21 @@ def test_sglang_replays_a_trace_like_opt_when_nothing_is_evicted(tmp_path) -> No
     want = opt_hit_rate(reqs, roomy, 1).hit_rate
     assert big.hit_rate == rust_big.hit_rate == pytest.approx(want) == pytest.approx(replay(reqs, roomy, "lru", 1).hit_rate)
     assert small.hit_rate <= opt_hit_rate(reqs, 2048, 1).hit_rate and small.hit_rate == rust_small.hit_rate
+
+
+def test_speed_ratios_are_taken_round_by_round(tmp_path) -> None:
+    from radixkv.bench import speed
+
+    assert speed.spread([3.0, 1.0, 2.0]) == (2.0, 1.0, 3.0)
+    peer = _peer()
+    reqs = make_workload("chat", scale=0.05)
+    path = str(tmp_path / "chat.jsonl")
+    write_jsonl(reqs, path)
+    version, best, ratios = speed.compare(peer, reqs, path, [2048], 1, ("lru",), 3)
+    assert version and set(best[0]) == {"radixkv lru", "SGLang RadixCache", "SGLang Rust core"}
+    for backend in speed.PEER_BACKENDS:
+        s = ratios[0][speed.ratio_name("lru", backend)]
+        assert 0 < s.low <= s.median <= s.high
+        # the round where SGLang was fastest has a ratio <= the best-of ratio; where radixkv was fastest, >=
+        of_bests = best[0]["radixkv lru"] / best[0][speed.PEER_NAMES[backend]]
+        assert s.low <= of_bests * (1 + 1e-12) and s.high >= of_bests * (1 - 1e-12)

@@ -40,6 +40,7 @@ class Cell:
     runs: dict[str, RunResult] = field(default_factory=dict)
     sglang: dict[str, sglang_peer.PeerResult] = field(default_factory=dict)
     speed: dict[str, float] = field(default_factory=dict)  # side by side with SGLang: name -> best requests/s
+    speed_ratios: dict[str, speed.Spread] = field(default_factory=dict)  # speed.ratio_name -> per-round ratios
     events_off_s: float = 0.0  # with --events-cost: best bookkeeping seconds of the headline policy,
     events_on_s: float = 0.0  # events off and on, interleaved runs in this process
     events_cbor_s: float = 0.0  # events on with vLLM's sha256_cbor block hashes (event_hash="sha256_cbor")
@@ -75,7 +76,8 @@ class BenchReport:
                        "sglang": {p: s._asdict() for p, s in c.sglang.items()},
                        "events_off_s": c.events_off_s, "events_on_s": c.events_on_s,
                        "events_sha256_cbor_s": c.events_cbor_s,
-                       "speed_requests_per_s": c.speed} for c in self.cells],
+                       "speed_requests_per_s": c.speed,
+                       "speed_ratios": {k: v._asdict() for k, v in c.speed_ratios.items()}} for c in self.cells],
         }
 
 
@@ -179,9 +181,9 @@ def _run_peer(rep: BenchReport, peer: sglang_peer.Peer, reqs, cells: list[Cell],
                 cell.sglang[pol] = res
         if speed_repeats:
             ours = tuple(dict.fromkeys(("lru", HEADLINE)))
-            _, rows = speed.compare(peer, reqs, path, caps, page_size, ours, speed_repeats)
-            for cell, row in zip(cells, rows):
-                cell.speed = row
+            _, rows, ratios = speed.compare(peer, reqs, path, caps, page_size, ours, speed_repeats)
+            for cell, row, ratio in zip(cells, rows, ratios):
+                cell.speed, cell.speed_ratios = row, ratio
 
 
 def summary_tables(rep: BenchReport) -> list:
