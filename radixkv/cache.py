@@ -33,6 +33,7 @@ import torch
 from radixkv import cache_requests as requests
 from radixkv.cache_base import CacheBase
 from radixkv.cache_groups import SecondaryGroup
+from radixkv.cascade import min_saved_positions
 from radixkv.errors import InvalidArgumentError, InvalidSlotsError
 from radixkv.events import KVEvent
 from radixkv.insert_slots import InsertSlots
@@ -205,9 +206,14 @@ class RadixCache(CacheBase):
         """Inputs of one forward over positions [committed_len, kv_len) of each Sequence of `seqs` (a list), checked
         once here so the per-layer path needs no checks. Mutates nothing. With `cascade`, also the
         plan of cascade decode (`BatchInputs.cascade`, radixkv/cascade.py) over the leading
-        Sequences that extend by exactly one position: None unless two of them share a tree node."""
+        Sequences that extend by exactly one position: None unless two of them share a tree node, and on
+        CUDA unless it saves enough KV reads to repay its launches (`cascade.min_saved_positions`)."""
         self._own()
-        return self.seqs.batch(seqs, cascade)
+        if cascade is not True:
+            return self.seqs.batch(seqs, cascade)
+        c = self.config  # one layer's K and V of one position: what a cascade saves per shared read
+        position_bytes = 2 * c.num_kv_heads * c.head_dim * torch.empty(0, dtype=c.dtype).element_size()
+        return self.seqs.batch(seqs, True, min_saved_positions(position_bytes, torch.device(c.device)))
 
     def sequences(self) -> list[Sequence]:
         """The open Sequences, by row."""

@@ -62,11 +62,16 @@ Run = tuple[list[int], np.ndarray, int]  # a group: its rows, its slots, the pos
 CUDA_MIN_SAVED_BYTES = 450_000_000
 
 
+def min_saved_positions(position_bytes: int, device: torch.device) -> int:
+    """The fewest KV reads of `position_bytes` each (one layer's K and V of one position) a cascade
+    step must save to run: 0 off CUDA (the torch references gain from any shared run), on CUDA what
+    outweighs its extra launches (CUDA_MIN_SAVED_BYTES)."""
+    return 0 if device.type != "cuda" else -(-CUDA_MIN_SAVED_BYTES // max(1, position_bytes))
+
+
 def cascade_pays(saved_positions: int, position_bytes: int, device: torch.device) -> bool:
-    """Whether cascade decode should run a step whose plan saves `saved_positions` KV reads of
-    `position_bytes` each (one layer's K and V of one position): always off CUDA (the torch
-    references gain from any shared run), on CUDA when the bytes saved outweigh its extra launches."""
-    return device.type != "cuda" or saved_positions * position_bytes >= CUDA_MIN_SAVED_BYTES
+    """Whether cascade decode should run a step whose plan saves `saved_positions` KV reads."""
+    return saved_positions >= min_saved_positions(position_bytes, device)
 
 
 def kv_chunk_for(device: torch.device) -> int | None:
@@ -76,8 +81,9 @@ def kv_chunk_for(device: torch.device) -> int | None:
 
 
 def plan_cascade(nodes: list[LockHandle], slots: list[np.ndarray], kv_lens: list[int],
-                 device: torch.device, kv_chunk: int | None = None) -> CascadePlan | None:
-    """The cascade plan of decode rows 0..n-1, or None when no node lies on two rows' paths.
+                 device: torch.device, kv_chunk: int | None = None, min_saved: int = 0) -> CascadePlan | None:
+    """The cascade plan of decode rows 0..n-1, or None when no node lies on two rows' paths or the
+    plan would save fewer than `min_saved` KV reads (checked before any tensor is built).
 
     Args:
         nodes: each row's locked node (Sequence.node; its path is the row's tree prefix).
@@ -85,6 +91,7 @@ def plan_cascade(nodes: list[LockHandle], slots: list[np.ndarray], kv_lens: list
         kv_lens: each row's positions, >= nodes[i].end + 1 (the query's own position included).
         device: where the plan's tensors go.
         kv_chunk: split every group's KV into runs of at most this many slots (None: never).
+        min_saved: see min_saved_positions.
     """
     count: dict[LockHandle, int] = {}  # batch rows whose path runs through a node
     for node in nodes:
@@ -106,9 +113,16 @@ def plan_cascade(nodes: list[LockHandle], slots: list[np.ndarray], kv_lens: list
     by_level: list[list[Run]] = [[] for _ in range(max(map(len, chains.values())))]
     for (top, bottom), rows in groups.items():
         by_level[len(chains[bottom]) - 1].append((rows, slots[rows[0]][top.depth:bottom.end], top.depth))
+    if _saved(by_level) < min_saved:
+        return None
     by_level.append([([i], s[e:n], e) for i, (s, e, n) in enumerate(zip(slots, ends, kv_lens)) if n > e])
     q_pos = np.asarray(kv_lens, dtype=np.int32) - 1
     return _build([part for groups in by_level for part in _by_length(groups)], q_pos, device, kv_chunk)
+
+
+def _saved(by_level: list[list[Run]]) -> int:
+    """KV positions a flat decode would read again: a run shared by n rows, n - 1 times its length."""
+    return sum((len(rows) - 1) * len(s) for groups in by_level for rows, s, _ in groups)
 
 
 def for_layer(plan: CascadePlan, variant: AttentionVariant, slot_map: torch.Tensor | None = None) -> CascadePlan:
@@ -210,9 +224,8 @@ def _build(by_level: list[list[Run]], q_pos: np.ndarray, device: torch.device, k
     per_row = np.bincount(owner, minlength=len(q_pos))
     indptr, order, width = _indptr(per_row), np.argsort(owner, kind="stable").astype(np.int32), int(per_row.max())
     merge = tuple(_tensor(a, device) for a in _csr_pad(indptr, order, width)) if pad else None
-    saved = sum((len(rows) - 1) * len(s) for groups in by_level for rows, s, _ in groups)
     return CascadePlan(tuple(levels), _tensor(indptr, device), _tensor(order, device), width, merge,
-                       _tensor(q_pos.astype(np.int32, copy=False), device), saved)
+                       _tensor(q_pos.astype(np.int32, copy=False), device), _saved(by_level))
 
 
 def _pad_level(qo_indptr: np.ndarray, qo: np.ndarray, kv_indptr: np.ndarray, slots: np.ndarray,

@@ -200,10 +200,11 @@ class SequenceTable(Generic[H]):
             if not np.array_equal(table[row, :rec.kv_len], rec.slots[:rec.kv_len]):
                 raise AssertionError(f"{rec.handle}: req_to_token row differs from the Sequence's slots")
 
-    def batch(self, seqs: object, cascade: object = False) -> BatchInputs:
+    def batch(self, seqs: object, cascade: object = False, min_saved: int = 0) -> BatchInputs:
         """Inputs of one forward over positions [committed_len, kv_len) of each Sequence. Checks each
         Sequence once; everything returned is valid by construction (the per-layer path trusts it).
-        `cascade`: also plan cascade decode over the leading Sequences with one extend position."""
+        `cascade`: also plan cascade decode over the leading Sequences with one extend position, when it
+        saves at least `min_saved` KV reads (radixkv.cascade.plan_cascade)."""
         if not isinstance(seqs, (list, tuple)):
             raise InvalidArgumentError(f"batch() takes a list of Sequences, got {type(seqs).__name__}")
         if not isinstance(cascade, bool):
@@ -225,16 +226,16 @@ class SequenceTable(Generic[H]):
             _, kv_indices = build_kv_indices_unchecked(table, torch.from_numpy(rows).to(device),
                                                        torch.from_numpy(seq_lens).to(device), num_tokens=int(indptr[-1]))
         t = [torch.from_numpy(a).to(device) for a in (rows, prefix, seq_lens - prefix, seq_lens, out_slots, indptr)]
-        plan = self._cascade(recs, device) if cascade else None
+        plan = self._cascade(recs, device, min_saved) if cascade else None
         return BatchInputs(t[0], t[1], t[2], t[3], t[4], t[5], kv_indices, plan)
 
-    def _cascade(self, recs: list[_Record[H]], device: torch.device) -> CascadePlan | None:
+    def _cascade(self, recs: list[_Record[H]], device: torch.device, min_saved: int) -> CascadePlan | None:
         decode = next((i for i, r in enumerate(recs) if r.kv_len - r.committed_len != 1), len(recs))
         if decode < 2:
             return None
         recs = recs[:decode]
         return plan_cascade([r.node for r in recs], [r.slots for r in recs], [r.kv_len for r in recs],
-                            device, kv_chunk_for(device))
+                            device, kv_chunk_for(device), min_saved)
 
 
 def _cat(chunks: list[np.ndarray]) -> np.ndarray:

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from radixkv import CacheConfig, InvalidArgumentError, RadixCache
-from radixkv.cascade import CUDA_MIN_SAVED_BYTES, cascade_pays, plan_cascade
+from radixkv.cascade import CUDA_MIN_SAVED_BYTES, cascade_pays, min_saved_positions, plan_cascade
 from radixkv.kernels import with_padding
 
 
@@ -118,8 +118,25 @@ def test_cascade_pays_off_cuda_always_and_on_cuda_past_its_launch_cost() -> None
     cpu, cuda = torch.device("cpu"), torch.device("cuda")  # a device object needs no GPU
     assert cascade_pays(1, 256, cpu) and not cascade_pays(0, 256, cuda)
     per_pos = 2 * 8 * 128 * 2  # Llama-3-8B, one layer's fp16 K and V
+    assert min_saved_positions(per_pos, cpu) == 0
+    assert min_saved_positions(per_pos, cuda) == -(-CUDA_MIN_SAVED_BYTES // per_pos)
     assert not cascade_pays(CUDA_MIN_SAVED_BYTES // per_pos - 1, per_pos, cuda)
     assert cascade_pays(-(-CUDA_MIN_SAVED_BYTES // per_pos), per_pos, cuda)
+
+
+def test_a_plan_saving_too_little_is_never_built() -> None:
+    rng = random.Random(5)
+    system = [rng.randrange(1000) for _ in range(40)]
+    cache = _cache(1)
+    seqs = decoding(cache, [system + [rng.randrange(1000) for _ in range(3 + i)] for i in range(3)])
+    plan = cache.batch(seqs, cascade=True).cascade
+    assert plan is not None and plan.saved_positions == 2 * 40
+    recs = [cache.seqs.get(s) for s in seqs]
+    args = ([r.node for r in recs], [r.slots for r in recs], [r.kv_len for r in recs], torch.device("cpu"))
+    assert plan_cascade(*args, min_saved=80).saved_positions == 80
+    assert plan_cascade(*args, min_saved=81) is None
+    before = cache.sizes()
+    assert cache.seqs.batch(seqs, True, 81).cascade is None and cache.sizes() == before
 
 
 def test_no_plan_without_sharing_or_when_not_asked() -> None:

@@ -34,7 +34,7 @@ token), and it comes with padded batches, a 4D mask and positions inferred from 
 - when decoding requests share cached prefixes, `cache.batch(..., cascade=True)` plans from the radix
   tree which of them read which shared KV, and `cascade_decode` reads each shared run once per group
   instead of once per request (`Engine(cascade=False)` turns it off; on CUDA a step uses it only
-  when the KV reads it saves outweigh its extra launches, `radixkv.cascade.cascade_pays`);
+  when the KV reads it saves outweigh its extra launches, `radixkv.cascade.min_saved_positions`);
 - `logits_to_keep` as an index tensor runs `lm_head` only on the positions that sample;
 - `set_attn_implementation("radixkv")` holds only during `generate()`; the previous implementation
   is restored afterwards, so the same model object still runs `model.generate` unchanged.
@@ -60,7 +60,6 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from radixkv import CacheConfig, RadixCache
-from radixkv.cascade import cascade_pays
 from radixkv.errors import InvalidArgumentError
 from radixkv.integrations import generation_options
 from radixkv.integrations.attention import ATTN_IMPLEMENTATION, ForwardBatch
@@ -133,8 +132,6 @@ class Engine:
                     self.layer_groups, cache_config.num_slots, cache_config.page_size, cache_config.max_requests,
                     max_batch_tokens))
         self.cache = RadixCache(cache_config)
-        c = self.cache.config  # one layer's K and V of one position: what a cascade saves per shared read
-        self._position_bytes = 2 * c.num_kv_heads * c.head_dim * torch.empty(0, dtype=c.dtype).element_size()
         check_layout(self.model, self.cache, self.max_batch_tokens)
         self._layer_masks = layer_masks(self.layer_groups, self.cache.config.num_layers)
         # Models with recurrent layers (Mamba, linear attention): per-request state, state snapshots.
@@ -243,9 +240,6 @@ class Engine:
         t0 = time.perf_counter()
         plan = sched.schedule()
         inputs = self.cache.batch([r.seq for r in plan.requests], cascade=self.cascade)
-        if inputs.cascade is not None and not cascade_pays(inputs.cascade.saved_positions, self._position_bytes,
-                                                           inputs.rows.device):
-            inputs = inputs._replace(cascade=None)  # on CUDA, too little shared KV to repay its launches
         # Requests whose chunk reaches their last known token sample from that position.
         ends = list(itertools.accumulate(plan.chunks))
         last = [i for i, (r, n) in enumerate(zip(plan.requests, plan.chunks)) if r.pending == n]
