@@ -387,7 +387,8 @@ def test_ghost_counts_give_a_reinserted_prefix_its_uses_back_within_its_extent(p
 def test_a_shadows_int_keys_order_as_the_policys_tuples(policy: str) -> None:
     """Under LRU and LFU a shadow keys its heap by one int packing the policy's key tuple; it matches a
     shadow keyed by the tuples themselves (a subclass: same key, no int path) request for request, and
-    still does after its clock passes 2**ID_BITS mid-trace (it falls back to the tuples there)."""
+    still does after its clock passes 2**SMALL_BITS (wider fields) or 2**ID_BITS (it falls back to the tuples
+    there) mid-trace."""
     from radixkv.eviction.policies import EvictionPolicy
     from radixkv.radix import shadow as shadow_module
 
@@ -399,14 +400,17 @@ def test_a_shadows_int_keys_order_as_the_policys_tuples(policy: str) -> None:
     fast, slow, late = ShadowTree(expert, 4), ShadowTree(tupled, 4), ShadowTree(expert, 4)
     assert fast._kind != shadow_module.TUPLE_KEY and slow._kind == shadow_module.TUPLE_KEY
     late.tick = late._next_id = (1 << shadow_module.ID_BITS) - len(reqs)  # an offset keeps every order
+    wide = ShadowTree(expert, 4)
+    wide.tick = wide._next_id = (1 << shadow_module.SMALL_BITS) - len(reqs)
     for r in reqs:
         prompt, full = r.tokens[:r.prompt_len // 4 * 4].tobytes(), r.tokens[:len(r.tokens) // 4 * 4].tobytes()
-        got = {s.match(b"", prompt) for s in (fast, slow, late)}
+        got = {s.match(b"", prompt) for s in (fast, slow, late, wide)}
         assert len(got) == 1
-        for s in (fast, slow, late):
+        for s in (fast, slow, late, wide):
             s.insert(b"", full, cap)
-        assert fast.used == slow.used == late.used
+        assert fast.used == slow.used == late.used == wide.used
     assert late._kind == shadow_module.TUPLE_KEY and fast._kind != shadow_module.TUPLE_KEY
+    assert fast._bits == shadow_module.SMALL_BITS and wide._bits == shadow_module.ID_BITS and wide._kind == fast._kind
 
 
 def test_shadow_keys_from_real_paths_and_the_replay_equal_a_fresh_hash(monkeypatch: pytest.MonkeyPatch) -> None:

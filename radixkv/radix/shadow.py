@@ -22,7 +22,7 @@ leaf touched or evicted; from page 3 on, hashing the key's pages not hashed for 
 
 from __future__ import annotations
 
-import heapq
+from heapq import heapify, heappop, heappush
 from typing import TYPE_CHECKING, Final, Iterable
 
 from radixkv.eviction.policies import LFU, LRU
@@ -34,17 +34,20 @@ if TYPE_CHECKING:
     from radixkv.radix.node import TreeNode
 
 
-ID_BITS: Final = 40  # an int heap key's low field: node ids and clocks below 2**40 (a trillion) keep it exact
-TUPLE_KEY, LRU_KEY, LFU_KEY = 0, 1, 2  # how a shadow keys its heap: the policy's own key, or LRU's or LFU's as one int
+ID_BITS: Final = 40  # an int heap key's low fields: node ids and clocks below 2**40 (a trillion) keep it exact
+SMALL_BITS: Final = 20  # ... below 2**20 first: LFU's key then fits a machine word (no big-int arithmetic)
+TUPLE_KEY: Final = 0  # how a shadow keys its heap: the policy's own key tuple,
+LRU_KEY: Final = 1  # ... LRU's as one int
+LFU_KEY: Final = 2  # ... or LFU's as one int
 
 
-def _int_key(node: ShadowNode, kind: int) -> int:
+def _int_key(node: ShadowNode, kind: int, bits: int) -> int:
     """LRU's key (last_access, id) or LFU's (hit_count, last_access, id) as one int of the same order:
-    the fields side by side, ID_BITS bits each below the first (exact while ids and clocks stay below
-    2**ID_BITS; past 2**63 Python's ints just grow)."""
+    the fields side by side, `bits` bits each below the first (exact while ids and clocks stay below
+    2**bits; the first field may grow: Python's ints do)."""
     if kind == LRU_KEY:
-        return node.last_access << ID_BITS | node.id
-    return (node.hit_count << ID_BITS | node.last_access) << ID_BITS | node.id
+        return node.last_access << bits | node.id
+    return (node.hit_count << bits | node.last_access) << bits | node.id
 
 
 class ShadowNode(PrefixNode["ShadowNode"]):
@@ -74,6 +77,7 @@ class ShadowTree(TreeCore[ShadowNode]):
         self.policy = policy
         self._key = policy.key
         self._kind = LRU_KEY if type(policy) is LRU else LFU_KEY if type(policy) is LFU else TUPLE_KEY
+        self._bits = SMALL_BITS  # an int key's low fields' width (_int_key)
         self._heap: list[tuple[object, ShadowNode]] = []  # an entry is live iff node.hkey is its key
         self._live = 0  # leaves in the heap
         self._counts_uses = policy.insert_is_use
@@ -90,25 +94,31 @@ class ShadowTree(TreeCore[ShadowNode]):
         """(Re-)key leaf `node` in the heap."""
         if node.hkey is None:
             self._live += 1
-        if self._kind != TUPLE_KEY and (node.last_access | node.id) >> ID_BITS:
-            self._tuple_keys()  # an int key would no longer keep the order
-        k: object = _int_key(node, self._kind) if self._kind != TUPLE_KEY else self._key(node)
+        kind = self._kind
+        if kind != TUPLE_KEY and (node.last_access | node.id) >> self._bits:
+            self._rekey()  # an int key would no longer keep the order
+            kind = self._kind
+        k: object = _int_key(node, kind, self._bits) if kind != TUPLE_KEY else self._key(node)
         node.hkey = k
         heap = self._heap
-        heapq.heappush(heap, (k, node))
+        heappush(heap, (k, node))
         if len(heap) > 2 * self._live + 64:
             self._heap = [e for e in heap if e[1].hkey is e[0]]
-            heapq.heapify(self._heap)
+            heapify(self._heap)
 
-    def _tuple_keys(self) -> None:
-        """Key the heap by the policy's own tuples from now on (a clock or an id reached 2**ID_BITS)."""
-        self._kind = TUPLE_KEY
+    def _rekey(self) -> None:
+        """A clock or an id reached 2**bits: key the heap by ID_BITS-bit fields from now on, or past
+        2**ID_BITS by the policy's own tuples."""
+        if self._bits < ID_BITS:
+            self._bits = ID_BITS
+        else:
+            self._kind = TUPLE_KEY
         live = [node for k, node in self._heap if node.hkey is k]
         self._heap = []
         for node in live:
-            node.hkey = k = self._key(node)
+            node.hkey = k = _int_key(node, self._kind, self._bits) if self._kind != TUPLE_KEY else self._key(node)
             self._heap.append((k, node))
-        heapq.heapify(self._heap)
+        heapify(self._heap)
 
     def make_node(self, ns: bytes, parent: ShadowNode | None, key: bytes) -> ShadowNode:
         node = ShadowNode(self._next_id, ns, parent, key, self.tick, len(key) // self.page_bytes * self.page_size)
@@ -212,7 +222,7 @@ class ShadowTree(TreeCore[ShadowNode]):
         pages when fewer are needed than it holds. Returns tokens dropped."""
         ps, freed = self.page_size, 0
         while freed < num_tokens and self._live:
-            k, leaf = heapq.heappop(self._heap)
+            k, leaf = heappop(self._heap)
             if leaf.hkey is not k:  # a stale entry
                 continue
             leaf.hkey = None

@@ -27,7 +27,8 @@ if TYPE_CHECKING:
 
 HASH_BYTES: Final = 8  # a page's key in a hashing shadow: one int64, little-endian
 CHUNK: Final = 1 << 20  # token bytes hashed per numpy call by `edges` (a transient of 1/8 of it for the hashes)
-MEMO_BYTES: Final = 1 << 18  # real nodes' edge hashes kept by `along`, charged ENTRY_BYTES + their length each
+MEMO_BYTES: Final = 1 << 17  # real nodes' edge hashes kept by `along`, charged ENTRY_BYTES + their length each
+DOT_PAGES: Final = 48  # `pages` of fewer pages calls ndarray.dot, else np.matmul (callgrind: the cheaper each side)
 ENTRY_BYTES: Final = 100  # a kept edge's bytes header (33) and its dict slot and int key, rounded up
 
 
@@ -146,7 +147,9 @@ class ShadowKeys:
         n = (len(tokens) - offset) // (4 * self.page_size)
         if n <= 0:
             return b""
-        return np.matmul(np.frombuffer(tokens, self._page, n, offset), self._weights).tobytes()  # int64, wrapping
+        rows = np.frombuffer(tokens, self._page, n, offset)
+        # int64, wrapping; the method dot costs ~1.7k instructions less a call, ~30 more a page than matmul
+        return (rows.dot(self._weights) if n < DOT_PAGES else np.matmul(rows, self._weights)).tobytes()
 
 
 def _weights(n: int) -> np.ndarray:
