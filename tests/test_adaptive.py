@@ -387,7 +387,8 @@ def test_ghost_counts_give_a_reinserted_prefix_its_uses_back_within_its_extent(p
 def test_a_shadows_int_keys_order_as_the_policys_tuples(policy: str) -> None:
     """Under LRU and LFU a shadow keys its heap by one int packing the policy's key tuple; it matches a
     shadow keyed by the tuples themselves (a subclass: same key, no int path) request for request, and
-    still does after its clock passes 2**ID_BITS mid-trace (it falls back to the tuples there)."""
+    still does after its clock passes 2**SMALL_BITS (wider fields) or 2**ID_BITS (it falls back to the tuples
+    there) mid-trace."""
     from radixkv.eviction.policies import EvictionPolicy
     from radixkv.radix import shadow as shadow_module
 
@@ -399,11 +400,64 @@ def test_a_shadows_int_keys_order_as_the_policys_tuples(policy: str) -> None:
     fast, slow, late = ShadowTree(expert, 4), ShadowTree(tupled, 4), ShadowTree(expert, 4)
     assert fast._kind != shadow_module.TUPLE_KEY and slow._kind == shadow_module.TUPLE_KEY
     late.tick = late._next_id = (1 << shadow_module.ID_BITS) - len(reqs)  # an offset keeps every order
+    wide = ShadowTree(expert, 4)
+    wide.tick = wide._next_id = (1 << shadow_module.SMALL_BITS) - len(reqs)
     for r in reqs:
         prompt, full = r.tokens[:r.prompt_len // 4 * 4].tobytes(), r.tokens[:len(r.tokens) // 4 * 4].tobytes()
-        got = {s.match(b"", prompt) for s in (fast, slow, late)}
+        got = {s.match(b"", prompt) for s in (fast, slow, late, wide)}
         assert len(got) == 1
-        for s in (fast, slow, late):
+        for s in (fast, slow, late, wide):
             s.insert(b"", full, cap)
-        assert fast.used == slow.used == late.used
+        assert fast.used == slow.used == late.used == wide.used
     assert late._kind == shadow_module.TUPLE_KEY and fast._kind != shadow_module.TUPLE_KEY
+    assert fast._bits == shadow_module.SMALL_BITS and wide._bits == shadow_module.ID_BITS and wide._kind == fast._kind
+
+
+def test_shadow_keys_from_real_paths_and_the_replay_equal_a_fresh_hash(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The shadows' keys put together from kept edge hashes (`along`: the real match's path, split nodes
+    included; `remember`: a new leaf) and the prior's replay (edges hashed in bulk, then `prime`) are the
+    bytes a fresh ShadowKeys hashes from the whole key, and the kept edges make most pages not rehashed."""
+    reqs, checked = SESSIONS["agent"], [0]
+
+    class Checking(Adaptive):  # an interpreted subclass of the (maybe compiled) policy
+        def on_lookup(self, start: CachedNodeView, key: bytes, length: int) -> None:
+            super().on_lookup(start, key, length)
+            if self._shadows and self._keys is not None and start.parent is None:
+                assert self._keys.of(key) == ShadowKeys(16).of(key)
+                checked[0] += 1
+
+    monkeypatch.setitem(POLICIES, "adaptive", Checking)
+    cache = RadixCache(sim_config(_capacity(reqs, 0.25, 16), 16, "adaptive", 4096))
+    for r in reqs:
+        _serve(cache, r)
+    keys = cache.tree.shadow_keys
+    assert checked[0] > len(reqs) // 2 and len(keys._edges) > 10
+    cache = RadixCache(sim_config(sum(len(r.tokens) for r in reqs), 16, "adaptive", 4096))  # never evicts
+    for r in reqs:
+        _serve(cache, r)
+    history, keys = cache.tree.policy._history, cache.tree.shadow_keys
+    assert history is not None
+    seen = [(ns, key, use) for ns, key, use in history.replay(keys) if keys.of(key) == ShadowKeys(16).of(key)]
+    assert seen == list(history) and len(seen) == 2 * len(reqs)
+
+
+def test_shadow_keys_along_a_split_node_take_the_suffix_of_its_kept_edge() -> None:
+    """A real node split after its edge's hashes were kept keeps the lower pages: `along` takes the kept
+    hashes' suffix for it and hashes the new upper node's edge, matching a fresh hash."""
+    cache = RadixCache(sim_config(1 << 12, 16, "lru", 4096))
+    rng = np.random.default_rng(2)
+    a = rng.integers(0, 2**31 - 1, size=16 * 10, dtype=np.int32)
+    b = np.concatenate([a[:16 * 4], rng.integers(0, 2**31 - 1, size=16 * 6, dtype=np.int32)])
+    more = np.concatenate([a, rng.integers(0, 2**31 - 1, size=16 * 2 + 3, dtype=np.int32)]).tobytes()
+    keys = ShadowKeys(16)
+    for tokens in (a, b):
+        m = cache.match_prefix(tokens)
+        cache.insert(tokens, torch.cat([m.slots, cache.alloc(len(tokens) - m.length)]))
+        if tokens is a:
+            leaf = cache.match_prefix(a).node
+            keys.along(more, leaf)  # kept: the leaf's 10 pages
+            assert keys.of(more) == ShadowKeys(16).of(more) and list(keys._edges) == [leaf.id]
+    assert leaf.size == 16 * 6 and leaf.parent is not None and leaf.parent.end == 16 * 4  # split by b
+    keys.of(b.tobytes())  # another key in between
+    keys.along(more, leaf)
+    assert keys.of(more) == ShadowKeys(16).of(more) and list(keys._edges) == [leaf.id, leaf.parent.id]

@@ -44,7 +44,7 @@ from radixkv.eviction.history import History, absolute_key
 from radixkv.eviction.policies import LFU, LRU, EvictionPolicy
 
 if TYPE_CHECKING:
-    from radixkv.eviction.view import CachedNodeView, NodeView, ShadowView, TreeView
+    from radixkv.eviction.view import CachedNodeView, NodeView, ShadowKeysView, ShadowView, TreeView
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)
@@ -85,6 +85,8 @@ class Adaptive(EvictionPolicy):
         # the traffic before the first eviction (eviction/history.py), and the leaf its last insert made:
         self._history: History | None = History() if self.PRIOR else None
         self._leaf: NodeView | None = None
+        self._keys: ShadowKeysView | None = None  # the shadows' keys (from the first eviction)
+        self._hit: NodeView | None = None  # where the real cache's match ended (on_hit, then on_lookup)
 
     @property
     def leader(self) -> str:
@@ -96,6 +98,7 @@ class Adaptive(EvictionPolicy):
     def on_evict(self, victim: CachedNodeView) -> None:
         if not self._shadows:  # until now every expert held what the real cache holds
             self._tree = tree = victim.tree
+            self._keys = tree.shadow_keys
             self._ghosts.page_bytes = 4 * tree.page_size
             if self._history:
                 self._choose_start(tree.evictable_size + tree.protected_size)
@@ -110,7 +113,7 @@ class Adaptive(EvictionPolicy):
         assert self._tree is not None and self._history is not None
         minis = [self._tree.shadow(e) for e in self._shadowed]
         hits, asked, small = [0, 0], 0, int(self.PRIOR_SIZE * capacity)
-        for ns, key, use in self._history:
+        for ns, key, use in self._history.replay(self._tree.shadow_keys):  # keys hashed in bulk
             if use is not None:
                 for mini in minis:
                     mini.insert(ns, key, small, use)
@@ -124,8 +127,11 @@ class Adaptive(EvictionPolicy):
     def on_insert(self, leaf: CachedNodeView) -> None:
         self._leaf = leaf  # the history keeps it; a shadow's new leaf shares its key bytes
 
+    def on_hit(self, node: CachedNodeView) -> None:
+        self._hit = node
+
     def on_lookup(self, start: CachedNodeView, key: bytes, length: int) -> None:
-        shadows = self._shadows
+        shadows, hit, self._hit = self._shadows, self._hit, None
         full = key if start.parent is None else absolute_key(start, key)
         if not shadows:
             history = self._history
@@ -134,6 +140,8 @@ class Adaptive(EvictionPolicy):
                 if history.bytes > self.HISTORY:
                     self._history = None
             return
+        if hit is not None and self._keys is not None:  # the shadows' keys start with its path's: hashed before
+            self._keys.along(full, hit)
         mode, end = self.mode, start.end
         other = shadows[1 - mode].match(start.ns, full) - end  # the expert left always has a shadow
         own = shadows[mode].match(start.ns, full) - end if mode in shadows else length
@@ -172,6 +180,8 @@ class Adaptive(EvictionPolicy):
                 if self._ghosts.active:  # from now on the real cache is plain LFU's
                     self._ghosts.active = False
                     self.epoch += 1
+        if leaf is not None and self._keys is not None:  # its edge's hashes, for the next key through it
+            self._keys.remember(leaf, full)
         decay = 1.0 - added / (self.WINDOW * self._capacity)
         if decay < 1.0:
             decay = decay if decay > 0.0 else 0.0

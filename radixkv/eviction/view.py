@@ -59,12 +59,33 @@ class ShadowView(Protocol):
     # evict down to capacity, add; `tail`: an object equal to key's end that a new leaf may keep instead of a copy
 
 
+class ShadowKeysView(Protocol):
+    """Keys as a tree's shadows hold them (radix/shadow_keys.py's ShadowKeys): token bytes, or a hash a page."""
+
+    page_size: int
+    page_bytes: int  # key bytes a page as the shadows hold it
+    hashed: bool  # a hash a page (from page 3 on), else the token bytes
+
+    def of(self, key: bytes) -> bytes: ...  # `key` (token bytes from a root) as the shadows hold it
+
+    def edges(self, keys: list[bytes]) -> list[bytes]: ...  # each of keys (whole pages), hashed in bulk
+
+    def prime(self, key: bytes, shaped: bytes) -> None: ...  # the next of(key), computed by the caller
+
+    def along(self, key: bytes, node: NodeView) -> None: ...  # key starts with node's: of(key) from its path's edges
+
+    def remember(self, node: NodeView, key: bytes) -> None: ...  # keep node's edge's hashes (node ends in key)
+
+
 class TreeView(Protocol):
     """The tree a node belongs to, as a learning policy sizing its shadows sees it."""
 
     page_size: int
     evictable_size: int  # device tokens no lock protects
     protected_size: int  # device tokens on a locked path
+
+    @property
+    def shadow_keys(self) -> ShadowKeysView: ...  # the keys its shadows share
 
     def on_device(self, node: NodeView) -> bool: ...  # does node have device KV now
 

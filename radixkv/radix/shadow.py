@@ -13,16 +13,8 @@ Its nodes carry the fields the fixed policies' keys read (PrefixNode), so the re
 functions work on them unchanged. The adaptive policy gets shadows from the tree it serves
 (RadixTree.shadow / shadow_copy) through eviction/view.py, and never imports this module.
 
-Keys (ShadowKeys): at page 1 a shadow keeps the tree's own key bytes (int32 per token). From page 3
-on it keeps one 64-bit hash of each page's tokens instead (8 bytes a page, 0.5 per token at page 16,
-where token bytes cost 4), so the shadow's tree has the same shape, the same splits and the same
-matches as one of token bytes. Two different pages with the same hash below the same node (about
-2**-64 a pair) would make the shadow report a match the real cache would not have: that perturbs an
-ESTIMATE only (a shadow picks which expert the real cache follows; it never serves KV), and
-tests/test_adaptive.py checks shadow == real cache, request for request, at pages 3, 4 and 16.
-A key's hashes are computed once per request for every shadow of a tree: the shadows share one
-ShadowKeys, which remembers the last key (the second shadow's call is free) and extends it (a
-request's insert of prompt + output hashes only the output's pages).
+Keys: from page 3 on a shadow keeps one 64-bit hash a page instead of token bytes (radix/shadow_keys.py,
+shared by a tree's shadows), with the same shape, splits and matches as a tree of token bytes.
 
 Cost per call: one walk over the edges of the key, a split at most, and O(log n) heap work per
 leaf touched or evicted; from page 3 on, hashing the key's pages not hashed for the last call.
@@ -30,87 +22,32 @@ leaf touched or evicted; from page 3 on, hashing the key's pages not hashed for 
 
 from __future__ import annotations
 
-import heapq
+from heapq import heapify, heappop, heappush
 from typing import TYPE_CHECKING, Final, Iterable
-
-import numpy as np
 
 from radixkv.eviction.policies import LFU, LRU
 from radixkv.radix.core import PrefixNode, TreeCore
+from radixkv.radix.shadow_keys import ShadowKeys
 
 if TYPE_CHECKING:
     from radixkv.eviction.view import FixedPolicyView
     from radixkv.radix.node import TreeNode
 
 
-HASH_BYTES: Final = 8  # a page's key in a hashing shadow: one int64, little-endian
-ID_BITS: Final = 40  # an int heap key's low field: node ids and clocks below 2**40 (a trillion) keep it exact
-TUPLE_KEY, LRU_KEY, LFU_KEY = 0, 1, 2  # how a shadow keys its heap: the policy's own key, or LRU's or LFU's as one int
+ID_BITS: Final = 40  # an int heap key's low fields: node ids and clocks below 2**40 (a trillion) keep it exact
+SMALL_BITS: Final = 20  # ... below 2**20 first: LFU's key then fits a machine word (no big-int arithmetic)
+TUPLE_KEY: Final = 0  # how a shadow keys its heap: the policy's own key tuple,
+LRU_KEY: Final = 1  # ... LRU's as one int
+LFU_KEY: Final = 2  # ... or LFU's as one int
 
 
-class ShadowKeys:
-    """Keys as a tree's shadows hold them (module docstring): the tree's own key bytes at page sizes
-    1 and 2, else one int64 per whole page (a trailing partial page is dropped: nothing matches it),
-
-        hash of a page = sum over its tokens t_j of t_j * w_j   (mod 2**64, j the position in the page)
-
-    with fixed odd 64-bit weights w_j (splitmix64 of j: the same in every process; at even page sizes
-    the tokens are taken in int64 pairs, half the work): one matrix-vector product per key (numpy:
-    ~10k instructions a call and ~110 a page, so a request pays ~20k plus its pages: the time the
-    memory costs). A page's own tokens suffice, no chain through its parent: in a radix tree a page is
-    looked up below the path that leads to it, so two keys have the same hashes page for page exactly
-    when they have the same tokens, barring a collision. One token (pair) that differs always changes
-    its page's hash (odd weights are invertible mod 2**64). One per tree, shared by its shadows; it
-    remembers the last key asked."""
-
-    def __init__(self, page_size: int) -> None:
-        self.page_size = page_size
-        self.hashed = 4 * page_size > HASH_BYTES  # page sizes 1 and 2: token bytes are no longer
-        self.page_bytes = HASH_BYTES if self.hashed else 4 * page_size  # key bytes a page
-        wide = page_size % 2 == 0  # tokens taken in int64 pairs
-        self._page = np.dtype((np.int64 if wide else np.int32, page_size // 2 if wide else page_size))  # a row
-        self._weights = _weights(page_size // 2 if wide else page_size)
-        self._key = b""  # the last key asked (token bytes) ...
-        self._hashes = b""  # ... and its page hashes
-
-    def of(self, key: bytes) -> bytes:
-        """`key` (int32 token bytes from a namespace root) as the shadows hold it."""
-        if not self.hashed:
-            cut = len(key) % self.page_bytes  # a partial page matches nothing: as a hashing shadow drops it
-            return key if cut == 0 else key[:len(key) - cut]
-        if key is self._key:
-            return self._hashes
-        last = self._key
-        if last and len(last) % (4 * self.page_size) == 0 and key.startswith(last):
-            hashes = self._hashes + self.pages(key, len(last))  # extends the last key: hash the rest only
-        else:
-            hashes = self.pages(key, 0)
-        self._key, self._hashes = key, hashes
-        return hashes
-
-    def pages(self, tokens: bytes, offset: int) -> bytes:
-        """Hashes of the whole pages of `tokens` (int32 bytes) from byte `offset` (a page boundary) on."""
-        n = (len(tokens) - offset) // (4 * self.page_size)
-        if n <= 0:
-            return b""
-        return np.matmul(np.frombuffer(tokens, self._page, n, offset), self._weights).tobytes()  # int64, wrapping
-
-
-def _weights(n: int) -> np.ndarray:
-    """Odd 64-bit weights for positions 0..n-1 in a page: splitmix64 of the position, int64."""
-    z = (np.arange(n, dtype=np.uint64) + np.uint64(1)) * np.uint64(0x9E3779B97F4A7C15)
-    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    return ((z ^ (z >> np.uint64(31))) | np.uint64(1)).view(np.int64)
-
-
-def _int_key(node: ShadowNode, kind: int) -> int:
+def _int_key(node: ShadowNode, kind: int, bits: int) -> int:
     """LRU's key (last_access, id) or LFU's (hit_count, last_access, id) as one int of the same order:
-    the fields side by side, ID_BITS bits each below the first (exact while ids and clocks stay below
-    2**ID_BITS; past 2**63 Python's ints just grow)."""
+    the fields side by side, `bits` bits each below the first (exact while ids and clocks stay below
+    2**bits; the first field may grow: Python's ints do)."""
     if kind == LRU_KEY:
-        return node.last_access << ID_BITS | node.id
-    return (node.hit_count << ID_BITS | node.last_access) << ID_BITS | node.id
+        return node.last_access << bits | node.id
+    return (node.hit_count << bits | node.last_access) << bits | node.id
 
 
 class ShadowNode(PrefixNode["ShadowNode"]):
@@ -140,6 +77,7 @@ class ShadowTree(TreeCore[ShadowNode]):
         self.policy = policy
         self._key = policy.key
         self._kind = LRU_KEY if type(policy) is LRU else LFU_KEY if type(policy) is LFU else TUPLE_KEY
+        self._bits = SMALL_BITS  # an int key's low fields' width (_int_key)
         self._heap: list[tuple[object, ShadowNode]] = []  # an entry is live iff node.hkey is its key
         self._live = 0  # leaves in the heap
         self._counts_uses = policy.insert_is_use
@@ -156,25 +94,31 @@ class ShadowTree(TreeCore[ShadowNode]):
         """(Re-)key leaf `node` in the heap."""
         if node.hkey is None:
             self._live += 1
-        if self._kind != TUPLE_KEY and (node.last_access | node.id) >> ID_BITS:
-            self._tuple_keys()  # an int key would no longer keep the order
-        k: object = _int_key(node, self._kind) if self._kind != TUPLE_KEY else self._key(node)
+        kind = self._kind
+        if kind != TUPLE_KEY and (node.last_access | node.id) >> self._bits:
+            self._rekey()  # an int key would no longer keep the order
+            kind = self._kind
+        k: object = _int_key(node, kind, self._bits) if kind != TUPLE_KEY else self._key(node)
         node.hkey = k
         heap = self._heap
-        heapq.heappush(heap, (k, node))
+        heappush(heap, (k, node))
         if len(heap) > 2 * self._live + 64:
             self._heap = [e for e in heap if e[1].hkey is e[0]]
-            heapq.heapify(self._heap)
+            heapify(self._heap)
 
-    def _tuple_keys(self) -> None:
-        """Key the heap by the policy's own tuples from now on (a clock or an id reached 2**ID_BITS)."""
-        self._kind = TUPLE_KEY
+    def _rekey(self) -> None:
+        """A clock or an id reached 2**bits: key the heap by ID_BITS-bit fields from now on, or past
+        2**ID_BITS by the policy's own tuples."""
+        if self._bits < ID_BITS:
+            self._bits = ID_BITS
+        else:
+            self._kind = TUPLE_KEY
         live = [node for k, node in self._heap if node.hkey is k]
         self._heap = []
         for node in live:
-            node.hkey = k = self._key(node)
+            node.hkey = k = _int_key(node, self._kind, self._bits) if self._kind != TUPLE_KEY else self._key(node)
             self._heap.append((k, node))
-        heapq.heapify(self._heap)
+        heapify(self._heap)
 
     def make_node(self, ns: bytes, parent: ShadowNode | None, key: bytes) -> ShadowNode:
         node = ShadowNode(self._next_id, ns, parent, key, self.tick, len(key) // self.page_bytes * self.page_size)
@@ -278,7 +222,7 @@ class ShadowTree(TreeCore[ShadowNode]):
         pages when fewer are needed than it holds. Returns tokens dropped."""
         ps, freed = self.page_size, 0
         while freed < num_tokens and self._live:
-            k, leaf = heapq.heappop(self._heap)
+            k, leaf = heappop(self._heap)
             if leaf.hkey is not k:  # a stale entry
                 continue
             leaf.hkey = None
@@ -301,16 +245,19 @@ class ShadowTree(TreeCore[ShadowNode]):
 
     def load(self, nodes: Iterable[TreeNode]) -> None:
         """Start from a copy of real device-resident nodes (parents before children): their keys,
-        recency, hits and priority. The shadow must be empty."""
+        recency, hits and priority. The shadow must be empty. Their edges are hashed in bulk."""
         copies: dict[int, ShadowNode] = {}
+        reals: list[TreeNode] = []
         for real in nodes:
             if real.parent is None:
                 copies[id(real)] = self._root(real.ns)
+            elif real.pages is not None:
+                reals.append(real)
+        keys = self.keys.edges([real.key for real in reals])
+        for real, key in zip(reals, keys):
+            parent = copies.get(id(real.parent))
+            if parent is None:
                 continue
-            if real.pages is None or id(real.parent) not in copies:
-                continue
-            parent = copies[id(real.parent)]
-            key = real.key if not self._hashed else self.keys.pages(real.key, 0)
             node = copies[id(real)] = self.add_leaf(parent, key)
             node.last_access, node.created = real.last_access, real.created
             node.hit_count, node.priority = real.hit_count, real.priority

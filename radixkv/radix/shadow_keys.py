@@ -1,0 +1,160 @@
+"""ShadowKeys: keys as the shadows of a tree (radix/shadow.py) hold them, one per tree, shared by its shadows.
+
+At page 1 a shadow keeps the tree's own key bytes (int32 per token). From page 3 on it keeps one 64-bit
+hash of each page's tokens instead (8 bytes a page, 0.5 per token at page 16, where token bytes cost 4),
+so the shadow's tree has the same shape, the same splits and the same matches as one of token bytes.
+Two different pages with the same hash below the same node (about 2**-64 a pair) would make the shadow
+report a match the real cache would not have: that perturbs an ESTIMATE only (a shadow picks which
+expert the real cache follows; it never serves KV), and tests/test_adaptive.py checks shadow == real
+cache, request for request, at pages 3, 4 and 16.
+
+A page's hash depends on its own tokens only (no chain through its parent page), so the hashes of a
+key are those of its edges, joined: many keys or edges are hashed in one numpy call (`edges`: a shadow
+copied from the real tree, the prior's replay of the history, eviction/history.py), and a key's hashes
+computed elsewhere can be handed in (`prime`). Per request a key is hashed once for every shadow of a
+tree: ShadowKeys remembers the last key (the second shadow's call is free) and extends it (a request's
+insert of prompt + output hashes only the output's pages).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Final
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from radixkv.eviction.view import NodeView
+
+HASH_BYTES: Final = 8  # a page's key in a hashing shadow: one int64, little-endian
+CHUNK: Final = 1 << 20  # token bytes hashed per numpy call by `edges` (a transient of 1/8 of it for the hashes)
+MEMO_BYTES: Final = 1 << 17  # real nodes' edge hashes kept by `along`, charged ENTRY_BYTES + their length each
+DOT_PAGES: Final = 48  # `pages` of fewer pages calls ndarray.dot, else np.matmul (callgrind: the cheaper each side)
+ENTRY_BYTES: Final = 100  # a kept edge's bytes header (33) and its dict slot and int key, rounded up
+
+
+class ShadowKeys:
+    """Keys as a tree's shadows hold them (module docstring): the tree's own key bytes at page sizes
+    1 and 2, else one int64 per whole page (a trailing partial page is dropped: nothing matches it),
+
+        hash of a page = sum over its tokens t_j of t_j * w_j   (mod 2**64, j the position in the page)
+
+    with fixed odd 64-bit weights w_j (splitmix64 of j: the same in every process; at even page sizes
+    the tokens are taken in int64 pairs, half the work): one matrix-vector product per call (numpy:
+    ~10k instructions a call and ~110 a page). Two keys have the same hashes page for page exactly
+    when they have the same tokens, barring a collision: one token (pair) that differs always changes
+    its page's hash (odd weights are invertible mod 2**64). It remembers the last key asked."""
+
+    def __init__(self, page_size: int) -> None:
+        self.page_size = page_size
+        self.hashed = 4 * page_size > HASH_BYTES  # page sizes 1 and 2: token bytes are no longer
+        self.page_bytes = HASH_BYTES if self.hashed else 4 * page_size  # key bytes a page
+        wide = page_size % 2 == 0  # tokens taken in int64 pairs
+        self._page = np.dtype((np.int64 if wide else np.int32, page_size // 2 if wide else page_size))  # a row
+        self._weights = _weights(page_size // 2 if wide else page_size)
+        self._key = b""  # the last key asked (token bytes) ...
+        self._hashes = b""  # ... and its page hashes
+        self._edges: dict[int, bytes] = {}  # real node id -> its edge's hashes (a split keeps a suffix of them)
+        self._memo = 0  # bytes charged for _edges (oldest first out past MEMO_BYTES)
+
+    def of(self, key: bytes) -> bytes:
+        """`key` (int32 token bytes from a namespace root) as the shadows hold it."""
+        if not self.hashed:
+            cut = len(key) % self.page_bytes  # a partial page matches nothing: as a hashing shadow drops it
+            return key if cut == 0 else key[:len(key) - cut]
+        if key is self._key:
+            return self._hashes
+        last = self._key
+        if last and len(last) % (4 * self.page_size) == 0 and key.startswith(last):
+            hashes = self._hashes + self.pages(key, len(last))  # extends the last key: hash the rest only
+        else:
+            hashes = self.pages(key, 0)
+        self._key, self._hashes = key, hashes
+        return hashes
+
+    def prime(self, key: bytes, shaped: bytes) -> None:
+        """The next `of(key)` (this very object) returns `shaped`: `key`'s whole pages as the shadows hold
+        them, put together by the caller from `edges` (hashing shadows only)."""
+        self._key, self._hashes = key, shaped
+
+    def along(self, key: bytes, node: NodeView) -> None:
+        """`key` (token bytes from a root) starts with the key of real node `node` (where the real
+        cache's match of it ended): make `of(key)` ready from the hashes of the edges on node's path,
+        kept from earlier keys or hashed now, in one numpy call with key's pages past node (none when
+        all were kept and nothing is new). A split node keeps its edge's last pages: a suffix of them."""
+        if not self.hashed or key is self._key:
+            return
+        ps, kept, end = self.page_size, self._edges, 4 * node.end
+        parts: list[bytes] = []  # node's path's edges, from node up
+        todo: list[NodeView] = []  # those not kept
+        while node.parent is not None:
+            h, need = kept.get(node.id), node.size // ps * HASH_BYTES
+            if h is not None and len(h) >= need:
+                parts.append(h if len(h) == need else h[len(h) - need:])
+            else:
+                parts.append(b"")
+                todo.append(node)
+            node = node.parent
+        hashed = self.edges([n.key for n in todo] + [key[end:]])  # key's rest: whole pages but the last
+        i = 0
+        for j, part in enumerate(parts):
+            if not part:
+                parts[j] = hashed[i]
+                self.keep(todo[i].id, hashed[i])
+                i += 1
+        parts.reverse()
+        parts.append(hashed[-1])
+        self._key, self._hashes = key, b"".join(parts)
+
+    def remember(self, node: NodeView, key: bytes) -> None:
+        """Real node `node` (a new leaf) ends within `key`, the key last asked: keep its edge's hashes."""
+        ps = self.page_size
+        if self.hashed and key is self._key and node.end // ps * HASH_BYTES <= len(self._hashes):
+            self.keep(node.id, self._hashes[node.depth // ps * HASH_BYTES:node.end // ps * HASH_BYTES])
+
+    def keep(self, node_id: int, hashes: bytes) -> None:
+        """Keep real node `node_id`'s edge hashes; past MEMO_BYTES drop the oldest kept."""
+        kept = self._edges
+        old = kept.pop(node_id, None)
+        if old is not None:
+            self._memo -= ENTRY_BYTES + len(old)
+        kept[node_id] = hashes
+        self._memo += ENTRY_BYTES + len(hashes)
+        while self._memo > MEMO_BYTES:
+            self._memo -= ENTRY_BYTES + len(kept.pop(next(iter(kept))))
+
+    def edges(self, keys: list[bytes]) -> list[bytes]:
+        """Each of `keys` (whole pages of int32 tokens) as the shadows hold it: the same as `of` gives,
+        in one numpy call per CHUNK token bytes instead of one per key."""
+        if not self.hashed:
+            return keys
+        out: list[bytes] = []
+        i, n, tb = 0, len(keys), 4 * self.page_size
+        while i < n:
+            j, size = i, 0
+            while j < n and (j == i or size < CHUNK):
+                size += len(keys[j])
+                j += 1
+            hashes, pos = self.pages(b"".join(keys[i:j]), 0), 0
+            for key in keys[i:j]:
+                end = pos + len(key) // tb * HASH_BYTES
+                out.append(hashes[pos:end])
+                pos = end
+            i = j
+        return out
+
+    def pages(self, tokens: bytes, offset: int) -> bytes:
+        """Hashes of the whole pages of `tokens` (int32 bytes) from byte `offset` (a page boundary) on."""
+        n = (len(tokens) - offset) // (4 * self.page_size)
+        if n <= 0:
+            return b""
+        rows = np.frombuffer(tokens, self._page, n, offset)
+        # int64, wrapping; the method dot costs ~1.7k instructions less a call, ~30 more a page than matmul
+        return (rows.dot(self._weights) if n < DOT_PAGES else np.matmul(rows, self._weights)).tobytes()
+
+
+def _weights(n: int) -> np.ndarray:
+    """Odd 64-bit weights for positions 0..n-1 in a page: splitmix64 of the position, int64."""
+    z = (np.arange(n, dtype=np.uint64) + np.uint64(1)) * np.uint64(0x9E3779B97F4A7C15)
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return ((z ^ (z >> np.uint64(31))) | np.uint64(1)).view(np.int64)
