@@ -75,8 +75,11 @@ class Traced(Adaptive):
             self.wins = -self.wins
 
     def on_cache(self, start, key: bytes, cached: int, use: bool) -> None:  # noqa: ANN001
-        asked = self._asked
+        asked, ghosts, twin = self._asked, self._ghosts.active, self._twin
         super().on_cache(start, key, cached, use)
+        if ghosts and not self._ghosts.active:
+            self.log.append(f"request {self.request}: ghost counts off" + (
+                f" (the plain-LFU twin's lead since the switch: {self._twin_lead} tokens)" if twin else ""))
         if asked > 0.0 and self._asked < asked:  # decayed: the same factor
             self.wins *= self._asked / asked
             self.split *= self._asked / asked
