@@ -4,7 +4,8 @@ For each cell (a bench/policy_grid.py entry at a share of its unique tokens) thi
 at which the real cache first evicted (and how many history entries the prior replayed then), and every
 switch: the request, the expert followed from then on, and the evidence it acted on (decayed lead in
 tokens, tokens asked, and the sign count: lookups where the other expert matched more minus those
-where it matched less, out of the lookups where they differed). With the fixed policies' hit rates
+where it matched less, out of the lookups where they differed), and when ghost counts go off (the
+plain-LFU twin's lead since the switch to LFU: eviction/adaptive.py). With the fixed policies' hit rates
 beside it, this says whether a cell lost to lag, a wrong prior or a round trip (bench/RESULTS.md).
 
     RADIXKV_PURE_PYTHON=1 .venv/bin/python bench/policy_switches.py wl:chat:1:0@0.25 seed:2012@0.5 \\
