@@ -6,8 +6,10 @@ at 5/10/25/50% of each trace's unique tokens. The grids:
 
   tune   the `radixkv bench` workloads at page 1 and longchat/longdoc at page 16 (seed 0), and
          Mooncake-shaped traces at seeds 11-13 (page 16; the held grid's worst lag cells are of that
-         shape, rounds 3-6 tuned on none): what the policy's constants may be chosen on (48 cells;
-         `--only wl:` gives rounds 3-6's 36)
+         shape, rounds 3-6 tuned on none), and bench/policy_margins.py's random traces of the held
+         grid's worst cell's shape (chat at page 16, seeds 3012/3021/3077; the held seeds are
+         2000-2039): what the policy's constants may be chosen on (60 cells; `--only wl:` gives
+         rounds 3-6's 36, `--only seed:30` the three added in round 8)
   held   what they may not: bench/policy_margins.py's random traces (seeds 2000-2039, pages 1/16),
          Mooncake-shaped traces (radixkv/scheduling/synth.py, 400 requests, seeds 1-3, page 16),
          tools/agent/longchat/chat at other seeds (5 at page 1, 6 at page 16), and any `--trace
@@ -50,7 +52,7 @@ from radixkv.eviction.adaptive import Adaptive  # noqa: E402
 FRACS = (0.05, 0.1, 0.25, 0.5)
 FIXED = ("lru", "lfu", "fifo", "slru")
 TUNE = ([f"wl:{w}:1:0" for w in DEFAULT_WORKLOADS] + ["wl:longchat:16:0", "wl:longdoc:16:0"]
-        + [f"moon:{s}" for s in (11, 12, 13)])
+        + [f"moon:{s}" for s in (11, 12, 13)] + [f"seed:{s}" for s in (3012, 3021, 3077)])
 HELD = ([f"seed:{s}" for s in range(2000, 2040)] + [f"moon:{s}" for s in (1, 2, 3)]
         + [f"wl:{w}:{p}:{s}" for w in ("tools", "agent", "longchat", "chat") for p, s in ((1, 5), (16, 6))])
 

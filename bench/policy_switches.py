@@ -4,7 +4,8 @@ For each cell (a bench/policy_grid.py entry at a share of its unique tokens) thi
 at which the real cache first evicted (and how many history entries the prior replayed then), and every
 switch: the request, the expert followed from then on, and the evidence it acted on (decayed lead in
 tokens, tokens asked, and the sign count: lookups where the other expert matched more minus those
-where it matched less, out of the lookups where they differed). With the fixed policies' hit rates
+where it matched less, out of the lookups where they differed), and when ghost counts go off (the
+plain-LFU twin's lead since the switch to LFU: eviction/adaptive.py). With the fixed policies' hit rates
 beside it, this says whether a cell lost to lag, a wrong prior or a round trip (bench/RESULTS.md).
 
     RADIXKV_PURE_PYTHON=1 .venv/bin/python bench/policy_switches.py wl:chat:1:0@0.25 seed:2012@0.5 \\
@@ -75,8 +76,11 @@ class Traced(Adaptive):
             self.wins = -self.wins
 
     def on_cache(self, start, key: bytes, cached: int, use: bool) -> None:  # noqa: ANN001
-        asked = self._asked
+        asked, ghosts, twin = self._asked, self._ghosts.active, self._twin
         super().on_cache(start, key, cached, use)
+        if ghosts and not self._ghosts.active:
+            self.log.append(f"request {self.request}: ghost counts off" + (
+                f" (the plain-LFU twin's lead since the switch: {self._twin_lead} tokens)" if twin else ""))
         if asked > 0.0 and self._asked < asked:  # decayed: the same factor
             self.wins *= self._asked / asked
             self.split *= self._asked / asked

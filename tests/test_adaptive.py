@@ -461,3 +461,37 @@ def test_shadow_keys_along_a_split_node_take_the_suffix_of_its_kept_edge() -> No
     keys.of(b.tobytes())  # another key in between
     keys.along(more, leaf)
     assert keys.of(more) == ShadowKeys(16).of(more) and list(keys._edges) == [leaf.id, leaf.parent.id]
+
+
+
+def test_the_plain_lfu_twin_keeps_ghost_counts_on_only_while_they_pay() -> None:
+    """After a switch to LFU the policy copies the real cache into a plain-LFU shadow (the twin) and adds
+    up what the twin matched more than the real cache (ghost LFU). Past the first turnover the ghosts
+    stay on while they lead the twin (GHOST_KEEP), and go off (with a re-key) once they do not; the
+    twin lives only while ghosts are on in LFU. Two caches on the same trace, the twin's lead set at the
+    switch so that one's ghosts pay and the other's do not: they part exactly at the turnover."""
+    reqs = SHARED["gsp"]
+    caches = [RadixCache(sim_config(_capacity(reqs, 0.25), 1, "adaptive", 4096)) for _ in range(2)]
+    policies = [c.tree.policy for c in caches]
+    assert all(isinstance(p, Adaptive) for p in policies)
+    switched = turned = None
+    for i, r in enumerate(reqs):
+        before = [(p.mode, 1 in p._shadows) for p in policies]  # type: ignore[union-attr]
+        for cache in caches:
+            _serve(cache, r)
+            cache.check_invariants()  # keys re-keyed after the ghosts go off
+        for (mode, warm), policy, sign in zip(before, policies, (-1, 1)):
+            assert isinstance(policy, Adaptive)
+            assert policy._twin is None or (policy.mode == 1 and policy._ghosts.active)
+            if policy.mode == 1 and mode == 0 and switched is None:
+                assert policy._twin is not None and policy._ghosts.active
+                policy._twin_lead = sign * 10**12  # the first cache's ghosts lead, the second's trail
+            if warm and 1 not in policy._shadows and policy.mode == 1:  # the first turnover just ended
+                assert policy._ghosts.active == (sign < 0) and (policy._twin is not None) == (sign < 0)
+                turned = i
+        if switched is None and policies[0].mode == 1:
+            switched = i
+    assert switched is not None and turned is not None and turned > switched
+    kept, dropped = policies
+    assert kept.mode == 1 and kept._ghosts.active and kept._twin is not None  # type: ignore[union-attr]
+    assert not dropped._ghosts.active and dropped._twin is None  # type: ignore[union-attr]

@@ -29,6 +29,12 @@ mistake is undone the same way. What it pays is the lag before it has evidence: 
 evicting differently show only when the evicted prefix is asked for again. bench/RESULTS.md has the
 margins, on the bench workloads and on random held-out traces, and what did not help.
 
+After a switch to LFU the real cache's LFU adds ghost counts (eviction/ghosts.py: the uses that
+eviction took from a re-inserted prefix) for the first turnover, and past it while they pay: a
+plain-LFU shadow copied from the real cache at the switch (the twin) is fed the same traffic, and the
+ghosts go off (a re-key) once the real cache's matches since the switch no longer lead the twin's by
+GHOST_KEEP x the size. The twin lives only while they are on (a third shadow, after a switch only).
+
 Learning happens only in the hooks; `key` is the current expert's own key function, so stored keys
 are always exact (`stable_keys`).
 """
@@ -65,6 +71,8 @@ class Adaptive(EvictionPolicy):
     MARGIN = 0.002  # switch when the other expert matched this share of the asked tokens more (0.2 points)
     MIN_LEAD = 0.05  # ... by at least this share of the cache's size in tokens (a switch costs a transient)
     Z = 0.5  # ... and its lead is Z standard deviations of the paired per-lookup leads from zero
+    GHOST_TWIN = True  # past the first turnover after a switch to LFU, keep ghost counts on while they pay:
+    GHOST_KEEP = 0.0  # while the real cache matched more than a plain-LFU twin, by this share of the cache's size
 
     def __init__(self) -> None:
         self._ghosts = GhostLFU()  # the real cache's LFU: ghost counts while it turns over after a switch
@@ -87,6 +95,9 @@ class Adaptive(EvictionPolicy):
         self._leaf: NodeView | None = None
         self._keys: ShadowKeysView | None = None  # the shadows' keys (from the first eviction)
         self._hit: NodeView | None = None  # where the real cache's match ended (on_hit, then on_lookup)
+
+        self._twin: ShadowView | None = None  # plain LFU, copied from the real cache at a switch to LFU
+        self._twin_lead = 0  # tokens the twin matched more than the real cache since that switch
 
     @property
     def leader(self) -> str:
@@ -146,6 +157,9 @@ class Adaptive(EvictionPolicy):
         other = shadows[1 - mode].match(start.ns, full) - end  # the expert left always has a shadow
         own = shadows[mode].match(start.ns, full) - end if mode in shadows else length
         lead = (other if other > 0 else 0) - (own if own > 0 else 0)
+        twin = self._twin
+        if twin is not None:
+            self._twin_lead += twin.match(start.ns, full) - end - length
         self._lead += lead
         self._var += lead * lead
         self._asked += len(key) // 4
@@ -177,11 +191,18 @@ class Adaptive(EvictionPolicy):
             self._settle -= added
             if self._settle <= 0:  # the real cache now holds what its expert would: it counts
                 del shadows[mode]
-                if self._ghosts.active:  # from now on the real cache is plain LFU's
+                if self._ghosts.active and self._twin is None:  # from now on the real cache is plain LFU's
                     self._ghosts.active = False
                     self.epoch += 1
         if leaf is not None and self._keys is not None:  # its edge's hashes, for the next key through it
             self._keys.remember(leaf, full)
+        twin = self._twin
+        if twin is not None:
+            twin.insert(start.ns, full, cached, use, tail)
+            if mode not in shadows and -self._twin_lead <= self.GHOST_KEEP * self._capacity:
+                self._twin = None  # turned over, and the ghosts no longer pay: plain LFU from now on
+                self._ghosts.active = False
+                self.epoch += 1
         decay = 1.0 - added / (self.WINDOW * self._capacity)
         if decay < 1.0:
             decay = decay if decay > 0.0 else 0.0
@@ -197,6 +218,9 @@ class Adaptive(EvictionPolicy):
         self._ghosts.active = self.mode == 1
         self._lead = -self._lead  # the same evidence, seen from the other side
         self._copy_real(old)
+        assert self._tree is not None  # (_copy_real's)
+        self._twin = self._tree.shadow_copy(self._shadowed[1]) if self.mode == 1 and self.GHOST_TWIN else None
+        self._twin_lead = 0
         self._settle = int(self.WARMUP * self._capacity)
 
     def _follow(self, expert: int) -> None:

@@ -16,9 +16,11 @@ edge is ordered by its hit_count plus the ghost's uses:
 An edge that runs past the ghost's end (a prefix re-inserted with a new suffix, in one leaf) gets
 nothing until a split or a trim cuts it back: the ghost's uses were the prefix's, not the suffix's.
 
-The adaptive policy keeps it active only while the real cache turns over after a switch to LFU
-(its shadows run plain LFU, so they predict what they always predicted): measured, ghosts that stay
-on help Mooncake-shaped traffic and lose gsp 5-10% by 1.5-8 points (bench/RESULTS.md, round 7).
+The adaptive policy turns it on at a switch to LFU, for the real cache only (its shadows run plain
+LFU, so they predict what they always predicted), and keeps it on past the first turnover only while
+it pays: while the real cache has matched more, since the switch, than a plain-LFU twin copied from
+it at the switch (adaptive.py). Measured, ghosts that stay on help Mooncake-shaped traffic and lose
+gsp 5-10% by 1.5-8 points (bench/RESULTS.md, round 7); the twin tells the two apart (round 8).
 
 Ghosts are bounded (GHOSTS, oldest dropped first) and age (all halve every GHOSTS evictions). One
 entry is an int key and an int value (uses << 40 | end). Keys read the table live, so a ghost
