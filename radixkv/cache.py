@@ -62,7 +62,7 @@ class RadixCache(CacheBase):
         groups, the match stops where every group can resume (radix/windows.py: window KV before
         it, a state snapshot at it), never claims more. Prefixes given to `insert()` have no group
         components until `group(g).attach` gives them some (`locate` finds the node)."""
-        self._own()
+        self._owner.check()
         ns, toks = self._key(as_tokens(tokens), namespace, extra_keys)
         m = self._match(toks, self.tree.root(ns), len(toks))
         slots = m.pages  # (a fresh int64 array: the slots themselves at page 1)
@@ -76,32 +76,32 @@ class RadixCache(CacheBase):
         device, whatever its secondary groups hold (where a group component, e.g. a state
         snapshot taken after `node.end` tokens, can be attached); the namespace's root when none.
         Splits the edge where it ends; not a use: no recency, hit or query is counted."""
-        self._own()
+        self._owner.check()
         ns, toks = self._key(as_tokens(tokens), namespace, extra_keys)
         return lookup.locate(self.tree, self._page_key(toks), self.tree.root(ns))
 
     def lock(self, node: LockHandle) -> None:
         """Protect `node` and its ancestors from eviction; pairs with one unlock(node)."""
-        self._own()
+        self._owner.check()
         locks.lock(self.tree, self.tree.check_node(node), USER)
 
     def unlock(self, node: LockHandle) -> None:
         """Undo one earlier lock(node). LockError if there is none (a Sequence's lock is not one)."""
-        self._own()
+        self._owner.check()
         locks.unlock(self.tree, self.tree.check_node(node), USER)
 
     def alloc(self, n: IntArg) -> torch.Tensor:
         """`n` private slots: the first n slots of ceil(n / page_size) fresh pages, evicting unlocked
         cached tokens as needed. OutOfSlotsError, nothing changed, if even full eviction cannot serve.
         Returns int64 `[n]`."""
-        self._own()
+        self._owner.check()
         n = as_count(n, "alloc(n)")
         slots = self.ledger.alloc_slots(n, self.tree.evictable_size // self.page_size, self._evict_pages)
         return torch.from_numpy(slots)
 
     def free(self, slots: TokensLike) -> None:
         """Free the pages of `slots`, each whole. Every page touched must be private from alloc()."""
-        self._own()
+        self._owner.check()
         arr = as_slots(slots, self.config.num_slots)
         if len(np.unique(arr)) != len(arr):
             raise InvalidSlotsError("free: slots must be distinct; the same slot appears twice")
@@ -116,7 +116,7 @@ class RadixCache(CacheBase):
         The rules for `slots` are in insert_slots.py; anything else raises InvalidSlotsError with
         nothing changed. Afterwards the caller owns none of `slots`. With `pin_ttl` (seconds) the
         inserted whole pages are pinned that long (PinBudgetError, nothing changed, past the budget)."""
-        self._own()
+        self._owner.check()
         ns, toks = self._key(as_tokens(tokens), namespace, extra_keys)
         given = slot_array(slots)  # range-checked in InsertSlots, where the tree's own slots need none
         prio, root = as_priority(priority), self.tree.root(ns)
@@ -131,8 +131,7 @@ class RadixCache(CacheBase):
         result = self.tree.insert(key, check.pages, root, prio, check.accept, use=True)
         if until is not None:
             self.pins.pin(result.node, until, "insert(pin_ttl=...)")
-        self.ledger.move(check.new, CACHED)
-        self.ledger.release(check.freed())
+        self.ledger.settle(check.new, check.freed(), check.fresh >= 0)  # (move to CACHED, release the rest)
         if self.host is not None:
             self.host.back_up(result.gained)
         return result.cached_len
@@ -140,7 +139,7 @@ class RadixCache(CacheBase):
     def evict(self, n: IntArg) -> int:
         """Evict at least `n` unlocked cached tokens if that many exist (trimming a leaf's tail page
         by page rather than dropping it whole). Returns tokens freed. evict(0) does nothing."""
-        self._own()
+        self._owner.check()
         pages = self._evict_pages(as_count(n, "evict(n)"))
         self.ledger.release(pages)
         return len(pages) * self.page_size
@@ -156,7 +155,7 @@ class RadixCache(CacheBase):
         `extra_keys`, `seq.tokens` holds the (negative) ids the cache keys them by (radixkv.multimodal). With
         `pin_ttl` (seconds) the reused prefix is pinned until now + pin_ttl (PinBudgetError, no
         Sequence, past the budget) and so is every page the Sequence commits later, while the budget allows."""
-        self._own()
+        self._owner.check()
         return requests.open_sequence(self, tokens, namespace, max_reuse, priority, extra_keys, pin_ttl)
 
     def pin(self, tokens: TokensLike, namespace: Any = None, *, ttl: SecondsArg,
@@ -167,7 +166,7 @@ class RadixCache(CacheBase):
         tokens (0 when nothing is cached). Not a use: recency and hit counts are left alone.
         PinBudgetError, nothing pinned, when the newly pinned tokens would exceed
         CacheConfig.pin_budget_tokens."""
-        self._own()
+        self._owner.check()
         ns, toks = self._key(as_tokens(tokens), namespace, extra_keys)
         until = self.pins.deadline(ttl, "pin(ttl=...)")
         root = self.tree.root(ns)
@@ -177,7 +176,7 @@ class RadixCache(CacheBase):
 
     def pinned_tokens(self) -> int:
         """Tokens pinned now (expired pins dropped first)."""
-        self._own()
+        self._owner.check()
         self.pins.expire()
         return self.pins.pinned_size
 
@@ -185,7 +184,7 @@ class RadixCache(CacheBase):
         """Slots for positions [kv_len, kv_len + n), filling the tail of the Sequence's last private
         page before taking new pages; written into its row. n = 0 is a no-op. OutOfSlotsError /
         ContextLengthError with nothing changed. Returns int64 `[n]`."""
-        self._own()
+        self._owner.check()
         return requests.reserve(self, seq, n)
 
     def commit(self, seq: SequenceArg, tokens: TokensLike) -> None:
@@ -193,13 +192,13 @@ class RadixCache(CacheBase):
         must lie below kv_len; `tokens` must equal seq.tokens where they overlap and extends it
         beyond. Full pages are inserted now (shareable) and the Sequence's lock moves down to them;
         pages another request inserted first are re-pointed to the tree's slots, duplicates freed."""
-        self._own()
+        self._owner.check()
         requests.commit(self, seq, tokens)
 
     def close(self, seq: SequenceArg) -> None:
         """End a request: unlock its prefix, free its private pages (the partial last page and every
         reserved-but-uncommitted page) and release its row. The Sequence is unusable afterwards."""
-        self._own()
+        self._owner.check()
         requests.close(self, seq)
 
     def batch(self, seqs: Any, cascade: Any = False) -> BatchInputs:
@@ -208,7 +207,7 @@ class RadixCache(CacheBase):
         plan of cascade decode (`BatchInputs.cascade`, radixkv/cascade.py) over the leading
         Sequences that extend by exactly one position: None unless two of them share a tree node, and on
         CUDA unless it saves enough KV reads to repay its launches (`cascade.min_saved_positions`)."""
-        self._own()
+        self._owner.check()
         if cascade is not True:
             return self.seqs.batch(seqs, cascade)
         c = self.config  # one layer's K and V of one position: what a cascade saves per shared read
@@ -217,14 +216,14 @@ class RadixCache(CacheBase):
 
     def sequences(self) -> list[Sequence]:
         """The open Sequences, by row."""
-        self._own()
+        self._owner.check()
         return [rec.handle for rec in self.seqs.records() if rec.handle is not None]  # (never None once open)
 
     # ------------------------------------------------------------------ accounting
 
     def sizes(self) -> SizeInfo:
         """Slot counts; O(1), mutates nothing."""
-        self._own()
+        self._owner.check()
         free = self.ledger.num_free_pages * self.page_size
         evictable, protected = self.tree.evictable_size, self.tree.protected_size
         total = self.config.num_slots
@@ -232,31 +231,31 @@ class RadixCache(CacheBase):
 
     def check_invariants(self) -> None:
         """Recompute every counter, page state and index from scratch; AssertionError on a mismatch."""
-        self._own()
+        self._owner.check()
         check_cache(self.ledger, self.tree, self.seqs, self.host)
         check_groups(self.groups, self.seqs)
         self.pins.check(self.tree.nodes())
 
     def group(self, g: int) -> SecondaryGroup:
         """Secondary layer group `g` (1 <= g <= len(config.groups)): its pool's calls (cache_groups.py)."""
-        self._own()
+        self._owner.check()
         if isinstance(g, bool) or not isinstance(g, int) or not 1 <= g <= len(self.groups):
             raise InvalidArgumentError(f"group({g!r}): this cache has secondary groups 1..{len(self.groups)}")
         return self.groups[g - 1]
 
     def metrics(self) -> dict[str, float]:
         """Counters and gauges with vLLM-style names (`radixkv_` prefix); mutates nothing."""
-        self._own()
+        self._owner.check()
         return collect_metrics(self.sizes(), self.stats, len(self.seqs), self.host, self.tree.host_size)
 
     def take_events(self) -> list[KVEvent]:
         """KV events recorded since the last call (oldest first); [] when kv_events is off."""
-        self._own()
+        self._owner.check()
         return self.events.take() if self.events is not None else []
 
     def block_snapshot(self) -> list[KVEvent]:
         """AllBlocksCleared, then BlockStored for every block cached now (a resync for routers)."""
-        self._own()
+        self._owner.check()
         return (self.events or self._recorder()).snapshot(self.tree)
 
     def adopt_thread(self) -> None:

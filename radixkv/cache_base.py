@@ -56,11 +56,11 @@ class CacheBase:
         self.host = HostTier(config, self.tree, self.kv_pool) if config.host_slots else None
         self.stats = CacheStats()
         self._matched = np.empty(0, dtype=np.int64)  # a copy of the slots the last match_prefix returned (page_size > 1)
-        self._owner = ThreadOwner()
-        self._own = self._owner.check
+        self._owner = ThreadOwner()  # (its check() called directly: a native call, not a bound method's)
+        own = self._owner.check
         # secondary layer groups (cache_groups.py): group g is groups[g - 1]
-        self.groups = tuple(WindowGroup(g, spec, ps, self.tree, self._own, config.num_pages, self.kv_pool.device)
-                            if spec.kind in KV_GROUP_KINDS else SecondaryGroup(g, spec, ps, self.tree, self._own)
+        self.groups = tuple(WindowGroup(g, spec, ps, self.tree, own, config.num_pages, self.kv_pool.device)
+                            if spec.kind in KV_GROUP_KINDS else SecondaryGroup(g, spec, ps, self.tree, own)
                             for g, spec in enumerate(config.groups, start=1))
         self.windows = tuple(g for g in self.groups if isinstance(g, WindowGroup))
 

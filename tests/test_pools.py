@@ -145,6 +145,32 @@ def test_insert_of_what_alloc_just_gave(ps: int) -> None:
 
 
 @pytest.mark.parametrize("ps", [1, 4])
+def test_alloc_pages_read_private_until_insert_settles_them(ps: int) -> None:
+    # alloc()'s PRIVATE write is lazy (pools/ledger.py): every reader of ledger.state sees it, and an
+    # insert that takes alloc()'s own slots writes each page once (CACHED, or FREE for a partial tail)
+    cache = _cache(ps)
+
+    def state(slots: torch.Tensor) -> np.ndarray:
+        return cache.ledger.state[np.unique(slots.numpy() // ps)]
+
+    first = cache.alloc(2 * ps)
+    second = cache.alloc(ps + 1)  # the first alloc's pages are written when the second's are taken
+    assert (state(first) == PRIVATE).all() and (state(second) == PRIVATE).all()
+    cache.check_invariants()
+    cache.insert(list(range(ps + 1)), second)  # at page_size > 1 a partial last page: freed
+    assert (state(second[:ps]) == CACHED).all() and (state(second[ps:]) == (FREE if ps > 1 else CACHED)).all()
+    assert (state(first) == PRIVATE).all()
+    cache.check_invariants()
+    cache.free(first)
+    assert (state(first) == FREE).all()
+    third = cache.alloc(ps)
+    assert cache.sizes().private == ps
+    cache.insert([9] * ps, third)
+    assert (state(third) == CACHED).all() and cache.sizes().private == 0
+    cache.check_invariants()
+
+
+@pytest.mark.parametrize("ps", [1, 4])
 @pytest.mark.parametrize("misuse", ["written into", "freed since", "inserted twice", "named before", "misordered"])
 def test_insert_refuses_alloc_slots_that_are_no_longer_what_it_gave(ps: int, misuse: str) -> None:
     cache = _cache(ps)

@@ -18,6 +18,7 @@ import numpy as np
 from radixkv.errors import ConfigError, OutOfSlotsError
 
 MAX_PAGES = 2**31 - 1  # page ids are stored int32
+_I64 = np.dtype(np.int64)
 _TILES: dict[int, np.ndarray] = {}  # page_size -> arange(page_size) repeated, int64, read only; grows to the longest call
 
 
@@ -26,8 +27,8 @@ def page_slots(pages: np.ndarray, page_size: int) -> np.ndarray:
     (`pages` itself at page_size 1 when it is int64). Each page's first slot repeated page_size
     times, plus 0..page_size-1 from a kept tile: two long passes (a `[pages, 1] + [page_size]`
     broadcast runs a page_size-long inner loop per page, 2-4x slower at page 16)."""
-    if page_size == 1:
-        return pages.astype(np.int64, copy=False)
+    if page_size == 1:  # (a dtype test is a struct read; astype(copy=False) a method call)
+        return pages if pages.dtype is _I64 else pages.astype(np.int64)
     n = len(pages) * page_size
     tile = _TILES.get(page_size)
     if tile is None or len(tile) < n:

@@ -16,6 +16,9 @@ The ledger remembers the slots of the last `alloc_slots` until any page changes 
 (`move`, `release`): slots a caller hands back that equal them value for value (`fresh_start`) are
 known private and distinct without reading a page's state, which spares insert() its per-page
 checks in the usual lifecycle (match, alloc, insert). Any other slots get the full checks.
+The last `alloc_slots`' pages are written PRIVATE lazily: on the first read of `state` or the next
+change of any page, unless `settle` moves every one of them on at once (insert's usual end: each
+page is then written once, not PRIVATE and then CACHED; at page_size 1 a write per token).
 
 Memory: per page, the state (1 byte), the allocator's stack slot (4) and the distinctness check's
 scratch (4). The constant rows that `all_in` compares against grow with the largest call, not the pool;
@@ -42,10 +45,24 @@ class PageLedger:
         self.page_size = page_size
         self.num_pages = num_pages
         self.allocator = SlotAllocator(num_pages, page_size)
-        self.state = np.zeros(num_pages, dtype=np.int8)  # FREE / CACHED / PRIVATE / RESERVED per page
+        self._state = np.zeros(num_pages, dtype=np.int8)  # FREE / CACHED / PRIVATE / RESERVED per page
+        self._unwritten: np.ndarray | None = None  # int64 pages of the last alloc_slots(), PRIVATE but not yet in _state
         self.distinct = Distinct(num_pages)  # O(n) check that pages named by a caller are distinct
         self._rows = {s: b"" for s in (FREE, CACHED, PRIVATE, RESERVED)}  # state -> its byte repeated: memcmp checks
         self._fresh: np.ndarray | None = None  # int64 slots of the last alloc_slots(), until a page changes state again
+
+    @property
+    def state(self) -> np.ndarray:
+        """int8 `[num_pages]`: FREE / CACHED / PRIVATE / RESERVED per page (every page written)."""
+        if self._unwritten is not None:
+            self._write_unwritten()
+        return self._state
+
+    def _write_unwritten(self) -> None:
+        pages = self._unwritten
+        self._unwritten = None
+        if pages is not None and len(pages):
+            self._state[pages] = PRIVATE
 
     @property
     def num_free_pages(self) -> int:
@@ -55,6 +72,12 @@ class PageLedger:
         """Pop `k` free pages into `state`: int64 `[k]`. When fewer are free, `evict(tokens)` must
         return at least the missing cached pages, which go back to the allocator first.
         OutOfSlotsError, nothing changed, if even `evictable_pages` more cannot serve."""
+        pages = self._pop(k, evictable_pages, evict)
+        self._state[pages] = state  # (pages that were free: an unwritten page is not among them)
+        return pages
+
+    def _pop(self, k: int, evictable_pages: int, evict: Callable[[int], np.ndarray]) -> np.ndarray:
+        """`take` without writing the pages' state."""
         short = k - self.allocator.num_free_pages
         if short > 0:
             if short > evictable_pages:
@@ -63,18 +86,21 @@ class PageLedger:
                     f"need {k} pages ({k * ps} slots): {self.allocator.num_free_pages} free and "
                     f"{evictable_pages} evictable; close Sequences, unlock nodes, or raise CacheConfig.num_slots")
             self.release(evict(short * self.page_size))
-        pages = self.allocator.alloc_pages(k)
-        self.state[pages] = state
-        return pages
+        return self.allocator.alloc_pages(k)
 
     def alloc_slots(self, n: int, evictable_pages: int, evict: Callable[[int], np.ndarray]) -> np.ndarray:
         """`n` private slots, the first n of ceil(n / page_size) pages from `take`: int64 `[n]` (the
-        caller's to keep). Remembered, for `fresh_start`, until a page changes state again."""
+        caller's to keep). Remembered, for `fresh_start`, until a page changes state again; their
+        state is written PRIVATE lazily (the module's docstring)."""
         ps = self.page_size
-        slots = page_slots(self.take(-(-n // ps), PRIVATE, evictable_pages, evict), ps)
+        pages = self._pop(-(-n // ps), evictable_pages, evict)
+        if self._unwritten is not None:
+            self._write_unwritten()
+        slots = page_slots(pages, ps)  # (`pages` itself at page_size 1)
         if len(slots) != n:
             slots = slots[:n]
-        self._fresh = slots.copy()  # a copy: the caller may write into what it got
+        self._fresh = fresh = slots.copy()  # a copy: the caller may write into what it got
+        self._unwritten = fresh if ps == 1 else pages  # (never the caller's array)
         return slots
 
     def fresh_start(self, slots: np.ndarray) -> int:
@@ -92,14 +118,28 @@ class PageLedger:
     def move(self, pages: np.ndarray, state: int) -> None:
         """Pages that stay allocated change hands (e.g. private -> cached)."""
         self._fresh = None
-        self.state[pages] = state
+        if self._unwritten is not None:
+            self._write_unwritten()
+        self._state[pages] = state
 
     def release(self, pages: np.ndarray) -> None:
         """Give `pages` (int32 or int64, distinct, not free: the caller checked their states) back to the allocator."""
         self._fresh = None
+        if self._unwritten is not None:
+            self._write_unwritten()
         if len(pages):
-            self.state[pages.astype(np.int64, copy=False)] = FREE  # numpy indexes with int64 2-3x faster than int32
+            self._state[pages.astype(np.int64, copy=False)] = FREE  # numpy indexes with int64 2-3x faster than int32
             self.allocator.free_pages(pages)  # (a tree node's int32 pages go onto the int32 stack uncast)
+
+    def settle(self, cached: np.ndarray, freed: np.ndarray, fresh_spent: bool) -> None:
+        """insert()'s end: private `cached` pages become CACHED, `freed` go back (as `move`, then
+        `release`). `fresh_spent`: the caller's slots ended with the last `alloc_slots`' (its
+        `fresh_start` was >= 0, nothing changed since), so `cached` and `freed` hold every one of its
+        pages: their lazy PRIVATE write is skipped, each is written once here."""
+        if fresh_spent and self._fresh is not None:
+            self._unwritten = None
+        self.move(cached, CACHED)
+        self.release(freed)
 
     def all_in(self, pages: np.ndarray, state: int) -> bool:
         """Whether every page of `pages` (int64, in range) is in `state`."""

@@ -47,7 +47,7 @@ def evict_device(tree: RadixTree, num_tokens: int, keep: Callable[[TreeNode], np
             break
         keep_tokens = leaf.size - -(-(num_tokens - freed) // ps) * ps
         if keep_tokens > 0:
-            tree.split(leaf, keep_tokens)  # the upper part stays cached as a new node
+            tree.split(leaf, keep_tokens, lower_stays=False)  # the upper part stays cached as a new node
         assert leaf.pages is not None  # the device index holds device nodes only
         chunks.append(leaf.pages)
         freed += leaf.size

@@ -100,14 +100,17 @@ class RadixTree(residency.ResidentTree):
             node.secondary = [None] * len(self.group_index)
         return node
 
-    def split(self, node: TreeNode, k: int) -> TreeNode:
+    def split(self, node: TreeNode, k: int, lower_stays: bool = True) -> TreeNode:
         """Cut `node`'s edge after k tokens (whole pages). The new upper node takes the first k;
-        `node` keeps the lower half, so it still means the same prefix. Counters are unchanged."""
+        `node` keeps the lower half, so it still means the same prefix. Counters are unchanged.
+        `lower_stays=False`: `node` is about to lose its device pages (eviction), so they stay a
+        view of the old array, not a copy (which it keeps alive only until they are released)."""
         kp = k // self.page_size
         upper = self.split_edge(node, k)
         upper.lock_ref = node.lock_ref
         if node.pages is not None:
-            upper.pages, node.pages = node.pages[:kp].copy(), node.pages[kp:].copy()
+            lower = node.pages[kp:]
+            upper.pages, node.pages = node.pages[:kp].copy(), lower.copy() if lower_stays else lower
         if node.host_pages is not None:
             upper.host_pages, node.host_pages = node.host_pages[:kp].copy(), node.host_pages[kp:].copy()
         if self.group_index:
