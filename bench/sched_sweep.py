@@ -78,9 +78,6 @@ def run_one(job: tuple[str, str, str, float, str, dict[str, float]]) -> tuple[st
     t0 = time.process_time()
     out = sim.run()
     summary = Run(trace.name, schedule, load, out, sim.capacity, 0.0).summary()
-    if schedule == "auto":  # how many of auto's orders were flooded / had a request past the tail guard
-        summary["flooded_steps"] = getattr(sim.sched.policy, "flooded_steps", 0)
-        summary["guarded_steps"] = getattr(sim.sched.policy, "guarded_steps", 0)
     return key, summary, time.process_time() - t0
 
 

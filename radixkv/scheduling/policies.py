@@ -40,8 +40,7 @@ so a wait and a prefill length can be compared:
 
 from __future__ import annotations
 
-import bisect
-from collections import defaultdict, deque
+from collections import defaultdict
 from typing import TYPE_CHECKING, ClassVar
 
 from radixkv.errors import InvalidArgumentError
@@ -126,14 +125,6 @@ class Auto(Policy):
     SLOWDOWN = 48.0  # K: prefill-token times of deadline per token of (uncached - cached) work
     SLACK = 0.5  # C: a request may be overtaken until (1 + C) x the work ahead of it at arrival is admitted
     SHARE = 0.25  # S: while any request is due, due ones get this share of the tokens admitted, oldest first
-    TAIL_Q = 0.0  # slack only up to this quantile of the backlogs seen at arrival (0: off)
-    TAIL_N = 1000.0  # ... over the last N arrivals
-    TAIL_MIN = 100.0  # ... once N >= this
-    TAIL_STRICT = 0.0  # 1: a request whose slack was cut goes strictly first once due
-    TAIL_MAX = 1e9  # ... only if it arrived with fewer than this many times the cache's slots waiting
-    FLOOD = 1e9  # flooded above this many times the cache's slots waiting ...
-    FLOOD_EXIT = 1.0  # ... until below this many times: lpm's order, FLOOD_SHARE for due requests
-    FLOOD_SHARE = 0.05
 
     def __init__(self, estimates: PrefixEstimates) -> None:
         super().__init__(estimates)
@@ -144,56 +135,25 @@ class Auto(Policy):
         self.contested_tokens = 0  # prompt tokens admitted while contended, since contention began
         self.bound_tokens = 0  # ... of them, those the oldest-first side picked
         self.picked: set[Queued] = set()  # the oldest-first side's picks in the last order()
-        self.recent: deque[float] = deque()  # backlogs at the last TAIL_N arrivals
-        self.sorted_backlogs: list[float] = []  # ... sorted
-        self.flooded = False
-        self.flooded_steps = 0
-        self.guarded_steps = 0  # arrivals whose slack the tail quantile cut
-        self.peak: set[Queued] = set()  # ... those requests, while waiting
 
     def arrived(self, req: Queued, now: float) -> None:
         backlog = self.arrived_tokens - self.admitted_tokens
-        slack = self.SLACK * backlog
-        sb = self.sorted_backlogs
-        if self.TAIL_Q > 0:
-            if len(sb) >= self.TAIL_MIN:
-                room = max(0.0, sb[int(self.TAIL_Q * (len(sb) - 1))] - backlog)
-                if room < slack:
-                    slack = room
-                    self.guarded_steps += 1
-                    if self.TAIL_STRICT and backlog < self.TAIL_MAX * self.estimates.cache.config.num_slots:
-                        self.peak.add(req)
-            self.recent.append(backlog)
-            bisect.insort(sb, backlog)
-            if len(self.recent) > self.TAIL_N:
-                del sb[bisect.bisect_left(sb, self.recent.popleft())]
-        self.turn[req] = self.admitted_tokens + backlog + slack
+        self.turn[req] = self.admitted_tokens + (1 + self.SLACK) * backlog
         self.arrived_tokens += len(req.tokens)
 
     def order(self, window: list[Queued], now: float) -> list[Queued]:
         turn, done = self.turn, self.admitted_tokens
         resumed = [r for r in window if r not in turn]  # preempted: no turn, first
         due = [r for r in window if r in turn and turn[r] <= done]
-        length, k = self.estimates.length, self.SLOWDOWN
-        share = self.SHARE
-        waiting = (self.arrived_tokens - self.admitted_tokens) / self.estimates.cache.config.num_slots
-        self.flooded = waiting > (self.FLOOD_EXIT if self.flooded else self.FLOOD)
-        if self.flooded:
-            self.flooded_steps += 1
-            share, k = self.FLOOD_SHARE, 0.0
         self.contended = bool(due)
         if not due:
             self.contested_tokens = self.bound_tokens = 0  # the next contended period starts afresh
+        length, k = self.estimates.length, self.SLOWDOWN
         by_deadline = sorted((r for r in window if r in turn),
                              key=lambda r: (max(now, r.arrival + k * (len(r.tokens) - 2 * length(r))), -length(r)))
-        first = [r for r in due if r in self.peak]
-        if first:
-            f = set(first)
-            due = [r for r in due if r not in f]
-            by_deadline = [r for r in by_deadline if r not in f]
-        return resumed + first + self._interleave(due, by_deadline, share)
+        return resumed + self._interleave(due, by_deadline)
 
-    def _interleave(self, due: list[Queued], by_deadline: list[Queued], share: float) -> list[Queued]:
+    def _interleave(self, due: list[Queued], by_deadline: list[Queued]) -> list[Queued]:
         """Both orders merged: the oldest due request whenever the oldest-first side's picks so far
         (this contended period, then this order if all were admitted) are within SHARE of the tokens."""
         out: list[Queued] = []
@@ -201,7 +161,7 @@ class Auto(Policy):
         taken: set[Queued] = set()
         spent, total, i, j = self.bound_tokens, self.contested_tokens, 0, 0
         while i < len(due) and j < len(by_deadline):
-            if spent <= share * total:
+            if spent <= self.SHARE * total:
                 req, i = due[i], i + 1
                 if req in taken:
                     continue
@@ -219,7 +179,6 @@ class Auto(Policy):
     def admitted(self, req: Queued, now: float) -> None:
         if self.turn.pop(req, None) is None:
             return
-        self.peak.discard(req)
         n = len(req.tokens)
         self.admitted_tokens += n
         if self.contended:
