@@ -16,6 +16,11 @@ a variant of auto reruns only auto; `--set NAME=VALUE` overrides a constant of p
     python bench/sched_sweep.py --half tune --jobs 2
     python bench/sched_sweep.py --half tune --set SHARE=0.3          # a variant: only auto reruns
     python bench/sched_sweep.py --half held --json bench/out/sweep_held.json
+    python bench/sched_sweep.py --half tune --loads 0.80008,1.20012  # the same cells, arrivals moved by 0.01%
+The last line measures chance: lpm's order reads the cache, so a 0.01% shift of the arrivals moves lpm's and
+auto's mean by up to ~8% and p99 by up to ~19% in a cell, and main's auto scored 12, 15 and 14 of the tune half's
+32 cells at three such loads (bench/RESULTS.md, issue 20, eighth round; bench/sched_compare.py compares two runs):
+compare variants over such replicates, not by one run per cell.
 (from a git worktree, prefix `PYTHONPATH=.` so that its radixkv/ is the one imported.)
 """
 
