@@ -210,9 +210,8 @@ class RadixCache(CacheBase):
         self._owner.check()
         if cascade is not True:
             return self.seqs.batch(seqs, cascade)
-        c = self.config  # one layer's K and V of one position: what a cascade saves per shared read
-        position_bytes = 2 * c.num_kv_heads * c.head_dim * torch.empty(0, dtype=c.dtype).element_size()
-        return self.seqs.batch(seqs, True, min_saved_positions(position_bytes, torch.device(c.device)))
+        pool = self.kv_pool
+        return self.seqs.batch(seqs, True, min_saved_positions(pool.layer_token_bytes, pool.device))
 
     def sequences(self) -> list[Sequence]:
         """The open Sequences, by row."""

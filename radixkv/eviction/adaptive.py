@@ -95,7 +95,6 @@ class Adaptive(EvictionPolicy):
         self._leaf: NodeView | None = None
         self._keys: ShadowKeysView | None = None  # the shadows' keys (from the first eviction)
         self._hit: NodeView | None = None  # where the real cache's match ended (on_hit, then on_lookup)
-
         self._twin: ShadowView | None = None  # plain LFU, copied from the real cache at a switch to LFU
         self._twin_lead = 0  # tokens the twin matched more than the real cache since that switch
 

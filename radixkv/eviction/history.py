@@ -73,7 +73,6 @@ class History:
             key, ahead = (ahead, b"") if ahead else (_resolve(item), b"")
             yield ns, key, use
 
-
     def replay(self, keys: ShadowKeysView) -> Iterator[tuple[bytes, bytes, bool | None]]:
         """As iteration, but `keys.of(key)` of each key yielded is ready (primed), from its leaf's path's
         edges hashed once each (a kept key's bytes are left to `of`). Valid until the tree first evicts."""

@@ -36,7 +36,9 @@ class TokenToKVPool:
 
         self.k_buffer = [buffer(n) for n in sizes]
         self.v_buffer = [buffer(n) for n in sizes]
-        self._token_bytes = 2 * len(self.kv_layers) * num_kv_heads * head_dim * torch.empty(0, dtype=dtype).element_size()
+        # one layer's K and V of one token (what a cascade step saves per shared read), and all layers'
+        self.layer_token_bytes = 2 * num_kv_heads * head_dim * torch.empty(0, dtype=dtype).element_size()
+        self._token_bytes = len(self.kv_layers) * self.layer_token_bytes
 
     @property
     def bytes_per_token(self) -> int:
