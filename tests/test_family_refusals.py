@@ -36,7 +36,8 @@ REFUSED = {
     "gemma3": "serve its text model",  # Gemma3ForConditionalGeneration
     "bloom": "does not dispatch attention through",  # ALiBi
     "mpt": "does not dispatch attention through",  # ALiBi
-    "falcon": "does not dispatch attention through",
+    # Falcon dispatches through the attention interface from transformers 5.2x on, without the forward's keywords
+    "falcon": "does not dispatch attention through|radixkv_batch never arrives",
 }
 
 # The rest of what the sweep refused for the same reasons, each of which the old tree accepted (MLA: then
