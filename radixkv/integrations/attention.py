@@ -1,4 +1,4 @@
-"""The "radixkv" attention function for transformers' `AttentionInterface` (see transformers.py for
+"""The "radixkv" attention function for transformers' `AttentionInterface` (see packed_forward.py for
 why this mechanism): stores each layer's new K/V through their slots and attends over
 `req_to_token` with `radixkv.kernels`. Registered on import.
 

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from radixkv import CacheConfig, ConfigError, RadixCache
 from radixkv.integrations.layer_groups import check_position_limit, layer_groups
-from radixkv.integrations.recurrent import state_groups
+from radixkv.integrations.recurrent_families import state_groups
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel

@@ -11,8 +11,8 @@ A step runs as several forwards (recurrent_batch.py): the decode tokens of every
 A chunk that continues a state runs in one forward: Falcon-H1's Mamba2 chunk scan and Qwen3-Next's
 chunked gated delta rule take `initial_state`; Jamba's Mamba scan starts from zero, so its forward runs
 with a scan that adds the carried state's share (recurrent_scan.py). A model whose mixer is in neither
-(`RESUMES_CHUNKS`) runs such a chunk token by token through the decode path, which is exact for any
-mixer that `model.generate` can decode with.
+(recurrent_families.RESUMES_CHUNKS) runs such a chunk token by token through the decode path, which is
+exact for any mixer that `model.generate` can decode with.
 
 Prefix reuse (state_store.py). A request resumes at the longest position where the tree holds the
 KV and a state snapshot (the node's component in the cache's "state" group, whose tensors the
@@ -41,12 +41,12 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from radixkv.config import GroupSpec
-from radixkv.errors import ConfigError, UnsupportedModelError
+from radixkv.errors import ConfigError
 from radixkv.integrations.attention import ForwardBatch
 from radixkv.integrations.layer_groups import check_served, layer_groups, layer_masks
 from radixkv.integrations.recurrent_batch import Span, Unit, one_token_spans, split_span, unit_inputs
-from radixkv.integrations.recurrent_scan import CONTINUED_SCANS, continued_scan
+from radixkv.integrations.recurrent_families import RESUMES_CHUNKS, check_family
+from radixkv.integrations.recurrent_scan import continued_scan
 from radixkv.integrations.recurrent_state import RecurrentState, StateCache
 from radixkv.integrations.state_store import StateStore, prefill_flops
 
@@ -57,20 +57,6 @@ if TYPE_CHECKING:
     from radixkv.scheduling.scheduler import Plan, Request
     from radixkv.results import LockHandle
 
-# "hybrid" layers (attention beside a recurrent mixer) are served for these families only: others that
-# declare them add what the attention function does not compute (Inkling: a relative-position bias and
-# other head shapes for sliding layers; Zamba: attention blocks shared across layers)
-HYBRID_FAMILIES = frozenset({"falcon_h1"})
-# Models with recurrent layers are served for these families only: each is checked token for token
-# against model.generate, with prefix reuse, in tests/test_recurrent_engine.py. Another family's mixer
-# may keep its state in a cache of its own (MiniMax) or the model may have no attention at all
-# (Mamba 2): refused by name rather than risk a wrong answer.
-RECURRENT_FAMILIES = frozenset({"jamba", "falcon_h1", "qwen3_next", "lfm2", "lfm3", "bamba", "granitemoehybrid"})
-# model_type -> its recurrent mixers continue a cached state over several tokens in one forward
-# (Jamba's through recurrent_scan.continued_scan)
-RESUMES_CHUNKS = (frozenset({"falcon_h1", "qwen3_next", "lfm2", "lfm3", "bamba", "granitemoehybrid"})
-                  | frozenset(CONTINUED_SCANS))
-DEFAULT_SNAPSHOTS = 4  # default state group: this many snapshot slots per request row
 # which snapshot a full state group gives up (state_store.POLICIES): Marconi's beat LRU's hit rate, or tied
 # it, on every bench/recurrent_reuse.py run (bench/RESULTS.md, issue 21 round 2)
 STATE_POLICY = "flops"
@@ -259,31 +245,6 @@ class RecurrentRunner:
             self._pending.append(_Pending(req.tokens[:end], work.state.clone(), None, end in work.spare))
         elif end >= work.chain_from and end % self.page == 0 and end > 0:
             self._pending.append(_Pending(req.tokens[:end], work.state.clone(), req))
-
-
-def check_family(config: Any, model_name: str) -> None:
-    """UnsupportedModelError unless a model with recurrent layers is of a family served exactly
-    (RECURRENT_FAMILIES; 'hybrid' layers: HYBRID_FAMILIES). A model without recurrent layers passes."""
-    config = config.get_text_config(decoder=True)
-    groups = [g for g in layer_groups(config) if g.kind == "recurrent"]
-    hybrid = [i for g in groups if g.mixer == "hybrid" for i in g.layers]
-    model_type = str(getattr(config, "model_type", ""))
-    if hybrid and model_type not in HYBRID_FAMILIES:
-        raise UnsupportedModelError(f"{model_name}: 'hybrid' layers {hybrid} (attention beside a recurrent mixer) are "
-                                    f"served exactly for {sorted(HYBRID_FAMILIES)} only; {model_type!r} is not one")
-    if groups and model_type not in RECURRENT_FAMILIES:
-        layers = sorted(i for g in groups for i in g.layers)
-        raise UnsupportedModelError(f"{model_name}: recurrent layers {layers} ({sorted({g.mixer for g in groups})}) are "
-                                    f"served exactly for {sorted(RECURRENT_FAMILIES)} only (each checked against "
-                                    f"model.generate); {model_type!r} is not one")
-
-
-def state_groups(config: Any, max_requests: int) -> tuple[GroupSpec, ...]:
-    """The secondary group a model's cache needs for its recurrent-state snapshots (DEFAULT_SNAPSHOTS
-    slots per request row), or () for a model without recurrent layers."""
-    if not any(g.kind == "recurrent" for g in layer_groups(config)):
-        return ()
-    return (GroupSpec("state", DEFAULT_SNAPSHOTS * max_requests),)
 
 
 def _state_group(cache: RadixCache, model_name: str) -> int:

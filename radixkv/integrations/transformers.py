@@ -13,31 +13,8 @@ engine.cache.sizes(); engine.last_stats.profile()
 `generate` takes transformers' options, defaults (the model's `generation_config`) and inputs:
 generation_options.py and prompts.py. Greedy output equals `model.generate` token for token.
 
-Mechanism, and why. In transformers 5.x every decoder layer of these models applies RoPE itself,
-then calls `ALL_ATTENTION_FUNCTIONS.get_interface(config._attn_implementation)(module, q, k, v, mask,
-scaling=..., **kwargs)`, and every extra keyword given to `model(...)` reaches that call. So we
-register one function, "radixkv", with `AttentionInterface` and pass the step's `BatchInputs`
-through a keyword: the function receives the post-RoPE K/V of exactly the tokens being computed,
-stores them through their slots (`store_kv`) and attends over `req_to_token`
-(`decode_attention` / `extend_attention`). Nothing of the modeling code is copied. The other
-candidate, a custom `Cache` subclass, must return dense `[batch, kv_heads, kv_len, head_dim]` K/V
-from `update()`, so every layer of every step would gather the whole prefix (an O(context) copy per
-token), and it comes with padded batches, a 4D mask and positions inferred from padding. Here:
-
-- one packed ragged batch: `input_ids` is `[1, sum(extend_lens)]` and `position_ids` come from each
-  request (`committed_len + i`), not from padding;
-- `use_cache=False, past_key_values=None` keeps transformers' own cache out;
-- "radixkv" has no entry in `ALL_MASK_ATTENTION_FUNCTIONS`, so `create_causal_mask` returns None
-  without building a mask (the kernels are causal by construction);
-- the scheduler packs decode tokens first, so a mixed step sends those to `decode_attention` (one
-  batched call) and only the prefill chunks to `extend_attention`;
-- when decoding requests share cached prefixes, `cache.batch(..., cascade=True)` plans from the radix
-  tree which of them read which shared KV, and `cascade_decode` reads each shared run once per group
-  instead of once per request (`Engine(cascade=False)` turns it off; on CUDA a step uses it only
-  when the KV reads it saves outweigh its extra launches, `radixkv.cascade.min_saved_positions`);
-- `logits_to_keep` as an index tensor runs `lm_head` only on the positions that sample;
-- `set_attn_implementation("radixkv")` holds only during `generate()`; the previous implementation
-  is restored afterwards, so the same model object still runs `model.generate` unchanged.
+Mechanism, and why: packed_forward.py (one packed forward per step, through transformers'
+`AttentionInterface`; KV stored and read through slots).
 
 Layer kinds (layer_groups.py): a model whose layers the Engine would not serve exactly (sparse
 attention, short convolutions, ...) is refused at construction with UnsupportedModelError. Recurrent
@@ -49,11 +26,10 @@ function is in `attention.py`, the scheduler (continuous batching, chunked prefi
 
 from __future__ import annotations
 
-import contextlib
 import difflib
 import itertools
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -62,12 +38,14 @@ import torch
 from radixkv import CacheConfig, RadixCache
 from radixkv.errors import InvalidArgumentError
 from radixkv.integrations import generation_options
-from radixkv.integrations.attention import ATTN_IMPLEMENTATION, ForwardBatch
+from radixkv.integrations.attention import ForwardBatch
 from radixkv.integrations.model_cache import CACHE_FIELDS, cache_config_for, check_layout, model_layout
 from radixkv.integrations.model_checks import check_model, probe_attention
+from radixkv.integrations.packed_forward import attention_backend, packed_forward
 from radixkv.integrations.layer_groups import check_served, layer_groups, layer_masks, window_specs
 from radixkv.integrations.prompts import prompt_ids, to_batch
-from radixkv.integrations.recurrent import RecurrentRunner, check_family
+from radixkv.integrations.recurrent import RecurrentRunner
+from radixkv.integrations.recurrent_families import check_family
 from radixkv.integrations.sampling import SamplingParams, make_generator, sample
 from radixkv.scheduling.scheduler import Plan, Request, Scheduler
 from radixkv.integrations.stats import GenerateStats
@@ -192,7 +170,7 @@ class Engine:
                 sched.add(req)
         stats = GenerateStats(prompt_tokens=sum(r.prompt_len for r in requests))
         start = time.perf_counter()
-        with self._attention_backend():
+        with attention_backend(self.model):
             try:
                 while not sched.idle:
                     self._step(sched, params, opts.eos, stats, start)
@@ -226,7 +204,7 @@ class Engine:
             n = len(tokens) - reused
             self.cache.reserve(req.seq, n)
             plan = Plan([req], [n])
-            with self._attention_backend():
+            with attention_backend(self.model):
                 logits, _ = self._forward(plan, self.cache.batch([req.seq]), list(range(n)))
             self.cache.commit(req.seq, req.tokens[reused:])
         finally:
@@ -279,42 +257,12 @@ class Engine:
         return prompt_positions
 
     def _forward(self, plan: Plan, inputs: BatchInputs, keep: list[int]) -> tuple[torch.Tensor, ForwardBatch]:
-        """One model forward over the planned positions (packed, in plan order).
-
-        Args:
-            plan: requests and their chunk lengths; their slots are reserved, not yet committed.
-            inputs: `cache.batch()` of the plan's Sequences.
-            keep: indices into the packed positions whose logits to return.
-        Returns:
-            (`[len(keep), vocab]` logits, the ForwardBatch with the attention timings).
-        """
+        """One model forward over the planned positions: packed_forward (its docstring has the arguments),
+        or per request through the recurrent runner for a model with recurrent layers."""
         if self.recurrent is not None:
             return self.recurrent.forward(plan, inputs, keep)
-        device = self.model.device
-        ids = list(itertools.chain.from_iterable(
-            r.tokens[r.seq.committed_len:r.seq.committed_len + n] for r, n in zip(plan.requests, plan.chunks)))
-        extend_lens = inputs.extend_lens.to(device=device, dtype=torch.int64)
-        starts = torch.cumsum(extend_lens, 0) - extend_lens
-        offsets = inputs.prefix_lens.to(device=device, dtype=torch.int64) - starts
-        position_ids = torch.arange(len(ids), device=device) + torch.repeat_interleave(offsets, extend_lens,
-                                                                                      output_size=len(ids))
-        num_decode = next((i for i, n in enumerate(plan.chunks) if n != 1), len(plan.chunks))
-        batch = ForwardBatch(self.cache, inputs, num_decode, layer_masks=self._layer_masks)
-        out = self.model(input_ids=torch.tensor([ids], device=device), position_ids=position_ids[None],
-                         use_cache=False, logits_to_keep=torch.tensor(keep, dtype=torch.int64, device=device),
-                         radixkv_batch=batch)
-        return out.logits[0], batch
+        return packed_forward(self.model, self.cache, plan, inputs, keep, self._layer_masks)
 
     def _validate(self, sched: Scheduler, tokens: list[int], max_new_tokens: int) -> None:
         """Reject up front what could fail mid-generation: too long for the pool or the context."""
         sched.validate(len(tokens), max_new_tokens)
-
-    @contextlib.contextmanager
-    def _attention_backend(self) -> Iterator[None]:
-        previous = self.model.config._attn_implementation
-        self.model.set_attn_implementation(ATTN_IMPLEMENTATION)
-        try:
-            yield
-        finally:
-            self.model.set_attn_implementation(previous)
-
