@@ -43,24 +43,15 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from radixkv.cluster.index import IndexUnavailableError, KVIndex, check_instance_id
+from radixkv.cluster.index import IndexUnavailableError, KVIndex
 from radixkv.cluster.subscriber_stats import SubscriberStats, stats_prometheus
 from radixkv.cluster.zmq_replay import END_SEQ
+from radixkv.cluster.zmq_streams import FUTURE, Stream, classify, instance_of
 from radixkv.errors import ConfigError, InvalidArgumentError
 from radixkv.events import AllBlocksCleared, EventFormatError
 
 log = logging.getLogger(__name__)
-_FUTURE = (1 << 63) - 1  # a replay from here is always answered with a snapshot; no batch is numbered this high
 _SLACK_S = 0.03  # poll() reads what is ready for at most this long past its timeout
-
-
-@dataclass
-class _Stream:
-    instance: str
-    expected: int | None = None  # next sequence number wanted; None: not synced
-    publisher_id: int | None = None
-    retired: set[int] = field(default_factory=set)  # ids of publishers that restarted since
-    next_check: float = 0.0
 
 
 @dataclass
@@ -68,7 +59,7 @@ class _Source:
     sub: Any
     dealer: Any
     instance: str | None
-    streams: dict[bytes, _Stream] = field(default_factory=dict)
+    streams: dict[bytes, Stream] = field(default_factory=dict)
     replay_deadline: float | None = None  # a replay request is in flight until this time
 
 
@@ -216,11 +207,11 @@ class ZmqSubscriber:
             if stream is not None:
                 self._accept(source, stream, int.from_bytes(frames[2], "big"), frames[3])
 
-    def _stream(self, source: _Source, topic: bytes) -> _Stream | None:
+    def _stream(self, source: _Source, topic: bytes) -> Stream | None:
         """The stream of `topic` on this connection; None (counted) for a topic it may not speak for."""
         stream = source.streams.get(topic)
         if stream is None:
-            name = source.instance or _instance_of(topic)
+            name = source.instance or instance_of(topic)
             if name is None:
                 self.stats.malformed += 1
                 return None
@@ -228,12 +219,12 @@ class ZmqSubscriber:
                 self.stats.foreign += 1
                 return None
             self._speaker[name] = source
-            stream = source.streams[topic] = _Stream(name)
+            stream = source.streams[topic] = Stream(name)
         return stream
 
-    def _accept(self, source: _Source, stream: _Stream, seq: int, payload: bytes) -> str:
+    def _accept(self, source: _Source, stream: Stream, seq: int, payload: bytes) -> str:
         """Apply one batch if it is the next one (see the table in the module docstring)."""
-        if seq >= _FUTURE:
+        if seq >= FUTURE:
             self.stats.malformed += 1
             return "malformed"
         try:
@@ -242,27 +233,12 @@ class ZmqSubscriber:
             self.stats.malformed += 1
             log.warning("instance %s: malformed KV event batch %d dropped, asking for a snapshot: %s",
                         stream.instance, seq, e)
-            self._replay(source, _FUTURE)
+            self._replay(source, FUTURE)
             return "malformed"
-        if batch.publisher_id in stream.retired:  # still in flight from before a restart
-            self.stats.duplicates += 1
-            return "duplicate"
-        if batch.publisher_id is not None and batch.publisher_id != stream.publisher_id:
-            if stream.publisher_id is not None:
-                self.stats.restarts += 1
-                stream.retired.add(stream.publisher_id)
-                stream.expected = None
-            stream.publisher_id = batch.publisher_id
         snapshot = bool(batch.events) and isinstance(batch.events[0], AllBlocksCleared)
-        if stream.expected is None and not snapshot:
-            return "unsynced"
-        if stream.expected is not None and seq < stream.expected:
-            self.stats.duplicates += 1
-            return "duplicate"
-        if stream.expected is not None and seq > stream.expected and not snapshot:
-            self.stats.gaps += 1
-            self.stats.missed += seq - stream.expected
-            return "gap"
+        outcome = classify(stream, seq, batch.publisher_id, snapshot, self.stats)
+        if outcome is not None:
+            return outcome
         try:
             self.index.ingest(stream.instance, batch.events)
         except IndexUnavailableError as e:
@@ -295,16 +271,3 @@ class ZmqSubscriber:
             return
         source.replay_deadline = time.monotonic() + self.replay_timeout_s
 
-
-def _instance_of(topic: bytes) -> str | None:
-    """The instance of an llm-d topic `kv@<instance>@<model>`, else the topic itself if it is a valid id."""
-    try:
-        text = topic.decode()
-    except UnicodeDecodeError:
-        return None
-    parts = text.split("@")
-    name = parts[1] if len(parts) == 3 and parts[0] == "kv" else text
-    try:
-        return check_instance_id(name)
-    except InvalidArgumentError:
-        return None
