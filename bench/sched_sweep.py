@@ -20,7 +20,11 @@ a variant of auto reruns only auto; `--set NAME=VALUE` overrides a constant of p
 The last line measures chance: lpm's order reads the cache, so a 0.01% shift of the arrivals moves lpm's and
 auto's mean by up to ~8% and p99 by up to ~19% in a cell, and main's auto scored 12, 15 and 14 of the tune half's
 32 cells at three such loads (bench/RESULTS.md, issue 20, eighth round; bench/sched_compare.py compares two runs):
-compare variants over such replicates, not by one run per cell.
+compare variants over such replicates, not by one run per cell: `--replicates K` runs every cell at K such loads
+(load x (1 + j x 1e-4), j < K) and judges each goal on each policy's median over them (hit rate, mean and p99
+TTFT), printing beside each missed goal in how many of the K runs it held.
+
+    python bench/sched_sweep.py --half tune --replicates 3 --json bench/out/sweep_tune_r3.json
 (from a git worktree, prefix `PYTHONPATH=.` so that its radixkv/ is the one imported.)
 """
 
@@ -29,6 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -93,12 +98,24 @@ def goals(f: dict, lpm: dict, a: dict, load: float) -> dict[str, bool | None]:
             "p99": a["ttft_p99_s"] <= min(f["ttft_p99_s"], lpm["ttft_p99_s"])}
 
 
+def median_run(runs: list[dict]) -> dict:
+    """One policy's replicates of a cell as one summary: the median of each goal's metric."""
+    return {k: statistics.median(r[k] for r in runs) for k in ("hit_rate", "ttft_mean_s", "ttft_p99_s")}
+
+
+def replicate_loads(load: float, k: int) -> list[float]:
+    """The loads of a cell's k replicates: `load` and k - 1 others, each 0.01% further (arrivals moved so little
+    that only chance changes; bench/RESULTS.md, issue 20, eighth round)."""
+    return [load * (1 + j * 1e-4) for j in range(k)]
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--half", choices=["tune", "held", "all"], default="tune")
     p.add_argument("--requests", type=int, default=2000, help="first N requests of each trace")
     p.add_argument("--loads", default="0.8,1.2")
+    p.add_argument("--replicates", type=int, default=1, help="runs per cell at loads 0.01%% apart; goals on medians")
     p.add_argument("--capacities", default="1,1/4", help=f"of {','.join(CAPACITIES)}")
     p.add_argument("--only", default="", help="comma-separated trace names (default: the whole half)")
     p.add_argument("--jobs", type=int, default=2)
@@ -122,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     for name, spec in specs.items():
         path = trace_path(a.traces_dir, name, spec, a.requests)
         for cap in caps:
-            for load in loads:
+            for load in (r for x in loads for r in replicate_loads(x, a.replicates)):
                 for sched in ("fcfs", "lpm", "auto"):
                     key = f"{name}|{cap}|{load:g}|{a.requests}|{sched}"
                     if sched != "auto" and key in cache:
@@ -150,11 +167,14 @@ def main(argv: list[str] | None = None) -> int:
     for name in specs:
         for cap in caps:
             for load in loads:
-                f, lpm, au = (results[f"{name}|{cap}|{load:g}|{a.requests}|{s}"] for s in ("fcfs", "lpm", "auto"))
+                reps = [[results[f"{name}|{cap}|{r:g}|{a.requests}|{s}"] for s in ("fcfs", "lpm", "auto")]
+                        for r in replicate_loads(load, a.replicates)]
+                f, lpm, au = reps[0] if len(reps) == 1 else [median_run([rep[i] for rep in reps]) for i in range(3)]
                 g = goals(f, lpm, au, load)
-                miss = [k for k, v in g.items() if v is False]
-                for k in miss:
-                    missed[k] += 1
+                held = {k: sum(goals(*rep, load)[k] is not False for rep in reps) for k in g}
+                miss = [k + (f" ({held[k]}/{len(reps)})" if len(reps) > 1 else "") for k, v in g.items() if v is False]
+                for k, v in g.items():
+                    missed[k] += v is False
                 r_l, r_f = au["ttft_mean_s"] / lpm["ttft_mean_s"], au["ttft_mean_s"] / f["ttft_mean_s"]
                 r_p = au["ttft_p99_s"] / min(f["ttft_p99_s"], lpm["ttft_p99_s"])
                 worst["mean/lpm"], worst["p99/min"] = max(worst["mean/lpm"], r_l), max(worst["p99/min"], r_p)
@@ -163,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
                       f"{au['hit_rate']:.3f} / {au['ttft_mean_s']:.2f} / {au['ttft_p99_s']:.1f} | {r_l:.3f} | "
                       f"{r_f:.3f} | {r_p:.3f} | {', '.join(miss) or '-'} |")
                 cells.append({"trace": name, "capacity": cap, "load": load, "fcfs": f, "lpm": lpm, "auto": au,
-                              "goals": g})
+                              "goals": g, "replicates_held": held})
     n_all = sum(all(v is not False for v in c["goals"].values()) for c in cells)
     print(f"\n{n_all} of {len(cells)} cells meet every goal; cells missing each goal: "
           + ", ".join(f"{k} {v}" for k, v in missed.items())
@@ -171,7 +191,8 @@ def main(argv: list[str] | None = None) -> int:
           f"worst auto p99 / min(fcfs, lpm) {worst['p99/min']:.3f}")
     if a.json:
         with open(a.json, "w") as fh:
-            json.dump({"overrides": overrides, "requests": a.requests, "cells": cells}, fh, indent=1)
+            json.dump({"overrides": overrides, "requests": a.requests, "replicates": a.replicates, "cells": cells},
+                      fh, indent=1)
     return 0
 
 
