@@ -6,6 +6,7 @@ clear message, in seconds, its process gone."""
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 import textwrap
 import time
@@ -20,7 +21,8 @@ from radixkv.bench.workloads import make_workload, write_jsonl
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HARNESS = os.path.join(ROOT, "radixkv", "bench", "sglang_harness.py")
-READY = '{"sglang_version": "0.0-fake", "torch_version": "0", "requests": 3, "replays": [["radix", 64], ["unified-rust", 64]]}'
+READY = ('{"sglang_version": "0.0-fake", "torch_version": "0", "requests": 3, '
+         '"replays": [["radix", 64], ["unified-rust", 64]]}')
 
 
 @pytest.fixture(scope="module")
@@ -138,3 +140,29 @@ def test_a_fake_harness_dying_mid_comparison_fails_speed_compare(tmp_path, trace
     peer = _fake(tmp_path, "sys.exit('died in the middle')")
     with pytest.raises(PeerError, match="died in the middle"):
         speed.compare(peer, reqs, path, [64], 1, ("lru",), 2, timeout=5)
+
+
+def test_the_in_process_path_steps_the_same_harness(tmp_path, trace) -> None:
+    """Where `import sglang` works in radixkv's own interpreter the session runs the harness in-process:
+    simulated by putting .venv-sglang's packages behind this interpreter's (same Python and torch)."""
+    _real_peer()
+    py = f"python{sys.version_info[0]}.{sys.version_info[1]}"
+    site = os.path.join(ROOT, ".venv-sglang", "lib", py, "site-packages")
+    if not os.path.isdir(site):
+        pytest.skip(f".venv-sglang is not a {py} venv")
+    script = tmp_path / "in_process.py"
+    script.write_text(textwrap.dedent(f"""\
+        from radixkv.bench import speed
+        from radixkv.bench.peer_session import open_session
+        from radixkv.bench.sglang_peer import Peer
+        from radixkv.bench.workloads import make_workload
+        peer = Peer({HARNESS!r}, "no-interpreter-needed")
+        assert Peer.in_process() and peer.problem() is None
+        with open_session(peer, {trace[1]!r}, [2048], 1, "lru", speed.PEER_BACKENDS) as s:
+            assert s.where == "in-process" and len(s.step(10, [0, 1])) == 2
+        _, rounds = speed.lockstep(peer, make_workload("chat", scale=0.05), {trace[1]!r}, [2048], 1, ("lru",), 1)
+        print("in-process ok", sorted(rounds[0][0]))
+        """))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, site]))
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=300)
+    assert "in-process ok" in out.stdout, out.stderr[-3000:]

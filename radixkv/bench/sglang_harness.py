@@ -206,15 +206,6 @@ class Replay:
                 "leak_free": alloc.available_size() == capacity and cache.evictable_size() == 0}
 
 
-def replay(ns: types.SimpleNamespace, seqs: list, prompt_lens: list[int], backend: str, capacity: int,
-           page_size: int, policy: str) -> dict:
-    run = Replay(ns, backend, capacity, page_size, policy)
-    keys = [ns.rc.RadixKey(s[:n]) for s, n in zip(seqs, prompt_lens)]  # built outside the timed calls
-    for seq, key in zip(seqs, keys):
-        run.serve(seq, key)
-    return run.report(len(seqs))
-
-
 class Stepper:
     """Every backend at every capacity (backend-major), each replay served chunk by chunk on command:
     the SGLang side of radixkv's lockstep comparison (radixkv.bench.speed). new() before step()."""
@@ -234,7 +225,8 @@ class Stepper:
         self.pos = [0] * len(self.runs)
         gc.collect()  # the import's and the trace's garbage is not the first replay's to pay
         return {"sglang_version": self.ns.version, "torch_version": self.ns.torch.__version__,
-                "requests": len(self.seqs), "replays": [[r.backend, r.alloc.num_pages * r.page_size] for r in self.runs]}
+                "requests": len(self.seqs),
+                "replays": [[r.backend, r.alloc.num_pages * r.page_size] for r in self.runs]}
 
     def step(self, count: int, which: list[int]) -> list[int]:
         """Serve the next `count` requests in each replay of `which`; nanoseconds inside the cache's calls."""
@@ -306,7 +298,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--capacity", default="4096", help="comma-separated KV capacities, tokens")
     p.add_argument("--page-size", type=int, default=1)
     p.add_argument("--eviction-policy", default="lru", help="an SGLang eviction policy: lru, lfu, fifo, ...")
-    p.add_argument("--clock", choices=tuple(CLOCKS), default="wall", help="what --serve times: wall or this thread's cpu")
+    p.add_argument("--clock", choices=tuple(CLOCKS), default="wall",
+                   help="what times the calls: wall, or cpu (this thread's CPU time)")
     p.add_argument("--serve", action="store_true",
                    help="keep the replays alive and step them on command, lines on stdin (see serve())")
     a = p.parse_args(argv)
@@ -318,19 +311,19 @@ def main(argv: list[str] | None = None) -> None:
         print(f"sglang {ns.version}, torch {ns.torch.__version__}: radix caches import")
         return
     seqs, prompt_lens = load_trace(a.trace)
+    stepper = Stepper(ns, seqs, prompt_lens, [b.strip() for b in a.backend.split(",")],
+                      [int(c) for c in a.capacity.split(",")], a.page_size, a.eviction_policy, a.clock)
     if a.serve:
-        stepper = Stepper(ns, seqs, prompt_lens, [b.strip() for b in a.backend.split(",")],
-                          [int(c) for c in a.capacity.split(",")], a.page_size, a.eviction_policy, a.clock)
         serve(stepper, sys.stdin, out)
         return
-    gc.collect()  # the import's and the trace's garbage is not the first replay's to pay
-    results = [replay(ns, seqs, prompt_lens, backend.strip(), int(cap), a.page_size, a.eviction_policy)
-               for backend in a.backend.split(",") for cap in a.capacity.split(",")]
-    for r in results:
+    stepper.new()
+    for i in range(len(stepper.runs)):  # one replay after the other, each over the whole trace
+        stepper.step(len(seqs), [i])
+    rep = stepper.report()
+    for r in rep["results"]:
         if not r["leak_free"]:
             sys.exit(f"{r['backend']} at capacity {r['capacity_tokens']}: slots leaked (the harness is wrong)")
-    print(json.dumps({"sglang_version": ns.version, "torch_version": ns.torch.__version__, "results": results}))
-
+    print(json.dumps(rep))
 
 if __name__ == "__main__":
     main()
