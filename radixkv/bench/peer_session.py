@@ -95,7 +95,8 @@ def open_session(peer: Peer, trace: str, capacities: list[int], page_size: int =
 
         return Session(ask, lambda: None, "in-process")
     argv = [peer.python, peer.harness, trace, "--serve", "--backend", ",".join(backends), "--capacity",
-            ",".join(map(str, capacities)), "--page-size", str(page_size), "--eviction-policy", policy, "--clock", clock]
+            ",".join(map(str, capacities)), "--page-size", str(page_size), "--eviction-policy", policy,
+            "--clock", clock]
     pipe = _Pipe(argv, timeout)
     try:
         return Session(pipe.ask, pipe.close, peer.python)

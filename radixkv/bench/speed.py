@@ -111,8 +111,8 @@ def speed_table(cells: list, policies: tuple[str, ...]):  # noqa: ANN201 - a ric
     (median of the rounds' own ratios, lowest-highest), per cell."""
     from rich.table import Table
 
-    t = Table(title="bookkeeping speed: requests/s inside the cache's calls, best round; ratios: median of the "
-                    "rounds' own [low-high]")
+    t = Table(title="bookkeeping speed: requests per CPU second inside the cache's calls, best round; ratios: "
+                    "median of the rounds' own [low-high]")
     cols = [f"radixkv {p}" for p in policies] + [PEER_NAMES[b] for b in PEER_BACKENDS]
     pairs = [(p, b) for p in policies for b in PEER_BACKENDS]
     for col in ("workload", "cap", *cols, *(f"{p} x {PEER_NAMES[b]}" for p, b in pairs)):
