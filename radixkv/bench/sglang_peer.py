@@ -6,7 +6,8 @@ prints a JSON report. It ships with radixkv; `radixkv bench --sglang-harness PAT
 environment variable RADIXKV_SGLANG_HARNESS may name another. It runs in this process when
 `import sglang` works here, else in a subprocess of a separate venv's interpreter
 (`--sglang-python`, RADIXKV_SGLANG_PYTHON, default `.venv-sglang/bin/python`, which `make sglang`
-builds: SGLang from PyPI with --no-deps). Nothing from SGLang is copied into radixkv.
+builds: SGLang from PyPI with --no-deps). Nothing from SGLang is copied into radixkv. The speed
+comparison keeps the harness alive instead (radixkv.bench.peer_session).
 """
 
 from __future__ import annotations
