@@ -14,7 +14,7 @@ from scripts import ROOT, load_script
 from radixkv.bench.opt import opt_hit_rate
 from radixkv.bench.workloads import make_workload
 
-SCRIPTS = ["calls_per_request", "compile_gain", "e2e", "fleet", "host_tier", "opt",
+SCRIPTS = ["calls_per_request", "compile_gain", "e2e", "fleet", "host_tier", "opt", "peer_spread",
            "policy_cost", "policy_grid", "policy_long", "policy_margins", "policy_memory", "policy_switches",
            "recurrent_reuse", "sched_overhead", "sched_sweep", "sched_traces", "workloads"]
 

@@ -73,6 +73,82 @@ def sim_config(capacity: int, page_size: int, policy: str, max_len: int, events:
                        eviction=policy, kv_events=events, event_block_size=16, event_hash=event_hash)
 
 
+class Replay:
+    """A replay that can be stepped: `step(k)` serves the next k requests of `reqs` through one fresh
+    RadixCache; `finish()` gives the RunResult. `replay` runs it in one step; radixkv.bench.speed steps
+    it chunk by chunk beside SGLang's harness. The arguments are `replay`'s."""
+
+    def __init__(self, reqs: Sequence[Request], capacity: int, policy: str, page_size: int = 1,
+                 on_request: Callable[[], None] | None = None, check: bool = False, events: bool = False,
+                 event_hash: str = "xxh3", clock: Callable[[], int] = time.perf_counter_ns,
+                 drain: Callable[[list], object] | None = None) -> None:
+        self.reqs, self.page_size, self.on_request, self.check = reqs, page_size, on_request, check
+        self.events, self.clock, self.drain = events, clock, drain
+        self.cfg = sim_config(capacity, page_size, policy, max(len(r.tokens) for r in reqs), events, event_hash)
+        self.cache = RadixCache(self.cfg)
+        self.res = RunResult(policy, self.cfg.num_slots, page_size)
+        self.lat: dict[str, list[int]] = {op: [] for op in OPS}
+        self.spent_ns = 0  # inside the cache calls (and the drain), every step so far
+        self.pos = 0  # requests served
+
+    @property
+    def done(self) -> bool:
+        return self.pos >= len(self.reqs)
+
+    def step(self, count: int) -> int:
+        """Serve the next `count` requests (fewer at the end); nanoseconds inside their cache calls."""
+        cache, res, lat, clock, page_size = self.cache, self.res, self.lat, self.clock, self.page_size
+        spent = 0
+        for req in self.reqs[self.pos:self.pos + count]:
+            self.pos += 1
+            n = len(req.tokens)
+            res.requests += 1
+            res.prompt_tokens += req.prompt_len
+            if -(-n // page_size) > self.cfg.num_pages:
+                res.oom += 1
+                continue
+            t0 = clock()
+            r = cache.match_prefix(req.tokens[:req.prompt_len])
+            t1 = clock()
+            cache.lock(r.node)
+            t2 = clock()
+            new = cache.alloc(n - r.length)
+            t3 = clock()
+            slots = torch.cat([r.slots, new])  # the caller's work: outside the clock, as in SGLang's harness
+            t3b = clock()
+            cache.insert(req.tokens, slots)
+            t4 = clock()
+            cache.unlock(r.node)
+            t5 = clock()
+            for op, a, b in zip(OPS, (t0, t1, t2, t3b, t4), (t1, t2, t3, t4, t5)):
+                lat[op].append(b - a)
+            spent += t5 - t3b + t3 - t0
+            if self.events:
+                t6 = clock()
+                got = cache.take_events()
+                if self.drain is not None:
+                    self.drain(got)
+                spent += clock() - t6
+            res.hit_tokens += r.length
+            res.computed_tokens += n - r.length
+            if self.check:
+                cache.check_invariants()
+            if self.on_request is not None:
+                self.on_request()
+        self.spent_ns += spent
+        return spent
+
+    def finish(self) -> RunResult:
+        """The run's result (the requests served so far), after a leak check."""
+        res, cache = self.res, self.cache
+        res.latency_ns = {op: np.asarray(v, dtype=np.int64) for op, v in self.lat.items()}
+        res.wall_s = self.spent_ns / 1e9
+        res.metrics = cache.metrics()
+        if cache.sizes().private:
+            raise AssertionError(f"replay leaked private slots: {cache.sizes()}")
+        return res
+
+
 def replay(reqs: Sequence[Request], capacity: int, policy: str, page_size: int = 1,
            on_request: Callable[[], None] | None = None, check: bool = False, events: bool = False,
            event_hash: str = "xxh3", clock: Callable[[], int] = time.perf_counter_ns,
@@ -86,48 +162,6 @@ def replay(reqs: Sequence[Request], capacity: int, policy: str, page_size: int =
     `drain(events)`, inside the clock too, gets each request's events (a publisher's encoding, say).
     `clock`: nanoseconds (time.thread_time_ns counts this thread's CPU time only: a shared machine).
     """
-    cfg = sim_config(capacity, page_size, policy, max(len(r.tokens) for r in reqs), events, event_hash)
-    drain_ns = 0
-    cache = RadixCache(cfg)
-    res = RunResult(policy, cfg.num_slots, page_size)
-    lat = {op: [] for op in OPS}
-    for req in reqs:
-        n = len(req.tokens)
-        res.requests += 1
-        res.prompt_tokens += req.prompt_len
-        if -(-n // page_size) > cfg.num_pages:
-            res.oom += 1
-            continue
-        t0 = clock()
-        r = cache.match_prefix(req.tokens[:req.prompt_len])
-        t1 = clock()
-        cache.lock(r.node)
-        t2 = clock()
-        new = cache.alloc(n - r.length)
-        t3 = clock()
-        slots = torch.cat([r.slots, new])  # the caller's work: outside the clock, as in SGLang's harness
-        t3b = clock()
-        cache.insert(req.tokens, slots)
-        t4 = clock()
-        cache.unlock(r.node)
-        t5 = clock()
-        for op, a, b in zip(OPS, (t0, t1, t2, t3b, t4), (t1, t2, t3, t4, t5)):
-            lat[op].append(b - a)
-        if events:
-            t6 = clock()
-            got = cache.take_events()
-            if drain is not None:
-                drain(got)
-            drain_ns += clock() - t6
-        res.hit_tokens += r.length
-        res.computed_tokens += n - r.length
-        if check:
-            cache.check_invariants()
-        if on_request is not None:
-            on_request()
-    res.latency_ns = {op: np.asarray(v, dtype=np.int64) for op, v in lat.items()}
-    res.wall_s = (sum(float(v.sum()) for v in res.latency_ns.values()) + drain_ns) / 1e9
-    res.metrics = cache.metrics()
-    if cache.sizes().private:
-        raise AssertionError(f"replay leaked private slots: {cache.sizes()}")
-    return res
+    run = Replay(reqs, capacity, policy, page_size, on_request, check, events, event_hash, clock, drain)
+    run.step(len(reqs))
+    return run.finish()

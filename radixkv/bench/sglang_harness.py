@@ -25,6 +25,7 @@ call, and a leak check (evict everything: every slot must be back).
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib.abc
 import importlib.machinery
 import importlib.util
@@ -37,6 +38,7 @@ import warnings
 from array import array
 
 OPS = ("match_prefix", "lock", "alloc", "evict", "insert", "free", "unlock")
+CLOCKS = {"wall": time.perf_counter_ns, "cpu": time.thread_time_ns}  # --clock: cpu is this thread's CPU time
 
 
 class _Anything:
@@ -152,17 +154,18 @@ def make_cache(ns: types.SimpleNamespace, backend: str, alloc: FreeStack, page_s
 class Replay:
     """One backend at one capacity: serve every request in order, timing each call into the cache."""
 
-    def __init__(self, ns: types.SimpleNamespace, backend: str, capacity: int, page_size: int, policy: str) -> None:
-        self.ns, self.backend, self.page_size = ns, backend, page_size
+    def __init__(self, ns: types.SimpleNamespace, backend: str, capacity: int, page_size: int, policy: str,
+                 clock=time.perf_counter_ns) -> None:  # noqa: ANN001 - a CLOCKS value
+        self.ns, self.backend, self.page_size, self.clock = ns, backend, page_size, clock
         self.alloc = FreeStack(ns.torch, capacity, page_size)
         self.cache = make_cache(ns, backend, self.alloc, page_size, policy)
         self.spent = dict.fromkeys(OPS, 0)  # nanoseconds inside each kind of call
         self.hit = self.asked = self.oom = 0
 
     def timed(self, op: str, fn, *args):  # noqa: ANN001, ANN201
-        t0 = time.perf_counter_ns()
+        t0 = self.clock()
         out = fn(*args)
-        self.spent[op] += time.perf_counter_ns() - t0
+        self.spent[op] += self.clock() - t0
         return out
 
     def serve(self, seq: array, key) -> None:  # noqa: ANN001 - key: SGLang's RadixKey of the prompt
@@ -203,13 +206,77 @@ class Replay:
                 "leak_free": alloc.available_size() == capacity and cache.evictable_size() == 0}
 
 
-def replay(ns: types.SimpleNamespace, seqs: list, prompt_lens: list[int], backend: str, capacity: int,
-           page_size: int, policy: str) -> dict:
-    run = Replay(ns, backend, capacity, page_size, policy)
-    keys = [ns.rc.RadixKey(s[:n]) for s, n in zip(seqs, prompt_lens)]  # built outside the timed calls
-    for seq, key in zip(seqs, keys):
-        run.serve(seq, key)
-    return run.report(len(seqs))
+class Stepper:
+    """Every backend at every capacity (backend-major), each replay served chunk by chunk on command:
+    the SGLang side of radixkv's lockstep comparison (radixkv.bench.speed). new() before step()."""
+
+    def __init__(self, ns: types.SimpleNamespace, seqs: list, prompt_lens: list[int], backends: list[str],
+                 capacities: list[int], page_size: int, policy: str, clock: str = "wall") -> None:
+        self.ns, self.seqs, self.clock = ns, seqs, CLOCKS[clock]
+        self.keys = [ns.rc.RadixKey(s[:n]) for s, n in zip(seqs, prompt_lens)]
+        self.setup = (backends, capacities, page_size, policy)
+        self.runs: list[Replay] = []
+        self.pos: list[int] = []
+
+    def new(self) -> dict:
+        """Fresh replays, collected garbage; what they are."""
+        backends, capacities, page_size, policy = self.setup
+        self.runs = [Replay(self.ns, b, c, page_size, policy, self.clock) for b in backends for c in capacities]
+        self.pos = [0] * len(self.runs)
+        gc.collect()  # the import's and the trace's garbage is not the first replay's to pay
+        return {"sglang_version": self.ns.version, "torch_version": self.ns.torch.__version__,
+                "requests": len(self.seqs),
+                "replays": [[r.backend, r.alloc.num_pages * r.page_size] for r in self.runs]}
+
+    def step(self, count: int, which: list[int]) -> list[int]:
+        """Serve the next `count` requests in each replay of `which`; nanoseconds inside the cache's calls."""
+        out = []
+        for i in which:
+            run, start = self.runs[i], self.pos[i]
+            before = sum(run.spent.values())
+            for seq, key in zip(self.seqs[start:start + count], self.keys[start:start + count]):
+                run.serve(seq, key)
+            self.pos[i] = min(len(self.seqs), start + count)
+            out.append(sum(run.spent.values()) - before)
+        return out
+
+    def report(self) -> dict:
+        """The replays' reports (main's "results"), each after its leak check, as far as each has run."""
+        return {"sglang_version": self.ns.version, "torch_version": self.ns.torch.__version__,
+                "results": [run.report(pos) for run, pos in zip(self.runs, self.pos)]}
+
+
+def command(stepper: Stepper, line: str) -> dict:
+    """Answer one command of the --serve protocol (serve() says which); ValueError on a bad one."""
+    cmd = line.split()
+    if cmd == ["new"]:
+        return stepper.new()
+    if cmd == ["report"]:
+        return stepper.report()
+    if cmd[:1] == ["step"] and len(cmd) > 1 and all(w.isdigit() for w in cmd[1:]):
+        which = [int(w) for w in cmd[2:]] or list(range(len(stepper.runs)))
+        if max(which) >= len(stepper.runs):
+            raise ValueError(f"no replay {max(which)} (there are {len(stepper.runs)})")
+        return {"ns": stepper.step(int(cmd[1]), which)}
+    raise ValueError(f"bad command {line.strip()[:80]!r}")
+
+
+def serve(stepper: Stepper, lines, out) -> None:  # noqa: ANN001 - text streams
+    """--serve: one command a line on `lines`, one JSON line on `out` answers each:
+        new                    fresh replays: {"sglang_version", "torch_version", "requests", "replays"}
+        step COUNT [I J ...]   the next COUNT requests in replays I, J, ... (all by default): {"ns": [...]}
+        report                 {"sglang_version", "torch_version", "results"} as without --serve (it
+                               empties the caches: `new` before the next step)
+    The answer to `new` comes first, unasked. The end of `lines` ends it; a bad command exits 1."""
+    out.write(json.dumps(stepper.new()) + "\n")
+    out.flush()
+    for line in lines:
+        try:
+            reply = command(stepper, line)
+        except ValueError as e:
+            sys.exit(f"harness: {e}")
+        out.write(json.dumps(reply) + "\n")
+        out.flush()
 
 
 def load_trace(path: str) -> tuple[list, list[int]]:
@@ -231,19 +298,32 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--capacity", default="4096", help="comma-separated KV capacities, tokens")
     p.add_argument("--page-size", type=int, default=1)
     p.add_argument("--eviction-policy", default="lru", help="an SGLang eviction policy: lru, lfu, fifo, ...")
+    p.add_argument("--clock", choices=tuple(CLOCKS), default="wall",
+                   help="what times the calls: wall, or cpu (this thread's CPU time)")
+    p.add_argument("--serve", action="store_true",
+                   help="keep the replays alive and step them on command, lines on stdin (see serve())")
     a = p.parse_args(argv)
+    out = sys.stdout
+    if a.serve:  # stdout carries the protocol only: whatever SGLang prints goes to stderr
+        sys.stdout = sys.stderr
     ns = import_sglang()
     if a.check or a.trace is None:
         print(f"sglang {ns.version}, torch {ns.torch.__version__}: radix caches import")
         return
     seqs, prompt_lens = load_trace(a.trace)
-    results = [replay(ns, seqs, prompt_lens, backend.strip(), int(cap), a.page_size, a.eviction_policy)
-               for backend in a.backend.split(",") for cap in a.capacity.split(",")]
-    for r in results:
+    stepper = Stepper(ns, seqs, prompt_lens, [b.strip() for b in a.backend.split(",")],
+                      [int(c) for c in a.capacity.split(",")], a.page_size, a.eviction_policy, a.clock)
+    if a.serve:
+        serve(stepper, sys.stdin, out)
+        return
+    stepper.new()
+    for i in range(len(stepper.runs)):  # one replay after the other, each over the whole trace
+        stepper.step(len(seqs), [i])
+    rep = stepper.report()
+    for r in rep["results"]:
         if not r["leak_free"]:
             sys.exit(f"{r['backend']} at capacity {r['capacity_tokens']}: slots leaked (the harness is wrong)")
-    print(json.dumps({"sglang_version": ns.version, "torch_version": ns.torch.__version__, "results": results}))
-
+    print(json.dumps(rep))
 
 if __name__ == "__main__":
     main()

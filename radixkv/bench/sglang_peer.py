@@ -6,7 +6,8 @@ prints a JSON report. It ships with radixkv; `radixkv bench --sglang-harness PAT
 environment variable RADIXKV_SGLANG_HARNESS may name another. It runs in this process when
 `import sglang` works here, else in a subprocess of a separate venv's interpreter
 (`--sglang-python`, RADIXKV_SGLANG_PYTHON, default `.venv-sglang/bin/python`, which `make sglang`
-builds: SGLang from PyPI with --no-deps). Nothing from SGLang is copied into radixkv.
+builds: SGLang from PyPI with --no-deps). Nothing from SGLang is copied into radixkv. The speed
+comparison keeps the harness alive instead (radixkv.bench.peer_session).
 """
 
 from __future__ import annotations
@@ -79,15 +80,19 @@ class Peer(NamedTuple):
         except (ValueError, KeyError) as e:
             raise PeerError(f"the SGLang harness printed no readable report ({e}): {text[-500:]!r}") from e
 
-    def _in_process(self, args: list[str]) -> tuple[str, str]:
+    def load(self):  # noqa: ANN201 - the harness, a module
+        """The harness, imported into this interpreter (which imports SGLang)."""
         spec = importlib.util.spec_from_file_location("sglang_radix_harness", self.harness)
         if spec is None or spec.loader is None:
             raise PeerError(f"{self.harness} is not a Python file")
         mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        return mod
+
+    def _in_process(self, args: list[str]) -> tuple[str, str]:
         out = io.StringIO()
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
-            spec.loader.exec_module(mod)
-            mod.main(args)
+            self.load().main(args)
         return out.getvalue(), "in-process"
 
     def _subprocess(self, args: list[str], timeout: float) -> tuple[str, str]:
@@ -105,7 +110,11 @@ def parse(text: str, where: str) -> PeerRun:
     """Read the harness's JSON report (stdout). Requests/s is counted as radixkv's runner counts its
     own: requests over the time inside the cache's calls (the harness's per-op totals), not the
     harness's wall clock, which also holds its loop, its torch.cat and its bookkeeping of timings."""
-    rep = json.loads(text[text.index("{"):])
+    return report_of(json.loads(text[text.index("{"):]), where)
+
+
+def report_of(rep: dict, where: str) -> PeerRun:
+    """parse() of a report already read from JSON."""
     results = []
     for r in rep["results"]:
         inside = sum(op.get("total_s", 0.0) for op in r["per_op"].values())
