@@ -23,7 +23,7 @@ leaf touched or evicted; from page 3 on, hashing the key's pages not hashed for 
 from __future__ import annotations
 
 from heapq import heapify, heappop, heappush
-from typing import TYPE_CHECKING, Final, Iterable
+from typing import TYPE_CHECKING, Any, Final, Iterable, Tuple, cast
 
 from radixkv.eviction.policies import LFU, LRU
 from radixkv.radix.core import PrefixNode, TreeCore
@@ -50,6 +50,19 @@ def _int_key(node: ShadowNode, kind: int, bits: int) -> int:
     return (node.hit_count << bits | node.last_access) << bits | node.id
 
 
+def _common(edge: bytes, key: bytes, pos: int, pb: int) -> int:
+    """Bytes of whole `pb`-byte pages that `key[pos:]` (whole pages) and `edge` share from the start, their
+    first page known equal: a binary search, one slice and memcmp a step."""
+    lo, hi = 1, min(len(edge), len(key) - pos) // pb
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if key.startswith(edge[:mid * pb], pos):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo * pb
+
+
 class ShadowNode(PrefixNode["ShadowNode"]):
     __slots__ = ("hkey",)
 
@@ -63,11 +76,12 @@ class ShadowNode(PrefixNode["ShadowNode"]):
 class ShadowTree(TreeCore[ShadowNode]):
     """A metadata-only prefix cache under `policy` (a fixed policy: its key reads node fields only).
 
-    Its evictable leaves sit in a heap of (key, node) with lazy deletion, the current key kept on the
-    node itself (`hkey`; None: not a member), so the hot path needs no dicts and no method calls
-    beyond the walk, a split and a leaf. Under LRU or LFU (the adaptive policy's experts) the key is
-    their key tuple packed into one int in the same order (`_int_key`): a heap comparison is then one
-    int comparison, not two levels of tuple comparison; other policies' keys are their own tuples."""
+    Its evictable leaves sit in a heap with lazy deletion, the current key kept on the node itself
+    (`hkey`; None: not a member). Under LRU or LFU (the adaptive policy's experts) the key is their key
+    tuple packed into one int in the same order, ending in the node's id (`_int_key`), and the heap holds
+    the ints alone: a heap comparison is one int comparison (not two levels of tuple comparison), and a
+    popped key finds its node by id (`_leaves`, the heap's members). Other policies' heaps hold
+    (key tuple, node)."""
 
     def __init__(self, policy: FixedPolicyView, page_size: int, keys: ShadowKeys | None = None) -> None:
         super().__init__(page_size)
@@ -78,7 +92,9 @@ class ShadowTree(TreeCore[ShadowNode]):
         self._key = policy.key
         self._kind = LRU_KEY if type(policy) is LRU else LFU_KEY if type(policy) is LFU else TUPLE_KEY
         self._bits = SMALL_BITS  # an int key's low fields' width (_int_key)
-        self._heap: list[tuple[object, ShadowNode]] = []  # an entry is live iff node.hkey is its key
+        self._mask = (1 << SMALL_BITS) - 1  # an int key's id field
+        self._heap: list[Any] = []  # int keys, or (key tuple, node); an entry is live iff node.hkey is its key
+        self._leaves: dict[int, ShadowNode] = {}  # id -> node, the heap's members (int keys only)
         self._live = 0  # leaves in the heap
         self._counts_uses = policy.insert_is_use
         self.roots: dict[bytes, ShadowNode] = {}  # namespace key -> root, while it has children
@@ -92,32 +108,60 @@ class ShadowTree(TreeCore[ShadowNode]):
 
     def _push(self, node: ShadowNode) -> None:
         """(Re-)key leaf `node` in the heap."""
-        if node.hkey is None:
-            self._live += 1
         kind = self._kind
         if kind != TUPLE_KEY and (node.last_access | node.id) >> self._bits:
             self._rekey()  # an int key would no longer keep the order
             kind = self._kind
-        k: object = _int_key(node, kind, self._bits) if kind != TUPLE_KEY else self._key(node)
-        node.hkey = k
+        if node.hkey is None:
+            self._live += 1
+            if kind != TUPLE_KEY:
+                self._leaves[node.id] = node
         heap = self._heap
-        heappush(heap, (k, node))
+        if kind != TUPLE_KEY:
+            k: object = _int_key(node, kind, self._bits)  # one object: the heap's entry and node.hkey (`is`)
+            node.hkey = k
+            heappush(heap, k)
+        else:
+            node.hkey = t = self._key(node)
+            heappush(heap, (t, node))
         if len(heap) > 2 * self._live + 64:
-            self._heap = [e for e in heap if e[1].hkey is e[0]]
+            self._heap = [e for e in heap if self._entry(e) is not None]
             heapify(self._heap)
+
+    def _entry(self, e: object) -> ShadowNode | None:
+        """The node of heap entry `e` if the entry is live, else None."""
+        if self._kind != TUPLE_KEY:
+            node = self._leaves.get(cast(int, e) & self._mask)
+            return node if node is not None and node.hkey is e else None
+        k, node = cast(Tuple[object, ShadowNode], e)
+        return node if node.hkey is k else None
+
+    def _drop(self, node: ShadowNode) -> None:
+        """Take member `node` out of the heap (its entries go stale)."""
+        node.hkey = None
+        self._live -= 1
+        if self._kind != TUPLE_KEY:
+            del self._leaves[node.id]
 
     def _rekey(self) -> None:
         """A clock or an id reached 2**bits: key the heap by ID_BITS-bit fields from now on, or past
         2**ID_BITS by the policy's own tuples."""
+        live = [node for node in (self._entry(e) for e in self._heap) if node is not None]
         if self._bits < ID_BITS:
             self._bits = ID_BITS
+            self._mask = (1 << ID_BITS) - 1
         else:
             self._kind = TUPLE_KEY
-        live = [node for k, node in self._heap if node.hkey is k]
+            self._leaves = {}
         self._heap = []
         for node in live:
-            node.hkey = k = _int_key(node, self._kind, self._bits) if self._kind != TUPLE_KEY else self._key(node)
-            self._heap.append((k, node))
+            if self._kind != TUPLE_KEY:
+                k: object = _int_key(node, self._kind, self._bits)
+                node.hkey = k
+                self._heap.append(k)
+            else:
+                node.hkey = t = self._key(node)
+                self._heap.append((t, node))
         heapify(self._heap)
 
     def make_node(self, ns: bytes, parent: ShadowNode | None, key: bytes) -> ShadowNode:
@@ -129,6 +173,25 @@ class ShadowTree(TreeCore[ShadowNode]):
         root = self.roots[ns] = self.make_node(ns, None, b"")
         return root
 
+    def walk(self, key: bytes, node: ShadowNode) -> tuple[list[ShadowNode], int]:
+        """TreeCore.walk, but where the key and an edge part, their common pages are found by a binary
+        search of memcmps (`_common`), not numpy (core.common_bytes: ~18k instructions a call)."""
+        pb, pos, end = self.page_bytes, 0, len(key)
+        path: list[ShadowNode] = []
+        while pos < end:
+            child = node.children.get(key[pos:pos + pb])
+            if child is None:
+                break
+            path.append(child)
+            edge = child.key
+            if key.startswith(edge, pos):
+                pos += len(edge)
+                node = child
+            else:
+                pos += _common(edge, key, pos, pb)
+                break
+        return path, pos
+
     def match(self, ns: bytes, key: bytes) -> int:
         """Tokens of `key` (int32 token bytes, whole pages) the shadow holds below namespace `ns`;
         refreshes them."""
@@ -137,12 +200,28 @@ class ShadowTree(TreeCore[ShadowNode]):
         if root is None:
             self.tick += 1
             return 0
-        key = self.keys.of(key)
+        pb, ps, whole = self.page_bytes, self.page_size, len(key) // (4 * self.page_size) * self.page_bytes
+        tokens, key = key, self.keys.head(key)  # maybe only the pages of the real match's path (ShadowKeys.along)
         path, pos = self.walk(key, root)
+        if pos == len(key) < whole:  # the pages known ran out: the rest is hashed only if it could match
+            node = path[-1] if path else root
+            inside = node.depth + node.size > pos // pb * ps  # the walk ended inside node's edge
+            if inside or node.children:
+                key = self.keys.of(tokens)
+                if inside:  # walk node's edge again, from its parent
+                    parent, start = node.parent, node.depth // ps * pb
+                    assert parent is not None  # (a root's edge is empty)
+                    path.pop()
+                    more, end = self.walk(key[start:], parent)
+                    pos = start + end
+                else:
+                    more, end = self.walk(key[pos:], node)
+                    pos += end
+                path.extend(more)
         if not path:
             self.tick += 1
             return 0
-        last, matched = path[-1], pos // self.page_bytes * self.page_size
+        last, matched = path[-1], pos // pb * ps
         if last.depth + last.size > matched:  # the walk ended inside it: split where the match ends
             last = path[-1] = self.split_edge(last, matched - last.depth)
         self.tick = tick = self.tick + 1
@@ -187,8 +266,7 @@ class ShadowTree(TreeCore[ShadowNode]):
         if excess > 0:
             self._held = node
             if node.hkey is not None:
-                node.hkey = None
-                self._live -= 1
+                self._drop(node)
             self.evict(excess)
             self._held = None
             if node.parent is not None and not node.children:
@@ -202,8 +280,7 @@ class ShadowTree(TreeCore[ShadowNode]):
             self.used += leaf.size
             path.append(leaf)
             if node.hkey is not None:
-                node.hkey = None
-                self._live -= 1
+                self._drop(node)
         if use and self._counts_uses:
             self.count_insert_use(path, leaf)
         if path:
@@ -222,11 +299,11 @@ class ShadowTree(TreeCore[ShadowNode]):
         pages when fewer are needed than it holds. Returns tokens dropped."""
         ps, freed = self.page_size, 0
         while freed < num_tokens and self._live:
-            k, leaf = heappop(self._heap)
-            if leaf.hkey is not k:  # a stale entry
+            got = self._entry(heappop(self._heap))
+            if got is None:  # a stale entry
                 continue
-            leaf.hkey = None
-            self._live -= 1
+            leaf = got
+            self._drop(leaf)
             keep = leaf.size - -(-(num_tokens - freed) // ps) * ps
             if keep > 0:
                 self.split_edge(leaf, keep)
