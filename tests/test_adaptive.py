@@ -390,7 +390,7 @@ def test_a_shadows_int_keys_order_as_the_policys_tuples(policy: str) -> None:
     still does after its clock passes 2**SMALL_BITS (wider fields) or 2**ID_BITS (it falls back to the tuples
     there) mid-trace."""
     from radixkv.eviction.policies import EvictionPolicy
-    from radixkv.radix import shadow as shadow_module
+    from radixkv.radix import shadow_heap as shadow_module
 
     expert = make_policy(policy)
     tupled = type("Tupled", (EvictionPolicy,), {"key": lambda self, node: expert.key(node),  # the same key,
@@ -443,7 +443,7 @@ def test_shadow_keys_from_real_paths_and_the_replay_equal_a_fresh_hash(monkeypat
 
 def test_shadow_keys_along_a_split_node_take_the_suffix_of_its_kept_edge() -> None:
     """A real node split after its edge's hashes were kept keeps the lower pages: `along` takes the kept
-    hashes' suffix for it and hashes the new upper node's edge, matching a fresh hash."""
+    hashes' suffix for it and the rest of them for the new upper node's edge (kept too), matching a fresh hash."""
     cache = RadixCache(sim_config(1 << 12, 16, "lru", 4096))
     rng = np.random.default_rng(2)
     a = rng.integers(0, 2**31 - 1, size=16 * 10, dtype=np.int32)
