@@ -16,7 +16,10 @@ Keys: from page 3 on a shadow keeps one 64-bit hash a page instead of token byte
 shared by a tree's shadows), with the same shape, splits and matches as a tree of token bytes.
 
 Cost per call: one walk over the edges of the key, a split at most, and O(log n) heap work per
-leaf touched or evicted; from page 3 on, hashing the key's pages not hashed for the last call.
+leaf touched or evicted; from page 3 on, hashing the key's pages not hashed for the last call (a
+match: those past the pages known, only if its walk reaches them and could go on). Where the key and an
+edge part, a binary search of memcmps finds their common pages (`walk`; the core's numpy compare costs
+~18k instructions a call).
 """
 
 from __future__ import annotations
