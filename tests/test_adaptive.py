@@ -443,7 +443,7 @@ def test_shadow_keys_from_real_paths_and_the_replay_equal_a_fresh_hash(monkeypat
 
 def test_shadow_keys_along_a_split_node_take_the_suffix_of_its_kept_edge() -> None:
     """A real node split after its edge's hashes were kept keeps the lower pages: `along` takes the kept
-    hashes' suffix for it and the rest of them for the new upper node's edge (kept too), matching a fresh hash."""
+    hashes' suffix for it and hashes the new upper node's edge, matching a fresh hash."""
     cache = RadixCache(sim_config(1 << 12, 16, "lru", 4096))
     rng = np.random.default_rng(2)
     a = rng.integers(0, 2**31 - 1, size=16 * 10, dtype=np.int32)

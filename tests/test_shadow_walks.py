@@ -80,24 +80,3 @@ def test_an_int_keyed_heap_holds_exactly_the_evictable_leaves(policy: str) -> No
         assert all(isinstance(n.hkey, int) for n in nodes if not n.children)
         assert shadow.used <= cap and sum(n.size for n in nodes) == shadow.used
 
-
-def test_along_takes_a_split_off_upper_nodes_pages_from_the_kept_edge_below_it() -> None:
-    """A real node split after its edge's hashes were kept: `along` takes the new upper node's pages from
-    the kept hashes' front (and keeps them), so nothing on the path is hashed and the pages past the
-    match are left for later; the key's hashes equal a fresh hash."""
-    cache = RadixCache(sim_config(1 << 12, 16, "lru", 4096))
-    rng = np.random.default_rng(2)
-    a = rng.integers(0, 2**31 - 1, size=16 * 10, dtype=np.int32)
-    b = np.concatenate([a[:16 * 4], rng.integers(0, 2**31 - 1, size=16 * 6, dtype=np.int32)])
-    more = np.concatenate([a, rng.integers(0, 2**31 - 1, size=16 * 2 + 3, dtype=np.int32)]).tobytes()
-    keys = ShadowKeys(16)
-    for tokens in (a, b):
-        m = cache.match_prefix(tokens)
-        cache.insert(tokens, torch.cat([m.slots, cache.alloc(len(tokens) - m.length)]))
-        if tokens is a:
-            leaf = cache.match_prefix(a).node
-            keys.keep(leaf.id, keys.of(a.tobytes()))  # the leaf's 10 pages, as the policy's insert keeps them
-    assert leaf.parent is not None and leaf.parent.end == 16 * 4 and leaf.parent.id not in keys._edges  # split by b
-    keys.along(more, leaf)
-    assert len(keys.head(more)) == 8 * 10 and keys._edges[leaf.parent.id] == keys.head(more)[:8 * 4]
-    assert keys.of(more) == ShadowKeys(16).of(more)

@@ -90,25 +90,19 @@ class ShadowKeys:
         kept from earlier keys or hashed now, in one numpy call with key's pages past node. When all were
         kept, key's pages past node are left to `of` (the request's insert hashes them with its output in
         one call, unless a shadow's match walks past node). A split node keeps its edge's last pages: a
-        suffix of them; the nodes split off it above take theirs from the rest."""
+        suffix of them."""
         if not self.hashed or key is self._key:
             return
         ps, kept, end = self.page_size, self._edges, 4 * node.end
         parts: list[bytes] = []  # node's path's edges, from node up
         todo: list[NodeView] = []  # those not kept
-        above = b""  # a kept edge's pages above its node's edge now: the edges split off it, just above
         while node.parent is not None:
             h, need = kept.get(node.id), node.size // ps * HASH_BYTES
-            if (h is None or len(h) < need) and len(above) >= need:
-                h = above  # node was split off the edge below it: its pages are the end of those
-                self.keep(node.id, h[len(h) - need:])
             if h is not None and len(h) >= need:
                 parts.append(h if len(h) == need else h[len(h) - need:])
-                above = h[:len(h) - need]
             else:
                 parts.append(b"")
                 todo.append(node)
-                above = b""
             node = node.parent
         if todo:  # a numpy call now: key's rest goes with it (whole pages but the last)
             hashed = self.edges([n.key for n in todo] + [key[end:]])
