@@ -390,7 +390,7 @@ def test_a_shadows_int_keys_order_as_the_policys_tuples(policy: str) -> None:
     still does after its clock passes 2**SMALL_BITS (wider fields) or 2**ID_BITS (it falls back to the tuples
     there) mid-trace."""
     from radixkv.eviction.policies import EvictionPolicy
-    from radixkv.radix import shadow as shadow_module
+    from radixkv.radix import shadow_heap as shadow_module
 
     expert = make_policy(policy)
     tupled = type("Tupled", (EvictionPolicy,), {"key": lambda self, node: expert.key(node),  # the same key,

@@ -9,24 +9,25 @@ and trims its tail when less is needed, as radix/evict.py does. So a shadow runn
 reports, request for request, the hits the real cache would get under P
 (tests/test_adaptive.py checks this against the real cache on the bench traces).
 
-Its nodes carry the fields the fixed policies' keys read (PrefixNode), so the registry's key
-functions work on them unchanged. The adaptive policy gets shadows from the tree it serves
+Its nodes and its evictable leaves' heap are radix/shadow_heap.py's. The adaptive policy gets shadows from the tree it serves
 (RadixTree.shadow / shadow_copy) through eviction/view.py, and never imports this module.
 
 Keys: from page 3 on a shadow keeps one 64-bit hash a page instead of token bytes (radix/shadow_keys.py,
 shared by a tree's shadows), with the same shape, splits and matches as a tree of token bytes.
 
 Cost per call: one walk over the edges of the key, a split at most, and O(log n) heap work per
-leaf touched or evicted; from page 3 on, hashing the key's pages not hashed for the last call.
+leaf touched or evicted; from page 3 on, hashing the key's pages not hashed for the last call (a
+match: those past the pages known, only if its walk reaches them and could go on). Where the key and an
+edge part, a binary search of memcmps finds their common pages (`walk`; the core's numpy compare costs
+~18k instructions a call).
 """
 
 from __future__ import annotations
 
-from heapq import heapify, heappop, heappush
-from typing import TYPE_CHECKING, Final, Iterable
+from heapq import heappop
+from typing import TYPE_CHECKING, Iterable
 
-from radixkv.eviction.policies import LFU, LRU
-from radixkv.radix.core import PrefixNode, TreeCore
+from radixkv.radix.shadow_heap import LeafHeap, ShadowNode
 from radixkv.radix.shadow_keys import ShadowKeys
 
 if TYPE_CHECKING:
@@ -34,52 +35,28 @@ if TYPE_CHECKING:
     from radixkv.radix.node import TreeNode
 
 
-ID_BITS: Final = 40  # an int heap key's low fields: node ids and clocks below 2**40 (a trillion) keep it exact
-SMALL_BITS: Final = 20  # ... below 2**20 first: LFU's key then fits a machine word (no big-int arithmetic)
-TUPLE_KEY: Final = 0  # how a shadow keys its heap: the policy's own key tuple,
-LRU_KEY: Final = 1  # ... LRU's as one int
-LFU_KEY: Final = 2  # ... or LFU's as one int
+def _common(edge: bytes, key: bytes, pos: int, pb: int) -> int:
+    """Bytes of whole `pb`-byte pages that `key[pos:]` (whole pages) and `edge` share from the start, their
+    first page known equal: a binary search, one slice and memcmp a step."""
+    lo, hi = 1, min(len(edge), len(key) - pos) // pb
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if key.startswith(edge[:mid * pb], pos):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo * pb
 
 
-def _int_key(node: ShadowNode, kind: int, bits: int) -> int:
-    """LRU's key (last_access, id) or LFU's (hit_count, last_access, id) as one int of the same order:
-    the fields side by side, `bits` bits each below the first (exact while ids and clocks stay below
-    2**bits; the first field may grow: Python's ints do)."""
-    if kind == LRU_KEY:
-        return node.last_access << bits | node.id
-    return (node.hit_count << bits | node.last_access) << bits | node.id
-
-
-class ShadowNode(PrefixNode["ShadowNode"]):
-    __slots__ = ("hkey",)
-
-    def __init__(self, node_id: int, ns: bytes, parent: ShadowNode | None, key: bytes, tick: int,
-                 size: int) -> None:
-        PrefixNode.__init__(self, node_id, ns, parent, key, tick)
-        self.size = size  # tokens (the key may hold a hash per page)
-        self.hkey: object = None  # current key in the shadow's leaf heap (int or tuple); None: not a member
-
-
-class ShadowTree(TreeCore[ShadowNode]):
-    """A metadata-only prefix cache under `policy` (a fixed policy: its key reads node fields only).
-
-    Its evictable leaves sit in a heap of (key, node) with lazy deletion, the current key kept on the
-    node itself (`hkey`; None: not a member), so the hot path needs no dicts and no method calls
-    beyond the walk, a split and a leaf. Under LRU or LFU (the adaptive policy's experts) the key is
-    their key tuple packed into one int in the same order (`_int_key`): a heap comparison is then one
-    int comparison, not two levels of tuple comparison; other policies' keys are their own tuples."""
+class ShadowTree(LeafHeap):
+    """A metadata-only prefix cache under `policy` (a fixed policy: its key reads node fields only), its
+    evictable leaves in LeafHeap's heap."""
 
     def __init__(self, policy: FixedPolicyView, page_size: int, keys: ShadowKeys | None = None) -> None:
-        super().__init__(page_size)
+        super().__init__(policy, page_size)
         self.keys = keys if keys is not None else ShadowKeys(page_size)  # shared by a tree's shadows
         self.page_bytes = self.keys.page_bytes
         self._hashed = self.keys.hashed
-        self.policy = policy
-        self._key = policy.key
-        self._kind = LRU_KEY if type(policy) is LRU else LFU_KEY if type(policy) is LFU else TUPLE_KEY
-        self._bits = SMALL_BITS  # an int key's low fields' width (_int_key)
-        self._heap: list[tuple[object, ShadowNode]] = []  # an entry is live iff node.hkey is its key
-        self._live = 0  # leaves in the heap
         self._counts_uses = policy.insert_is_use
         self.roots: dict[bytes, ShadowNode] = {}  # namespace key -> root, while it has children
         self.used = 0  # tokens held
@@ -87,47 +64,28 @@ class ShadowTree(TreeCore[ShadowNode]):
         self._version = 0  # bumped by every insert: a remembered walk is valid only within one version
         self._matched: tuple[bytes, bytes, list[ShadowNode], int, int] | None = None  # the last match's walk
 
-    def __len__(self) -> int:
-        return self._live  # evictable leaves
-
-    def _push(self, node: ShadowNode) -> None:
-        """(Re-)key leaf `node` in the heap."""
-        if node.hkey is None:
-            self._live += 1
-        kind = self._kind
-        if kind != TUPLE_KEY and (node.last_access | node.id) >> self._bits:
-            self._rekey()  # an int key would no longer keep the order
-            kind = self._kind
-        k: object = _int_key(node, kind, self._bits) if kind != TUPLE_KEY else self._key(node)
-        node.hkey = k
-        heap = self._heap
-        heappush(heap, (k, node))
-        if len(heap) > 2 * self._live + 64:
-            self._heap = [e for e in heap if e[1].hkey is e[0]]
-            heapify(self._heap)
-
-    def _rekey(self) -> None:
-        """A clock or an id reached 2**bits: key the heap by ID_BITS-bit fields from now on, or past
-        2**ID_BITS by the policy's own tuples."""
-        if self._bits < ID_BITS:
-            self._bits = ID_BITS
-        else:
-            self._kind = TUPLE_KEY
-        live = [node for k, node in self._heap if node.hkey is k]
-        self._heap = []
-        for node in live:
-            node.hkey = k = _int_key(node, self._kind, self._bits) if self._kind != TUPLE_KEY else self._key(node)
-            self._heap.append((k, node))
-        heapify(self._heap)
-
-    def make_node(self, ns: bytes, parent: ShadowNode | None, key: bytes) -> ShadowNode:
-        node = ShadowNode(self._next_id, ns, parent, key, self.tick, len(key) // self.page_bytes * self.page_size)
-        self._next_id += 1
-        return node
-
     def _root(self, ns: bytes) -> ShadowNode:
         root = self.roots[ns] = self.make_node(ns, None, b"")
         return root
+
+    def walk(self, key: bytes, node: ShadowNode) -> tuple[list[ShadowNode], int]:
+        """TreeCore.walk, but where the key and an edge part, their common pages are found by a binary
+        search of memcmps (`_common`), not numpy (core.common_bytes: ~18k instructions a call)."""
+        pb, pos, end = self.page_bytes, 0, len(key)
+        path: list[ShadowNode] = []
+        while pos < end:
+            child = node.children.get(key[pos:pos + pb])
+            if child is None:
+                break
+            path.append(child)
+            edge = child.key
+            if key.startswith(edge, pos):
+                pos += len(edge)
+                node = child
+            else:
+                pos += _common(edge, key, pos, pb)
+                break
+        return path, pos
 
     def match(self, ns: bytes, key: bytes) -> int:
         """Tokens of `key` (int32 token bytes, whole pages) the shadow holds below namespace `ns`;
@@ -137,12 +95,28 @@ class ShadowTree(TreeCore[ShadowNode]):
         if root is None:
             self.tick += 1
             return 0
-        key = self.keys.of(key)
+        pb, ps, whole = self.page_bytes, self.page_size, len(key) // (4 * self.page_size) * self.page_bytes
+        tokens, key = key, self.keys.head(key)  # maybe only the pages of the real match's path (ShadowKeys.along)
         path, pos = self.walk(key, root)
+        if pos == len(key) < whole:  # the pages known ran out: the rest is hashed only if it could match
+            node = path[-1] if path else root
+            inside = node.depth + node.size > pos // pb * ps  # the walk ended inside node's edge
+            if inside or node.children:
+                key = self.keys.of(tokens)
+                if inside:  # walk node's edge again, from its parent
+                    parent, start = node.parent, node.depth // ps * pb
+                    assert parent is not None  # (a root's edge is empty)
+                    path.pop()
+                    more, end = self.walk(key[start:], parent)
+                    pos = start + end
+                else:
+                    more, end = self.walk(key[pos:], node)
+                    pos += end
+                path.extend(more)
         if not path:
             self.tick += 1
             return 0
-        last, matched = path[-1], pos // self.page_bytes * self.page_size
+        last, matched = path[-1], pos // pb * ps
         if last.depth + last.size > matched:  # the walk ended inside it: split where the match ends
             last = path[-1] = self.split_edge(last, matched - last.depth)
         self.tick = tick = self.tick + 1
@@ -187,8 +161,7 @@ class ShadowTree(TreeCore[ShadowNode]):
         if excess > 0:
             self._held = node
             if node.hkey is not None:
-                node.hkey = None
-                self._live -= 1
+                self._drop(node)
             self.evict(excess)
             self._held = None
             if node.parent is not None and not node.children:
@@ -202,8 +175,7 @@ class ShadowTree(TreeCore[ShadowNode]):
             self.used += leaf.size
             path.append(leaf)
             if node.hkey is not None:
-                node.hkey = None
-                self._live -= 1
+                self._drop(node)
         if use and self._counts_uses:
             self.count_insert_use(path, leaf)
         if path:
@@ -222,11 +194,11 @@ class ShadowTree(TreeCore[ShadowNode]):
         pages when fewer are needed than it holds. Returns tokens dropped."""
         ps, freed = self.page_size, 0
         while freed < num_tokens and self._live:
-            k, leaf = heappop(self._heap)
-            if leaf.hkey is not k:  # a stale entry
+            got = self._entry(heappop(self._heap))
+            if got is None:  # a stale entry
                 continue
-            leaf.hkey = None
-            self._live -= 1
+            leaf = got
+            self._drop(leaf)
             keep = leaf.size - -(-(num_tokens - freed) // ps) * ps
             if keep > 0:
                 self.split_edge(leaf, keep)

@@ -13,7 +13,10 @@ key are those of its edges, joined: many keys or edges are hashed in one numpy c
 copied from the real tree, the prior's replay of the history, eviction/history.py), and a key's hashes
 computed elsewhere can be handed in (`prime`). Per request a key is hashed once for every shadow of a
 tree: ShadowKeys remembers the last key (the second shadow's call is free) and extends it (a request's
-insert of prompt + output hashes only the output's pages).
+insert of prompt + output hashes only the pages not hashed yet). A lookup's key is put together from
+the kept hashes of the real match's path (`along`); its pages past the real match are hashed only when
+a shadow's walk reaches them with somewhere to go (`head`), else with the output's at the insert: one
+numpy call a request where the path was kept (numpy costs ~10k instructions a call, ~15-110 a page).
 """
 
 from __future__ import annotations
@@ -61,15 +64,20 @@ class ShadowKeys:
         if not self.hashed:
             cut = len(key) % self.page_bytes  # a partial page matches nothing: as a hashing shadow drops it
             return key if cut == 0 else key[:len(key) - cut]
+        hashes, tb = self._hashes, 4 * self.page_size
         if key is self._key:
-            return self._hashes
-        last = self._key
-        if last and len(last) % (4 * self.page_size) == 0 and key.startswith(last):
-            hashes = self._hashes + self.pages(key, len(last))  # extends the last key: hash the rest only
-        else:
-            hashes = self.pages(key, 0)
+            if len(hashes) // HASH_BYTES == len(key) // tb:
+                return hashes
+        elif not key.startswith(self._key):  # not the last key (or its known pages) extended: hash it all
+            hashes = b""
+        hashes += self.pages(key, len(hashes) // HASH_BYTES * tb)  # the pages not known yet only
         self._key, self._hashes = key, hashes
         return hashes
+
+    def head(self, key: bytes) -> bytes:
+        """A prefix of `of(key)`, hashing nothing new where `along` left key's pages past its node for later:
+        a shadow's walk asks `of` for the rest only if it gets that far."""
+        return self._hashes if key is self._key else self.of(key)
 
     def prime(self, key: bytes, shaped: bytes) -> None:
         """The next `of(key)` (this very object) returns `shaped`: `key`'s whole pages as the shadows hold
@@ -78,9 +86,11 @@ class ShadowKeys:
 
     def along(self, key: bytes, node: NodeView) -> None:
         """`key` (token bytes from a root) starts with the key of real node `node` (where the real
-        cache's match of it ended): make `of(key)` ready from the hashes of the edges on node's path,
-        kept from earlier keys or hashed now, in one numpy call with key's pages past node (none when
-        all were kept and nothing is new). A split node keeps its edge's last pages: a suffix of them."""
+        cache's match of it ended): make `head(key)` ready from the hashes of the edges on node's path,
+        kept from earlier keys or hashed now, in one numpy call with key's pages past node. When all were
+        kept, key's pages past node are left to `of` (the request's insert hashes them with its output in
+        one call, unless a shadow's match walks past node). A split node keeps its edge's last pages: a
+        suffix of them."""
         if not self.hashed or key is self._key:
             return
         ps, kept, end = self.page_size, self._edges, 4 * node.end
@@ -94,15 +104,18 @@ class ShadowKeys:
                 parts.append(b"")
                 todo.append(node)
             node = node.parent
-        hashed = self.edges([n.key for n in todo] + [key[end:]])  # key's rest: whole pages but the last
-        i = 0
-        for j, part in enumerate(parts):
-            if not part:
-                parts[j] = hashed[i]
-                self.keep(todo[i].id, hashed[i])
-                i += 1
-        parts.reverse()
-        parts.append(hashed[-1])
+        if todo:  # a numpy call now: key's rest goes with it (whole pages but the last)
+            hashed = self.edges([n.key for n in todo] + [key[end:]])
+            i = 0
+            for j, part in enumerate(parts):
+                if not part:
+                    parts[j] = hashed[i]
+                    self.keep(todo[i].id, hashed[i])
+                    i += 1
+            parts.reverse()
+            parts.append(hashed[-1])
+        else:  # all kept: key's pages past node are hashed by `of` if a shadow's walk reaches them (`head`)
+            parts.reverse()
         self._key, self._hashes = key, b"".join(parts)
 
     def remember(self, node: NodeView, key: bytes) -> None:

@@ -1,0 +1,128 @@
+"""LeafHeap: a shadow tree's evictable leaves in policy order (radix/shadow.py's ShadowTree is one).
+
+Its nodes (ShadowNode) carry the fields the fixed policies' keys read (PrefixNode), so the registry's
+key functions work on them unchanged. The evictable leaves sit in a heap with lazy deletion, the current
+key kept on the node itself (`hkey`; None: not a member). Under LRU or LFU (the adaptive policy's
+experts) the key is their key tuple packed into one int in the same order, ending in the node's id
+(`_int_key`), and the heap holds the ints alone: a heap comparison is one int comparison (not two levels
+of tuple comparison), and a popped key finds its node by id (`_leaves`: the heap's members). Other
+policies' heaps hold (key tuple, node).
+"""
+
+from __future__ import annotations
+
+from heapq import heapify, heappush
+from typing import TYPE_CHECKING, Any, Final, Tuple, cast
+
+from radixkv.eviction.policies import LFU, LRU
+from radixkv.radix.core import PrefixNode, TreeCore
+
+if TYPE_CHECKING:
+    from radixkv.eviction.view import FixedPolicyView
+
+
+ID_BITS: Final = 40  # an int heap key's low fields: node ids and clocks below 2**40 (a trillion) keep it exact
+SMALL_BITS: Final = 20  # ... below 2**20 first: LFU's key then fits a machine word (no big-int arithmetic)
+TUPLE_KEY: Final = 0  # how a shadow keys its heap: the policy's own key tuple,
+LRU_KEY: Final = 1  # ... LRU's as one int
+LFU_KEY: Final = 2  # ... or LFU's as one int
+
+
+def _int_key(node: ShadowNode, kind: int, bits: int) -> int:
+    """LRU's key (last_access, id) or LFU's (hit_count, last_access, id) as one int of the same order:
+    the fields side by side, `bits` bits each below the first (exact while ids and clocks stay below
+    2**bits; the first field may grow: Python's ints do)."""
+    if kind == LRU_KEY:
+        return node.last_access << bits | node.id
+    return (node.hit_count << bits | node.last_access) << bits | node.id
+
+
+class ShadowNode(PrefixNode["ShadowNode"]):
+    __slots__ = ("hkey",)
+
+    def __init__(self, node_id: int, ns: bytes, parent: ShadowNode | None, key: bytes, tick: int,
+                 size: int) -> None:
+        PrefixNode.__init__(self, node_id, ns, parent, key, tick)
+        self.size = size  # tokens (the key may hold a hash per page)
+        self.hkey: object = None  # current key in the shadow's leaf heap (int or tuple); None: not a member
+
+
+class LeafHeap(TreeCore[ShadowNode]):
+    """The tree core with its evictable leaves in a heap ordered by `policy`'s key (module docstring)."""
+
+    def __init__(self, policy: FixedPolicyView, page_size: int) -> None:
+        super().__init__(page_size)
+        self.policy = policy
+        self._key = policy.key
+        self._kind = LRU_KEY if type(policy) is LRU else LFU_KEY if type(policy) is LFU else TUPLE_KEY
+        self._bits = SMALL_BITS  # an int key's low fields' width (_int_key)
+        self._mask = (1 << SMALL_BITS) - 1  # an int key's id field
+        self._heap: list[Any] = []  # int keys, or (key tuple, node); an entry is live iff node.hkey is its key
+        self._leaves: dict[int, ShadowNode] = {}  # id -> node, the heap's members (int keys only)
+        self._live = 0  # leaves in the heap
+
+    def __len__(self) -> int:
+        return self._live  # evictable leaves
+
+    def _push(self, node: ShadowNode) -> None:
+        """(Re-)key leaf `node` in the heap."""
+        kind = self._kind
+        if kind != TUPLE_KEY and (node.last_access | node.id) >> self._bits:
+            self._rekey()  # an int key would no longer keep the order
+            kind = self._kind
+        if node.hkey is None:
+            self._live += 1
+            if kind != TUPLE_KEY:
+                self._leaves[node.id] = node
+        heap = self._heap
+        if kind != TUPLE_KEY:
+            k: object = _int_key(node, kind, self._bits)  # one object: the heap's entry and node.hkey (`is`)
+            node.hkey = k
+            heappush(heap, k)
+        else:
+            node.hkey = t = self._key(node)
+            heappush(heap, (t, node))
+        if len(heap) > 2 * self._live + 64:
+            self._heap = [e for e in heap if self._entry(e) is not None]
+            heapify(self._heap)
+
+    def _entry(self, e: object) -> ShadowNode | None:
+        """The node of heap entry `e` if the entry is live, else None."""
+        if self._kind != TUPLE_KEY:
+            node = self._leaves.get(cast(int, e) & self._mask)
+            return node if node is not None and node.hkey is e else None
+        k, node = cast(Tuple[object, ShadowNode], e)
+        return node if node.hkey is k else None
+
+    def _drop(self, node: ShadowNode) -> None:
+        """Take member `node` out of the heap (its entries go stale)."""
+        node.hkey = None
+        self._live -= 1
+        if self._kind != TUPLE_KEY:
+            del self._leaves[node.id]
+
+    def _rekey(self) -> None:
+        """A clock or an id reached 2**bits: key the heap by ID_BITS-bit fields from now on, or past
+        2**ID_BITS by the policy's own tuples."""
+        live = [node for node in (self._entry(e) for e in self._heap) if node is not None]
+        if self._bits < ID_BITS:
+            self._bits = ID_BITS
+            self._mask = (1 << ID_BITS) - 1
+        else:
+            self._kind = TUPLE_KEY
+            self._leaves = {}
+        self._heap = []
+        for node in live:
+            if self._kind != TUPLE_KEY:
+                k: object = _int_key(node, self._kind, self._bits)
+                node.hkey = k
+                self._heap.append(k)
+            else:
+                node.hkey = t = self._key(node)
+                self._heap.append((t, node))
+        heapify(self._heap)
+
+    def make_node(self, ns: bytes, parent: ShadowNode | None, key: bytes) -> ShadowNode:
+        node = ShadowNode(self._next_id, ns, parent, key, self.tick, len(key) // self.page_bytes * self.page_size)
+        self._next_id += 1
+        return node

@@ -1,0 +1,82 @@
+"""A shadow's walk (radix/shadow.py) on keys whose pages past the real match are not hashed yet
+(radix/shadow_keys.py `along` / `head`), its binary-search common prefix, and its int-keyed heap's members."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from radixkv import RadixCache
+from radixkv.bench.opt import build_segments
+from radixkv.bench.runner import sim_config
+from radixkv.bench.workloads import agent
+from radixkv.eviction import make_policy
+from radixkv.radix.shadow import ShadowKeys, ShadowTree, _common
+
+REQS = agent(num_agents=24, steps=8, tools_prompt_len=256, action_len=32, tool_output_len=96)
+
+
+@pytest.mark.parametrize("policy", ["lru", "lfu"])
+def test_a_shadow_hashes_the_pages_past_the_real_match_only_when_its_walk_reaches_them(policy: str) -> None:
+    """With the real match's edges kept, `along` leaves the prompt's later pages unhashed; a shadow's match
+    hashes them only when its walk gets that far with somewhere to go. Such a shadow matches and holds,
+    request for request, what one hashing every key whole does, and both ways occur on this trace."""
+    cap = -(-max(int(0.25 * build_segments(REQS, 1).total_pages), max(len(r.tokens) for r in REQS)) // 16) * 16
+    cache = RadixCache(sim_config(cap, 16, "lru", 4096))
+    keys = cache.tree.shadow_keys
+    lazy, eager = ShadowTree(make_policy(policy), 16, keys), ShadowTree(make_policy(policy), 16)
+    deferred, walked_on = 0, 0
+    for r in REQS:
+        prompt, full = r.tokens[:r.prompt_len].tobytes(), r.tokens.tobytes()
+        m = cache.match_prefix(r.tokens[:r.prompt_len])
+        ns = m.node.ns  # the namespace's root when nothing matched
+        node = m.node
+        while node.parent is not None:  # keep the real path's edges, as the adaptive policy's inserts do
+            keys.keep(node.id, ShadowKeys(16).edges([node.key])[0])
+            node = node.parent
+        before = -1
+        if m.node.parent is not None:
+            keys.along(prompt, m.node)
+            before = len(keys.head(prompt))
+        assert lazy.match(ns, prompt) == eager.match(ns, prompt)
+        if 0 <= before < len(prompt) // 64 * 8:  # pages past the real match were left unhashed
+            deferred += 1
+            walked_on += len(keys.head(prompt)) == len(prompt) // 64 * 8  # ... and the walk asked for them
+        cache.lock(m.node)
+        cache.insert(r.tokens, torch.cat([m.slots, cache.alloc(len(r.tokens) - m.length)]))
+        cache.unlock(m.node)
+        assert lazy.insert(ns, full, cap) == eager.insert(ns, full, cap) and lazy.used == eager.used
+    assert 0 < walked_on < deferred
+
+
+def test_common_pages_by_binary_search() -> None:
+    """`_common`: the whole pages an edge and a key share, for every place they can part, and when one ends."""
+    rng = np.random.default_rng(5)
+    edge = rng.integers(0, 2**31 - 1, size=4 * 9, dtype=np.int32)
+    for part in range(1, 9):
+        key = edge.copy()
+        key[4 * part + int(rng.integers(0, 4))] += 1
+        prefix = rng.integers(0, 2**31 - 1, size=8, dtype=np.int32)
+        assert _common(edge.tobytes(), np.concatenate([prefix, key]).tobytes(), 32, 16) == 16 * part
+    assert _common(edge.tobytes(), edge[:4 * 5].tobytes(), 0, 16) == 16 * 5  # the key ends first
+    assert _common(edge[:4 * 3].tobytes(), edge.tobytes(), 0, 16) == 16 * 3  # the edge ends first
+
+
+@pytest.mark.parametrize("policy", ["lru", "lfu"])
+def test_an_int_keyed_heap_holds_exactly_the_evictable_leaves(policy: str) -> None:
+    """Under LRU and LFU the heap holds int keys and finds a popped key's node by its id: the id table
+    holds exactly the leaves (the heap's live members), after matches, inserts, evictions and trims."""
+    shadow = ShadowTree(make_policy(policy), 4)
+    cap = 4000  # tokens: longer than any request, a tenth of the trace
+    for r in REQS:
+        shadow.match(b"", r.tokens[:r.prompt_len].tobytes())
+        shadow.insert(b"", r.tokens.tobytes(), cap)
+        nodes = [n for root in shadow.roots.values() for n in root.children.values()]
+        for n in nodes:
+            nodes.extend(n.children.values())
+        leaves = {n.id for n in nodes if not n.children}
+        assert set(shadow._leaves) == leaves and len(shadow) == len(leaves)
+        assert all(isinstance(n.hkey, int) for n in nodes if not n.children)
+        assert shadow.used <= cap and sum(n.size for n in nodes) == shadow.used
+
