@@ -40,7 +40,9 @@ from multiprocessing import Pool
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # policy_margins, beside this file
+HERE = os.path.dirname(os.path.abspath(__file__))
+if HERE not in sys.path:  # once: bench/e2e.py takes one such entry off before transformers looks for `kernels`
+    sys.path.insert(0, HERE)  # policy_margins, beside this file
 
 from policy_margins import random_trace  # noqa: E402
 

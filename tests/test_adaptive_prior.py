@@ -20,8 +20,7 @@ from radixkv.eviction.adaptive import Adaptive
 
 @pytest.fixture(scope="module")
 def grid() -> ModuleType:
-    """bench/policy_grid.py, loaded once: each load puts bench/ on sys.path again, and bench/e2e.py
-    (test_bench_scripts.py) takes one such entry off before transformers looks for its `kernels`."""
+    """bench/policy_grid.py, loaded once for the module's cells."""
     return load_script(ROOT / "bench" / "policy_grid.py")
 
 

@@ -24,8 +24,8 @@ they already differ. The policy leaves START (LRU) there only on the evidence it
 (MARGIN and Z) from the later lookups (PRIOR_FROM: the small caches warm), and only if a second
 replay, at PRIOR_CHECK x the size, does not favour START by PRIOR_VETO standard deviations: the
 whole history's lead at one small size, MARGIN alone, followed LFU where LRU won at the real size
-(bench/RESULTS.md, round 9). That history is charged its real bytes from the first lookup; past HISTORY bytes it is dropped
-and START is followed.
+(bench/RESULTS.md, round 9). That history is charged its real bytes from the first lookup; past
+HISTORY bytes it is dropped and START is followed.
 
 It cannot stay behind the better expert for long: a clear lead is acted on, and a switch that was a
 mistake is undone the same way. What it pays is the lag before it has evidence: the consequences of
@@ -131,8 +131,9 @@ class Adaptive(EvictionPolicy):
         opposite (made only then: the replays are most of the prior's cost)."""
         leads, asked = self._replay(int(self.PRIOR_SIZE * capacity))
         first = int(self.PRIOR_FROM * len(leads))
-        lead = sum(leads[first:])
-        if lead <= self.MARGIN * sum(asked[first:]) or lead * lead <= self.Z * self.Z * sum(x * x for x in leads[first:]):
+        late = leads[first:]
+        lead = sum(late)
+        if lead <= self.MARGIN * sum(asked[first:]) or lead * lead <= self.Z * self.Z * sum(x * x for x in late):
             return
         checks, asked = self._replay(int(self.PRIOR_CHECK * capacity))
         check = sum(checks)
