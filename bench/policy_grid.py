@@ -10,6 +10,9 @@ at 5/10/25/50% of each trace's unique tokens. The grids:
          grid's worst cell's shape (chat at page 16, seeds 3012/3021/3077; the held seeds are
          2000-2039): what the policy's constants may be chosen on (60 cells; `--only wl:` gives
          rounds 3-6's 36, `--only seed:30` the three added in round 8)
+  check  bench/policy_margins.py's random traces at seeds 3000-3069 other than tune's (272 cells): a
+         second sample of the random traces (more of them than tune has), to check that what a change
+         gains on tune is not tune's alone; rounds 1-8 tuned on none of them
   held   what they may not: bench/policy_margins.py's random traces (seeds 2000-2039, pages 1/16),
          Mooncake-shaped traces (radixkv/scheduling/synth.py, 400 requests, seeds 1-3, page 16),
          tools/agent/longchat/chat at other seeds (5 at page 1, 6 at page 16), and any `--trace
@@ -37,7 +40,9 @@ from multiprocessing import Pool
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # policy_margins, beside this file
+HERE = os.path.dirname(os.path.abspath(__file__))
+if HERE not in sys.path:  # once: bench/e2e.py takes one such entry off before transformers looks for `kernels`
+    sys.path.insert(0, HERE)  # policy_margins, beside this file
 
 from policy_margins import random_trace  # noqa: E402
 
@@ -53,6 +58,7 @@ FRACS = (0.05, 0.1, 0.25, 0.5)
 FIXED = ("lru", "lfu", "fifo", "slru")
 TUNE = ([f"wl:{w}:1:0" for w in DEFAULT_WORKLOADS] + ["wl:longchat:16:0", "wl:longdoc:16:0"]
         + [f"moon:{s}" for s in (11, 12, 13)] + [f"seed:{s}" for s in (3012, 3021, 3077)])
+CHECK = [f"seed:{s}" for s in range(3000, 3070) if f"seed:{s}" not in TUNE]
 HELD = ([f"seed:{s}" for s in range(2000, 2040)] + [f"moon:{s}" for s in (1, 2, 3)]
         + [f"wl:{w}:{p}:{s}" for w in ("tools", "agent", "longchat", "chat") for p, s in ((1, 5), (16, 6))])
 
@@ -103,7 +109,7 @@ def summary(label: str, rows: list[tuple[str, float, float]]) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
-    ap.add_argument("grid", choices=["tune", "held", "both"])
+    ap.add_argument("grid", choices=["tune", "check", "held", "both"])
     ap.add_argument("--trace", action="append", default=[], metavar="FILE:PAGE", help="add a trace to the held grid")
     ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="override an Adaptive constant")
     ap.add_argument("--fixed-cache", help="JSON file keeping the fixed policies' hit rates between runs")
@@ -118,7 +124,7 @@ def main(argv: list[str] | None = None) -> None:
     if overrides and COMPILED_CORE:  # the compiled class reads its constants as built: a --set would do nothing
         ap.error("--set needs the pure-Python core: run with RADIXKV_PURE_PYTHON=1")
     held = HELD + [f"file:{t}" for t in a.trace]
-    names = [n for n in {"tune": TUNE, "held": held, "both": TUNE + held}[a.grid] if a.only in n]
+    names = [n for n in {"tune": TUNE, "check": CHECK, "held": held, "both": TUNE + held}[a.grid] if a.only in n]
     fixed: dict[str, float] = {}
     if a.fixed_cache and os.path.exists(a.fixed_cache):
         with open(a.fixed_cache) as f:
@@ -142,8 +148,8 @@ def main(argv: list[str] | None = None) -> None:
             if a.cells:
                 print(f"| {n} | {f:.0%} | " + " | ".join(f"{hit[p]:.4f}" for p in FIXED)
                       + f" | {got[f'{n}|{f}|adaptive']:.4f} | {rows[-1][2]:+.2f} |")
-    tuned = [r for r in rows if r[0] in TUNE]
-    for label, part in (("tune", tuned), ("held", [r for r in rows if r[0] not in TUNE])):
+    grids = (("tune", TUNE), ("check", CHECK), ("held", held))
+    for label, part in ((label, [r for r in rows if r[0] in grid]) for label, grid in grids):
         if part:
             print(summary(label, part))
     print(f"overrides {overrides}; {time.perf_counter() - t0:.0f} s")

@@ -20,9 +20,12 @@ steady expert against one in transient.
 Before the first eviction both experts hold exactly what the real cache holds, so no shadow runs;
 that traffic is kept (eviction/history.py: as leaves of the real tree and lengths, not key bytes) and,
 at the first eviction, replayed through both experts in caches of PRIOR_SIZE x the real size, where
-they already differ: the first expert followed is the one that matched more there (LRU when they
-tie). That history is charged its real bytes from the first lookup; past HISTORY bytes it is dropped
-and START is followed.
+they already differ. The policy leaves START (LRU) there only on the evidence it would switch on
+(MARGIN and Z) from the later lookups (PRIOR_FROM: the small caches warm), and only if a second
+replay, at PRIOR_CHECK x the size, does not favour START by PRIOR_VETO standard deviations: the
+whole history's lead at one small size, MARGIN alone, followed LFU where LRU won at the real size
+(bench/RESULTS.md, round 9). That history is charged its real bytes from the first lookup; past
+HISTORY bytes it is dropped and START is followed.
 
 It cannot stay behind the better expert for long: a clear lead is acted on, and a switch that was a
 mistake is undone the same way. What it pays is the lag before it has evidence: the consequences of
@@ -62,7 +65,10 @@ class Adaptive(EvictionPolicy):
     stable_keys = False  # after a switch to LFU its keys read ghost counts (eviction/ghosts.py), which evictions change
     insert_is_use = True  # its LFU expert reads hit_count
     PRIOR = True  # choose the first expert by replaying the traffic before the first eviction in small caches
-    PRIOR_SIZE = 0.25  # ... of this share of the real cache's size
+    PRIOR_SIZE = 0.25  # ... of this share of the real cache's size, judged as a switch is (MARGIN and Z)
+    PRIOR_FROM = 0.5  # ... on the lookups from this share of the history on (the small caches warm)
+    PRIOR_CHECK = 0.5  # ... unless a replay at this share of the size favours START by PRIOR_VETO
+    PRIOR_VETO = 2.0  # ... standard deviations of its paired per-lookup leads (and MARGIN)
     HISTORY = 1 << 24  # bytes that replay's history (eviction/history.py) may take (16 MiB, freed at the
     # first eviction); past it, START. A request of the bench lifecycle costs two entries, 224 bytes
     START = 0  # the expert followed until the evidence says otherwise: LRU (SGLang's default)
@@ -119,20 +125,37 @@ class Adaptive(EvictionPolicy):
 
     def _choose_start(self, capacity: int) -> None:
         """Replay the traffic seen before the first eviction through both experts in caches of
-        PRIOR_SIZE x the real size (where they already differ) and follow the one that matched more."""
+        PRIOR_SIZE x the real size (where they already differ); leave START for the other expert if
+        it matched more there over the later lookups, by MARGIN of the asked tokens and Z standard
+        deviations, and a second replay in caches of PRIOR_CHECK x the size does not clearly say the
+        opposite (made only then: the replays are most of the prior's cost)."""
+        leads, asked = self._replay(int(self.PRIOR_SIZE * capacity))
+        first = int(self.PRIOR_FROM * len(leads))
+        late = leads[first:]
+        lead = sum(late)
+        if lead <= self.MARGIN * sum(asked[first:]) or lead * lead <= self.Z * self.Z * sum(x * x for x in late):
+            return
+        checks, asked = self._replay(int(self.PRIOR_CHECK * capacity))
+        check = sum(checks)
+        if -check > self.MARGIN * sum(asked) and check * check > self.PRIOR_VETO ** 2 * sum(x * x for x in checks):
+            return
+        self._follow(1 - self.mode)
+
+    def _replay(self, size: int) -> tuple[list[int], list[int]]:
+        """Per lookup of the history replayed through both experts in caches of `size` tokens: the
+        other expert's match minus START's, and the tokens asked."""
         assert self._tree is not None and self._history is not None
-        minis = [self._tree.shadow(e) for e in self._shadowed]
-        hits, asked, small = [0, 0], 0, int(self.PRIOR_SIZE * capacity)
+        own, other = (self._tree.shadow(self._shadowed[e]) for e in (self.mode, 1 - self.mode))
+        leads: list[int] = []
+        asked: list[int] = []
         for ns, key, use in self._history.replay(self._tree.shadow_keys):  # keys hashed in bulk
             if use is not None:
-                for mini in minis:
-                    mini.insert(ns, key, small, use)
+                own.insert(ns, key, size, use)
+                other.insert(ns, key, size, use)
                 continue
-            asked += len(key) // 4
-            for e, mini in enumerate(minis):
-                hits[e] += mini.match(ns, key)
-        if hits[1 - self.mode] - hits[self.mode] > self.MARGIN * asked:
-            self._follow(1 - self.mode)
+            asked.append(len(key) // 4)
+            leads.append(other.match(ns, key) - own.match(ns, key))
+        return leads, asked
 
     def on_insert(self, leaf: CachedNodeView) -> None:
         self._leaf = leaf  # the history keeps it; a shadow's new leaf shares its key bytes
