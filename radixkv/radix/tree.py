@@ -315,5 +315,5 @@ def device_pages(path: list[TreeNode], k: int, n: int) -> np.ndarray:
     if first is None:
         return _EMPTY
     if k == 1:  # the usual case: one edge (int32 kept; int64 like the caller's pages)
-        return first[:n].astype(np.int64)
+        return (first if n == len(first) else first[:n]).astype(np.int64)
     return np.concatenate([p.pages for p in path[:k] if p.pages is not None], dtype=np.int64)[:n]
