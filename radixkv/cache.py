@@ -131,7 +131,7 @@ class RadixCache(CacheBase):
         result = self.tree.insert(key, check.pages, root, prio, check.accept, use=True)
         if until is not None:
             self.pins.pin(result.node, until, "insert(pin_ttl=...)")
-        self.ledger.settle(check.new, check.freed(), check.fresh >= 0)  # (move to CACHED, release the rest)
+        self.ledger.settle(check.new, check.freed(), check.fresh >= 0, check.run_at)  # (to CACHED, the rest back)
         if self.host is not None:
             self.host.back_up(result.gained)
         return result.cached_len

@@ -55,6 +55,7 @@ class InsertSlots:
         else:  # the pages of the partial tail: alloc()'s last page, or checked
             self.tail = given[n:n + 1] // ps if start >= 0 else self._tail_pages(given[n:], ps)
         self.duplicates = self.new = _EMPTY
+        self.run_at = -1
 
     def _tail_pages(self, tail: np.ndarray, ps: int) -> np.ndarray:
         check_range(tail, self.ledger.num_pages * ps, "insert: slots")
@@ -69,7 +70,9 @@ class InsertSlots:
         k, f = cached_len // ledger.page_size, self.fresh
         if 0 <= f <= k and (not f or same_values(self.pages[:f], tree_pages if f == k else tree_pages[:f])):
             # the tree's own pages up to f, alloc()'s from there: those before k duplicate cached ones
-            self.duplicates, self.new = self.pages[f:k], self.pages[k:]
+            pages = self.pages
+            self.duplicates, self.new = (pages[f:k] if f < k else _EMPTY), (pages[k:] if k else pages)
+            self.run_at = k - f  # `new`: alloc()'s pages in order from its (k - f)-th on (PageLedger.settle)
             return
         head = self.pages[:k]
         differ = _ne(head, tree_pages)  # (k pages each)

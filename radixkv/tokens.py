@@ -16,7 +16,7 @@ import torch
 from radixkv.errors import InvalidArgumentError, InvalidSlotsError, InvalidTokensError
 
 MAX_TOKEN_ID = 2**31 - 1
-_max, _all, _eq = np.maximum.reduce, np.logical_and.reduce, np.equal  # no Python wrappers
+_max, _eq = np.maximum.reduce, np.equal  # no Python wrappers
 TokensLike: TypeAlias = Sequence[int] | np.ndarray | torch.Tensor
 # Public arguments a call validates itself, raising a typed RadixKVError for a bad one. Typed Any,
 # named for what they should be: the compiled core (radixkv/build.py) checks a declared type at the
@@ -101,11 +101,15 @@ def check_range(values: np.ndarray, limit: int, what: str) -> None:
 
 
 def same_values(a: np.ndarray, b: np.ndarray) -> bool:
-    """Whether int64 `a` and `b`, of one length, hold the same values. Short ones: a memcmp of byte
-    copies (a ufunc call and its reduction cost more than copying a few KB); long ones: one comparison."""
+    """Whether int64 `a` and `b` (contiguous: the cache's own copy), of one length, hold the same
+    values. Short ones: a memcmp of a's bytes against b's buffer (a ufunc call costs more than
+    copying a few KB); long ones: one comparison, and argmin finds a False (a ufunc reduction's
+    fixed cost, dtype resolution and an iterator, is twice argmin's)."""
     if len(a) <= 1024:
-        return a.tobytes() == b.tobytes()
-    return bool(_all(_eq(a, b)))
+        buffer: Any = b  # (numpy's stubs do not declare the buffer protocol)
+        return a.tobytes().startswith(buffer)  # b's buffer, not a copy of it; of equal length: equality
+    same = _eq(a, b)
+    return bool(same[same.argmin()])
 
 
 def as_slots(slots: TokensLike, num_slots: int) -> np.ndarray:

@@ -170,6 +170,68 @@ def test_alloc_pages_read_private_until_insert_settles_them(ps: int) -> None:
     cache.check_invariants()
 
 
+def test_pages_evicted_for_an_alloc_are_not_written_free_in_between() -> None:
+    # alloc_slots pushes the pages it evicts and pops them again at once (pools/ledger.py): they read
+    # PRIVATE through `state`, and evicted pages the alloc did not need are written FREE at once
+    ledger = PageLedger(num_pages=8, page_size=2)
+    no_eviction = lambda n: pytest.fail("enough free pages")  # noqa: E731
+    cached = ledger.take(7, CACHED, 0, no_eviction)
+    asked: list[int] = []
+
+    def evict(tokens: int) -> np.ndarray:  # gives back more than asked: pages 0-3 of the cached ones
+        asked.append(tokens)
+        return cached[:4].astype(np.int32)
+
+    slots = ledger.alloc_slots(5, 7, evict)  # 3 pages: 1 free, 2 evicted (of 4 evicted)
+    assert asked == [4] and len(slots) == 5
+    pages = np.unique(slots // 2)
+    assert ledger.all_in(pages, PRIVATE) and ledger.all_in(cached[:1], FREE) and ledger.all_in(cached[4:], CACHED)
+    ledger.check()
+    cached = ledger.take(2, CACHED, 0, no_eviction)  # the free pages, cached again
+    slots = ledger.alloc_slots(4, 9, lambda n: cached)  # both evicted, popped again
+    assert ledger.fresh_start(slots) == 0  # (remembered after an alloc that evicted)
+    ledger.settle(np.unique(slots // 2), np.empty(0, dtype=np.int64), True, 0)
+    assert ledger.all_in(np.unique(slots // 2), CACHED)
+    ledger.check()
+
+
+@pytest.mark.parametrize("ps", [1, 4])
+def test_insert_of_pages_alloc_evicted_writes_each_state_it_ends_in(ps: int) -> None:
+    # a full cache: every alloc evicts; insert settles the pages that were free before and the
+    # evicted ones alike (CACHED, duplicates and a partial tail FREE), as check_invariants recomputes
+    cache = _cache(ps)
+    for i in range(4):
+        cache.insert([100 + i] * 4 * ps, cache.alloc(4 * ps))
+
+    def alloc_evicting(n: int) -> torch.Tensor:
+        evicted = cache.stats.evicted_tokens
+        slots = cache.alloc(n)
+        assert cache.stats.evicted_tokens > evicted
+        return slots
+
+    toks = [100] * 2 * ps + list(range(3 * ps + ps // 2))  # 2 pages cached, then new ones
+    m = cache.match_prefix(toks)
+    assert cache.insert(toks, torch.cat([m.slots, alloc_evicting(len(toks) - m.length)])) == 2 * ps
+    cache.check_invariants()
+    cache.evict(ps)  # one page free: the next alloc pops it and evicts the rest
+    toks = [102] * 2 * ps + list(range(20, 20 + 3 * ps))
+    m = cache.match_prefix(toks)
+    assert cache.insert(toks, torch.cat([m.slots, alloc_evicting(len(toks) - m.length)])) == m.length
+    cache.check_invariants()
+    toks = [101] * 2 * ps + list(range(50, 50 + 3 * ps))
+    m = cache.match_prefix(toks)
+    fresh = alloc_evicting(len(toks) - m.length)
+    assert (cache.ledger.state[np.unique(fresh.numpy() // ps)] == PRIVATE).all()  # written when read
+    assert cache.insert(toks, torch.cat([m.slots, fresh])) == m.length
+    cache.check_invariants()
+    # matched shorter than what is cached: alloc()'s first pages (evicted ones among them) are duplicates
+    longer = toks + [7] * 2 * ps
+    m = cache.match_prefix(longer[:ps])
+    assert cache.insert(longer, torch.cat([m.slots, alloc_evicting(len(longer) - m.length)])) == len(toks)
+    cache.check_invariants()
+    assert cache.sizes().private == 0
+
+
 @pytest.mark.parametrize("ps", [1, 4])
 @pytest.mark.parametrize("misuse", ["written into", "freed since", "inserted twice", "named before", "misordered"])
 def test_insert_refuses_alloc_slots_that_are_no_longer_what_it_gave(ps: int, misuse: str) -> None:

@@ -19,6 +19,10 @@ checks in the usual lifecycle (match, alloc, insert). Any other slots get the fu
 The last `alloc_slots`' pages are written PRIVATE lazily: on the first read of `state` or the next
 change of any page, unless `settle` moves every one of them on at once (insert's usual end: each
 page is then written once, not PRIVATE and then CACHED; at page_size 1 a write per token).
+Pages that `alloc_slots` had to evict and pops again at once (the allocator hands out the pages
+freed last first) are not written FREE in between: until that lazy write their entry in `_state`
+still reads CACHED, so `settle` writes CACHED only to the pages that were free before. In the
+steady state of a full cache, where every allocation evicts, that spares both writes per token.
 
 Memory: per page, the state (1 byte), the allocator's stack slot (4) and the distinctness check's
 scratch (4). The constant rows that `all_in` compares against grow with the largest call, not the pool;
@@ -47,6 +51,8 @@ class PageLedger:
         self.allocator = SlotAllocator(num_pages, page_size)
         self._state = np.zeros(num_pages, dtype=np.int8)  # FREE / CACHED / PRIVATE / RESERVED per page
         self._unwritten: np.ndarray | None = None  # int64 pages of the last alloc_slots(), PRIVATE but not yet in _state
+        self._stale = 0  # how many of `_unwritten`'s last pages still read CACHED in _state (evicted, popped again)
+        self._popped_stale = 0  # the same count for the last `_pop`
         self.distinct = Distinct(num_pages)  # O(n) check that pages named by a caller are distinct
         self._rows = {s: b"" for s in (FREE, CACHED, PRIVATE, RESERVED)}  # state -> its byte repeated: memcmp checks
         self._fresh: np.ndarray | None = None  # int64 slots of the last alloc_slots(), until a page changes state again
@@ -61,6 +67,7 @@ class PageLedger:
     def _write_unwritten(self) -> None:
         pages = self._unwritten
         self._unwritten = None
+        self._stale = 0
         if pages is not None and len(pages):
             self._state[pages] = PRIVATE
 
@@ -77,16 +84,26 @@ class PageLedger:
         return pages
 
     def _pop(self, k: int, evictable_pages: int, evict: Callable[[int], np.ndarray]) -> np.ndarray:
-        """`take` without writing the pages' state."""
-        short = k - self.allocator.num_free_pages
+        """`take` without writing the pages' state. The pages evicted for it go onto the allocator's
+        stack unwritten, so the last `_popped_stale` of those popped still read CACHED in `_state`
+        (evicted ones left on the stack are written FREE): the caller writes them."""
+        allocator = self.allocator
+        short = k - allocator.num_free_pages
+        self._popped_stale = 0
         if short > 0:
             if short > evictable_pages:
                 ps = self.page_size
                 raise OutOfSlotsError(
-                    f"need {k} pages ({k * ps} slots): {self.allocator.num_free_pages} free and "
+                    f"need {k} pages ({k * ps} slots): {allocator.num_free_pages} free and "
                     f"{evictable_pages} evictable; close Sequences, unlock nodes, or raise CacheConfig.num_slots")
-            self.release(evict(short * self.page_size))
-        return self.allocator.alloc_pages(k)
+            evicted = evict(short * self.page_size)  # (int32 or int64, cached until now)
+            self._fresh = None
+            allocator.free_pages(evicted)
+            e = len(evicted)
+            if e > k:  # (pushed last, popped first: evicted[:e - k] stay free)
+                self._state[evicted[:e - k].astype(np.int64, copy=False)] = FREE
+            self._popped_stale = min(e, k)
+        return allocator.alloc_pages(k)
 
     def alloc_slots(self, n: int, evictable_pages: int, evict: Callable[[int], np.ndarray]) -> np.ndarray:
         """`n` private slots, the first n of ceil(n / page_size) pages from `take`: int64 `[n]` (the
@@ -101,6 +118,7 @@ class PageLedger:
             slots = slots[:n]
         self._fresh = fresh = slots.copy()  # a copy: the caller may write into what it got
         self._unwritten = fresh if ps == 1 else pages  # (never the caller's array)
+        self._stale = self._popped_stale
         return slots
 
     def fresh_start(self, slots: np.ndarray) -> int:
@@ -131,13 +149,23 @@ class PageLedger:
             self._state[pages.astype(np.int64, copy=False)] = FREE  # numpy indexes with int64 2-3x faster than int32
             self.allocator.free_pages(pages)  # (a tree node's int32 pages go onto the int32 stack uncast)
 
-    def settle(self, cached: np.ndarray, freed: np.ndarray, fresh_spent: bool) -> None:
+    def settle(self, cached: np.ndarray, freed: np.ndarray, fresh_spent: bool, run_at: int = -1) -> None:
         """insert()'s end: private `cached` pages become CACHED, `freed` go back (as `move`, then
         `release`). `fresh_spent`: the caller's slots ended with the last `alloc_slots`' (its
         `fresh_start` was >= 0, nothing changed since), so `cached` and `freed` hold every one of its
-        pages: their lazy PRIVATE write is skipped, each is written once here."""
+        pages: their lazy PRIVATE write is skipped, each is written once here. `run_at` >= 0: `cached`
+        is a run of those pages in their order, from the run_at-th on; the ones of them that
+        still read CACHED (evicted for that alloc: the last `_stale`) are not written again."""
+        pending, stale = self._unwritten, self._stale
         if fresh_spent and self._fresh is not None:
-            self._unwritten = None
+            self._unwritten, self._stale = None, 0
+            if pending is not None and run_at >= 0:
+                self._fresh = None
+                fresh = len(pending) - stale - run_at  # pages of the run that were free before
+                if fresh > 0 and len(cached):
+                    self._state[cached if fresh >= len(cached) else cached[:fresh]] = CACHED
+                self.release(freed)
+                return
         self.move(cached, CACHED)
         self.release(freed)
 

@@ -111,6 +111,9 @@ def drop_victims(tree: RadixTree, group: int, plan: list[tuple[TreeNode, int]]) 
 
 
 def _remove_subtree(tree: RadixTree, node: TreeNode, host_chunks: list[np.ndarray]) -> None:
+    if not node.children and node.host_pages is None:  # the usual victim: a leaf, held nowhere else
+        residency.unlink(tree, node)
+        return
     below = [node]
     for n in below:
         below.extend(n.children.values())

@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from radixkv.radix.device_path import device_prefix
+
 if TYPE_CHECKING:
     from radixkv.radix.node import TreeNode
     from radixkv.radix.tree import RadixTree
@@ -21,7 +23,7 @@ def peek(tree: RadixTree, key: bytes, start: TreeNode) -> tuple[int, int]:
     """Read-only: (device-cached tokens, further host-only tokens) of `key` (whole pages) below
     `start`: what `match` would report (before any window shortening), nothing split or refreshed."""
     path, matched = tree.walk(key, start)
-    k, dev = tree.device_prefix(path, matched // 4, start)
+    k, dev = device_prefix(tree, path, matched // 4, start)
     return dev, matched // 4 - dev
 
 
@@ -37,7 +39,7 @@ def locate(tree: RadixTree, key: bytes, start: TreeNode) -> TreeNode:
     """The node ending the longest device-cached prefix of `key` below `start` (whole pages),
     splitting the edge where it ends. Unlike `match`, refreshes no recency or hit count."""
     path, matched = tree.walk(key, start)
-    k, dev = tree.device_prefix(path, matched // 4, start)
+    k, dev = device_prefix(tree, path, matched // 4, start)
     if not k:
         return start
     if path[k - 1].end > start.end + dev:

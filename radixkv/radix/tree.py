@@ -1,11 +1,11 @@
 """RadixTree: the index. The tree core (radix/core.py) plus where each prefix's KV lives.
 
 A pure index: it owns the nodes, the size counters and the evictable indexes, and nothing else.
-`match` returns what is cached, `insert` returns what it kept and what was already there, eviction
-(evict.py) returns the pages it let go; it never touches the page ledger, the pools or KV (the
-caller, RadixCache, moves pages). Each namespace has its own root, kept only while it has children
-or locks (a read-only match of a new namespace leaves nothing behind). Work per match or insert is
-proportional to the pages compared (one memcmp per edge), never to the size of the tree.
+`match` returns what is cached (device_path.py: the device part of a walk), `insert` what it kept and
+what was already there, eviction (evict.py) the pages it let go; it never touches the page ledger,
+the pools or KV (the caller, RadixCache, moves pages). Each namespace has its own root, kept only
+while it has children or locks (a read-only match of a new namespace leaves nothing behind). Work per
+match or insert is proportional to the pages compared (one memcmp per edge), never to the tree's size.
 
 Counters (SGLang's meaning, over device-resident tokens): `evictable_size` is every cached token no
 lock protects (locks.py), `protected_size` every cached token on a locked path; `host_size` counts
@@ -30,6 +30,7 @@ from radixkv.errors import LockError
 from radixkv.eviction import EvictableIndex, EvictionPolicy, host_first
 from radixkv.radix import residency
 from radixkv.radix.components import split_components
+from radixkv.radix.device_path import device_pages, device_prefix
 from radixkv.radix.idle_roots import IdleRoots
 from radixkv.radix.node import TreeNode
 from radixkv.radix.shadow import ShadowKeys, ShadowTree
@@ -123,15 +124,6 @@ class RadixTree(residency.ResidentTree):
 
     # ------------------------------------------------------------------ lookup
 
-    def device_prefix(self, path: list[TreeNode], length: int, start: TreeNode) -> tuple[int, int]:
-        """How many nodes of a walked path, and how many of its `length` tokens, are on the device
-        (device residency is prefix-closed: it stops at the first host-only node)."""
-        if self.host_index is not None:
-            for i, node in enumerate(path):
-                if node.pages is None:
-                    return i, node.depth - start.end
-        return len(path), length
-
     def match(self, key: bytes, start: TreeNode) -> MatchInfo:
         """Longest device-cached prefix of `key` below `start`. Splits the edge where the device
         match ends and refreshes the recency and hits of every node it matched whole. With secondary
@@ -143,7 +135,7 @@ class RadixTree(residency.ResidentTree):
                 self._learn_lookup(start, key, 0)
             return MatchInfo(start, 0, _EMPTY, 0)
         length = matched // 4
-        k, dev = self.device_prefix(path, length, start)
+        k, dev = device_prefix(self, path, length, start)
         if self.reaches and dev:  # from a root: shorten to where every group can resume
             length = dev = resumable(path[:k], dev, self.reaches, self.page_size)
             k = sum(n.depth < dev for n in path[:k])
@@ -205,7 +197,7 @@ class RadixTree(residency.ResidentTree):
         used (they are the tree's own, or duplicates the caller frees); pages are copied."""
         path, matched = self.walk(key, start)
         length = matched // 4
-        k, dev = self.device_prefix(path, length, start)
+        k, dev = device_prefix(self, path, length, start)
         tree_pages = device_pages(path, k, dev // self.page_size)
         if accept is not None:
             accept(dev, tree_pages)
@@ -214,9 +206,8 @@ class RadixTree(residency.ResidentTree):
             if path[-1].end > start.end + length:
                 path[-1] = self.split(path[-1], start.end + length - path[-1].depth)
             node = path[-1]
-        for host_only in path[k:]:
-            host_only.pages = pages[(host_only.depth - start.end) // ps:(host_only.end - start.end) // ps].astype(
-                np.int32)
+        for host_only in path[k:]:  # (their pages: int32 kept, 4 bytes a page)
+            host_only.pages = pages[(host_only.depth - start.end) // ps:(host_only.end - start.end) // ps].astype(np.int32)
             gained.append(host_only)
         leaf = None
         if matched < len(key):
@@ -298,7 +289,6 @@ class RadixTree(residency.ResidentTree):
             self.policy.on_evict(victim)
             self._follow_policy()
 
-
     # ------------------------------------------------------------------ iteration
 
     def nodes(self) -> list[TreeNode]:
@@ -308,12 +298,3 @@ class RadixTree(residency.ResidentTree):
             out.extend(node.children.values())
         return out
 
-
-def device_pages(path: list[TreeNode], k: int, n: int) -> np.ndarray:
-    """int64 `[n]`, a fresh array: the first n device pages of the nodes `path[:k]` (all on the device)."""
-    first = path[0].pages if k else None
-    if first is None:
-        return _EMPTY
-    if k == 1:  # the usual case: one edge (int32 kept; int64 like the caller's pages)
-        return first[:n].astype(np.int64)
-    return np.concatenate([p.pages for p in path[:k] if p.pages is not None], dtype=np.int64)[:n]
