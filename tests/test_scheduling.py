@@ -115,13 +115,15 @@ def test_auto_orders_by_virtual_deadline_and_late_requests_by_cached_prefix() ->
 
 def test_auto_gives_due_requests_a_share_of_the_tokens_not_all() -> None:
     """When every waiting request is past its FCFS turn (a backlog that keeps growing), the oldest
-    get SHARE = 1/4 of the admitted prompt tokens, oldest first; the rest go in deadline order
-    (here all late: longest cached prefix first). The old bound ran the whole queue in arrival order."""
+    get SHARE of the admitted prompt tokens, oldest first (here 1/4, for round numbers; the default
+    is smaller); the rest go in deadline order (here all late: longest cached prefix first). The old
+    bound ran the whole queue in arrival order."""
     cache = make_cache()
     hot = tokens(1, 48)
     cache_prefix(cache, hot)
     prompts = [hot[:8 * i] + tokens(10 + i, 48 - 8 * i) for i in range(6)]  # 48 tokens, 8 i of them cached
     sched, reqs = queued(cache, prompts, "auto")
+    sched.policy.SHARE = 0.25
     sched.policy.admitted_tokens = 10_000  # every turn has passed: all due
     sched.planned = 10_000  # every deadline has passed: all late
     # 0 (oldest; 48 of 48 tokens), then 5, 4, 3 until 48 <= 0.25 x 192, then 1 (96 of 240), then 2

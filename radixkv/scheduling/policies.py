@@ -30,12 +30,12 @@ so a wait and a prefill length can be compared:
                 hit rate, which lpm's order maximizes.
                 Bound: a request is *due* once the prompt tokens admitted since it arrived exceed
                 (1 + C) times those waiting ahead of it then (C = 0.5): FCFS would have started it by
-                then. While any request is due, due requests get a share S = 1/4 of the prompt tokens
+                then. While any request is due, due requests get a share S = 0.15 of the prompt tokens
                 admitted, oldest first (a deficit counter over the contended period, reset when none
-                is due); the other 3/4 follow the order above. So the oldest always progress (no
+                is due); the other 85% follow the order above. So the oldest always progress (no
                 stream of cached requests starves a cold one), and a backlog that keeps growing, in
                 which every waiting request is due, does not turn the queue into FCFS
-                (bench/RESULTS.md, issue 20, third round).
+                (bench/RESULTS.md, issue 20, third round; S was 1/4 until the ninth round).
 """
 
 from __future__ import annotations
@@ -124,7 +124,7 @@ class Auto(Policy):
     matches = True
     SLOWDOWN = 48.0  # K: prefill-token times of deadline per token of (uncached - cached) work
     SLACK = 0.5  # C: a request may be overtaken until (1 + C) x the work ahead of it at arrival is admitted
-    SHARE = 0.25  # S: while any request is due, due ones get this share of the tokens admitted, oldest first
+    SHARE = 0.15  # S: while any request is due, due ones get this share of the tokens admitted, oldest first
 
     def __init__(self, estimates: PrefixEstimates) -> None:
         super().__init__(estimates)
