@@ -12,7 +12,8 @@ from radixkv.bench.opt import build_segments
 from radixkv.bench.runner import sim_config
 from radixkv.bench.workloads import agent
 from radixkv.eviction import make_policy
-from radixkv.radix.shadow import ShadowKeys, ShadowTree, _common
+from radixkv.radix.core import common_bytes
+from radixkv.radix.shadow import ShadowKeys, ShadowTree
 
 REQS = agent(num_agents=24, steps=8, tools_prompt_len=256, action_len=32, tool_output_len=96)
 
@@ -51,16 +52,20 @@ def test_a_shadow_hashes_the_pages_past_the_real_match_only_when_its_walk_reache
 
 
 def test_common_pages_by_binary_search() -> None:
-    """`_common`: the whole pages an edge and a key share, for every place they can part, and when one ends."""
+    """A shadow's `parting` (a binary search) gives the whole pages an edge and a key share, as the core's
+    numpy `common_bytes` does, for every place they can part, and when one ends."""
+    shadow = ShadowTree(make_policy("lru"), 4)  # a hashing shadow: 8-byte pages
+    pb = shadow.page_bytes
     rng = np.random.default_rng(5)
-    edge = rng.integers(0, 2**31 - 1, size=4 * 9, dtype=np.int32)
+    edge = rng.integers(0, 2**31 - 1, size=2 * 9, dtype=np.int32)  # 9 pages
     for part in range(1, 9):
         key = edge.copy()
-        key[4 * part + int(rng.integers(0, 4))] += 1
-        prefix = rng.integers(0, 2**31 - 1, size=8, dtype=np.int32)
-        assert _common(edge.tobytes(), np.concatenate([prefix, key]).tobytes(), 32, 16) == 16 * part
-    assert _common(edge.tobytes(), edge[:4 * 5].tobytes(), 0, 16) == 16 * 5  # the key ends first
-    assert _common(edge[:4 * 3].tobytes(), edge.tobytes(), 0, 16) == 16 * 3  # the edge ends first
+        key[2 * part + int(rng.integers(0, 2))] += 1
+        prefix = rng.integers(0, 2**31 - 1, size=4, dtype=np.int32)  # 2 pages before the walk's position
+        full = np.concatenate([prefix, key]).tobytes()
+        assert shadow.parting(edge.tobytes(), full, 16) == pb * part == common_bytes(edge.tobytes(), full, 16, pb)
+    for a, b, pages in ((edge, edge[:2 * 5], 5), (edge[:2 * 3], edge, 3)):  # the key ends first; the edge does
+        assert shadow.parting(a.tobytes(), b.tobytes(), 0) == pb * pages == common_bytes(a.tobytes(), b.tobytes(), 0, pb)
 
 
 @pytest.mark.parametrize("policy", ["lru", "lfu"])

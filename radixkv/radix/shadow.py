@@ -18,7 +18,7 @@ shared by a tree's shadows), with the same shape, splits and matches as a tree o
 Cost per call: one walk over the edges of the key, a split at most, and O(log n) heap work per
 leaf touched or evicted; from page 3 on, hashing the key's pages not hashed for the last call (a
 match: those past the pages known, only if its walk reaches them and could go on). Where the key and an
-edge part, a binary search of memcmps finds their common pages (`walk`; the core's numpy compare costs
+edge part, a binary search of memcmps finds their common pages (`parting`; the core's numpy compare costs
 ~18k instructions a call).
 """
 
@@ -33,19 +33,6 @@ from radixkv.radix.shadow_keys import ShadowKeys
 if TYPE_CHECKING:
     from radixkv.eviction.view import FixedPolicyView
     from radixkv.radix.node import TreeNode
-
-
-def _common(edge: bytes, key: bytes, pos: int, pb: int) -> int:
-    """Bytes of whole `pb`-byte pages that `key[pos:]` (whole pages) and `edge` share from the start, their
-    first page known equal: a binary search, one slice and memcmp a step."""
-    lo, hi = 1, min(len(edge), len(key) - pos) // pb
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if key.startswith(edge[:mid * pb], pos):
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo * pb
 
 
 class ShadowTree(LeafHeap):
@@ -68,24 +55,18 @@ class ShadowTree(LeafHeap):
         root = self.roots[ns] = self.make_node(ns, None, b"")
         return root
 
-    def walk(self, key: bytes, node: ShadowNode) -> tuple[list[ShadowNode], int]:
-        """TreeCore.walk, but where the key and an edge part, their common pages are found by a binary
-        search of memcmps (`_common`), not numpy (core.common_bytes: ~18k instructions a call)."""
-        pb, pos, end = self.page_bytes, 0, len(key)
-        path: list[ShadowNode] = []
-        while pos < end:
-            child = node.children.get(key[pos:pos + pb])
-            if child is None:
-                break
-            path.append(child)
-            edge = child.key
-            if key.startswith(edge, pos):
-                pos += len(edge)
-                node = child
+    def parting(self, edge: bytes, key: bytes, pos: int) -> int:
+        """TreeCore.parting by a binary search of memcmps, one slice and memcmp a step, not numpy
+        (core.common_bytes: ~18k instructions a call)."""
+        pb = self.page_bytes
+        lo, hi = 1, min(len(edge), len(key) - pos) // pb
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if key.startswith(edge[:mid * pb], pos):
+                lo = mid
             else:
-                pos += _common(edge, key, pos, pb)
-                break
-        return path, pos
+                hi = mid - 1
+        return lo * pb
 
     def match(self, ns: bytes, key: bytes) -> int:
         """Tokens of `key` (int32 token bytes, whole pages) the shadow holds below namespace `ns`;
