@@ -325,5 +325,6 @@ def main(argv: list[str] | None = None) -> None:
             sys.exit(f"{r['backend']} at capacity {r['capacity_tokens']}: slots leaked (the harness is wrong)")
     print(json.dumps(rep))
 
+
 if __name__ == "__main__":
     main()
