@@ -11,10 +11,9 @@ beside it, this says whether a cell lost to lag, a wrong prior or a round trip (
     RADIXKV_PURE_PYTHON=1 .venv/bin/python bench/policy_switches.py wl:chat:1:0@0.25 seed:2012@0.5 \\
         [--set NAME=VALUE]
 
-`--lfu-from R` replaces the policy's decisions by one switch: the LRU expert until request R (plain LRU
-with `--set DEMOTE=0`: eviction/probation.py), LFU from then on (no prior, no switch on evidence). With
-R the request of a cell's first switch to LFU, its hit rate against LFU's says what the switch itself
-costs, apart from deciding when (bench/RESULTS.md, round 7).
+`--lfu-from R` replaces the policy's decisions by one switch: LRU until request R, LFU from then on
+(no prior, no switch on evidence). With R the request of a cell's first switch to LFU, its hit rate
+against LFU's says what the switch itself costs, apart from deciding when (bench/RESULTS.md, round 7).
 
 Needs the pure-Python core: it wraps the Adaptive class's methods, which a compiled class ignores.
 """
@@ -110,8 +109,7 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     ap.add_argument("cells", nargs="+", metavar="NAME@SHARE", help="e.g. wl:chat:1:0@0.25, moon:1@0.05")
     ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="override an Adaptive constant")
-    ap.add_argument("--lfu-from", type=int, default=0, metavar="R",
-                    help="the LRU expert until request R, then LFU (module docstring)")
+    ap.add_argument("--lfu-from", type=int, default=0, metavar="R", help="LRU until request R, then LFU (module docstring)")
     a = ap.parse_args(argv)
     if COMPILED_CORE:
         ap.error("needs the pure-Python core: run with RADIXKV_PURE_PYTHON=1")

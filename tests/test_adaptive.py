@@ -79,7 +79,7 @@ def test_adaptive_switch_rekeys_the_index() -> None:
     """After each switch every stored key is the new expert's key (check_invariants verifies
     stable keys against key(node) after every request)."""
     reqs = SHARED["gsp"]
-    cache = RadixCache(sim_config(_capacity(reqs, 0.3), 1, "adaptive", 4096))  # one switch, to LFU
+    cache = RadixCache(sim_config(_capacity(reqs, 0.25), 1, "adaptive", 4096))
     policy = cache.tree.policy
     assert isinstance(policy, Adaptive)
     for r in reqs:
@@ -327,9 +327,8 @@ def test_shadow_keys_hash_whole_pages_and_extend_the_last_key() -> None:
 
 
 def test_policy_switches_lfu_from_is_lru_then_lfu() -> None:
-    """bench/policy_switches.py --lfu-from R: the LRU expert until request R, then LFU, and no other
-    decision. Past the trace's end it never switches, so with DEMOTE 0 (the expert is plain LRU then:
-    eviction/probation.py) it hits exactly what LRU hits; within it, one forced switch."""
+    """bench/policy_switches.py --lfu-from R: LRU until request R, then LFU, and no other decision. Past
+    the trace's end it never switches, so it hits exactly what LRU hits; within it, one forced switch."""
     import os
     import subprocess
     import sys
@@ -340,8 +339,7 @@ def test_policy_switches_lfu_from_is_lru_then_lfu() -> None:
     env = {**os.environ, "RADIXKV_PURE_PYTHON": "1", "PYTHONPATH": str(ROOT)}
 
     def run(r: int) -> list[str]:
-        return subprocess.run([sys.executable, str(ROOT / "bench" / "policy_switches.py"), cell, "--lfu-from", str(r),
-                               "--set", "DEMOTE=0"],
+        return subprocess.run([sys.executable, str(ROOT / "bench" / "policy_switches.py"), cell, "--lfu-from", str(r)],
                               capture_output=True, text=True, check=True, env=env, cwd=ROOT).stdout.splitlines()
 
     never = run(10**9)
@@ -473,7 +471,7 @@ def test_the_plain_lfu_twin_keeps_ghost_counts_on_only_while_they_pay() -> None:
     twin lives only while ghosts are on in LFU. Two caches on the same trace, the twin's lead set at the
     switch so that one's ghosts pay and the other's do not: they part exactly at the turnover."""
     reqs = SHARED["gsp"]
-    caches = [RadixCache(sim_config(_capacity(reqs, 0.3), 1, "adaptive", 4096)) for _ in range(2)]  # one switch
+    caches = [RadixCache(sim_config(_capacity(reqs, 0.25), 1, "adaptive", 4096)) for _ in range(2)]
     policies = [c.tree.policy for c in caches]
     assert all(isinstance(p, Adaptive) for p in policies)
     switched = turned = None

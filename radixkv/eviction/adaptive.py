@@ -5,9 +5,7 @@ documents, trees of thought), LRU wins sessions (chat, agents, long documents re
 a real long-context trace LFU lost to LRU by 8 points. A policy that guesses from features of the
 traffic can guess wrong on a trace it has not seen; this one measures instead.
 
-The real cache evicts in the order of one expert (LRU or LFU). Its LRU expert sets leaves not hit
-since their insert DEMOTE ticks back (eviction/probation.py: a little of SLRU's scan resistance; with
-it the best of the two experts comes nearer the best fixed policy). A shadow (radix/shadow.py: the
+The real cache evicts in the order of one expert (LRU or LFU). A shadow (radix/shadow.py: the
 tree's own core with sizes and times only, handed out by the tree through eviction/view.py) replays the same traffic on metadata only under the other expert, with a capacity that follows the
 real cache's occupancy (so in-flight reservations shrink both alike); it reproduces, request for
 request, what a real cache under that expert would match. Per lookup the policy takes the paired
@@ -52,8 +50,7 @@ from mypy_extensions import mypyc_attr
 
 from radixkv.eviction.ghosts import GhostLFU
 from radixkv.eviction.history import History, absolute_key
-from radixkv.eviction.policies import LFU, EvictionPolicy
-from radixkv.eviction.probation import ProbationLRU
+from radixkv.eviction.policies import LFU, LRU, EvictionPolicy
 
 if TYPE_CHECKING:
     from radixkv.eviction.view import CachedNodeView, NodeView, ShadowKeysView, ShadowView, TreeView
@@ -74,7 +71,6 @@ class Adaptive(EvictionPolicy):
     PRIOR_VETO = 2.0  # ... standard deviations of its paired per-lookup leads (and MARGIN)
     HISTORY = 1 << 24  # bytes that replay's history (eviction/history.py) may take (16 MiB, freed at the
     # first eviction); past it, START. A request of the bench lifecycle costs two entries, 224 bytes
-    DEMOTE = 4  # its LRU expert sets leaves not hit since their insert back this many ticks (eviction/probation.py)
     START = 0  # the expert followed until the evidence says otherwise: LRU (SGLang's default)
     WINDOW = 8.0  # decay horizon: tokens newly cached, as a multiple of the cache's size
     WARMUP = 1.0  # after a switch, turnovers before the real cache stands for its expert
@@ -86,7 +82,7 @@ class Adaptive(EvictionPolicy):
 
     def __init__(self) -> None:
         self._ghosts = GhostLFU()  # the real cache's LFU: ghost counts while it turns over after a switch
-        self.experts: tuple[EvictionPolicy, ...] = (ProbationLRU(self.DEMOTE), self._ghosts)
+        self.experts: tuple[EvictionPolicy, ...] = (LRU(), self._ghosts)
         self._shadowed: tuple[EvictionPolicy, ...] = (self.experts[0], LFU())  # what the shadows run
         self.mode = self.START  # the expert the real cache follows
         self._current: EvictionPolicy = self.experts[self.START]  # the expert followed: `key` is its key
