@@ -12,10 +12,11 @@ Callers validate, then move pages: `take` pops free pages into a state (asking t
 that stay out of the allocator (private -> cached when the tree adopts them), `release` gives pages
 back. Transitions are vectorized over the pages moved; nothing here walks the whole pool.
 
-The ledger remembers the slots of the last `alloc_slots` until any page changes state again
-(`move`, `release`): slots a caller hands back that equal them value for value (`fresh_start`) are
-known private and distinct without reading a page's state, which spares insert() its per-page
-checks in the usual lifecycle (match, alloc, insert). Any other slots get the full checks.
+The ledger remembers the slots of the last `alloc_slots` (their bytes: one memcmp against a caller's
+buffer compares them) until any page changes state again (`move`, `release`): slots a caller hands
+back that equal them value for value (`fresh_start`) are known private and distinct without reading
+a page's state, which spares insert() its per-page checks in the usual lifecycle (match, alloc,
+insert). Any other slots get the full checks.
 The last `alloc_slots`' pages are written PRIVATE lazily: on the first read of `state` or the next
 change of any page, unless `settle` moves every one of them on at once (insert's usual end: each
 page is then written once, not PRIVATE and then CACHED; at page_size 1 a write per token).
