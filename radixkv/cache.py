@@ -25,7 +25,7 @@ the request level is what a generation loop calls (open, reserve, commit, close,
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 import numpy as np
 import torch
@@ -36,7 +36,7 @@ from radixkv.cache_groups import SecondaryGroup
 from radixkv.cascade import min_saved_positions
 from radixkv.errors import InvalidArgumentError, InvalidSlotsError
 from radixkv.events import KVEvent
-from radixkv.insert_slots import InsertSlots
+from radixkv.insert_slots import InsertSlots, MatchedSlots
 from radixkv.invariants import check_cache, check_groups
 from radixkv.metrics import collect_metrics
 from radixkv.pools import CACHED, PRIVATE, page_slots
@@ -44,6 +44,8 @@ from radixkv.radix import USER, locks, lookup
 from radixkv.results import BatchInputs, LockHandle, MatchResult, SizeInfo
 from radixkv.sequences import Sequence
 from radixkv.tokens import ExtraKeysArg, IntArg, SecondsArg, SequenceArg, TokensLike, as_count, as_priority, as_slots, as_tokens, slot_array
+
+_from_numpy: Final = torch.from_numpy  # (Final: compiled, a C static, not a module-dict lookup and a getattr)
 
 
 class RadixCache(CacheBase):
@@ -68,8 +70,9 @@ class RadixCache(CacheBase):
         slots = m.pages  # (a fresh int64 array: the slots themselves at page 1)
         if self.page_size > 1:
             slots = page_slots(slots, self.page_size)
-            self._matched = slots.copy()  # our own: proves an insert's head is whole pages (insert_slots.py)
-        return tuple.__new__(MatchResult, (m.length, torch.from_numpy(slots), m.node, m.host_length))  # (no interpreted __new__)
+        # our own copy (the caller may write into its tensor): proves an insert's head is the tree's (insert_slots.py)
+        self._matched = MatchedSlots(slots.tobytes(), m.node, m.node.pages) if m.length else None
+        return tuple.__new__(MatchResult, (m.length, _from_numpy(slots), m.node, m.host_length))  # (no interpreted __new__)
 
     def locate(self, tokens: TokensLike, namespace: Any = None, extra_keys: ExtraKeysArg = None) -> LockHandle:
         """The node ending the longest prefix of `tokens` (whole pages) whose full KV is on the
@@ -97,7 +100,7 @@ class RadixCache(CacheBase):
         self._owner.check()
         n = as_count(n, "alloc(n)")
         slots = self.ledger.alloc_slots(n, self.tree.evictable_size // self.page_size, self._evict_pages)
-        return torch.from_numpy(slots)
+        return _from_numpy(slots)
 
     def free(self, slots: TokensLike) -> None:
         """Free the pages of `slots`, each whole. Every page touched must be private from alloc()."""

@@ -24,6 +24,7 @@ from radixkv.eviction import make_policy
 from radixkv.events.groups import event_groups
 from radixkv.events.recorder import EventRecorder
 from radixkv.host_tier import HostTier
+from radixkv.insert_slots import MatchedSlots
 from radixkv.keys import DEFAULT_NAMESPACE, as_extra_keys, request_key
 from radixkv.multimodal import MultiModalKeys
 from radixkv.pools import PageLedger, TokenToKVPool
@@ -55,7 +56,7 @@ class CacheBase:
         self.req_pool = self.seqs.pool
         self.host = HostTier(config, self.tree, self.kv_pool) if config.host_slots else None
         self.stats = CacheStats()
-        self._matched = np.empty(0, dtype=np.int64)  # a copy of the slots the last match_prefix returned (page_size > 1)
+        self._matched: MatchedSlots | None = None  # what the last match_prefix returned, for insert (insert_slots.py)
         self._owner = ThreadOwner()  # (its check() called directly: a native call, not a bound method's)
         own = self._owner.check
         # secondary layer groups (cache_groups.py): group g is groups[g - 1]

@@ -12,48 +12,79 @@ read-only walk found cached_len and before it changes anything, so a refusal cha
 
 The usual caller matched, allocated and inserted: its slots are the match's (the tree's own) and
 then exactly what alloc() just handed out. The ledger proves the second part in one comparison
-(`PageLedger.fresh_start`: every page there private, named once, whole pages in order). At
-page_size > 1 the first part's structure (whole pages, in order) is proved by one comparison too,
-with `matched`: the cache's own copy of the slots its last match_prefix returned (page_slots of
-some pages, so a run equal to its start is whole pages in order); which pages they are is then
-`accept`'s check against the tree's. Anything else gets the full checks.
+(`PageLedger.fresh_start`: every page there private, named once, whole pages in order). The first
+part is proved by one comparison too, with `MatchedSlots`: the cache's own copy of the slots its
+last match_prefix returned (page_slots of some pages, so a run equal to its start is whole pages
+in order), and the node that match ended at with the pages array it held then. While that node
+holds the very same array, the tree's pages down to it are still the match's (`still_cached`), so
+`accept` need not read them; otherwise it compares with the tree's. Anything else gets the full checks.
 """
 
 from __future__ import annotations
 
+from typing import Final
+
 import numpy as np
 
 from radixkv.errors import InvalidSlotsError
-from radixkv.pools import PageLedger, page_slots
-from radixkv.tokens import check_range, same_values
+from radixkv.pools import PageLedger, page_slots, slot_pages
+from radixkv.radix.device_path import device_pages
+from radixkv.radix.node import TreeNode
+from radixkv.tokens import check_range, same_values, starts_with
 
-_EMPTY = np.empty(0, dtype=np.int64)
-_any, _ne = np.logical_or.reduce, np.not_equal  # (no Python wrappers)
+_EMPTY: Final = np.empty(0, dtype=np.int64)  # (Final: compiled, a C static, not a module-dict lookup)
+_any: Final = np.logical_or.reduce  # (no Python wrappers)
+_ne: Final = np.not_equal
+_cat: Final = np.concatenate
+
+
+class MatchedSlots:
+    """What the last match_prefix returned, kept by the cache: the bytes of its int64 slots (a copy:
+    the caller may write into its own tensor), the node it ended at and that node's pages array then."""
+
+    def __init__(self, slots: bytes, node: TreeNode, pages: np.ndarray | None) -> None:
+        self.slots = slots
+        self.node = node
+        self.pages = pages
+
+    def still_cached(self, path: list[TreeNode], k: int) -> bool:
+        """Whether the device pages of `path[:k]` (an insert's walk from the match's root) start with
+        the match's: its node is among them and holds the very array it held then. A node's pages
+        are never written in place, only replaced (split, drop, regain); its ancestors keep theirs
+        while it keeps its own (device residency is prefix-closed; a split keeps their concatenation)."""
+        node = self.node
+        if node.pages is not self.pages:
+            return False
+        for i in range(k):
+            if path[i] is node:
+                return True
+        return False
 
 
 class InsertSlots:
-    def __init__(self, ledger: PageLedger, given: np.ndarray, n: int, matched: np.ndarray = _EMPTY) -> None:
+    def __init__(self, ledger: PageLedger, given: np.ndarray, n: int, matched: MatchedSlots | None = None) -> None:
         """`given`: int64 `[len(tokens)]` slots, not yet range-checked; `n`: whole-page positions;
-        `matched`: int64 slots of whole pages in order, private to the cache (the last match's), or empty."""
+        `matched`: the cache's record of its last match_prefix, or None."""
         ps = ledger.page_size
         self.ledger = ledger
         start = ledger.fresh_start(given)  # positions [start, len(given)) are alloc()'s own slots, or -1
         self.fresh = start // ps  # ... from this page on (-1: none)
         body = given if n == len(given) else given[:n]
+        head = body if start < 0 else body[:start]  # (alloc()'s own slots are whole pages in order)
+        # the match's slots there: whole pages in order (one memcmp), and the tree's while still_cached
+        self.matched = matched if matched is not None and len(head) and starts_with(matched.slots, head) else None
         if ps == 1:
             self.pages = body
-        else:  # each page of positions: the slots of one page, in order (one memcmp against them)
-            self.pages = body[::ps] // ps  # int64 [n // ps]
-            head = body if start < 0 else body[:start]  # (alloc()'s own slots are whole pages in order)
-            h = len(head)
-            if h and not (h <= len(matched) and same_values(head, matched if h == len(matched) else matched[:h])) \
-                    and page_slots(self.pages[:h // ps], ps).tobytes() != head.tobytes():
+        else:  # each page of positions: the slots of one page, in order
+            self.pages = slot_pages(body, ps)  # int64 [n // ps]
+            if len(head) and self.matched is None \
+                    and page_slots(self.pages[:len(head) // ps], ps).tobytes() != head.tobytes():
                 raise InvalidSlotsError("insert: each page of positions must be the tree's own slots there "
                                         "or the page_size slots of one private page, in order")
         if n == len(given):
             self.tail = _EMPTY
         else:  # the pages of the partial tail: alloc()'s last page, or checked
-            self.tail = given[n:n + 1] // ps if start >= 0 else self._tail_pages(given[n:], ps)
+            self.tail = slot_pages(given[n:n + 1], ps) if start >= 0 else self._tail_pages(given[n:], ps)
         self.duplicates = self.new = _EMPTY
         self.run_at = -1
 
@@ -63,28 +94,35 @@ class InsertSlots:
             raise InvalidSlotsError("insert: slots must be distinct; the same slot appears twice")
         return np.array(sorted(set((tail // ps).tolist())), dtype=np.int64)
 
-    def accept(self, cached_len: int, tree_pages: np.ndarray) -> None:
-        """Classify the given pages against the tree's; InvalidSlotsError unless every page that is
-        not the tree's own is private and named once."""
+    def accept(self, cached_len: int, path: list[TreeNode], k: int) -> None:
+        """Classify the given pages against the tree's (cached_len tokens, `path[:k]`'s pages);
+        InvalidSlotsError unless every page that is not the tree's own is private and named once."""
         ledger = self.ledger
-        k, f = cached_len // ledger.page_size, self.fresh
-        if 0 <= f <= k and (not f or same_values(self.pages[:f], tree_pages if f == k else tree_pages[:f])):
-            # the tree's own pages up to f, alloc()'s from there: those before k duplicate cached ones
+        kp, f = cached_len // ledger.page_size, self.fresh
+        if 0 <= f <= kp and (not f or self._head_cached(path, k, f)):
+            # the tree's own pages up to f, alloc()'s from there: those before kp duplicate cached ones
             pages = self.pages
-            self.duplicates, self.new = (pages[f:k] if f < k else _EMPTY), (pages[k:] if k else pages)
-            self.run_at = k - f  # `new`: alloc()'s pages in order from its (k - f)-th on (PageLedger.settle)
+            self.duplicates, self.new = (pages[f:kp] if f < kp else _EMPTY), (pages[kp:] if kp else pages)
+            self.run_at = kp - f  # `new`: alloc()'s pages in order from its (kp - f)-th on (PageLedger.settle)
             return
-        head = self.pages[:k]
-        differ = _ne(head, tree_pages)  # (k pages each)
-        duplicates = _EMPTY if not k or not _any(differ) else head[differ]
-        new = self.pages[k:] if k else self.pages
-        private = new if not len(duplicates) and not len(self.tail) else np.concatenate([duplicates, new, self.tail])
+        head = self.pages[:kp]
+        differ = _ne(head, device_pages(path, k, kp))  # (kp pages each)
+        duplicates = _EMPTY if not kp or not _any(differ) else head[differ]
+        new = self.pages[kp:] if kp else self.pages
+        private = new if not len(duplicates) and not len(self.tail) else _cat([duplicates, new, self.tail])
         why = ledger.private_and_distinct(private)
         if why is not None:
             raise InvalidSlotsError(f"insert: slots must be the tree's own, or distinct private pages from "
                                     f"alloc(): {why}")
         self.duplicates, self.new = duplicates, new
 
+    def _head_cached(self, path: list[TreeNode], k: int, f: int) -> bool:
+        """Whether the given pages [0, f) are the tree's there: the match's, still cached, or compared."""
+        matched = self.matched
+        if matched is not None and matched.still_cached(path, k):
+            return True
+        return same_values(self.pages[:f], device_pages(path, k, f))
+
     def freed(self) -> np.ndarray:
         """Pages the caller gives up: duplicates of cached pages and the partial tail's pages."""
-        return self.tail if not len(self.duplicates) else np.concatenate([self.duplicates, self.tail])
+        return self.tail if not len(self.duplicates) else _cat([self.duplicates, self.tail])

@@ -8,7 +8,7 @@ Counts and priorities are ints, never bools (InvalidArgumentError). Nothing here
 
 from __future__ import annotations
 
-from typing import Any, Sequence, TypeAlias
+from typing import Any, Final, Sequence, TypeAlias
 
 import numpy as np
 import torch
@@ -16,7 +16,10 @@ import torch
 from radixkv.errors import InvalidArgumentError, InvalidSlotsError, InvalidTokensError
 
 MAX_TOKEN_ID = 2**31 - 1
-_max, _eq = np.maximum.reduce, np.equal  # no Python wrappers
+# Final: compiled, a C static each (a pointer read), not a module-dict lookup (and `np.` a getattr) per use
+_max: Final = np.maximum.reduce  # no Python wrapper
+_eq: Final = np.equal
+_NDARRAY: Final = np.ndarray
 TokensLike: TypeAlias = Sequence[int] | np.ndarray | torch.Tensor
 # Public arguments a call validates itself, raising a typed RadixKVError for a bad one. Typed Any,
 # named for what they should be: the compiled core (radixkv/build.py) checks a declared type at the
@@ -25,14 +28,15 @@ IntArg: TypeAlias = Any  # an int or numpy integer, never a bool (as_count, as_p
 SecondsArg: TypeAlias = Any  # a positive, finite number of seconds (radix/pins.py's as_ttl)
 SequenceArg: TypeAlias = Any  # an open Sequence of this cache (SequenceTable.get)
 ExtraKeysArg: TypeAlias = Any  # radixkv.keys.ExtraKeys, a dict of its fields, or None (as_extra_keys)
+_TENSOR: Final = torch.Tensor
 _TORCH_INTS = frozenset([torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8])
 _INT_TYPES = frozenset([int, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64])
-_I32, _I64 = np.dtype(np.int32), np.dtype(np.int64)  # the canonical descriptors: `is` is a pointer test, `==` a conversion
+_I32: Final = np.dtype(np.int32)  # the canonical descriptors: `is` is a pointer test, `==` a conversion
+_I64: Final = np.dtype(np.int64)
+_U64: Final = np.dtype(np.uint64)
 
 
 def _as_int_array(values: Any, what: str, error: type[Exception]) -> np.ndarray:
-    if type(values) is np.ndarray and values.ndim == 1 and values.dtype.kind in "iu":  # the hot path
-        return values
     if isinstance(values, np.ndarray):
         arr = values
     elif isinstance(values, torch.Tensor):
@@ -68,35 +72,37 @@ def _list_to_array(values: Sequence[Any], what: str, error: type[Exception]) -> 
 
 def as_tokens(tokens: TokensLike) -> np.ndarray:
     """int32 `[n]` view or copy of `tokens`; raises InvalidTokensError."""
-    arr = _as_int_array(tokens, "tokens", InvalidTokensError)
-    if not len(arr):
-        return arr.astype(np.int32, copy=False)
-    if arr.dtype is _I32:  # the hot path: only the sign can be wrong. argmin has none of a ufunc
-        if arr[arr.argmin()] < 0:  # reduction's fixed cost (dtype resolution, an iterator): 2-3x cheaper
+    arr: Any = tokens
+    if type(arr) is not _NDARRAY or arr.dtype is not _I32 or arr.ndim != 1:  # (the hot path: a 1-D int32 array)
+        arr = _as_int_array(tokens, "tokens", InvalidTokensError)
+        if not len(arr):
+            return arr.astype(_I32, copy=False)
+    if arr.dtype is _I32:  # only the sign can be wrong. argmin has none of a ufunc reduction's
+        if len(arr) and arr[arr.argmin()] < 0:  # fixed cost (dtype resolution, an iterator): 2-3x cheaper
             raise InvalidTokensError(f"token ids must lie in [0, {MAX_TOKEN_ID}], got min {arr.min()}")
         return arr
     if arr.min() < 0 or arr.max() > MAX_TOKEN_ID:
         raise InvalidTokensError(
             f"token ids must lie in [0, {MAX_TOKEN_ID}], got min {arr.min()} and max {arr.max()}")
-    return arr.astype(np.int32)
+    return arr.astype(_I32)
 
 
 def slot_array(slots: TokensLike) -> np.ndarray:
     """int64 `[n]` view or copy of integer `slots`, not yet range-checked; raises InvalidSlotsError."""
     t: Any = slots
-    if type(t) is torch.Tensor:  # the hot path: the cache's own tensors (match_prefix, alloc) or a cat of them;
+    if type(t) is _TENSOR:  # the hot path: the cache's own tensors (match_prefix, alloc) or a cat of them;
         try:  # numpy's dtype and ndim are struct reads, torch's each a Python-level getter
             arr = t.numpy()
         except (TypeError, RuntimeError):  # not on the CPU, a dtype numpy lacks, a float needing grad: below
             arr = None
         if arr is not None and arr.dtype is _I64 and arr.ndim == 1:
             return arr
-    return _as_int_array(slots, "slots", InvalidSlotsError).astype(np.int64, copy=False)
+    return _as_int_array(slots, "slots", InvalidSlotsError).astype(_I64, copy=False)
 
 
 def check_range(values: np.ndarray, limit: int, what: str) -> None:
     """Every int64 value lies in [0, limit); one pass (a negative value, seen as uint64, is huge)."""
-    if len(values) and _max(values.view(np.uint64)) >= limit:
+    if len(values) and _max(values.view(_U64)) >= limit:
         raise InvalidSlotsError(f"{what} must lie in [0, {limit}), got min {values.min()} and max {values.max()}")
 
 
@@ -110,6 +116,16 @@ def same_values(a: np.ndarray, b: np.ndarray) -> bool:
         return a.tobytes().startswith(buffer)  # b's buffer, not a copy of it; of equal length: equality
     same = _eq(a, b)
     return bool(same[same.argmin()])
+
+
+def starts_with(ours: bytes, theirs: np.ndarray) -> bool:
+    """Whether int64 `theirs` equals the first len(theirs) values of `ours` (the bytes of the cache's
+    own int64 copy): one memcmp against theirs' buffer, no copy of it (a strided one is copied)."""
+    buffer: Any = theirs  # (numpy's stubs do not declare the buffer protocol)
+    try:
+        return ours.startswith(buffer)
+    except ValueError:  # not C-contiguous: numpy exports no flat buffer
+        return ours.startswith(theirs.tobytes())
 
 
 def as_slots(slots: TokensLike, num_slots: int) -> np.ndarray:

@@ -256,11 +256,12 @@ def test_insert_refuses_alloc_slots_that_are_no_longer_what_it_gave(ps: int, mis
     cache.check_invariants()
 
 
-@pytest.mark.parametrize("misuse", ["none", "a prefix", "written into", "a page named twice", "evicted since"])
-def test_insert_checks_the_slots_match_prefix_gave(misuse: str) -> None:
-    # page_size > 1: the cache keeps its own copy of the last match's slots; a head equal to (a start of)
-    # it is whole pages in order, and accept() still compares its pages with the tree's
-    ps = 4
+@pytest.mark.parametrize("ps", [1, 4])
+@pytest.mark.parametrize("misuse", ["none", "a prefix", "written into", "a page named twice", "evicted since",
+                                    "split since", "strided"])
+def test_insert_checks_the_slots_match_prefix_gave(misuse: str, ps: int) -> None:
+    # the cache keeps its own copy of the last match's slots; a head equal to (a start of) it is whole pages
+    # in order, and the tree's own while the match's node holds the same pages (else compared with the tree's)
     cache = _cache(ps)
     toks = list(range(3 * ps))
     cache.insert(toks, cache.alloc(3 * ps))
@@ -275,15 +276,43 @@ def test_insert_checks_the_slots_match_prefix_gave(misuse: str) -> None:
         head[:ps] = head[ps:2 * ps].clone()
     elif misuse == "evicted since":
         cache.evict(3 * ps)
+    elif misuse == "split since":  # the match's node keeps its lower part, in a new array: compared instead
+        cache.locate(toks[:ps])
     slots = torch.cat([head, cache.alloc(len(more) - len(head))])
+    if misuse == "strided":  # no flat buffer to compare against: copied first
+        slots = torch.stack([slots, slots]).t().reshape(-1)[::2]
+        assert not slots.is_contiguous()
     before = (cache.sizes(), cache.ledger.state.copy())
-    if misuse in ("none", "a prefix"):
+    if misuse in ("none", "a prefix", "split since", "strided"):
         assert cache.insert(more, slots) == len(head)
         assert cache.sizes().cached == 4 * ps and cache.sizes().private == 0
     else:
         with pytest.raises(InvalidSlotsError):
             cache.insert(more, slots)
         assert cache.sizes() == before[0] and np.array_equal(cache.ledger.state, before[1])
+    cache.check_invariants()
+
+
+@pytest.mark.parametrize("ps", [1, 4])
+def test_insert_after_the_matched_node_regained_other_pages(ps: int) -> None:
+    # the match's node left the device (a host copy kept it in the tree) and came back with other pages:
+    # the slots that match gave are not the tree's any more, though the node is on the insert's path
+    cache = RadixCache(CacheConfig(num_layers=1, num_kv_heads=1, head_dim=2, num_slots=16 * ps, page_size=ps,
+                                   max_requests=2, max_context_len=16 * ps, dtype=torch.float32,
+                                   host_slots=16 * ps, host_write_policy="write_through"))
+    toks = list(range(100, 100 + 6 * ps))
+    cache.insert(toks, cache.alloc(6 * ps))
+    m = cache.match_prefix(toks + [7] * ps)
+    assert m.length == 6 * ps
+    cache.evict(6 * ps)  # host-only now
+    hold = cache.alloc(6 * ps)  # the pages just freed (handed out last-freed first)
+    cache.insert(toks, cache.alloc(6 * ps))  # the node regains other pages
+    cache.free(hold)
+    slots = torch.cat([m.slots, cache.alloc(ps)])
+    before = (cache.sizes(), cache.ledger.state.copy())
+    with pytest.raises(InvalidSlotsError):
+        cache.insert(toks + [7] * ps, slots)
+    assert cache.sizes() == before[0] and np.array_equal(cache.ledger.state, before[1])
     cache.check_invariants()
 
 

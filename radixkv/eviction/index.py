@@ -11,12 +11,14 @@ rebuilds a heap over every evictable leaf on each `evict`).
 from __future__ import annotations
 
 import heapq
-from typing import TYPE_CHECKING, Callable, Generic, TypeVar
+from typing import TYPE_CHECKING, Callable, Final, Generic, TypeVar
 
 if TYPE_CHECKING:
     from radixkv.eviction.view import NodeView
 
 V = TypeVar("V", bound="NodeView")  # the tree's node class
+_heappush: Final = heapq.heappush  # (Final: compiled, a C static, not a module-dict lookup and a getattr)
+_heappop: Final = heapq.heappop
 
 
 class EvictableIndex(Generic[V]):
@@ -37,7 +39,7 @@ class EvictableIndex(Generic[V]):
         key = self.key(node)
         self._keys[node.id] = key
         self._nodes[node.id] = node
-        heapq.heappush(self._heap, key)
+        _heappush(self._heap, key)
 
     def discard(self, node: V) -> None:
         if self._nodes.pop(node.id, None) is not None:
@@ -58,7 +60,7 @@ class EvictableIndex(Generic[V]):
         if node.id in self._nodes:
             key = self.key(node)
             self._keys[node.id] = key
-            heapq.heappush(self._heap, key)
+            _heappush(self._heap, key)
             if len(self._heap) > 2 * len(self._nodes) + 64:
                 self._compact()
 
@@ -66,15 +68,17 @@ class EvictableIndex(Generic[V]):
         """The next victim (smallest key). The index must not be empty."""
         heap, keys = self._heap, self._keys
         while keys.get(heap[0][-1]) is not heap[0]:
-            heapq.heappop(heap)
+            _heappop(heap)
         return self._nodes[heap[0][-1]]
 
     def pop(self) -> V:
         """Remove and return the next victim. The index must not be empty."""
-        node = self.peek()
-        heapq.heappop(self._heap)
-        del self._keys[node.id], self._nodes[node.id]
-        return node
+        heap, keys = self._heap, self._keys
+        key = _heappop(heap)
+        while keys.get(key[-1]) is not key:  # a stale key: skipped, as peek does
+            key = _heappop(heap)
+        del keys[key[-1]]
+        return self._nodes.pop(key[-1])
 
     def rekey(self, key: Callable[[V], tuple]) -> None:
         """Order by a new key function: every member re-keyed, the heap rebuilt (O(n))."""

@@ -13,13 +13,17 @@ states first); `free_mask()` rebuilds the free set from the stack and raises if 
 
 from __future__ import annotations
 
+from typing import Final
+
 import numpy as np
 
 from radixkv.errors import ConfigError, OutOfSlotsError
 
 MAX_PAGES = 2**31 - 1  # page ids are stored int32
-_I64 = np.dtype(np.int64)
+_I64: Final = np.dtype(np.int64)  # (Final: compiled, a C static, not a module-dict lookup)
 _TILES: dict[int, np.ndarray] = {}  # page_size -> arange(page_size) repeated, int64, read only; grows to the longest call
+# page_size -> itself as a 0-d int64 array: a ufunc operand that needs no scalar conversion (~2k instructions a call)
+_FACTORS: dict[int, np.ndarray] = {}
 
 
 def page_slots(pages: np.ndarray, page_size: int) -> np.ndarray:
@@ -28,21 +32,29 @@ def page_slots(pages: np.ndarray, page_size: int) -> np.ndarray:
     times, plus 0..page_size-1 from a kept tile: two long passes (a `[pages, 1] + [page_size]`
     broadcast runs a page_size-long inner loop per page, 2-4x slower at page 16)."""
     if page_size == 1:  # (a dtype test is a struct read; astype(copy=False) a method call)
-        return pages if pages.dtype is _I64 else pages.astype(np.int64)
+        return pages if pages.dtype is _I64 else pages.astype(_I64)
     n = len(pages) * page_size
     tile = _TILES.get(page_size)
     if tile is None or len(tile) < n:
         reps = max(len(pages), 64, 0 if tile is None else 2 * len(tile) // page_size)
         tile = _TILES[page_size] = np.tile(np.arange(page_size, dtype=np.int64), reps)
         tile.flags.writeable = False
-    slots = (pages * np.int64(page_size)).repeat(page_size)  # int64 before the product: no overflow
+    slots = (pages * _factor(page_size)).repeat(page_size)  # int64 before the product: no overflow
     slots += tile if len(tile) == n else tile[:n]
     return slots
 
 
 def slot_pages(slots: np.ndarray, page_size: int) -> np.ndarray:
     """Pages of whole-page `slots` laid out page after page (the inverse of page_slots)."""
-    return slots if page_size == 1 else slots[::page_size] // page_size
+    return slots if page_size == 1 else slots[::page_size] // _factor(page_size)
+
+
+def _factor(page_size: int) -> np.ndarray:
+    factor = _FACTORS.get(page_size)
+    if factor is None:
+        factor = _FACTORS[page_size] = np.array(page_size, dtype=np.int64)
+        factor.flags.writeable = False
+    return factor
 
 
 class SlotAllocator:
@@ -68,7 +80,7 @@ class SlotAllocator:
             raise OutOfSlotsError(
                 f"asked for {k} pages ({k * self.page_size} slots), {self._top} free; free or evict pages first")
         self._top -= k
-        return self._stack[self._top:self._top + k].astype(np.int64)
+        return self._stack[self._top:self._top + k].astype(_I64)
 
     def free_pages(self, pages: np.ndarray) -> None:
         """Push `pages` (int32 or int64 `[k]`, distinct, handed out by alloc_pages and not yet freed) back."""

@@ -12,10 +12,11 @@ Callers validate, then move pages: `take` pops free pages into a state (asking t
 that stay out of the allocator (private -> cached when the tree adopts them), `release` gives pages
 back. Transitions are vectorized over the pages moved; nothing here walks the whole pool.
 
-The ledger remembers the slots of the last `alloc_slots` until any page changes state again
-(`move`, `release`): slots a caller hands back that equal them value for value (`fresh_start`) are
-known private and distinct without reading a page's state, which spares insert() its per-page
-checks in the usual lifecycle (match, alloc, insert). Any other slots get the full checks.
+The ledger remembers the slots of the last `alloc_slots` (their bytes: one memcmp against a caller's
+buffer compares them) until any page changes state again (`move`, `release`): slots a caller hands
+back that equal them value for value (`fresh_start`) are known private and distinct without reading
+a page's state, which spares insert() its per-page checks in the usual lifecycle (match, alloc,
+insert). Any other slots get the full checks.
 The last `alloc_slots`' pages are written PRIVATE lazily: on the first read of `state` or the next
 change of any page, unless `settle` moves every one of them on at once (insert's usual end: each
 page is then written once, not PRIVATE and then CACHED; at page_size 1 a write per token).
@@ -31,16 +32,18 @@ the last alloc's slots are one call's (8 bytes a slot).
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Final
 
 import numpy as np
 
 from radixkv.errors import OutOfSlotsError
 from radixkv.pools.allocator import SlotAllocator, page_slots
-from radixkv.tokens import Distinct, same_values
+from radixkv.tokens import Distinct, starts_with
 
 FREE, CACHED, PRIVATE, RESERVED = 0, 1, 2, 3
-_max = np.maximum.reduce  # ndarray.max() without its Python wrapper
+_max: Final = np.maximum.reduce  # ndarray.max() without its Python wrapper (Final: compiled, a C static)
+_I64: Final = np.dtype(np.int64)
+_U64: Final = np.dtype(np.uint64)
 STATE_NAMES = {FREE: "free", CACHED: "cached", PRIVATE: "private (alloc)", RESERVED: "reserved by a Sequence"}
 
 
@@ -50,12 +53,12 @@ class PageLedger:
         self.num_pages = num_pages
         self.allocator = SlotAllocator(num_pages, page_size)
         self._state = np.zeros(num_pages, dtype=np.int8)  # FREE / CACHED / PRIVATE / RESERVED per page
-        self._unwritten: np.ndarray | None = None  # int64 pages of the last alloc_slots(), PRIVATE but not yet in _state
+        self._unwritten: bytes | None = None  # int64 pages of the last alloc_slots() (their bytes), PRIVATE, not yet in _state
         self._stale = 0  # how many of `_unwritten`'s last pages still read CACHED in _state (evicted, popped again)
         self._popped_stale = 0  # the same count for the last `_pop`
         self.distinct = Distinct(num_pages)  # O(n) check that pages named by a caller are distinct
         self._rows = {s: b"" for s in (FREE, CACHED, PRIVATE, RESERVED)}  # state -> its byte repeated: memcmp checks
-        self._fresh: np.ndarray | None = None  # int64 slots of the last alloc_slots(), until a page changes state again
+        self._fresh: bytes | None = None  # int64 slots of the last alloc_slots() (their bytes), until a page changes state
 
     @property
     def state(self) -> np.ndarray:
@@ -68,8 +71,8 @@ class PageLedger:
         pages = self._unwritten
         self._unwritten = None
         self._stale = 0
-        if pages is not None and len(pages):
-            self._state[pages] = PRIVATE
+        if pages:
+            self._state[np.frombuffer(pages, _I64)] = PRIVATE
 
     @property
     def num_free_pages(self) -> int:
@@ -101,7 +104,7 @@ class PageLedger:
             allocator.free_pages(evicted)
             e = len(evicted)
             if e > k:  # (pushed last, popped first: evicted[:e - k] stay free)
-                self._state[evicted[:e - k].astype(np.int64, copy=False)] = FREE
+                self._state[evicted[:e - k].astype(_I64, copy=False)] = FREE
             self._popped_stale = min(e, k)
         return allocator.alloc_pages(k)
 
@@ -116,8 +119,8 @@ class PageLedger:
         slots = page_slots(pages, ps)  # (`pages` itself at page_size 1)
         if len(slots) != n:
             slots = slots[:n]
-        self._fresh = fresh = slots.copy()  # a copy: the caller may write into what it got
-        self._unwritten = fresh if ps == 1 else pages  # (never the caller's array)
+        self._fresh = fresh = slots.tobytes()  # a copy: the caller may write into what it got
+        self._unwritten = fresh if ps == 1 else pages.tobytes()  # (never the caller's array)
         self._stale = self._popped_stale
         return slots
 
@@ -128,10 +131,10 @@ class PageLedger:
         fresh = self._fresh
         if fresh is None:
             return -1
-        start = len(slots) - len(fresh)
+        start = len(slots) - len(fresh) // 8
         if start < 0 or start % self.page_size:
             return -1
-        return start if same_values(slots if start == 0 else slots[start:], fresh) else -1
+        return start if starts_with(fresh, slots if start == 0 else slots[start:]) else -1
 
     def move(self, pages: np.ndarray, state: int) -> None:
         """Pages that stay allocated change hands (e.g. private -> cached)."""
@@ -146,7 +149,7 @@ class PageLedger:
         if self._unwritten is not None:
             self._write_unwritten()
         if len(pages):
-            self._state[pages.astype(np.int64, copy=False)] = FREE  # numpy indexes with int64 2-3x faster than int32
+            self._state[pages.astype(_I64, copy=False)] = FREE  # numpy indexes with int64 2-3x faster than int32
             self.allocator.free_pages(pages)  # (a tree node's int32 pages go onto the int32 stack uncast)
 
     def settle(self, cached: np.ndarray, freed: np.ndarray, fresh_spent: bool, run_at: int = -1) -> None:
@@ -161,7 +164,7 @@ class PageLedger:
             self._unwritten, self._stale = None, 0
             if pending is not None and run_at >= 0:
                 self._fresh = None
-                fresh = len(pending) - stale - run_at  # pages of the run that were free before
+                fresh = len(pending) // 8 - stale - run_at  # pages of the run that were free before
                 if fresh > 0 and len(cached):
                     self._state[cached if fresh >= len(cached) else cached[:fresh]] = CACHED
                 self.release(freed)
@@ -175,7 +178,7 @@ class PageLedger:
 
     def private_and_distinct(self, pages: np.ndarray) -> str | None:
         """Why `pages` (int64, any values) are not distinct private pages in range, or None if they are."""
-        if len(pages) and _max(pages.view(np.uint64)) >= self.num_pages:  # a negative page, seen as uint64, is huge
+        if len(pages) and _max(pages.view(_U64)) >= self.num_pages:  # a negative page, seen as uint64, is huge
             return f"pages must lie in [0, {self.num_pages}), got max {pages.max()} and min {pages.min()}"
         if self.state[pages].tobytes() != self._row(PRIVATE, len(pages)):  # (a uint64 index would be cast first)
             return self.describe(pages, PRIVATE)

@@ -8,12 +8,16 @@ radix/tree.py's match and insert and radix/lookup.py use it.
 
 from __future__ import annotations
 
+from typing import Final
+
 import numpy as np
 
 from radixkv.radix.node import TreeNode
 from radixkv.radix.residency import ResidentTree
 
-_EMPTY = np.empty(0, dtype=np.int64)
+_EMPTY: Final = np.empty(0, dtype=np.int64)  # (Final: compiled, a C static, not a module-dict lookup)
+_I64: Final = np.dtype(np.int64)
+_cat: Final = np.concatenate
 
 
 def device_prefix(tree: ResidentTree, path: list[TreeNode], length: int, start: TreeNode) -> tuple[int, int]:
@@ -31,5 +35,5 @@ def device_pages(path: list[TreeNode], k: int, n: int) -> np.ndarray:
     if first is None:
         return _EMPTY
     if k == 1:  # the usual case: one edge (int32 kept; int64 like the caller's pages)
-        return (first if n == len(first) else first[:n]).astype(np.int64)
-    return np.concatenate([p.pages for p in path[:k] if p.pages is not None], dtype=np.int64)[:n]
+        return (first if n == len(first) else first[:n]).astype(_I64)
+    return _cat([p.pages for p in path[:k] if p.pages is not None], dtype=_I64)[:n]

@@ -14,7 +14,7 @@ primitives.
 
 from __future__ import annotations
 
-from typing import Callable, NamedTuple
+from typing import Callable, Final, NamedTuple
 
 import numpy as np
 
@@ -23,7 +23,8 @@ from radixkv.radix.components import drop_component
 from radixkv.radix.node import TreeNode
 from radixkv.radix.tree import RadixTree
 
-_EMPTY = np.empty(0, dtype=np.int64)
+_EMPTY: Final = np.empty(0, dtype=np.int64)  # (Final: compiled, a C static, not a module-dict lookup)
+_concatenate: Final = np.concatenate
 
 
 class Evicted(NamedTuple):
@@ -65,7 +66,8 @@ def evict_device(tree: RadixTree, num_tokens: int, keep: Callable[[TreeNode], np
             residency.device_changed(tree, leaf)
         else:
             _remove_subtree(tree, leaf, host_chunks)
-    return tuple.__new__(Evicted, (_cat(chunks), _cat(host_chunks), tuple(map(_cat, groups))))  # no Python-level __new__
+    secondary = tuple(map(_cat, groups)) if groups else ()
+    return tuple.__new__(Evicted, (_cat(chunks), _cat(host_chunks), secondary))  # no Python-level __new__
 
 
 def evict_secondary(tree: RadixTree, group: int, num_pages: int,
@@ -143,4 +145,4 @@ def evict_host(tree: RadixTree, num_tokens: int) -> np.ndarray:
 
 
 def _cat(chunks: list[np.ndarray]) -> np.ndarray:  # (a lone chunk is a dropped node's own array: no copy)
-    return (chunks[0] if len(chunks) == 1 else np.concatenate(chunks)) if chunks else _EMPTY
+    return (chunks[0] if len(chunks) == 1 else _concatenate(chunks)) if chunks else _EMPTY

@@ -22,7 +22,7 @@ splits and drops) and the event listener in step.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, cast
+from typing import TYPE_CHECKING, Callable, Final, cast
 
 import numpy as np
 
@@ -37,8 +37,8 @@ from radixkv.radix.shadow import ShadowKeys, ShadowTree
 from radixkv.radix.windows import Reach, resumable
 from radixkv.radix.types import InsertResult, MatchInfo, PinKeeper, ResidencyListener
 
-_EMPTY = np.empty(0, dtype=np.int64)
-
+_EMPTY: Final = np.empty(0, dtype=np.int64)  # (Final: compiled, a C static, not a module-dict lookup)
+_I32: Final = np.dtype(np.int32)
 
 if TYPE_CHECKING:
     from radixkv.eviction.view import FixedPolicyView, NodeView
@@ -183,7 +183,7 @@ class RadixTree(residency.ResidentTree):
     # ------------------------------------------------------------------ insert
 
     def insert(self, key: bytes, pages: np.ndarray, start: TreeNode, priority: int = 0,
-               accept: Callable[[int, np.ndarray], None] | None = None, use: bool = False) -> InsertResult:
+               accept: Callable[[int, list[TreeNode], int], None] | None = None, use: bool = False) -> InsertResult:
         """Cache `key` (whole pages) below `start` with device `pages` (int64, one per page of key).
 
         `use`: the insert is a use of every node on its path (SGLang counts a hit on each node an
@@ -191,28 +191,28 @@ class RadixTree(residency.ResidentTree):
         before it counted (nothing ticked in between: a request's match, then its own insert) are
         not counted twice. A Sequence's commit is not a use: its open() matched already.
 
-        `accept(cached_len, tree_pages)` sees what is already cached before anything changes and
-        may raise to refuse (the tree is then unchanged). Host-only nodes on the way take their part
-        of `pages`; the new suffix becomes a leaf. The caller's pages for [0, cached_len) are not
-        used (they are the tree's own, or duplicates the caller frees); pages are copied."""
+        `accept(cached_len, path, k)` sees what is cached (pages: `path[:k]`'s) before anything changes and
+        may raise to refuse (the tree is then unchanged; `tree_pages` are read only without it). Host-only
+        nodes on the way take their part of `pages`; the new suffix becomes a leaf. The caller's pages for
+        [0, cached_len) are not used (the tree's own, or duplicates the caller frees); pages are copied."""
         path, matched = self.walk(key, start)
         length = matched // 4
         k, dev = device_prefix(self, path, length, start)
-        tree_pages = device_pages(path, k, dev // self.page_size)
+        tree_pages = device_pages(path, k, dev // self.page_size) if accept is None else _EMPTY
         if accept is not None:
-            accept(dev, tree_pages)
+            accept(dev, path, k)
         node, gained, ps = start, [], self.page_size
         if path:
             if path[-1].end > start.end + length:
                 path[-1] = self.split(path[-1], start.end + length - path[-1].depth)
             node = path[-1]
         for host_only in path[k:]:  # (their pages: int32 kept, 4 bytes a page)
-            host_only.pages = pages[(host_only.depth - start.end) // ps:(host_only.end - start.end) // ps].astype(np.int32)
+            host_only.pages = pages[(host_only.depth - start.end) // ps:(host_only.end - start.end) // ps].astype(_I32)
             gained.append(host_only)
         leaf = None
         if matched < len(key):
             leaf = self.add_leaf(node, key[matched:])
-            leaf.pages = pages[length // ps:].astype(np.int32)  # int32 kept, 4 bytes a page
+            leaf.pages = pages[length // ps:].astype(_I32)  # int32 kept, 4 bytes a page
             if self.group_index:
                 leaf.secondary = [None] * len(self.group_index)
             if node.parent is None:

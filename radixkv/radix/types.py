@@ -33,7 +33,7 @@ class InsertResult:
     def __init__(self, node: TreeNode, cached_len: int, tree_pages: np.ndarray, gained: list[TreeNode]) -> None:
         self.node = node  # ends exactly at the end of the inserted key
         self.cached_len = cached_len  # tokens that were already on the device (the caller's pages there are duplicates)
-        self.tree_pages = tree_pages  # int64 [cached_len // page_size]: the tree's pages there (read only)
+        self.tree_pages = tree_pages  # int64 [cached_len // page_size]: the tree's pages there (read only; empty after an `accept`)
         self.gained = gained  # nodes that just got device KV (new leaf, host-only nodes), parents first
 
 
