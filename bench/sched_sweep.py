@@ -2,8 +2,10 @@
 traces of several seeds and shapes (radixkv/scheduling/synth.py: prompt length, shared prefixes,
 follow-up turns, burstiness), at one H100's KV and a quarter of it, loads 0.8 and 1.2.
 
-The traces come in two halves: `tune` (to choose auto's constants on) and `held` (to report on,
-never tuned on). Per cell (trace, capacity, load) it prints auto's ratios and which goals hold:
+The traces come in three halves: `tune` (to choose auto's constants on), `held` (to check a variant
+that did well on tune) and `fresh` (held's shapes on seeds no earlier round ran: look at it once per round, for
+the final choice only, so that it stays out of sample; `--half all` is tune and held, never fresh).
+Per cell (trace, capacity, load) it prints auto's ratios and which goals hold:
 
     hit   auto's hit rate >= lpm's - 0.01
     mean  auto's mean TTFT <= lpm's x 1.02
@@ -45,7 +47,8 @@ from radixkv.scheduling.sim_trace import read_sim_trace
 from radixkv.scheduling.simulate import Simulation
 from radixkv.scheduling.synth import mooncake_shaped
 
-# name: synth.mooncake_shaped arguments. The same families in both halves, other seeds and parameters.
+# name: synth.mooncake_shaped arguments. The same families in every half; tune's parameters differ from held's,
+# fresh has held's on other seeds.
 TRACES: dict[str, dict[str, dict]] = {
     "tune": {
         "base-s1": {"seed": 1}, "base-s2": {"seed": 2}, "base-s3": {"seed": 3},
@@ -62,6 +65,14 @@ TRACES: dict[str, dict[str, dict]] = {
         "shared-s23": {"seed": 23, "prefixes": 24, "turn_share": 0.45, "zipf": 1.3},
         "sparse-s24": {"seed": 24, "prefixes": 512, "turn_share": 0.15, "zipf": 0.8},
         "bursty-s25": {"seed": 25, "burst": 2.5},
+    },
+    "fresh": {
+        "base-s31": {"seed": 31}, "base-s32": {"seed": 32}, "base-s33": {"seed": 33},
+        "long-s41": {"seed": 41, "prompt_tokens": 16000, "output_tokens": 250},
+        "short-s42": {"seed": 42, "prompt_tokens": 4000, "output_tokens": 500},
+        "shared-s43": {"seed": 43, "prefixes": 24, "turn_share": 0.45, "zipf": 1.3},
+        "sparse-s44": {"seed": 44, "prefixes": 512, "turn_share": 0.15, "zipf": 0.8},
+        "bursty-s45": {"seed": 45, "burst": 2.5},
     },
 }
 CAPACITIES = {"1": None, "1/4": 100_000}  # None: the cost model's KV of one H100
@@ -112,7 +123,7 @@ def replicate_loads(load: float, k: int) -> list[float]:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--half", choices=["tune", "held", "all"], default="tune")
+    p.add_argument("--half", choices=["tune", "held", "fresh", "all"], default="tune")
     p.add_argument("--requests", type=int, default=2000, help="first N requests of each trace")
     p.add_argument("--loads", default="0.8,1.2")
     p.add_argument("--replicates", type=int, default=1, help="runs per cell at loads 0.01%% apart; goals on medians")
