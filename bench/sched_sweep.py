@@ -99,9 +99,6 @@ def run_one(job: tuple[str, str, str, float, str, dict[str, float]]) -> tuple[st
     t0 = time.process_time()
     out = sim.run()
     summary = Run(trace.name, schedule, load, out, sim.capacity, 0.0).summary()
-    pol = sim.sched.policy
-    if isinstance(pol, policies.Auto):
-        summary["flooded"] = pol.flooded_orders / max(1, pol.orders)
     return key, summary, time.process_time() - t0
 
 

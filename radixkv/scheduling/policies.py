@@ -125,15 +125,6 @@ class Auto(Policy):
     SLOWDOWN = 48.0  # K: prefill-token times of deadline per token of (uncached - cached) work
     SLACK = 0.5  # C: a request may be overtaken until (1 + C) x the work ahead of it at arrival is admitted
     SHARE = 0.15  # S: while any request is due, due ones get this share of the tokens admitted, oldest first
-    OVERTAKEN = float("inf")  # a request that this many later arrivals were admitted before is due
-    AGED_STRICT = 0.0  # 1: ... and goes strictly first (oldest first), not at the share
-    AGED_MAX = float("inf")  # ... while fewer than this many times the cache's slots wait
-    SLACK_CAP = float("inf")  # slack at most this many times the cache's slots (tokens)
-    LOW = 0.0  # while fewer than LOW x the cache's slots wait ...
-    LOW_SHARE = 0.15  # ... due requests get this share
-    FLOOD = float("inf")  # flooded above this many times the cache's slots waiting ...
-    FLOOD_EXIT = 1.0  # ... until below this many times: lpm's order (no deadlines), FLOOD_SHARE for due ones
-    FLOOD_SHARE = 0.15
 
     def __init__(self, estimates: PrefixEstimates) -> None:
         super().__init__(estimates)
@@ -144,22 +135,11 @@ class Auto(Policy):
         self.contested_tokens = 0  # prompt tokens admitted while contended, since contention began
         self.bound_tokens = 0  # ... of them, those the oldest-first side picked
         self.picked: set[Queued] = set()  # the oldest-first side's picks in the last order()
-        self.seq: dict[Queued, int] = {}
-        self.passed: dict[Queued, int] = {}
-        self.aged: set[Queued] = set()
-        self.arrivals = 0
-        self.flooded = False
-        self.flooded_orders = 0
-        self.orders = 0
 
     def arrived(self, req: Queued, now: float) -> None:
         backlog = self.arrived_tokens - self.admitted_tokens
-        slots = self.estimates.cache.config.num_slots
-        self.turn[req] = self.admitted_tokens + backlog + self.SLACK * min(backlog, self.SLACK_CAP * slots)
+        self.turn[req] = self.admitted_tokens + (1 + self.SLACK) * backlog
         self.arrived_tokens += len(req.tokens)
-        self.seq[req] = self.arrivals
-        self.arrivals += 1
-        self.passed[req] = 0
 
     def order(self, window: list[Queued], now: float) -> list[Queued]:
         turn, done = self.turn, self.admitted_tokens
@@ -169,24 +149,11 @@ class Auto(Policy):
         if not due:
             self.contested_tokens = self.bound_tokens = 0  # the next contended period starts afresh
         length, k = self.estimates.length, self.SLOWDOWN
-        share = self.SHARE
-        waiting = (self.arrived_tokens - self.admitted_tokens) / self.estimates.cache.config.num_slots
-        self.flooded = waiting > (self.FLOOD_EXIT if self.flooded else self.FLOOD)
-        self.orders += 1
-        if self.flooded:
-            self.flooded_orders += 1
-            share, k = self.FLOOD_SHARE, 0.0
-        elif waiting < self.LOW:
-            share = self.LOW_SHARE
         by_deadline = sorted((r for r in window if r in turn),
                              key=lambda r: (max(now, r.arrival + k * (len(r.tokens) - 2 * length(r))), -length(r)))
-        first = [r for r in due if r in self.aged] if waiting < self.AGED_MAX else []
-        if first:
-            due = [r for r in due if r not in self.aged]
-            by_deadline = [r for r in by_deadline if r not in self.aged]
-        return resumed + first + self._interleave(due, by_deadline, share)
+        return resumed + self._interleave(due, by_deadline)
 
-    def _interleave(self, due: list[Queued], by_deadline: list[Queued], share: float) -> list[Queued]:
+    def _interleave(self, due: list[Queued], by_deadline: list[Queued]) -> list[Queued]:
         """Both orders merged: the oldest due request whenever the oldest-first side's picks so far
         (this contended period, then this order if all were admitted) are within SHARE of the tokens."""
         out: list[Queued] = []
@@ -194,7 +161,7 @@ class Auto(Policy):
         taken: set[Queued] = set()
         spent, total, i, j = self.bound_tokens, self.contested_tokens, 0, 0
         while i < len(due) and j < len(by_deadline):
-            if spent <= share * total:
+            if spent <= self.SHARE * total:
                 req, i = due[i], i + 1
                 if req in taken:
                     continue
@@ -212,17 +179,6 @@ class Auto(Policy):
     def admitted(self, req: Queued, now: float) -> None:
         if self.turn.pop(req, None) is None:
             return
-        mine = self.seq.pop(req)
-        self.passed.pop(req)
-        self.aged.discard(req)
-        if self.OVERTAKEN != float("inf"):
-            for r, s in self.seq.items():
-                if s < mine:
-                    self.passed[r] += 1
-                    if self.passed[r] >= self.OVERTAKEN:
-                        self.turn[r] = min(self.turn[r], self.admitted_tokens)
-                        if self.AGED_STRICT:
-                            self.aged.add(r)
         n = len(req.tokens)
         self.admitted_tokens += n
         if self.contended:
