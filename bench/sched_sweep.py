@@ -66,15 +66,9 @@ TRACES: dict[str, dict[str, dict]] = {
         "sparse-s24": {"seed": 24, "prefixes": 512, "turn_share": 0.15, "zipf": 0.8},
         "bursty-s25": {"seed": 25, "burst": 2.5},
     },
-    "fresh": {
-        "base-s31": {"seed": 31}, "base-s32": {"seed": 32}, "base-s33": {"seed": 33},
-        "long-s41": {"seed": 41, "prompt_tokens": 16000, "output_tokens": 250},
-        "short-s42": {"seed": 42, "prompt_tokens": 4000, "output_tokens": 500},
-        "shared-s43": {"seed": 43, "prefixes": 24, "turn_share": 0.45, "zipf": 1.3},
-        "sparse-s44": {"seed": 44, "prefixes": 512, "turn_share": 0.15, "zipf": 0.8},
-        "bursty-s45": {"seed": 45, "burst": 2.5},
-    },
 }
+TRACES["fresh"] = {f"{name.split('-')[0]}-s{seed}": {**spec, "seed": seed}
+                   for (name, spec), seed in zip(TRACES["held"].items(), (31, 32, 33, 41, 42, 43, 44, 45))}
 CAPACITIES = {"1": None, "1/4": 100_000}  # None: the cost model's KV of one H100
 
 
