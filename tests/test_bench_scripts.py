@@ -68,3 +68,12 @@ def test_policy_memory_bounds_the_adaptive_policys_state() -> None:
     got = {p: module.measure("tools", p, 16, 1 << 16, 2, "traced") for p in ("lru", "adaptive")}
     assert got["lru"]["cached"] == got["adaptive"]["cached"] > 0.9 * (1 << 16)
     assert got["lru"]["bytes_per_token"] <= got["adaptive"]["bytes_per_token"] <= got["lru"]["bytes_per_token"] + 6, got
+
+
+def test_sched_sweep_fresh_half_is_held_on_seeds_of_its_own() -> None:
+    """The out-of-sample half: held's shapes, trace by trace, with seeds no other half draws."""
+    halves = load_script(ROOT / "bench" / "sched_sweep.py").TRACES
+    shape = lambda spec: {k: v for k, v in spec.items() if k != "seed"}  # noqa: E731
+    assert [shape(s) for s in halves["fresh"].values()] == [shape(s) for s in halves["held"].values()]
+    seeds = [s["seed"] for half in halves.values() for s in half.values()]
+    assert len(seeds) == len(set(seeds)) == 24
