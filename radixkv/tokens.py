@@ -139,7 +139,7 @@ def as_slots(slots: TokensLike, num_slots: int) -> np.ndarray:
 def distinct(values: np.ndarray) -> bool:
     """Whether the ints of `values` are distinct: no two neighbours equal once sorted (a copy). No
     memory beyond that copy (a table indexed by value would cost 4 bytes per possible value: per page
-    of the pool, 4 bytes per cached token at page_size 1), O(n log n) and 2-5x a table's time (bench/
+    of the pool, 4 bytes per cached token at page_size 1), O(n log n) and 1.5-5x a table's time (bench/
     ledger_ops.py), but off the request path: insert's usual slots are proven distinct by a memcmp
     (PageLedger.fresh_start)."""
     if len(values) < 2:
