@@ -26,8 +26,8 @@ still reads CACHED, so `settle` writes CACHED only to the pages that were free b
 steady state of a full cache, where every allocation evicts, that spares both writes per token.
 
 Memory: per page, the state (1 byte). The allocator keeps 4 bytes per page freed and not yet handed
-out again (pages never handed out are a count), and the distinctness check sorts a copy of the
-pages it is given (no table per page). The constant rows that `all_in` compares against grow with
+out again, and for at most 8192 never-used ones (the rest are a count), and the distinctness check
+sorts a copy of the pages it is given (no table per page). The constant rows that `all_in` compares against grow with
 the largest call, not the pool; the last alloc's slots are one call's (8 bytes a slot).
 """
 
