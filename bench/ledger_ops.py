@@ -18,10 +18,17 @@ from typing import Callable
 import numpy as np
 
 from radixkv.pools import page_slots
+from radixkv.tokens import distinct
 
 
 def _broadcast_page_slots(pages: np.ndarray, ps: int) -> np.ndarray:  # page_slots before: one [pages, ps] broadcast
     return (pages[:, None] * np.int64(ps) + np.arange(ps, dtype=np.int64)).reshape(-1)
+
+
+def _table_distinct(scratch: np.ndarray, values: np.ndarray) -> bool:  # the check before: an int32 table per page
+    order = np.arange(len(values), dtype=np.int32)
+    scratch[values] = order
+    return scratch[values].tobytes() == order.tobytes()
 
 
 def variants(n: int, pool: int) -> dict[str, Callable[[], object]]:
@@ -29,6 +36,7 @@ def variants(n: int, pool: int) -> dict[str, Callable[[], object]]:
     state = np.zeros(pool, dtype=np.int8)
     p64 = rng.permutation(pool)[:n].astype(np.int64)
     p32, fresh = p64.astype(np.int32), p64.tobytes()
+    scratch = np.zeros(pool, dtype=np.int32)
     return {
         "gather int64": lambda: state[p64],
         "gather int32": lambda: state[p32],
@@ -40,6 +48,8 @@ def variants(n: int, pool: int) -> dict[str, Callable[[], object]]:
         "alloc()'s slots: tobytes ==": lambda: p64.tobytes() == fresh,  # n slots (page 1)
         "page_slots 16, broadcast": lambda: _broadcast_page_slots(p64, 16),
         "page_slots 16, repeat + tile": lambda: page_slots(p64, 16),
+        "distinct: int32 table": lambda: _table_distinct(scratch, p64),
+        "distinct: sort": lambda: distinct(p64),
     }
 
 

@@ -42,7 +42,7 @@ import torch
 from radixkv import RadixCache
 from radixkv.bench.runner import sim_config
 from radixkv.bench.traces import hash_block_tokens
-from radixkv.bench.workloads import Request, tools
+from radixkv.bench.workloads import Request, make_workload
 from radixkv.cli_args import HelpFormatter, csv_of, nonneg_int, one_of, positive_int
 from radixkv.scheduling.synth import BLOCK, mooncake_shaped
 
@@ -56,9 +56,10 @@ def _rss() -> int:
         return int(f.read().split()[1]) * 4096
 
 
-def _one_seed(workload: str, seed: int) -> list[Request]:
-    if workload == "tools":
-        return tools(seed)
+def one_seed(workload: str, seed: int) -> list[Request]:
+    """One seed of `mooncake` (Mooncake-shaped lines, their blocks' tokens) or of a `radixkv bench` workload."""
+    if workload != "mooncake":
+        return make_workload(workload, seed)
     lines = mooncake_shaped(256, seed=seed)
     return [Request(t, len(t)) for t in (hash_block_tokens(d["hash_ids"], BLOCK)[:d["input_length"]] for d in lines)]
 
@@ -68,7 +69,7 @@ def trace(workload: str, tokens: int, inserted: int) -> list[Request]:
     reqs: list[Request] = []
     seed = 0
     while sum(len(r.tokens) for r in reqs) < inserted * tokens:
-        reqs += _one_seed(workload, seed)
+        reqs += one_seed(workload, seed)
         seed += 1
     return reqs
 

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from radixkv import CacheConfig, RadixCache, RadixKVError
+from radixkv.pools import SlotAllocator
 
 PS = 4
 
@@ -28,6 +29,10 @@ def _arr(a: np.ndarray | None) -> bytes | None:
     return None if a is None else a.tobytes()
 
 
+def _free_pages(alloc: SlotAllocator) -> tuple[bytes, int]:
+    return alloc._stack[:alloc._top].tobytes(), alloc._unused  # the freed pages in order, and the never-used ones
+
+
 def fingerprint(cache: RadixCache) -> tuple:
     tree, ledger, host = cache.tree, cache.ledger, cache.host
     nodes = tuple(sorted((n.id, n.ns, n.key, None if n.parent is None else n.parent.id, n.depth, _arr(n.pages),
@@ -37,11 +42,11 @@ def fingerprint(cache: RadixCache) -> tuple:
                   r.cached_len, r.committed_len, r.kv_len, r.node.id, r.closed) for r in cache.seqs.records())
     pins = (cache.pins.pinned_size, tuple(sorted(cache.pins._until.items())), tuple(sorted(cache.pins._rows.items())))
     pools = tuple(b.clone() for b in cache.kv_pool.k_buffer + cache.kv_pool.v_buffer)
-    host_state = (host.allocator._stack[:host.allocator._top].tobytes(), host.backed_up_tokens, host.promoted_tokens,
+    host_state = (_free_pages(host.allocator), host.backed_up_tokens, host.promoted_tokens,
                   tuple(b.clone() for b in host.pool.k_buffer + host.pool.v_buffer))
     return (nodes, tree.tick, tree.evictable_size, tree.protected_size, tree.host_size,
             tuple(sorted(n.id for n in tree.index.nodes())), tuple(sorted(n.id for n in tree.host_index.nodes())),
-            ledger.state.tobytes(), ledger.allocator._stack[:ledger.allocator._top].tobytes(),
+            ledger.state.tobytes(), _free_pages(ledger.allocator),
             cache.req_pool.req_to_token.clone(), seqs, pins, vars(cache.stats).copy(), pools, host_state,
             cache.sizes(), cache._thread)
 

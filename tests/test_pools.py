@@ -11,7 +11,7 @@ import torch
 from radixkv import CacheConfig, ConfigError, InvalidSlotsError, OutOfRowsError, OutOfSlotsError, RadixCache
 from radixkv.pools import (CACHED, FREE, PRIVATE, RESERVED, PageLedger, ReqToTokenPool, SlotAllocator,
                            TokenToKVPool, page_slots)
-from radixkv.tokens import Distinct
+from radixkv.tokens import distinct
 
 
 def test_allocator_hands_out_each_page_once_and_takes_it_back() -> None:
@@ -47,13 +47,58 @@ def test_ledger_tracks_states_and_evicts_through_the_callback() -> None:
         ledger.check()
 
 
-def test_allocator_cost_does_not_grow_with_the_pool() -> None:
-    # The free list is a preallocated stack: alloc and free touch only the pages they move.
+def test_allocator_memory_does_not_grow_with_the_pool() -> None:
+    # Never-used pages are a count until a chunk of them is needed, freed ones a stack: alloc and free
+    # touch only the pages they move, and the stack's array holds at most a chunk (8192) plus the
+    # most pages free at once since, never the pool (4 bytes a page, 4 per cached token at page 1).
     small, big = SlotAllocator(8, 1), SlotAllocator(1 << 22, 1)
     for alloc in (small, big):
-        p = alloc.alloc_pages(3)
-        alloc.free_pages(p)
-    assert big._stack.base is None and len(big._stack) == 1 << 22  # never reallocated
+        alloc.free_pages(alloc.alloc_pages(3))
+        assert alloc.num_free_pages == alloc.num_pages
+    assert len(small._stack) < 100 and len(big._stack) <= 8192
+    while big.num_free_pages:  # filled by requests of 1000 pages, then a full pool's steady state:
+        big.alloc_pages(min(1000, big.num_free_pages))  # each alloc takes what was just freed
+    for _ in range(3):
+        pages = np.arange(5000, 6000)
+        big.free_pages(pages)
+        assert big.alloc_pages(1000).tolist() == pages.tolist()
+    assert len(big._stack) <= 8192
+
+
+def test_allocator_hands_out_pages_as_one_preloaded_stack() -> None:
+    # Against the stack it replaces: arange(num_pages), popped from the top, freed pages pushed on it.
+    rng = np.random.default_rng(0)
+    alloc, stack, out = SlotAllocator(300, 2), list(range(300)), []
+    for _ in range(400):
+        if out and rng.random() < 0.5:
+            freed = [out.pop(rng.integers(len(out))) for _ in range(rng.integers(1, len(out) + 1))]
+            alloc.free_pages(np.array(freed, dtype=rng.choice([np.int32, np.int64])))
+            stack += freed
+        else:
+            k = int(rng.integers(0, 40))
+            if k > len(stack):
+                with pytest.raises(OutOfSlotsError):
+                    alloc.alloc_pages(k)
+                continue
+            got = alloc.alloc_pages(k)
+            assert got.dtype == np.int64 and got.tolist() == stack[len(stack) - k:]
+            del stack[len(stack) - k:]
+            out += got.tolist()
+        assert alloc.num_free_pages == len(stack)
+        assert np.flatnonzero(alloc.free_mask()).tolist() == sorted(stack)
+
+
+def test_free_mask_catches_a_page_freed_twice() -> None:
+    alloc = SlotAllocator(8, 1)
+    pages = alloc.alloc_pages(2)
+    alloc.free_pages(pages)
+    alloc.free_pages(pages[:1])  # on the freed stack twice
+    with pytest.raises(AssertionError):
+        alloc.free_mask()
+    alloc = SlotAllocator(8, 1)
+    alloc.free_pages(np.array([0]))  # never handed out
+    with pytest.raises(AssertionError):
+        alloc.free_mask()
 
 
 def test_page_slots() -> None:
@@ -75,9 +120,9 @@ def test_page_ids_are_kept_int32_and_handed_out_int64() -> None:
         SlotAllocator(num_pages=2**31, page_size=1)
 
 
-def test_ledger_keeps_nine_bytes_per_page() -> None:
-    # state (1), the free stack (4) and the distinctness scratch (4); what the checks compare
-    # against grows with the longest call, not with the pool
+def test_ledger_keeps_one_byte_per_page() -> None:
+    # the state (1): pages never handed out are a count, freed ones a stack of what is free now, and
+    # the distinctness check sorts a copy; what the checks compare against grows with the longest call
     tracemalloc.start()
     try:
         ledger = PageLedger(num_pages=1 << 20, page_size=1)
@@ -87,7 +132,7 @@ def test_ledger_keeps_nine_bytes_per_page() -> None:
         used = tracemalloc.get_traced_memory()[0]
     finally:
         tracemalloc.stop()
-    assert 9 << 20 <= used < (9 << 20) + 64_000
+    assert 1 << 20 <= used < (1 << 20) + 64_000
 
 
 def test_ledger_remembers_the_last_alloc_until_a_page_changes_state() -> None:
@@ -316,17 +361,17 @@ def test_insert_after_the_matched_node_regained_other_pages(ps: int) -> None:
     cache.check_invariants()
 
 
-@pytest.mark.parametrize("n", [2, 3, 7, 8, 9, 100])
+@pytest.mark.parametrize("n", [2, 3, 7, 8, 9, 100, 1000])
 def test_distinct_finds_a_repeat_at_any_length(n: int) -> None:
-    distinct = Distinct(64)
-    for size in (n - 1, n, 2 * n):  # the positions it compares against grow across calls
-        values = np.random.default_rng(size).permutation(64)[:min(size, 64)]
-        assert distinct(values)
-        if len(values) >= 2:
+    rng = np.random.default_rng(n)
+    for dtype in (np.int32, np.int64):
+        values = rng.permutation(4 * n)[:n].astype(dtype)
+        assert distinct(values) and distinct(values[:1]) and distinct(values[:0])
+        for i, j in ((0, n - 1), (n // 2, n // 2 - 1), (n - 1, 0)):  # a repeat anywhere, neighbours too
             repeated = values.copy()
-            repeated[-1] = repeated[0]
+            repeated[i] = repeated[j]
             assert not distinct(repeated)
-    assert not distinct(np.zeros(65, dtype=np.int64))  # longer than the range: a repeat somewhere
+            assert np.array_equal(repeated[j], values[j])  # the caller's array is not reordered
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])

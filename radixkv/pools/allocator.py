@@ -1,14 +1,24 @@
 """SlotAllocator: hands out free pages of `page_size` consecutive slots.
 
-Page `p` holds slots `[p * page_size, (p + 1) * page_size)`. The free pages sit on a preallocated
-int32 stack (`_stack[:_top]`, 4 bytes a page: pools hold fewer than 2**31 pages): `alloc_pages(k)`
-pops k ids and `free_pages(pages)` pushes them back, so both cost O(pages moved), never O(pool
-size) (SGLang's allocator `torch.cat`s its whole free list on every free). Pages freed last are
-handed out first, which keeps recently touched KV warm. Page ids are stored int32 (this stack, tree
-nodes) and handed around int64: numpy indexes with an int32 array 2-10x slower than with an int64
+Page `p` holds slots `[p * page_size, (p + 1) * page_size)`. The free pages form one LIFO stack,
+kept in two parts (pools hold fewer than 2**31 pages, so page ids are stored int32):
+
+    [0, _unused)       pages never handed out: only a count. An alloc that finds the stack empty
+                       takes the top ones as they are; one that finds a few pages there moves a chunk
+                       (the top 8192, or as many as it needs) onto the stack below them
+    _stack[:_top]      int32, 4 bytes a page: such a chunk and the pages freed since, the last freed
+                       on top. Its array grows (doubling) to the most pages it held at once and never
+                       shrinks (a full cache empties it on every alloc): in a full cache's steady
+                       state, where each alloc evicts about what it takes, about the longest request
+
+`alloc_pages(k)` pops k ids (the freed ones first, then the top of the never-used ones) and
+`free_pages(pages)` pushes them, so both cost O(pages moved), never O(pool size) (SGLang's allocator
+`torch.cat`s its whole free list on every free). Pages come out exactly as from one stack preloaded
+with `arange(num_pages)`: pages freed last are handed out first, which keeps recently touched KV warm.
+Page ids are handed around int64: numpy indexes with an int32 array 2-10x slower than with an int64
 one (it converts the index first), and every page handed out indexes the ledger's state at once.
 The allocator trusts its caller to free only pages it handed out (the PageLedger checks page
-states first); `free_mask()` rebuilds the free set from the stack and raises if a page is on it twice.
+states first); `free_mask()` rebuilds the free set from both parts and raises if a page is in it twice.
 """
 
 from __future__ import annotations
@@ -57,42 +67,76 @@ def _factor(page_size: int) -> np.ndarray:
     return factor
 
 
+_MIN_STACK: Final = 64  # pages the stack's array holds at least (256 bytes)
+_REFILL: Final = 8192  # never-used pages moved onto the stack at once (32 KB): a move and an arange per 8192 pages
+_arange: Final = np.arange  # (Final: compiled, a C static, not a module getattr per call)
+
+
 class SlotAllocator:
     def __init__(self, num_pages: int, page_size: int) -> None:
         if num_pages > MAX_PAGES:
             raise ConfigError(f"a pool holds at most {MAX_PAGES} pages (int32 page ids), got {num_pages}")
         self.num_pages = num_pages
         self.page_size = page_size
-        self._stack = np.arange(num_pages, dtype=np.int32)
-        self._top = num_pages
+        self._unused = num_pages  # pages [0, _unused) were never handed out
+        self._stack = np.empty(_MIN_STACK, dtype=np.int32)  # free pages: _stack[:_top], the last freed on top
+        self._top = 0
 
     @property
     def num_free_pages(self) -> int:
-        return self._top
+        return self._top + self._unused
 
     @property
     def num_free_slots(self) -> int:
-        return self._top * self.page_size
+        return (self._top + self._unused) * self.page_size
 
     def alloc_pages(self, k: int) -> np.ndarray:
         """Pop `k` free pages: int64 `[k]`. Raises OutOfSlotsError (nothing changed) if fewer are free."""
-        if k > self._top:
-            raise OutOfSlotsError(
-                f"asked for {k} pages ({k * self.page_size} slots), {self._top} free; free or evict pages first")
-        self._top -= k
-        return self._stack[self._top:self._top + k].astype(_I64)
+        top = self._top - k
+        if top < 0:
+            if k > self._top + self._unused:
+                raise OutOfSlotsError(f"asked for {k} pages ({k * self.page_size} slots), "
+                                      f"{self._top + self._unused} free; free or evict pages first")
+            if not self._top:  # never-used pages alone: handed out as they are, never written to the stack
+                self._unused -= k
+                return _arange(self._unused, self._unused + k, dtype=_I64)
+            self._refill(k)
+            top = self._top - k
+        self._top = top
+        return self._stack[top:top + k].astype(_I64)
+
+    def _refill(self, k: int) -> None:
+        """Move the top never-used pages under the freed ones (the order of one preloaded stack), until
+        the stack holds `max(k, _REFILL)` pages or every never-used page."""
+        top, unused = self._top, self._unused
+        n = min(unused, max(k, _REFILL) - top)
+        self._grow(top + n)
+        self._stack[n:top + n] = self._stack[:top].copy()
+        self._stack[:n] = _arange(unused - n, unused, dtype=np.int32)
+        self._unused, self._top = unused - n, top + n
 
     def free_pages(self, pages: np.ndarray) -> None:
         """Push `pages` (int32 or int64 `[k]`, distinct, handed out by alloc_pages and not yet freed) back."""
-        k = len(pages)
-        self._stack[self._top:self._top + k] = pages
-        self._top += k
+        top = self._top
+        end = top + len(pages)
+        if end > len(self._stack):
+            self._grow(end)
+        self._stack[top:end] = pages
+        self._top = end
+
+    def _grow(self, size: int) -> None:
+        """The stack's array holds at least `size` pages (doubling)."""
+        if size > len(self._stack):
+            stack = np.empty(max(size, 2 * len(self._stack)), dtype=np.int32)
+            stack[:self._top] = self._stack[:self._top]
+            self._stack = stack
 
     def free_mask(self) -> np.ndarray:
-        """bool `[num_pages]`: which pages are free, rebuilt from the stack (for checks)."""
-        stack = self._stack[:self._top]
+        """bool `[num_pages]`: which pages are free, rebuilt from both parts (for checks)."""
+        freed = self._stack[:self._top]
         mask = np.zeros(self.num_pages, dtype=np.bool_)
-        mask[stack] = True
-        if mask.sum() != len(stack):
-            raise AssertionError("allocator: a page sits on the free stack twice")
+        mask[:self._unused] = True
+        mask[freed] = True
+        if mask.sum() != self._unused + len(freed):
+            raise AssertionError("allocator: a page is free twice (on the freed stack twice, or never handed out)")
         return mask

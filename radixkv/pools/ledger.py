@@ -25,9 +25,10 @@ freed last first) are not written FREE in between: until that lazy write their e
 still reads CACHED, so `settle` writes CACHED only to the pages that were free before. In the
 steady state of a full cache, where every allocation evicts, that spares both writes per token.
 
-Memory: per page, the state (1 byte), the allocator's stack slot (4) and the distinctness check's
-scratch (4). The constant rows that `all_in` compares against grow with the largest call, not the pool;
-the last alloc's slots are one call's (8 bytes a slot).
+Memory: per page, the state (1 byte). The allocator keeps 4 bytes per page freed and not yet handed
+out again, and for at most 8192 never-used ones (the rest are a count), and the distinctness check
+sorts a copy of the pages it is given (no table per page). The constant rows that `all_in` compares against grow with
+the largest call, not the pool; the last alloc's slots are one call's (8 bytes a slot).
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ import numpy as np
 
 from radixkv.errors import OutOfSlotsError
 from radixkv.pools.allocator import SlotAllocator, page_slots
-from radixkv.tokens import Distinct, starts_with
+from radixkv.tokens import distinct, starts_with
 
 FREE, CACHED, PRIVATE, RESERVED = 0, 1, 2, 3
 _max: Final = np.maximum.reduce  # ndarray.max() without its Python wrapper (Final: compiled, a C static)
@@ -56,7 +57,6 @@ class PageLedger:
         self._unwritten: bytes | None = None  # int64 pages of the last alloc_slots() (their bytes), PRIVATE, not yet in _state
         self._stale = 0  # how many of `_unwritten`'s last pages still read CACHED in _state (evicted, popped again)
         self._popped_stale = 0  # the same count for the last `_pop`
-        self.distinct = Distinct(num_pages)  # O(n) check that pages named by a caller are distinct
         self._rows = {s: b"" for s in (FREE, CACHED, PRIVATE, RESERVED)}  # state -> its byte repeated: memcmp checks
         self._fresh: bytes | None = None  # int64 slots of the last alloc_slots() (their bytes), until a page changes state
 
@@ -182,7 +182,7 @@ class PageLedger:
             return f"pages must lie in [0, {self.num_pages}), got max {pages.max()} and min {pages.min()}"
         if self.state[pages].tobytes() != self._row(PRIVATE, len(pages)):  # (a uint64 index would be cast first)
             return self.describe(pages, PRIVATE)
-        if not self.distinct(pages):
+        if not distinct(pages):
             return "a private page is named twice"
         return None
 
