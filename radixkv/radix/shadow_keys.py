@@ -24,9 +24,11 @@ instructions a call, ~15-110 a page).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Final, Sequence
+from typing import TYPE_CHECKING, Any, Final, Sequence, cast
 
 import numpy as np
+
+from radixkv.radix.core import PrefixNode
 
 if TYPE_CHECKING:
     from radixkv.eviction.view import NodeView
@@ -96,11 +98,12 @@ class ShadowKeys:
         suffix of them."""
         if not self.hashed or key is self._key:
             return
-        path: list[NodeView] = []  # node's path, from its root's child down
-        tail = 4 * node.end
-        while node.parent is not None:
-            path.append(node)
-            node = node.parent
+        path: list[PrefixNode[Any]] = []  # node's path, from its root's child down
+        real = cast("PrefixNode[Any]", node)  # a real node: its fields read as a native class's, compiled
+        tail = 4 * (real.depth + real.size)
+        while real.parent is not None:
+            path.append(real)
+            real = real.parent
         path.reverse()
         self._key, self._hashes = key, b"".join(self.real_edges(path, key, tail))
 
@@ -114,7 +117,8 @@ class ShadowKeys:
         ps, kept = self.page_size, self._edges
         out: list[bytes] = []
         todo: list[int] = []  # positions of the edges not kept
-        for node in nodes:
+        for view in nodes:
+            node = cast("PrefixNode[Any]", view)  # a real node (as in `along`)
             h, need = kept.get(node.id), node.size // ps * HASH_BYTES
             if h is not None and len(h) >= need:
                 out.append(h if len(h) == need else h[len(h) - need:])
@@ -141,9 +145,12 @@ class ShadowKeys:
 
     def remember(self, node: NodeView, key: bytes) -> None:
         """Real node `node` (a new leaf) ends within `key`, the key last asked: keep its edge's hashes."""
-        ps = self.page_size
-        if self.hashed and key is self._key and node.end // ps * HASH_BYTES <= len(self._hashes):
-            self.keep(node.id, self._hashes[node.depth // ps * HASH_BYTES:node.end // ps * HASH_BYTES])
+        if not self.hashed or key is not self._key:
+            return
+        real, ps = cast("PrefixNode[Any]", node), self.page_size  # (as in `along`)
+        start, end = real.depth // ps * HASH_BYTES, (real.depth + real.size) // ps * HASH_BYTES
+        if end <= len(self._hashes):
+            self.keep(real.id, self._hashes[start:end])
 
     def keep(self, node_id: int, hashes: bytes) -> None:
         """Keep real node `node_id`'s edge hashes; past MEMO_BYTES drop the oldest kept."""
@@ -156,11 +163,11 @@ class ShadowKeys:
         while self._memo > MEMO_BYTES:
             self._memo -= ENTRY_BYTES + len(kept.pop(next(iter(kept))))
 
-    def _above(self, node: NodeView, need: int) -> bytes | None:
+    def _above(self, node: PrefixNode[Any], need: int) -> bytes | None:
         """The `need` hashes of real node `node`'s edge from its only child's kept hashes, if they reach
         that far up: a match that ended inside an edge split it, and the lower part, the old node, keeps
         its id and its end, so its kept hashes end with its edge's and begin with node's, or above."""
-        child = next(iter(node.children.values()))
+        child: PrefixNode[Any] = next(iter(node.children.values()))
         h = self._edges.get(child.id)
         if h is None:
             return None
