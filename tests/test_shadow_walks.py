@@ -85,3 +85,26 @@ def test_an_int_keyed_heap_holds_exactly_the_evictable_leaves(policy: str) -> No
         assert all(isinstance(n.hkey, int) for n in nodes if not n.children)
         assert shadow.used <= cap and sum(n.size for n in nodes) == shadow.used
 
+
+
+def test_an_upper_node_a_match_split_off_takes_its_hashes_from_its_only_childs_kept_ones() -> None:
+    """A real match that ends inside an edge splits it: the new upper node's hashes are the part of its
+    only child's kept hashes above the child's edge, so `along` hashes nothing (the prompt's later pages
+    stay unhashed) and the key is a fresh hash's; `real_edges` then hands out the kept hashes themselves."""
+    cache = RadixCache(sim_config(1 << 12, 16, "lru", 4096))
+    rng = np.random.default_rng(3)
+    a = rng.integers(0, 2**31 - 1, size=16 * 10, dtype=np.int32)
+    m = cache.match_prefix(a)
+    cache.insert(a, torch.cat([m.slots, cache.alloc(len(a) - m.length)]))
+    leaf = cache.match_prefix(a).node
+    keys = ShadowKeys(16)
+    keys.along(np.concatenate([a, a[:16]]).tobytes(), leaf)  # kept: the leaf's 10 pages
+    b = np.concatenate([a[:16 * 4], rng.integers(0, 2**31 - 1, size=16 * 3, dtype=np.int32)])
+    upper = cache.match_prefix(b).node  # splits the leaf after 4 pages
+    assert upper.end == 16 * 4 and list(upper.children.values()) == [leaf] and leaf.size == 16 * 6
+    prompt = b.tobytes()
+    keys.along(prompt, upper)
+    assert len(keys.head(prompt)) == 4 * 8  # nothing hashed past the upper node: its edge came from leaf's
+    assert keys.of(prompt) == ShadowKeys(16).of(prompt) and list(keys._edges) == [leaf.id, upper.id]
+    edges = keys.real_edges([upper, leaf])
+    assert edges == ShadowKeys(16).edges([upper.key, leaf.key]) and edges[0] is keys._edges[upper.id]

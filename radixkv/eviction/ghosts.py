@@ -23,13 +23,14 @@ it at the switch (adaptive.py). Measured, ghosts that stay on help Mooncake-shap
 gsp 5-10% by 1.5-8 points (bench/RESULTS.md, round 7); the twin tells the two apart (round 8).
 
 Ghosts are bounded (GHOSTS, oldest dropped first) and age (all halve every GHOSTS evictions). One
-entry is an int key and an int value (uses << 40 | end). Keys read the table live, so a ghost
+entry is an int key and an int value (uses << 40 | end), in a plain dict (insertion order: a re-written
+ghost is popped and re-inserted, so the first key is the oldest; compiled, its calls are direct C calls
+where an OrderedDict's are generic method calls). Keys read the table live, so a ghost
 written under a live edge that shares its start would move that edge's key: `stable_keys = False`.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from typing import TYPE_CHECKING, Final
 
 from radixkv.eviction.policies import LFU
@@ -47,30 +48,34 @@ class GhostLFU(LFU):
     def __init__(self) -> None:
         self.page_bytes = 4  # key bytes of an edge's first page (the tree's: set at its first eviction)
         self.active = False  # False: plain LFU's key
-        self.ghosts: OrderedDict[int, int] = OrderedDict()  # where an evicted edge started -> uses << 40 | end
+        self.ghosts: dict[int, int] = {}  # where an evicted edge started -> uses << 40 | end
         self._evictions = 0  # since the ghosts last halved
 
-    def _start(self, node: NodeView) -> int:
-        return hash((node.ns, node.depth, node.key[:self.page_bytes]))
+    def _start(self, node: NodeView, depth: int) -> int:
+        return hash((node.ns, depth, node.key[:self.page_bytes]))
 
     def key(self, node: NodeView) -> tuple:
         if self.active:
-            ghost = self.ghosts.get(self._start(node), 0)
-            if ghost and node.depth + node.size <= ghost & _END:
+            depth = node.depth
+            ghost = self.ghosts.get(self._start(node, depth), 0)
+            if ghost and depth + node.size <= ghost & _END:
                 return (node.hit_count + (ghost >> 40), node.last_access, node.id)
         return (node.hit_count, node.last_access, node.id)
 
     def remember(self, victim: NodeView) -> None:
         """`victim` (a node of the real cache) is about to be evicted: keep its uses."""
-        ghosts, start, end = self.ghosts, self._start(victim), victim.depth + victim.size
-        old = ghosts.pop(start, 0)
+        ghosts, depth = self.ghosts, victim.depth
+        start, end = self._start(victim, depth), depth + victim.size
+        old = ghosts.get(start, 0)  # (a ghost is never 0)
+        if old:
+            del ghosts[start]  # written again below, if at all, as the newest (dict.pop: a generic call, compiled)
         uses = victim.hit_count + (old >> 40 if old and end <= old & _END else 0)
         if old >> 40 > uses:  # an edge past the old one's end, used less: the old ghost says more
             ghosts[start] = old
         elif uses:
             ghosts[start] = uses << 40 | end
             if len(ghosts) > self.GHOSTS:
-                ghosts.popitem(last=False)
+                del ghosts[next(iter(ghosts))]  # the oldest
         self._evictions += 1
         if self._evictions >= self.GHOSTS:
             self._evictions = 0

@@ -107,7 +107,7 @@ def _edge_hashes(keys: ShadowKeysView, leaves: list[Item]) -> dict[int, bytes]:
             seen.add(id(node))
             nodes.append(node)
             node = node.parent
-    return dict(zip([id(n) for n in nodes], keys.edges([n.key for n in nodes])))
+    return dict(zip([id(n) for n in nodes], keys.real_edges(nodes)))
 
 
 def _shaped(keys: ShadowKeysView, item: Item, edges: dict[int, bytes]) -> bytes:

@@ -8,7 +8,7 @@ reads, which is all a shadow's fixed policy asks of it. Hooks see CachedNodeView
 
 from __future__ import annotations
 
-from typing import Mapping, Protocol
+from typing import Mapping, Protocol, Sequence
 
 
 class NodeView(Protocol):
@@ -68,7 +68,7 @@ class ShadowKeysView(Protocol):
 
     def of(self, key: bytes) -> bytes: ...  # `key` (token bytes from a root) as the shadows hold it
 
-    def edges(self, keys: list[bytes]) -> list[bytes]: ...  # each of keys (whole pages), hashed in bulk
+    def real_edges(self, nodes: Sequence[NodeView]) -> list[bytes]: ...  # real nodes' edges: kept, or hashed in bulk
 
     def prime(self, key: bytes, shaped: bytes) -> None: ...  # the next of(key), computed by the caller
 

@@ -116,7 +116,8 @@ class ShadowTree(LeafHeap):
         matched, self._matched = self._matched, None
         if matched is not None:
             m_ns, m_key, path, pos, version = matched
-            if version == self._version and m_ns == ns and key.startswith(m_key if pos == len(m_key) else m_key[:pos]):
+            if version == self._version and m_ns == ns and (key.startswith(m_key)  # (no copy: the lifecycle's case)
+                                                            or pos < len(m_key) and key.startswith(m_key[:pos])):
                 more, end = self.walk(key[pos:], path[-1])
                 return path + more, pos + end
         return self.walk(key, root)
@@ -198,7 +199,8 @@ class ShadowTree(LeafHeap):
 
     def load(self, nodes: Iterable[TreeNode]) -> None:
         """Start from a copy of real device-resident nodes (parents before children): their keys,
-        recency, hits and priority. The shadow must be empty. Their edges are hashed in bulk."""
+        recency, hits and priority. The shadow must be empty. Their edges are hashed in bulk, but for those
+        kept (ShadowKeys.real_edges: the prior's replay hashed them just before, at the first eviction)."""
         copies: dict[int, ShadowNode] = {}
         reals: list[TreeNode] = []
         for real in nodes:
@@ -206,7 +208,7 @@ class ShadowTree(LeafHeap):
                 copies[id(real)] = self._root(real.ns)
             elif real.pages is not None:
                 reals.append(real)
-        keys = self.keys.edges([real.key for real in reals])
+        keys = self.keys.real_edges(reals)
         for real, key in zip(reals, keys):
             parent = copies.get(id(real.parent))
             if parent is None:

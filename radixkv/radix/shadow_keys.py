@@ -9,21 +9,26 @@ expert the real cache follows; it never serves KV), and tests/test_adaptive.py c
 cache, request for request, at pages 3, 4 and 16.
 
 A page's hash depends on its own tokens only (no chain through its parent page), so the hashes of a
-key are those of its edges, joined: many keys or edges are hashed in one numpy call (`edges`: a shadow
-copied from the real tree, the prior's replay of the history, eviction/history.py), and a key's hashes
-computed elsewhere can be handed in (`prime`). Per request a key is hashed once for every shadow of a
-tree: ShadowKeys remembers the last key (the second shadow's call is free) and extends it (a request's
-insert of prompt + output hashes only the pages not hashed yet). A lookup's key is put together from
-the kept hashes of the real match's path (`along`); its pages past the real match are hashed only when
-a shadow's walk reaches them with somewhere to go (`head`), else with the output's at the insert: one
-numpy call a request where the path was kept (numpy costs ~10k instructions a call, ~15-110 a page).
+key are those of its edges, joined: many keys or edges are hashed in one numpy call (`edges`), and a key's
+hashes computed elsewhere can be handed in (`prime`). Real nodes' edge hashes are kept by node id (up to
+MEMO_BYTES, oldest out first; an upper node a split made takes its part of its only child's): `real_edges`
+hashes only the real nodes' edges not kept, so the prior's replay (eviction/history.py) and the shadow
+copied from the real tree right after it, at the first eviction, hash each edge once between them. Per
+request a key is hashed once for every shadow of a tree: ShadowKeys remembers the last key (the second
+shadow's call is free) and extends it (a request's insert of prompt + output hashes only the pages not
+hashed yet). A lookup's key is put together from the kept hashes of the real match's path (`along`); its
+pages past the real match are hashed only when a shadow's walk reaches them with somewhere to go (`head`),
+else with the output's at the insert: one numpy call a request where the path was kept (numpy costs ~10k
+instructions a call, ~15-110 a page).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final, Sequence, cast
 
 import numpy as np
+
+from radixkv.radix.core import PrefixNode
 
 if TYPE_CHECKING:
     from radixkv.eviction.view import NodeView
@@ -93,36 +98,59 @@ class ShadowKeys:
         suffix of them."""
         if not self.hashed or key is self._key:
             return
-        ps, kept, end = self.page_size, self._edges, 4 * node.end
-        parts: list[bytes] = []  # node's path's edges, from node up
-        todo: list[NodeView] = []  # those not kept
-        while node.parent is not None:
+        path: list[PrefixNode[Any]] = []  # node's path, from its root's child down
+        real = cast("PrefixNode[Any]", node)  # a real node: its fields read as a native class's, compiled
+        tail = 4 * (real.depth + real.size)
+        while real.parent is not None:
+            path.append(real)
+            real = real.parent
+        path.reverse()
+        self._key, self._hashes = key, b"".join(self.real_edges(path, key, tail))
+
+    def real_edges(self, nodes: Sequence[NodeView], key: bytes = b"", tail: int = -1) -> list[bytes]:
+        """Real `nodes`' edges as the shadows hold them: kept hashes where they cover the edge (a split
+        node keeps its edge's last pages: a suffix of them), the others hashed in one numpy call and kept
+        (the last of `nodes` first: the first stay longest). Where some edge was hashed and `tail` >= 0,
+        `key[tail:]` (whole pages but the last) went into that call too: its hashes come last."""
+        if not self.hashed:
+            return [n.key for n in nodes]
+        ps, kept = self.page_size, self._edges
+        out: list[bytes] = []
+        todo: list[int] = []  # positions of the edges not kept
+        for view in nodes:
+            node = cast("PrefixNode[Any]", view)  # a real node (as in `along`)
             h, need = kept.get(node.id), node.size // ps * HASH_BYTES
             if h is not None and len(h) >= need:
-                parts.append(h if len(h) == need else h[len(h) - need:])
+                out.append(h if len(h) == need else h[len(h) - need:])
+            elif h is None and len(node.children) == 1 and (h := self._above(node, need)) is not None:
+                out.append(h)
+                self.keep(node.id, h)
             else:
-                parts.append(b"")
-                todo.append(node)
-            node = node.parent
-        if todo:  # a numpy call now: key's rest goes with it (whole pages but the last)
-            hashed = self.edges([n.key for n in todo] + [key[end:]])
-            i = 0
-            for j, part in enumerate(parts):
-                if not part:
-                    parts[j] = hashed[i]
-                    self.keep(todo[i].id, hashed[i])
-                    i += 1
-            parts.reverse()
-            parts.append(hashed[-1])
-        else:  # all kept: key's pages past node are hashed by `of` if a shadow's walk reaches them (`head`)
-            parts.reverse()
-        self._key, self._hashes = key, b"".join(parts)
+                todo.append(len(out))
+                out.append(b"")
+        if not todo:  # nothing to hash: key's rest, if asked, is left to `of` (`head`)
+            return out
+        hashed = self.edges([nodes[i].key for i in todo] + ([key[tail:]] if tail >= 0 else []))
+        for i, h in zip(todo, hashed):
+            out[i] = h
+        room = MEMO_BYTES  # keep no more than the memo holds: the rest would only push these out
+        for i in reversed(todo):
+            room -= ENTRY_BYTES + len(out[i])
+            if room < 0:
+                break
+            self.keep(nodes[i].id, out[i])
+        if tail >= 0:
+            out.append(hashed[-1])
+        return out
 
     def remember(self, node: NodeView, key: bytes) -> None:
         """Real node `node` (a new leaf) ends within `key`, the key last asked: keep its edge's hashes."""
-        ps = self.page_size
-        if self.hashed and key is self._key and node.end // ps * HASH_BYTES <= len(self._hashes):
-            self.keep(node.id, self._hashes[node.depth // ps * HASH_BYTES:node.end // ps * HASH_BYTES])
+        if not self.hashed or key is not self._key:
+            return
+        real, ps = cast("PrefixNode[Any]", node), self.page_size  # (as in `along`)
+        start, end = real.depth // ps * HASH_BYTES, (real.depth + real.size) // ps * HASH_BYTES
+        if end <= len(self._hashes):
+            self.keep(real.id, self._hashes[start:end])
 
     def keep(self, node_id: int, hashes: bytes) -> None:
         """Keep real node `node_id`'s edge hashes; past MEMO_BYTES drop the oldest kept."""
@@ -134,6 +162,17 @@ class ShadowKeys:
         self._memo += ENTRY_BYTES + len(hashes)
         while self._memo > MEMO_BYTES:
             self._memo -= ENTRY_BYTES + len(kept.pop(next(iter(kept))))
+
+    def _above(self, node: PrefixNode[Any], need: int) -> bytes | None:
+        """The `need` hashes of real node `node`'s edge from its only child's kept hashes, if they reach
+        that far up: a match that ended inside an edge split it, and the lower part, the old node, keeps
+        its id and its end, so its kept hashes end with its edge's and begin with node's, or above."""
+        child: PrefixNode[Any] = next(iter(node.children.values()))
+        h = self._edges.get(child.id)
+        if h is None:
+            return None
+        below = child.size // self.page_size * HASH_BYTES
+        return h[len(h) - below - need:len(h) - below] if len(h) >= below + need else None
 
     def edges(self, keys: list[bytes]) -> list[bytes]:
         """Each of `keys` (whole pages of int32 tokens) as the shadows hold it: the same as `of` gives,
