@@ -40,12 +40,26 @@ _cat: Final = np.concatenate
 
 class MatchedSlots:
     """What the last match_prefix returned, kept by the cache: the bytes of its int64 slots (a copy:
-    the caller may write into its own tensor), the node it ended at and that node's pages array then."""
+    the caller may write into its own tensor), the node it ended at and that node's pages array then,
+    and the key it walked below `root` (int32 bytes of whole pages, the cache's own)."""
 
-    def __init__(self, slots: bytes, node: TreeNode, pages: np.ndarray | None) -> None:
+    def __init__(self, slots: bytes, node: TreeNode, pages: np.ndarray | None, key: bytes, root: TreeNode) -> None:
         self.slots = slots
         self.node = node
         self.pages = pages
+        self.key = key
+        self.root = root
+
+    def resumes(self, toks: np.ndarray, n: int, root: TreeNode) -> TreeNode | None:
+        """The match's node, if an insert of int32 `toks` (n whole-page tokens) below `root` may walk on
+        from it: `toks` start with the tokens of its path (one memcmp against the match's key: the path
+        spelled them then, and a split keeps what a path spells) and it still holds its pages array
+        (still_cached: still in the tree, at the same end); None otherwise."""
+        node = self.node
+        length = node.end - root.end
+        if root is not self.root or node.pages is not self.pages or length > n:
+            return None
+        return node if starts_with(self.key, toks if length == len(toks) else toks[:length]) else None
 
     def still_cached(self, path: list[TreeNode], k: int) -> bool:
         """Whether the device pages of `path[:k]` (an insert's walk from the match's root) start with
