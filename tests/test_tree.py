@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from radixkv import CacheConfig, LockError, RadixCache
+from radixkv.insert_slots import RESUME_MIN
 from radixkv.pools import page_slots
 
 
@@ -172,7 +173,7 @@ def tree_shape(cache: RadixCache) -> list[tuple]:
 
 
 RESUMES = {"extends": True, "ancestor split": True, "split since": False, "differs": False, "shorter": False,
-           "other namespace": False, "evicted": False}
+           "other namespace": False, "evicted": False, "short match": False}
 
 
 @pytest.mark.parametrize("page_size", [1, 2])
@@ -180,27 +181,34 @@ RESUMES = {"extends": True, "ancestor split": True, "split since": False, "diffe
 def test_insert_walks_on_from_the_last_match_only_where_its_path_is_the_inserts(page_size: int, case: str) -> None:
     # insert continues the last match's walk from its node (keying only the tokens below it) when the tokens start
     # with that node's path and it still holds its pages; else it walks from the root. Both must build the same tree.
+    u = RESUME_MIN // 4  # tokens a unit: the match below is 8 units long, long enough to walk on from
+
     def run(resume: bool) -> tuple:
-        cache = make(page_size)
-        a = list(range(1, 13))
-        put(cache, a[:8])
-        put(cache, a[:4] + [50, 51, 52, 53])  # [1..4] -> {[5..8], [50..53]}
-        r = cache.match_prefix(a[:8])
+        cache = make(page_size, num_slots=32 * u)
+        a = list(range(1, 12 * u + 1))
+        put(cache, a[:8 * u])
+        put(cache, a[:4 * u] + list(range(50000, 50000 + 4 * u)))  # [:4u] -> {[4u:8u], 50000...}
+        r = cache.match_prefix(a[:8 * u])
         cache.lock(r.node)
         toks, ns, kept = a, None, r.length  # kept: how many of the match's slots the insert reuses
         if case == "differs":
-            toks, kept = a[:2] + [60, 61] + a[4:], 0
+            toks, kept = a[:2 * u] + list(range(60000, 60000 + 2 * u)) + a[4 * u:], 0
         elif case == "shorter":
-            toks, kept = a[:4], 0
+            toks, kept = a[:4 * u], 0
         elif case == "other namespace":
             ns, kept = "other", 0
         elif case == "split since":
-            cache.locate(a[:6])  # splits the match's node: it keeps [7, 8] in a new pages array
+            cache.locate(a[:6 * u])  # splits the match's node: it keeps [6u:8u] in a new pages array
         elif case == "ancestor split":
-            cache.locate(a[:2])  # splits [1..4] above the match's node, which keeps its pages
+            cache.locate(a[:2 * u])  # splits [:4u] above the match's node, which keeps its pages
+        elif case == "short match":  # a match below RESUME_MIN tokens: insert walks from the root
+            cache.unlock(r.node)
+            r = cache.match_prefix(a[:u])
+            cache.lock(r.node)
+            kept = r.length
         elif case == "evicted":
             cache.unlock(r.node)
-            cache.evict(100)
+            cache.evict(32 * u)
             kept = 0
         slots = torch.cat([r.slots[:kept], cache.alloc(len(toks) - kept)])
         arr = np.array(toks, dtype=np.int32)
