@@ -102,10 +102,9 @@ class RadixTree(residency.ResidentTree):
         return node
 
     def split(self, node: TreeNode, k: int, lower_stays: bool = True) -> TreeNode:
-        """Cut `node`'s edge after k tokens (whole pages). The new upper node takes the first k;
-        `node` keeps the lower half, so it still means the same prefix. Counters are unchanged.
-        `lower_stays=False`: `node` is about to lose its device pages (eviction), so they stay a
-        view of the old array, not a copy (which it keeps alive only until they are released)."""
+        """Cut `node`'s edge after k tokens (whole pages). The new upper node takes the first k; `node` keeps the
+        lower half, so it still means the same prefix. Counters are unchanged. `lower_stays=False`: `node` is about
+        to lose its device pages (eviction): they stay a view of the old array (alive until they are released)."""
         kp = k // self.page_size
         upper = self.split_edge(node, k)
         upper.lock_ref = node.lock_ref
@@ -198,8 +197,9 @@ class RadixTree(residency.ResidentTree):
         [0, cached_len) are not used (the tree's own, or duplicates the caller frees); pages are copied.
         `after`: a device node below `start` whose path the caller proved spells the first tokens (MatchedSlots);
         `key` then holds only the rest, walked from there (never for a learning policy: its hooks read whole keys)."""
+        skip = 0
         if after is None:
-            (path, matched), skip = self.walk(key, start), 0
+            path, matched = self.walk(key, start)
         else:
             assert not self.learns
             more, matched = self.walk(key, after)
