@@ -66,12 +66,13 @@ class RadixCache(CacheBase):
         components until `group(g).attach` gives them some (`locate` finds the node)."""
         self._owner.check()
         ns, toks = self._key(as_tokens(tokens), namespace, extra_keys)
-        m = self._match(toks, self.tree.root(ns), len(toks))
+        key, root = self._page_key(toks), self.tree.root(ns)
+        m = self._match(key, root, len(toks))
         slots = m.pages  # (a fresh int64 array: the slots themselves at page 1)
         if self.page_size > 1:
             slots = page_slots(slots, self.page_size)
         # our own copy (the caller may write into its tensor): proves an insert's head is the tree's (insert_slots.py)
-        self._matched = MatchedSlots(slots.tobytes(), m.node, m.node.pages) if m.length else None
+        self._matched = MatchedSlots(slots.tobytes(), m.node, m.node.pages, key, root) if m.length else None
         return tuple.__new__(MatchResult, (m.length, _from_numpy(slots), m.node, m.host_length))  # (no interpreted __new__)
 
     def locate(self, tokens: TokensLike, namespace: Any = None, extra_keys: ExtraKeysArg = None) -> LockHandle:
@@ -127,11 +128,16 @@ class RadixCache(CacheBase):
         if len(given) != len(toks):
             raise InvalidSlotsError(f"insert: {len(toks)} tokens but {len(given)} slots")
         n = len(toks) // self.page_size * self.page_size
-        key = (toks if n == len(toks) else toks[:n]).tobytes()  # (_page_key, with its length)
+        matched = self._matched
+        # the walk goes on from the last match's node when toks start with its path (not for a policy that learns
+        # from whole keys, nor for pins, which read the whole key): only the tokens below it are keyed
+        after = None if matched is None or until is not None or self.tree.learns else matched.resumes(toks, n, root)
+        skip = 0 if after is None else after.end - root.end
+        key = (toks if n == len(toks) and not skip else toks[skip:n]).tobytes()  # (_page_key, from `after` on)
         if until is not None:
             self.pins.charge(n - self.pins.pinned_length(key, root), "insert(pin_ttl=...)")
-        check = InsertSlots(self.ledger, given, n, self._matched)
-        result = self.tree.insert(key, check.pages, root, prio, check.accept, use=True)
+        check = InsertSlots(self.ledger, given, n, matched)
+        result = self.tree.insert(key, check.pages, root, prio, check.accept, True, after)
         if until is not None:
             self.pins.pin(result.node, until, "insert(pin_ttl=...)")
         self.ledger.settle(check.new, check.freed(), check.fresh >= 0, check.run_at)  # (to CACHED, the rest back)

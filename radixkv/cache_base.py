@@ -83,8 +83,8 @@ class CacheBase:
         n = len(toks) // self.page_size * self.page_size
         return (toks if n == len(toks) else toks[:n]).tobytes()
 
-    def _match(self, toks: np.ndarray, root: TreeNode, asked: int) -> MatchInfo:
-        m = self.tree.match(self._page_key(toks), root)
+    def _match(self, key: bytes, root: TreeNode, asked: int) -> MatchInfo:
+        m = self.tree.match(key, root)
         st = self.stats
         st.query_tokens += asked
         st.hit_tokens += m.length

@@ -35,10 +35,10 @@ def open_sequence(c: CacheBase, tokens: TokensLike, namespace: Any, max_reuse: I
     c.seqs.check_length(len(toks), "open")
     c.seqs.check_row_free()
     root = c.tree.root(ns)
+    key = c._page_key(toks[:reuse])
     if until is not None:  # plan the pin before the match and promotion change anything
-        key = c._page_key(toks[:reuse])
         c.pins.charge(sum(lookup.peek(c.tree, key, root)) - c.pins.pinned_length(key, root), "open(pin_ttl=...)")
-    m = c._match(toks[:reuse], root, reuse)
+    m = c._match(key, root, reuse)
     if m.host_length and c.host is not None:
         m = promote(c.tree, c.ledger, c.host, c._take, toks[:reuse], m)
     if until is not None:

@@ -75,7 +75,7 @@ def test_builtin_flags_read_as_class_attributes() -> None:
 def test_interpreted_subclass_drives_the_cache(registered) -> None:
     cache = RadixCache(sim_config(8, 1, Oldest.name, 8))
     policy = cache.tree.policy
-    assert isinstance(policy, Oldest) and cache.tree._learns and cache.tree._insert_is_use
+    assert isinstance(policy, Oldest) and cache.tree.learns and cache.tree._insert_is_use
     for first in (10, 20):  # two 4-token sequences fill the cache: 10.. is the older one
         cache.insert([first, 1, 2, 3], cache.alloc(4))
     assert cache.tree.nodes()[1].hit_count == 1  # insert_is_use: the insert counted a use
@@ -99,7 +99,7 @@ def test_fixed_interpreted_subclass_is_not_asked_to_learn(registered) -> None:
         cache = RadixCache(sim_config(8, 1, "quiet-test", 8))
         for first in (10, 20, 30):
             cache.insert(torch.tensor([first, 1, 2, 3]), cache.alloc(4))
-        assert not cache.tree._learns and sum(cache.tree.policy.calls.values()) == 0
+        assert not cache.tree.learns and sum(cache.tree.policy.calls.values()) == 0
         assert _cached(cache, [10, 1, 2, 3]) == 0 and _cached(cache, [30, 1, 2, 3]) == 4
     finally:
         del POLICIES["quiet-test"]

@@ -10,7 +10,7 @@ import torch
 
 from radixkv import CacheConfig, ConfigError, InvalidSlotsError, OutOfRowsError, OutOfSlotsError, RadixCache
 from radixkv.pools import (CACHED, FREE, PRIVATE, RESERVED, PageLedger, ReqToTokenPool, SlotAllocator,
-                           TokenToKVPool, page_slots)
+                           TokenToKVPool, page_slots, slot_pages)
 from radixkv.tokens import distinct
 
 
@@ -107,6 +107,18 @@ def test_page_slots() -> None:
     big = np.array([2**31 - 1], dtype=np.int32)  # a tree node's int32 pages: slots are int64, never wrapped
     assert page_slots(big, 16).tolist() == [(2**31 - 1) * 16 + i for i in range(16)]
     assert page_slots(big, 1).dtype == page_slots(big, 16).dtype == np.int64
+
+
+@pytest.mark.parametrize("page_size", [1, 2, 3, 4, 5, 16, 64])
+def test_slot_pages_is_floor_division_of_each_page_first_slot(page_size: int) -> None:
+    # a power of two shifts instead of dividing: the same floor division for any int64, negative ones included
+    # (insert reads the pages of slots it has not range-checked yet)
+    rng = np.random.default_rng(page_size)
+    slots = np.concatenate([rng.integers(-2**40, 2**40, 200), [-1, -page_size, -page_size - 1, 0, 2**62]])
+    slots = slots.repeat(page_size)
+    assert slot_pages(slots, page_size).tolist() == [s // page_size for s in slots[::page_size].tolist()]
+    assert page_slots(slot_pages(page_slots(np.arange(9), page_size), page_size), page_size).tolist() \
+        == page_slots(np.arange(9), page_size).tolist()
 
 
 def test_page_ids_are_kept_int32_and_handed_out_int64() -> None:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
 from radixkv import CacheConfig, LockError, RadixCache
+from radixkv.insert_slots import RESUME_MIN
+from radixkv.pools import page_slots
 
 
 def make(page_size: int = 1, num_slots: int = 64, eviction: str = "lru") -> RadixCache:
@@ -154,3 +157,71 @@ def test_a_partial_match_is_a_hit_for_the_matched_part_only() -> None:
         head = cache.match_prefix([1, 2, 9]).node
     assert head.hit_count == hits + 3 and tail.hit_count == hits  # the unmatched [3, 4] was not reused
     cache.check_invariants()
+
+
+def tree_shape(cache: RadixCache) -> list[tuple]:
+    """Every node's namespace, whole prefix and slots (None: not on the device), in a fixed order."""
+    out = []
+    for node in cache.tree.nodes():
+        prefix, x = [], node
+        while x.parent is not None:
+            prefix[:0] = x.tokens().tolist()
+            x = x.parent
+        slots = None if node.pages is None else tuple(page_slots(node.pages, cache.page_size).tolist())
+        out.append((node.ns, tuple(prefix), slots))
+    return sorted(out, key=repr)
+
+
+RESUMES = {"extends": True, "ancestor split": True, "split since": False, "differs": False, "shorter": False,
+           "other namespace": False, "evicted": False, "short match": False}
+
+
+@pytest.mark.parametrize("page_size", [1, 2])
+@pytest.mark.parametrize("case", list(RESUMES))
+def test_insert_walks_on_from_the_last_match_only_where_its_path_is_the_inserts(page_size: int, case: str) -> None:
+    # insert continues the last match's walk from its node (keying only the tokens below it) when the tokens start
+    # with that node's path and it still holds its pages; else it walks from the root. Both must build the same tree.
+    u = RESUME_MIN // 4  # tokens a unit: the match below is 8 units long, long enough to walk on from
+
+    def run(resume: bool) -> tuple:
+        cache = make(page_size, num_slots=32 * u)
+        a = list(range(1, 12 * u + 1))
+        put(cache, a[:8 * u])
+        put(cache, a[:4 * u] + list(range(50000, 50000 + 4 * u)))  # [:4u] -> {[4u:8u], 50000...}
+        r = cache.match_prefix(a[:8 * u])
+        cache.lock(r.node)
+        toks, ns, kept = a, None, r.length  # kept: how many of the match's slots the insert reuses
+        if case == "differs":
+            toks, kept = a[:2 * u] + list(range(60000, 60000 + 2 * u)) + a[4 * u:], 0
+        elif case == "shorter":
+            toks, kept = a[:4 * u], 0
+        elif case == "other namespace":
+            ns, kept = "other", 0
+        elif case == "split since":
+            cache.locate(a[:6 * u])  # splits the match's node: it keeps [6u:8u] in a new pages array
+        elif case == "ancestor split":
+            cache.locate(a[:2 * u])  # splits [:4u] above the match's node, which keeps its pages
+        elif case == "short match":  # a match below RESUME_MIN tokens: insert walks from the root
+            cache.unlock(r.node)
+            r = cache.match_prefix(a[:u])
+            cache.lock(r.node)
+            kept = r.length
+        elif case == "evicted":
+            cache.unlock(r.node)
+            cache.evict(32 * u)
+            kept = 0
+        slots = torch.cat([r.slots[:kept], cache.alloc(len(toks) - kept)])
+        arr = np.array(toks, dtype=np.int32)
+        n = len(arr) // page_size * page_size
+        resumes = cache._matched.resumes(arr, n, cache.tree.root(cache._key(arr, ns, None)[0])) is not None
+        assert resumes == RESUMES[case]
+        if not resume:
+            cache.match_prefix([], namespace="unrelated")  # no match to walk on from: insert walks from the root
+            assert cache._matched is None
+        got = cache.insert(toks, slots, ns)
+        if case != "evicted":
+            cache.unlock(r.node)
+        cache.check_invariants()
+        return got, cache.sizes(), tree_shape(cache)
+
+    assert run(True) == run(False)

@@ -55,8 +55,14 @@ def page_slots(pages: np.ndarray, page_size: int) -> np.ndarray:
 
 
 def slot_pages(slots: np.ndarray, page_size: int) -> np.ndarray:
-    """Pages of whole-page `slots` laid out page after page (the inverse of page_slots)."""
-    return slots if page_size == 1 else slots[::page_size] // _factor(page_size)
+    """Pages of whole-page `slots` laid out page after page (the inverse of page_slots). A power of two
+    shifts: the same floor division (an arithmetic shift, negative values included), one instruction a
+    value where numpy's `//` takes ~20."""
+    if page_size == 1:
+        return slots
+    if page_size & (page_size - 1):
+        return slots[::page_size] // _factor(page_size)
+    return slots[::page_size] >> _factor(page_size.bit_length() - 1)
 
 
 def _factor(page_size: int) -> np.ndarray:

@@ -94,6 +94,17 @@ class TreeCore(Generic[N]):
                 break
         return path, pos
 
+    def ancestry(self, node: N, start: N) -> list[N]:
+        """The nodes from just below `start` (an ancestor of `node`) down to `node`: a walk's path there."""
+        path: list[N] = []
+        x: N | None = node
+        while x is not start:
+            assert x is not None  # `start` is an ancestor
+            path.append(x)
+            x = x.parent
+        path.reverse()
+        return path
+
     def parting(self, edge: bytes, key: bytes, pos: int) -> int:
         """Bytes of whole pages that `edge` and `key[pos:]` share from the start, their first page equal:
         where a walk leaves an edge (common_bytes; a shadow finds it without numpy)."""

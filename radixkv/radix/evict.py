@@ -42,10 +42,9 @@ def evict_device(tree: RadixTree, num_tokens: int, keep: Callable[[TreeNode], np
     chunks: list[np.ndarray] = []
     host_chunks: list[np.ndarray] = []
     groups: list[list[np.ndarray]] = [[] for _ in tree.group_index] if tree.group_index else []
-    while freed < num_tokens:
-        leaf = tree.pop_victim()
-        if leaf is None:
-            break
+    index = tree.index  # device leaves, the policy's victim first
+    while freed < num_tokens and len(index):
+        leaf = index.pop()
         keep_tokens = leaf.size - -(-(num_tokens - freed) // ps) * ps
         if keep_tokens > 0:
             tree.split(leaf, keep_tokens, lower_stays=False)  # the upper part stays cached as a new node
@@ -131,10 +130,9 @@ def evict_host(tree: RadixTree, num_tokens: int) -> np.ndarray:
     node goes), then host copies of device nodes (the node stays). Returns host pages, int64."""
     freed = 0
     chunks: list[np.ndarray] = []
-    while freed < num_tokens:
-        victim = tree.pop_host_victim()
-        if victim is None:
-            break
+    index = tree.host_index  # host leaves, host-only ones first
+    while freed < num_tokens and index is not None and len(index):
+        victim = index.pop()
         assert victim.host_pages is not None  # the host index holds host copies only
         chunks.append(victim.host_pages)
         freed += victim.size

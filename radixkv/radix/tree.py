@@ -62,7 +62,7 @@ class RadixTree(residency.ResidentTree):
         self.evictable_size = 0
         self.protected_size = 0
         self.host_size = 0
-        self._learns = policy.learns
+        self.learns = policy.learns
         self._insert_is_use = policy.insert_is_use
         self._epoch = policy.epoch  # the policy's order the indexes are keyed by
         self.shadow_keys = ShadowKeys(page_size)  # one for all of this tree's shadows (radix/shadow.py)
@@ -102,10 +102,9 @@ class RadixTree(residency.ResidentTree):
         return node
 
     def split(self, node: TreeNode, k: int, lower_stays: bool = True) -> TreeNode:
-        """Cut `node`'s edge after k tokens (whole pages). The new upper node takes the first k;
-        `node` keeps the lower half, so it still means the same prefix. Counters are unchanged.
-        `lower_stays=False`: `node` is about to lose its device pages (eviction), so they stay a
-        view of the old array, not a copy (which it keeps alive only until they are released)."""
+        """Cut `node`'s edge after k tokens (whole pages). The new upper node takes the first k; `node` keeps the
+        lower half, so it still means the same prefix. Counters are unchanged. `lower_stays=False`: `node` is about
+        to lose its device pages (eviction): they stay a view of the old array (alive until they are released)."""
         kp = k // self.page_size
         upper = self.split_edge(node, k)
         upper.lock_ref = node.lock_ref
@@ -131,7 +130,7 @@ class RadixTree(residency.ResidentTree):
         path, matched = self.walk(key, start)
         if not path:
             self._matched_tick = -1
-            if self._learns:
+            if self.learns:
                 self._learn_lookup(start, key, 0)
             return MatchInfo(start, 0, _EMPTY, 0)
         length = matched // 4
@@ -145,7 +144,7 @@ class RadixTree(residency.ResidentTree):
             path = path[:k] + [n for n in path[k:] if n.end <= start.end + length]
         self._touch(path, hit=True)
         self._matched_tick = self.tick
-        if self._learns:
+        if self.learns:
             if k:
                 self.policy.on_hit(path[k - 1])
             self._learn_lookup(start, key, dev)
@@ -183,7 +182,8 @@ class RadixTree(residency.ResidentTree):
     # ------------------------------------------------------------------ insert
 
     def insert(self, key: bytes, pages: np.ndarray, start: TreeNode, priority: int = 0,
-               accept: Callable[[int, list[TreeNode], int], None] | None = None, use: bool = False) -> InsertResult:
+               accept: Callable[[int, list[TreeNode], int], None] | None = None, use: bool = False,
+               after: TreeNode | None = None) -> InsertResult:
         """Cache `key` (whole pages) below `start` with device `pages` (int64, one per page of key).
 
         `use`: the insert is a use of every node on its path (SGLang counts a hit on each node an
@@ -194,9 +194,17 @@ class RadixTree(residency.ResidentTree):
         `accept(cached_len, path, k)` sees what is cached (pages: `path[:k]`'s) before anything changes and
         may raise to refuse (the tree is then unchanged; `tree_pages` are read only without it). Host-only
         nodes on the way take their part of `pages`; the new suffix becomes a leaf. The caller's pages for
-        [0, cached_len) are not used (the tree's own, or duplicates the caller frees); pages are copied."""
-        path, matched = self.walk(key, start)
-        length = matched // 4
+        [0, cached_len) are not used (the tree's own, or duplicates the caller frees); pages are copied.
+        `after`: a device node below `start` whose path the caller proved spells the first tokens (MatchedSlots);
+        `key` then holds only the rest, walked from there (never for a learning policy: its hooks read whole keys)."""
+        skip = 0
+        if after is None:
+            path, matched = self.walk(key, start)
+        else:
+            assert not self.learns
+            more, matched = self.walk(key, after)
+            path, skip = self.ancestry(after, start) + more, after.end - start.end
+        length = skip + matched // 4
         k, dev = device_prefix(self, path, length, start)
         tree_pages = device_pages(path, k, dev // self.page_size) if accept is None else _EMPTY
         if accept is not None:
@@ -228,7 +236,7 @@ class RadixTree(residency.ResidentTree):
         if path:
             self._touch(path, hit=False)
         residency.gain_device(self, gained)
-        if self._learns:
+        if self.learns:
             if leaf is not None:
                 self.policy.on_insert(leaf)
             self.policy.on_cache(start, key, self.evictable_size + self.protected_size, use)
@@ -275,17 +283,9 @@ class RadixTree(residency.ResidentTree):
 
     # ------------------------------------------------------------------ victims
 
-    def pop_victim(self) -> TreeNode | None:
-        """Remove and return the device leaf the policy evicts first (None when there is none)."""
-        return self.index.pop() if len(self.index) else None
-
-    def pop_host_victim(self) -> TreeNode | None:
-        """Remove and return the host leaf evicted first, host-only ones first (None when none)."""
-        return self.host_index.pop() if self.host_index is not None and len(self.host_index) else None
-
     def evicted(self, victim: TreeNode) -> None:
         """`victim` (a popped device leaf) is about to lose its device copy: the policy learns."""
-        if self._learns:
+        if self.learns:
             self.policy.on_evict(victim)
             self._follow_policy()
 
