@@ -45,7 +45,10 @@ from radixkv.results import BatchInputs, LockHandle, MatchResult, SizeInfo
 from radixkv.sequences import Sequence
 from radixkv.tokens import ExtraKeysArg, IntArg, SecondsArg, SequenceArg, TokensLike, as_count, as_priority, as_slots, as_tokens, slot_array
 
-_from_numpy: Final = torch.from_numpy  # (Final: compiled, a C static, not a module-dict lookup and a getattr)
+# Final: compiled, a C static each, not a module-dict lookup (and a getattr, or a method lookup on `tuple`)
+_from_numpy: Final = torch.from_numpy
+_new_tuple: Final = tuple.__new__
+_MatchResult: Final = MatchResult
 
 
 class RadixCache(CacheBase):
@@ -73,7 +76,7 @@ class RadixCache(CacheBase):
             slots = page_slots(slots, self.page_size)
         # our own copy (the caller may write into its tensor): proves an insert's head is the tree's (insert_slots.py)
         self._matched = MatchedSlots(slots.tobytes(), m.node, m.node.pages, key, root) if m.length else None
-        return tuple.__new__(MatchResult, (m.length, _from_numpy(slots), m.node, m.host_length))  # (no interpreted __new__)
+        return _new_tuple(_MatchResult, (m.length, _from_numpy(slots), m.node, m.host_length))  # (no interpreted __new__)
 
     def locate(self, tokens: TokensLike, namespace: Any = None, extra_keys: ExtraKeysArg = None) -> LockHandle:
         """The node ending the longest prefix of `tokens` (whole pages) whose full KV is on the
