@@ -73,21 +73,28 @@ def _list_to_array(values: Sequence[Any], what: str, error: type[Exception]) -> 
 
 def as_tokens(tokens: TokensLike) -> np.ndarray:
     """int32 `[n]` view or copy of `tokens`; raises InvalidTokensError."""
+    arr = int32_tokens(tokens)
+    return non_negative(arr) if arr is tokens else arr
+
+
+def int32_tokens(tokens: TokensLike) -> np.ndarray:
+    """as_tokens, except that a 1-D int32 numpy array comes back as it is, its ids unchecked: whoever
+    called checks them (non_negative), or the part of them no earlier check covered."""
     arr: Any = tokens
-    if type(arr) is _NDARRAY and arr.dtype is _I32 and arr.ndim == 1:  # the hot path: a 1-D int32 array
-        return _non_negative(arr)
+    if type(arr) is _NDARRAY and arr.dtype is _I32 and arr.ndim == 1:  # the hot path
+        return arr
     arr = _as_int_array(tokens, "tokens", InvalidTokensError)
     if not len(arr):
         return arr.astype(_I32, copy=False)
     if arr.dtype is _I32:
-        return _non_negative(arr)
+        return non_negative(arr)
     if arr.min() < 0 or arr.max() > MAX_TOKEN_ID:
         raise InvalidTokensError(
             f"token ids must lie in [0, {MAX_TOKEN_ID}], got min {arr.min()} and max {arr.max()}")
     return arr.astype(_I32)
 
 
-def _non_negative(arr: np.ndarray) -> np.ndarray:
+def non_negative(arr: np.ndarray) -> np.ndarray:
     """int32 `arr`, whose only possible fault is a sign. argmin has none of a ufunc reduction's fixed cost
     (dtype resolution, an iterator): 2-3x cheaper; the unbound method and `item` skip a method lookup and a
     numpy scalar."""
