@@ -43,9 +43,15 @@ from radixkv.pools import CACHED, PRIVATE, page_slots
 from radixkv.radix import USER, locks, lookup
 from radixkv.results import BatchInputs, LockHandle, MatchResult, SizeInfo
 from radixkv.sequences import Sequence
-from radixkv.tokens import ExtraKeysArg, IntArg, SecondsArg, SequenceArg, TokensLike, as_count, as_priority, as_slots, as_tokens, slot_array
+from radixkv.keys import DEFAULT_NAMESPACE
+from radixkv.tokens import (ExtraKeysArg, IntArg, SecondsArg, SequenceArg, TokensLike, as_count, as_priority, as_slots,
+                            as_tokens, int32_tokens, non_negative, slot_array)
 
-_from_numpy: Final = torch.from_numpy  # (Final: compiled, a C static, not a module-dict lookup and a getattr)
+# Final: compiled, a C static each, not a module-dict lookup (and a getattr, or a method lookup on `tuple`)
+_from_numpy: Final = torch.from_numpy
+_new_tuple: Final = tuple.__new__
+_MatchResult: Final = MatchResult
+_USER: Final = USER
 
 
 class RadixCache(CacheBase):
@@ -65,15 +71,16 @@ class RadixCache(CacheBase):
         it, a state snapshot at it), never claims more. Prefixes given to `insert()` have no group
         components until `group(g).attach` gives them some (`locate` finds the node)."""
         self._owner.check()
-        ns, toks = self._key(as_tokens(tokens), namespace, extra_keys)
+        ids = as_tokens(tokens)
+        ns, toks = self._key(ids, namespace, extra_keys)
         key, root = self._page_key(toks), self.tree.root(ns)
         m = self._match(key, root, len(toks))
         slots = m.pages  # (a fresh int64 array: the slots themselves at page 1)
         if self.page_size > 1:
             slots = page_slots(slots, self.page_size)
         # our own copy (the caller may write into its tensor): proves an insert's head is the tree's (insert_slots.py)
-        self._matched = MatchedSlots(slots.tobytes(), m.node, m.node.pages, key, root) if m.length else None
-        return tuple.__new__(MatchResult, (m.length, _from_numpy(slots), m.node, m.host_length))  # (no interpreted __new__)
+        self._matched = MatchedSlots(slots.tobytes(), m.node, m.node.pages, key, root, toks is ids) if m.length else None
+        return _new_tuple(_MatchResult, (m.length, _from_numpy(slots), m.node, m.host_length))  # (no interpreted __new__)
 
     def locate(self, tokens: TokensLike, namespace: Any = None, extra_keys: ExtraKeysArg = None) -> LockHandle:
         """The node ending the longest prefix of `tokens` (whole pages) whose full KV is on the
@@ -87,12 +94,12 @@ class RadixCache(CacheBase):
     def lock(self, node: LockHandle) -> None:
         """Protect `node` and its ancestors from eviction; pairs with one unlock(node)."""
         self._owner.check()
-        locks.lock(self.tree, self.tree.check_node(node), USER)
+        locks.lock(self.tree, self.tree.check_node(node), _USER)
 
     def unlock(self, node: LockHandle) -> None:
         """Undo one earlier lock(node). LockError if there is none (a Sequence's lock is not one)."""
         self._owner.check()
-        locks.unlock(self.tree, self.tree.check_node(node), USER)
+        locks.unlock(self.tree, self.tree.check_node(node), _USER)
 
     def alloc(self, n: IntArg) -> torch.Tensor:
         """`n` private slots: the first n slots of ceil(n / page_size) fresh pages, evicting unlocked
@@ -121,19 +128,26 @@ class RadixCache(CacheBase):
         nothing changed. Afterwards the caller owns none of `slots`. With `pin_ttl` (seconds) the
         inserted whole pages are pinned that long (PinBudgetError, nothing changed, past the budget)."""
         self._owner.check()
-        ns, toks = self._key(as_tokens(tokens), namespace, extra_keys)
+        # tokens keyed as given (no namespace, no extra keys): an int32 array's ids are checked below, past the match
+        plain = namespace is None and extra_keys is None
+        if plain:
+            ns, toks = DEFAULT_NAMESPACE, int32_tokens(tokens)
+        else:
+            ns, toks = self._key(as_tokens(tokens), namespace, extra_keys)
+        root, n, matched = self.tree.root(ns), len(toks) // self.page_size * self.page_size, self._matched
+        # the walk goes on from the last match's node when toks start with its path (not for a policy that learns
+        # from whole keys, nor for pins, which read the whole key): only the tokens below it are keyed
+        after = None if matched is None or pin_ttl is not None or self.tree.learns else matched.resumes(toks, n, root)
+        skip = 0 if after is None else after.end - root.end
+        rest = toks[skip:] if skip else toks
+        if plain and toks is tokens:  # an int32 array: toks[:skip] spell the match's key, checked if it says so
+            non_negative(rest if matched is not None and matched.checked else toks)
         given = slot_array(slots)  # range-checked in InsertSlots, where the tree's own slots need none
-        prio, root = as_priority(priority), self.tree.root(ns)
+        prio = as_priority(priority)
         until = None if pin_ttl is None else self.pins.deadline(pin_ttl, "insert(pin_ttl=...)")
         if len(given) != len(toks):
             raise InvalidSlotsError(f"insert: {len(toks)} tokens but {len(given)} slots")
-        n = len(toks) // self.page_size * self.page_size
-        matched = self._matched
-        # the walk goes on from the last match's node when toks start with its path (not for a policy that learns
-        # from whole keys, nor for pins, which read the whole key): only the tokens below it are keyed
-        after = None if matched is None or until is not None or self.tree.learns else matched.resumes(toks, n, root)
-        skip = 0 if after is None else after.end - root.end
-        key = (toks if n == len(toks) and not skip else toks[skip:n]).tobytes()  # (_page_key, from `after` on)
+        key = (rest if n == len(toks) else rest[:n - skip]).tobytes()  # (_page_key, from `after` on)
         if until is not None:
             self.pins.charge(n - self.pins.pinned_length(key, root), "insert(pin_ttl=...)")
         check = InsertSlots(self.ledger, given, n, matched)

@@ -9,22 +9,25 @@ secondary groups, and raises ThreadOwnershipError from any other thread.
 from __future__ import annotations
 
 import threading
+from typing import Final
 
 from radixkv.errors import ThreadOwnershipError
 
-_get_ident = threading.get_ident
+# Final: compiled, a C static (not a module-dict lookup per call); its int result is compared unboxed
+_get_ident: Final = threading.get_ident
+_RELEASED: Final = 0  # the owner's ident when no thread owns the cache (no running thread has ident 0)
 
 
 class ThreadOwner:
     def __init__(self) -> None:
-        self._ident: int | None = _get_ident()  # (not `_thread`: mypyc 2.4 names its C field __thread, a C keyword)
+        self._ident: int = _get_ident()  # (not `_thread`: mypyc 2.4 names its C field __thread, a C keyword)
         self._adopted = False  # an adopt() took the cache over: a second needs it released or ended
         self._adopt_lock = threading.Lock()
 
     @property
     def thread(self) -> int | None:
         """The owning thread's ident (None: released)."""
-        return self._ident
+        return None if self._ident == _RELEASED else self._ident
 
     def check(self) -> None:
         if _get_ident() != self._ident:
@@ -36,7 +39,7 @@ class ThreadOwner:
         me = _get_ident()
         with self._adopt_lock:
             owner = self._ident
-            if self._adopted and owner not in (None, me) and any(t.ident == owner for t in threading.enumerate()):
+            if self._adopted and owner not in (_RELEASED, me) and any(t.ident == owner for t in threading.enumerate()):
                 raise ThreadOwnershipError(
                     f"adopt_thread: thread {owner} adopted this RadixCache and is still running; it must "
                     "call release_thread() before another thread adopts the cache")
@@ -44,4 +47,4 @@ class ThreadOwner:
 
     def release(self) -> None:
         self.check()
-        self._ident = None
+        self._ident = _RELEASED

@@ -44,14 +44,17 @@ RESUME_MIN: Final = 1024
 class MatchedSlots:
     """What the last match_prefix returned, kept by the cache: the bytes of its int64 slots (a copy:
     the caller may write into its own tensor), the node it ended at and that node's pages array then,
-    and the key it walked below `root` (int32 bytes of whole pages, the cache's own)."""
+    and the key it walked below `root` (int32 bytes of whole pages, the cache's own); `checked`: whether that key
+    spells the caller's ids as_tokens checked (no extra keys gave it multimodal ids, which are negative)."""
 
-    def __init__(self, slots: bytes, node: TreeNode, pages: np.ndarray | None, key: bytes, root: TreeNode) -> None:
+    def __init__(self, slots: bytes, node: TreeNode, pages: np.ndarray | None, key: bytes, root: TreeNode,
+                 checked: bool) -> None:
         self.slots = slots
         self.node = node
         self.pages = pages
         self.key = key
         self.root = root
+        self.checked = checked
 
     def resumes(self, toks: np.ndarray, n: int, root: TreeNode) -> TreeNode | None:
         """The match's node, if an insert of int32 `toks` (n whole-page tokens) below `root` may walk on

@@ -13,6 +13,8 @@ import torch
 from radixkv import (CacheConfig, ConfigError, InvalidArgumentError, InvalidTokensError, LockError, RadixCache,
                      RadixKVError, SequenceError, ThreadOwnershipError)
 from radixkv.events import block_hashes
+from radixkv.insert_slots import RESUME_MIN
+from radixkv.keys import ExtraKeys
 
 
 def make(**kw: object) -> RadixCache:
@@ -240,3 +242,33 @@ def test_two_threads_adopting_one_cache_is_a_typed_error() -> None:
     assert results == {"second": "adopted"}
     with pytest.raises(ThreadOwnershipError):
         cache.sizes()  # the cache belongs to the thread that adopted it last
+
+
+@pytest.mark.parametrize("mm", [False, True])
+def test_an_insert_walking_on_from_the_match_checks_every_id_the_match_did_not(mm: bool) -> None:
+    """Under lru, an insert past RESUME_MIN matched tokens walks on from the last match's node and checks the sign
+    only of the ids past the match's key, which match_prefix checked; not when that key spelled multimodal ids
+    (negative, the cache's own): then a plain insert of those ids is refused like any negative id."""
+    n = RESUME_MIN + 8
+    cache = make(num_slots=4 * n, page_size=1, max_context_len=2 * n, eviction="lru")
+    toks = np.arange(1, n + 1, dtype=np.int32)
+    extra = ExtraKeys(mm=(("image", 0, 4),)) if mm else None
+    seq = cache.open(toks, extra_keys=extra)
+    keyed = np.asarray(seq.tokens, dtype=np.int32)  # the ids the tree keys the request by (negative: an image's)
+    cache.reserve(seq, n - seq.kv_len)
+    cache.commit(seq, toks)
+    cache.close(seq)
+    assert cache.match_prefix(toks, extra_keys=extra).length == n
+    assert (keyed < 0).any() == mm
+    bad_tail, bad_head = np.append(keyed, np.int32(-5)), np.append(keyed, np.int32(7))
+    bad_head[2] = -1
+    cases = [bad_tail, bad_head] if not mm else [np.append(keyed, np.int32(7))]
+    for bad in cases:
+        r = cache.match_prefix(toks, extra_keys=extra)
+        slots = torch.cat([r.slots, cache.alloc(1)])
+        unchanged(cache, lambda: cache.insert(bad, slots), InvalidTokensError)
+        cache.free(slots[n:])
+    r, good = cache.match_prefix(toks, extra_keys=extra), np.append(toks, np.int32(7))
+    cache.insert(good, torch.cat([r.slots, cache.alloc(1)]), extra_keys=extra)  # a good one walks on
+    assert cache.match_prefix(good, extra_keys=extra).length == n + 1
+    cache.check_invariants()
