@@ -125,18 +125,6 @@ class Auto(Policy):
     SLOWDOWN = 48.0  # K: prefill-token times of deadline per token of (uncached - cached) work
     SLACK = 0.5  # C: a request may be overtaken until (1 + C) x the work ahead of it at arrival is admitted
     SHARE = 0.15  # S: while any request is due, due ones get this share of the tokens admitted, oldest first
-    OVERTAKEN = float("inf")  # a request that this many later arrivals were admitted before is aged ...
-    AGED_MAX = float("inf")  # ... and goes strictly first while fewer than this many caches' slots wait ...
-    STAND = float("inf")  # ... and the queue has stood above STAND_LEVEL caches for less than STAND caches' prefill time
-    STAND_LEVEL = 1.0
-    STAND_EXIT = 1.0  # the standing clock restarts once fewer than this many caches wait
-    AGED_DUE = 1.0  # 1: an aged request is due as well (round 10's C1); 0: outside the gate it is main's
-    RISE = -1.0  # or the queue rose from under RISE_LOW caches to above STAND_LEVEL within RISE cache-times (a burst)
-    RISE_LOW = 0.5
-    RISE_ARRIVALS = 0.0  # ... and at least this many requests arrived during that rise
-    RISE_TOKENS = 0.0  # ... and at least this many prompt tokens arrived during it (units of the trace)
-    RISE_FULL = 0.0  # the rise's levels and time in caches of max(this cache's slots, RISE_FULL), not this cache's
-    AGED_SHARE = float("inf")  # ... and the aged requests hold less than this share of the waiting tokens
 
     def __init__(self, estimates: PrefixEstimates) -> None:
         super().__init__(estimates)
@@ -147,25 +135,11 @@ class Auto(Policy):
         self.contested_tokens = 0  # prompt tokens admitted while contended, since contention began
         self.bound_tokens = 0  # ... of them, those the oldest-first side picked
         self.picked: set[Queued] = set()  # the oldest-first side's picks in the last order()
-        self.seq: dict[Queued, int] = {}
-        self.passed: dict[Queued, int] = {}
-        self.aged: set[Queued] = set()
-        self.arrivals = 0
-        self.above_since: float | None = None
-        self.low_at = 0.0
-        self.low_arrivals = 0
-        self.low_tokens = 0
-        self.rise = 0.0
-        self.rise_ok = False
-        self.signals: list | None = None
 
     def arrived(self, req: Queued, now: float) -> None:
         backlog = self.arrived_tokens - self.admitted_tokens
         self.turn[req] = self.admitted_tokens + (1 + self.SLACK) * backlog
         self.arrived_tokens += len(req.tokens)
-        self.seq[req] = self.arrivals
-        self.arrivals += 1
-        self.passed[req] = 0
 
     def order(self, window: list[Queued], now: float) -> list[Queued]:
         turn, done = self.turn, self.admitted_tokens
@@ -177,34 +151,7 @@ class Auto(Policy):
         length, k = self.estimates.length, self.SLOWDOWN
         by_deadline = sorted((r for r in window if r in turn),
                              key=lambda r: (max(now, r.arrival + k * (len(r.tokens) - 2 * length(r))), -length(r)))
-        slots = self.estimates.cache.config.num_slots
-        backlog = self.arrived_tokens - self.admitted_tokens
-        waiting = backlog / slots
-        big = max(slots, self.RISE_FULL)
-        if backlog / big < self.RISE_LOW:
-            self.low_at, self.low_arrivals, self.low_tokens = now, self.arrivals, self.arrived_tokens
-        if waiting > self.STAND_LEVEL and self.above_since is None:
-            self.above_since = now
-            self.rise = (now - self.low_at) / big
-            n, tok = self.arrivals - self.low_arrivals, self.arrived_tokens - self.low_tokens
-            self.rise_ok = n >= self.RISE_ARRIVALS and tok >= self.RISE_TOKENS
-            if self.signals is not None:
-                self.signals.append(("cross", now / slots, self.rise, n, tok))
-        elif waiting < self.STAND_EXIT:
-            self.above_since = None
-        stood = 0.0 if self.above_since is None else (now - self.above_since) / slots
-        burst = self.above_since is not None and self.rise < self.RISE and self.rise_ok and backlog > big * self.STAND_LEVEL
-        aged = [r for r in window if r in self.aged and r in turn]
-        aged_tokens = sum(len(r.tokens) for r in aged)
-        share = aged_tokens / backlog if backlog > 0 else 0.0
-        gate = waiting < self.AGED_MAX and (stood < self.STAND or burst) and share < self.AGED_SHARE
-        if self.signals is not None:
-            self.signals.append(("order", now / slots, waiting, stood, len(aged), burst, gate))
-        first = aged if gate else []
-        if first:
-            due = [r for r in due if r not in self.aged]
-            by_deadline = [r for r in by_deadline if r not in self.aged]
-        return resumed + first + self._interleave(due, by_deadline)
+        return resumed + self._interleave(due, by_deadline)
 
     def _interleave(self, due: list[Queued], by_deadline: list[Queued]) -> list[Queued]:
         """Both orders merged: the oldest due request whenever the oldest-first side's picks so far
@@ -232,17 +179,6 @@ class Auto(Policy):
     def admitted(self, req: Queued, now: float) -> None:
         if self.turn.pop(req, None) is None:
             return
-        mine = self.seq.pop(req)
-        self.passed.pop(req)
-        self.aged.discard(req)
-        if self.OVERTAKEN != float("inf"):
-            for r, s in self.seq.items():
-                if s < mine:
-                    self.passed[r] += 1
-                    if self.passed[r] >= self.OVERTAKEN:
-                        if self.AGED_DUE:
-                            self.turn[r] = min(self.turn[r], self.admitted_tokens)
-                        self.aged.add(r)
         n = len(req.tokens)
         self.admitted_tokens += n
         if self.contended:
