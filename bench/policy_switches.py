@@ -46,10 +46,11 @@ class Traced(Adaptive):
             self._history = None  # no prior: LRU at the first eviction
         self.request = 0
         self.wins = self.split = 0.0  # the sign count, decayed as the lead is
+        self.off = 0  # lookups with the other expert's shadow stopped
         self.log: list[str] = []
 
     def on_evict(self, victim) -> None:  # noqa: ANN001 - a CachedNodeView
-        first, mode = not self._shadows, self.mode
+        first, mode = self._tree is None, self.mode
         super().on_evict(victim)
         if first:
             self.log.append(f"first eviction at request {self.request}: the prior follows {self.leader}"
@@ -62,6 +63,7 @@ class Traced(Adaptive):
                 self.log.append(f"request {self.request}: -> {self.leader} (forced)")
             return
         lead_before, switches = self._lead, self.switches
+        self.off += self._tree is not None and not self._shadows
         super().on_lookup(start, key, length)
         if self.switches != switches:  # the lead was negated: undo that to read this lookup's lead
             lead = -self._lead - lead_before
@@ -76,8 +78,11 @@ class Traced(Adaptive):
             self.wins = -self.wins
 
     def on_cache(self, start, key: bytes, cached: int, use: bool) -> None:  # noqa: ANN001
-        asked, ghosts, twin = self._asked, self._ghosts.active, self._twin
+        asked, ghosts, twin, on = self._asked, self._ghosts.active, self._twin, bool(self._shadows)
         super().on_cache(start, key, cached, use)
+        if self._tree is not None and on != bool(self._shadows):
+            self.log.append(f"request {self.request}: shadow " + ("restarted" if self._shadows else
+                            f"stopped, lead {self._lead:.0f} of {self._asked:.0f} asked"))
         if ghosts and not self._ghosts.active:
             self.log.append(f"request {self.request}: ghost counts off" + (
                 f" (the plain-LFU twin's lead since the switch: {self._twin_lead} tokens)" if twin else ""))
@@ -101,7 +106,8 @@ def trace(cell: str, lfu_from: int = 0) -> str:
     fixed = {p: replay(reqs, cap, p, page).hit_rate for p in FIXED}
     lines = [f"{cell}: {len(reqs)} requests, capacity {cap}, adaptive {hit.hit_rate:.4f} ("
              + ", ".join(f"{p} {h:.4f}" for p, h in fixed.items())
-             + f"), margin {100 * (hit.hit_rate - max(fixed.values())):+.2f}"]
+             + f"), margin {100 * (hit.hit_rate - max(fixed.values())):+.2f}, shadow stopped for "
+             + f"{policy.off} of {len(reqs)} lookups"]
     return "\n".join(lines + [f"  {line}" for line in policy.log])
 
 

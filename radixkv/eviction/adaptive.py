@@ -17,6 +17,17 @@ shadow copied from the real cache (its steady state); the expert now followed ke
 its reference until the real cache has turned over once (WARMUP), so the comparison never pits a
 steady expert against one in transient.
 
+In steady state the other expert's shadow runs on every request, most of the policy's cost. Where
+it keeps losing it is stopped (freed): when, over a window of QUIET turnovers with no switch's shadow
+left, its paired leads sum to QUIET_Z standard deviations in the followed expert's favour (the decayed
+sums are no test: a switch hands them over already in the new expert's favour). It restarts after
+OFF turnovers (doubling with each stop since the last switch, up to OFF_MAX), or as soon as the real
+cache's hit ratio over a window of CANARY turnovers falls DROP below that of the window that stopped
+it (the traffic changed), as a copy of the real cache; its leads count from REWARM turnovers on (a
+copy running the other expert is in transient). The twin stops with it (the ghosts stay as they are)
+and, unless they are on, evictions write no ghosts meanwhile. Switching waits for the restart: what a
+stop costs is a later switch when the traffic changes, which the windows and the canary bound.
+
 Before the first eviction both experts hold exactly what the real cache holds, so no shadow runs;
 that traffic is kept (eviction/history.py: as leaves of the real tree and lengths, not key bytes) and,
 at the first eviction, replayed through both experts in caches of PRIOR_SIZE x the real size, where
@@ -79,6 +90,13 @@ class Adaptive(EvictionPolicy):
     Z = 0.5  # ... and its lead is Z standard deviations of the paired per-lookup leads from zero
     GHOST_TWIN = True  # past the first turnover after a switch to LFU, keep ghost counts on while they pay:
     GHOST_KEEP = 0.0  # while the real cache matched more than a plain-LFU twin, by this share of the cache's size
+    QUIET = 1.0  # the other expert's shadow stops when, over a window of QUIET turnovers in steady state,
+    QUIET_Z = 3.0  # ... the leads favoured the followed expert by QUIET_Z standard deviations (0: never);
+    OFF = 2.0  # ... for OFF turnovers, twice as long after each stop since the last switch, up to
+    OFF_MAX = 8.0  # ... OFF_MAX; then it restarts as a copy of the real cache,
+    REWARM = 0.5  # ... whose leads count after REWARM turnovers (its transient)
+    DROP = 0.03  # ... or earlier: when the real cache's hit ratio over a window of CANARY turnovers
+    CANARY = 0.5  # ... falls DROP below the ratio over the window that stopped it
 
     def __init__(self) -> None:
         self._ghosts = GhostLFU()  # the real cache's LFU: ghost counts while it turns over after a switch
@@ -103,6 +121,18 @@ class Adaptive(EvictionPolicy):
         self._hit: NodeView | None = None  # where the real cache's match ended (on_hit, then on_lookup)
         self._twin: ShadowView | None = None  # plain LFU, copied from the real cache at a switch to LFU
         self._twin_lead = 0  # tokens the twin matched more than the real cache since that switch
+        self._calm = 0  # tokens cached in the QUIET window so far
+        self._calm_lead = 0  # sum of the window's leads
+        self._calm_var = 0  # sum of their squares
+        self._pause = self.OFF  # turnovers the next stop lasts
+        self._calm_hit = 0  # tokens the real cache matched in the QUIET window (of _calm_asked asked)
+        self._calm_asked = 0
+        self._floor = 0.0  # while stopped: the hit ratio below which it restarts early
+        self._seen = 0  # while stopped: tokens cached in the CANARY window so far,
+        self._seen_hit = 0  # ... the real cache's matched tokens there
+        self._seen_asked = 0  # ... and the tokens asked
+        self._off = 0  # tokens the real cache must still cache before the stopped shadow restarts
+        self._warm = 0  # tokens a restarted shadow must still cache before its leads count
 
     @property
     def leader(self) -> str:
@@ -112,7 +142,7 @@ class Adaptive(EvictionPolicy):
         return self._current.key(node)
 
     def on_evict(self, victim: CachedNodeView) -> None:
-        if not self._shadows:  # until now every expert held what the real cache holds
+        if self._tree is None:  # until now every expert held what the real cache holds
             self._tree = tree = victim.tree
             self._keys = tree.shadow_keys
             self._ghosts.page_bytes = 4 * tree.page_size
@@ -121,7 +151,8 @@ class Adaptive(EvictionPolicy):
             self._history = None
             self._leaf = None
             self._copy_real(1 - self.mode)
-        self._ghosts.remember(victim)
+        if self._shadows or self._ghosts.active:  # (no switch to LFU while the shadow is stopped)
+            self._ghosts.remember(victim)
 
     def _choose_start(self, capacity: int) -> None:
         """Replay the traffic seen before the first eviction through both experts in caches of
@@ -165,14 +196,18 @@ class Adaptive(EvictionPolicy):
 
     def on_lookup(self, start: CachedNodeView, key: bytes, length: int) -> None:
         shadows, hit, self._hit = self._shadows, self._hit, None
-        full = key if start.parent is None else absolute_key(start, key)
-        if not shadows:
+        if not shadows:  # before the first eviction, or the shadow stopped
+            if self._tree is not None:
+                self._seen_hit += length
+                self._seen_asked += len(key) // 4
+                return
             history = self._history
             if history is not None:
-                history.lookup(start.ns, full)
+                history.lookup(start.ns, key if start.parent is None else absolute_key(start, key))
                 if history.bytes > self.HISTORY:
                     self._history = None
             return
+        full = key if start.parent is None else absolute_key(start, key)
         if hit is not None and self._keys is not None:  # the shadows' keys start with its path's: hashed before
             self._keys.along(full, hit)
         mode, end = self.mode, start.end
@@ -182,8 +217,14 @@ class Adaptive(EvictionPolicy):
         twin = self._twin
         if twin is not None:
             self._twin_lead += twin.match(start.ns, full) - end - length
+        if self._warm > 0:  # a restarted shadow in its transient
+            return
         self._lead += lead
         self._var += lead * lead
+        self._calm_lead += lead
+        self._calm_var += lead * lead
+        self._calm_hit += length
+        self._calm_asked += len(key) // 4
         self._asked += len(key) // 4
         total = self._lead
         if (total > self.MARGIN * self._asked and total > self.MIN_LEAD * self._capacity
@@ -194,15 +235,18 @@ class Adaptive(EvictionPolicy):
         if cached > self._capacity:
             self._capacity = cached
         shadows = self._shadows
-        full = key if start.parent is None else absolute_key(start, key)
         if not shadows:
+            if self._tree is not None:
+                self._idle()
+                return
             history = self._history
             if history is not None:
-                history.insert(start.ns, full, self._leaf, use)
+                history.insert(start.ns, key if start.parent is None else absolute_key(start, key), self._leaf, use)
                 self._leaf = None
                 if history.bytes > self.HISTORY:
                     self._history = None
             return
+        full = key if start.parent is None else absolute_key(start, key)
         mode, leaf = self.mode, self._leaf
         tail = leaf.key if leaf is not None else None
         self._leaf = None
@@ -225,6 +269,43 @@ class Adaptive(EvictionPolicy):
                 self._twin = None  # turned over, and the ghosts no longer pay: plain LFU from now on
                 self._ghosts.active = False
                 self.epoch += 1
+        self._decay(added)
+        if self._warm > 0:
+            self._warm -= added
+        elif mode not in shadows and self.QUIET_Z > 0.0:
+            self._calm += added
+            if self._calm >= self.QUIET * self._capacity:  # the window is over: judge it
+                total = self._calm_lead
+                if total < 0 and total * total > self.QUIET_Z * self.QUIET_Z * self._calm_var:
+                    self._shadows = {}  # stopped (freed), and the twin with it: the ghosts stay as they are
+                    self._twin = None
+                    self._off = int(self._pause * self._capacity)
+                    self._pause = min(2 * self._pause, self.OFF_MAX)
+                    self._floor = self._calm_hit / max(1, self._calm_asked) - self.DROP
+                    self._seen = self._seen_hit = self._seen_asked = 0
+                self._calm = self._calm_lead = self._calm_var = self._calm_hit = self._calm_asked = 0
+        else:
+            self._calm = self._calm_lead = self._calm_var = self._calm_hit = self._calm_asked = 0
+
+    def _idle(self) -> None:
+        """An insert while the other expert's shadow is stopped: count its new tokens (its new leaf's)
+        down to the restart, a copy of the real cache whose leads count after REWARM turnovers."""
+        leaf, self._leaf = self._leaf, None
+        added = leaf.size if leaf is not None else 0
+        self._decay(added)
+        self._off -= added
+        self._seen += added
+        if self._seen >= self.CANARY * self._capacity:
+            if self._seen_hit < self._floor * self._seen_asked:  # the traffic changed: judge it now
+                self._off = 0
+                self._pause = self.OFF
+            self._seen = self._seen_hit = self._seen_asked = 0
+        if self._off <= 0:
+            self._copy_real(1 - self.mode)
+            self._warm = int(self.REWARM * self._capacity)
+
+    def _decay(self, added: int) -> None:
+        """`added` tokens newly cached: the lead's statistics decay over WINDOW cache sizes."""
         decay = 1.0 - added / (self.WINDOW * self._capacity)
         if decay < 1.0:
             decay = decay if decay > 0.0 else 0.0
@@ -244,6 +325,7 @@ class Adaptive(EvictionPolicy):
         self._twin = self._tree.shadow_copy(self._shadowed[1]) if self.mode == 1 and self.GHOST_TWIN else None
         self._twin_lead = 0
         self._settle = int(self.WARMUP * self._capacity)
+        self._pause = self.OFF
 
     def _follow(self, expert: int) -> None:
         self.mode = expert

@@ -1,0 +1,56 @@
+"""The adaptive policy's duty-cycled shadow (eviction/adaptive.py): the other expert's shadow stops while
+the followed expert clearly leads, and restarts, warm, after OFF turnovers or at once when the real
+cache's hit ratio falls (the canary)."""
+
+from __future__ import annotations
+
+import torch
+
+from radixkv import RadixCache
+from radixkv.bench.opt import build_segments
+from radixkv.bench.runner import capacity, sim_config
+from radixkv.bench.workloads import Request, make_workload
+from radixkv.eviction.adaptive import Adaptive
+
+
+def _serve(cache: RadixCache, r: Request) -> None:
+    m = cache.match_prefix(r.tokens[:r.prompt_len])
+    cache.lock(m.node)
+    cache.insert(r.tokens, torch.cat([m.slots, cache.alloc(len(r.tokens) - m.length)]))
+    cache.unlock(m.node)
+
+
+def test_the_other_experts_shadow_stops_while_the_followed_one_leads_and_restarts_warm() -> None:
+    """tools at page 16, 10% of its unique tokens: LRU leads clearly, the shadow stops (freed, with no
+    twin), and restarts as a copy of the real cache whose leads count only after REWARM turnovers. Two
+    caches on the same trace, the first one's canary made to fire (its floor set above any hit ratio),
+    the second's never: they stop together, the first restarts after one CANARY window, the second
+    only after OFF turnovers."""
+    reqs, page = make_workload("tools"), 16
+    cap = capacity(0.1, build_segments(reqs, page).total_pages * page, max(len(r.tokens) for r in reqs), page)
+    caches = [RadixCache(sim_config(cap, page, "adaptive", 4096)) for _ in range(2)]
+    policies = [c.tree.policy for c in caches]
+    stops: list[list[int]] = [[], []]
+    restarts: list[list[int]] = [[], []]
+    for i, r in enumerate(reqs):
+        for j, (cache, policy) in enumerate(zip(caches, policies)):
+            assert isinstance(policy, Adaptive)
+            running, mode = bool(policy._shadows), policy.mode
+            _serve(cache, r)
+            if policy._tree is None:
+                continue
+            if running and not policy._shadows:  # stopped: freed, twin too, and it stays with its expert
+                assert policy.mode == mode and policy._twin is None and policy._off > 0
+                policy._floor = 1.0 if j == 0 else -1.0
+                stops[j].append(i)
+                cache.check_invariants()
+            elif policy._shadows and not running and stops[j]:  # restarted: the other expert's copy, warming
+                assert list(policy._shadows) == [1 - policy.mode] and policy._warm > 0
+                restarts[j].append(i)
+                cache.check_invariants()
+            if policy._warm > 0:  # a warming shadow's leads do not count
+                assert policy._calm == 0 and policy._calm_lead == 0 and policy._calm_var == 0
+    assert stops[0] and stops[0][0] == stops[1][0], stops
+    assert restarts[0] and restarts[1] and restarts[0][0] < restarts[1][0], restarts
+    for cache in caches:
+        cache.check_invariants()
