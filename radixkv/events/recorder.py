@@ -18,9 +18,9 @@ when the tree splits a node, and dropped when the node leaves its last medium. I
 through their public fields (tokens(), depth, end, parent, ns, pages, host_pages, secondary) and
 never writes them: the tree (radixkv.radix) is the only writer of nodes and never imports this package.
 
-Cost: per stored node, a slice (or join) of its blocks' key bytes, one hash call per new block and
-the event, whose token ids are those bytes (records.TokenIds). Removal and splits reuse the kept
-digests. The common case (XXH3, one holder per block, one layer group, no multimodal request seen:
+Cost: per stored node, its blocks' key bytes (the node's own key, or one join when the first block
+starts in an ancestor's edge), the XXH3 chain of its new blocks and the event, whose token ids are
+those bytes (records.TokenIds): one xxhash call and one slice per block. Removal and splits reuse the kept digests. The common case (XXH3, one holder per block, one layer group, no multimodal request seen:
 `_plain`) is one method per stored or removed node calling no other Python function than the event's
 constructors: interpreted (`RADIXKV_PURE_PYTHON=1`) a call costs as much as several blocks' hashes.
 Extra keys and ids of LoRA, salted and multimodal requests: events/request_keys.py.
@@ -96,7 +96,8 @@ class EventRecorder:
         if last <= first:  # no block ends in this edge
             return
         start = first * size
-        raw = node.key[4 * (start - depth):] if start >= depth else path_bytes(node, start)  # for digests and ids
+        # the path's key bytes from `start`, for digests and ids: most often the node's own key, not a copy
+        raw = node.key if start == depth else node.key[4 * (start - depth):] if start > depth else path_bytes(node, start)
         if not self._plain:
             parent = self._parent_digest(node, start)
             self.publish(node, self.digests(node, raw, parent)[1], self._int(parent), raw, first, medium, 0)
@@ -104,16 +105,24 @@ class EventRecorder:
         keys = self._ns_keys.get(node.ns)
         if keys is None:
             keys = self._keys(node.ns)
+        root, lora_id, lora_name, salt = keys  # (compiled: one check of the tuple's types, not one per field)
         parent_int: Any = None if start == 0 else self._parent_digest(node, start)  # XXH3: the digest is the int
         got = self._digests.get(node)
         if got is None:  # XXH3 chain of blocks [first, last), each seeded by the one before
-            xxh3, step = self._xxh3, 4 * size
+            xxh3, step, n = self._xxh3, 4 * size, last - first
             assert xxh3 is not None  # _plain
-            h: Any = xxh3(keys[0], SEED) if parent_int is None else parent_int
-            hashes: Any = [h := xxh3(raw[b * step:(b + 1) * step], h) for b in range(last - first)]
+            h: Any = xxh3(root, SEED) if parent_int is None else parent_int
+            # a list filled in place, a running offset: a slice and a hash call per block
+            hashes: list[Any] = [None] * n
+            lo = 0
+            for b in range(n):
+                hi = lo + step
+                h = xxh3(raw[lo:hi], h)
+                hashes[b] = h
+                lo = hi
             self._digests[node] = got = (hashes, hashes)  # (no typing.cast: a Python call interpreted)
-        if keys[2] is None and not keys[3]:  # no LoRA name, no salt: the ids stay bytes
-            self.events.append(BlockStored(got[1], parent_int, TokenIds(raw, (last - first) * size), size, keys[1],
+        if lora_name is None and not salt:  # no LoRA name, no salt: the ids stay bytes
+            self.events.append(BlockStored(got[1], parent_int, TokenIds(raw, (last - first) * size), size, lora_id,
                                            medium))
         else:
             self._emit(node, got[1], parent_int, raw, first, medium, 0)
@@ -129,15 +138,16 @@ class EventRecorder:
             if medium == DEVICE and self.groups is not None:
                 self.groups.dropped(node)  # its components go with its full KV
         other = node.host_pages if medium == DEVICE else node.pages
-        if other is None:  # the node leaves the tree: its digests go with it
-            self._digests.pop(node, None)
+        if other is None:  # the node leaves the tree: its digests go with it (kept above if they were not)
+            del self._digests[node]
 
     def split(self, upper: TreeNode, lower: TreeNode) -> None:
         """`lower`'s edge was just cut after `upper.size` tokens: the blocks it had are those ending
         in upper's edge, then those ending in lower's, so its digests are cut the same way."""
-        old = self._digests.pop(lower, None)
+        old = self._digests.get(lower)  # (overwritten below: no pop)
         if old is not None:
-            (d, h), j = old, (upper.depth + upper.size) // self.block_size - upper.depth // self.block_size
+            d, h = old[0], old[1]
+            j = (upper.depth + upper.size) // self.block_size - upper.depth // self.block_size
             du, dl = d[:j], d[j:]
             # xxh3: the digests are the ints, one list (Any, not typing.cast: a Python call interpreted)
             hu: Any = du if h is d else h[:j]
@@ -299,7 +309,7 @@ def path_bytes(node: TreeNode, start: int) -> bytes:
     """The key bytes (int32 little-endian token ids) of positions [start, node.end) along the path
     to `node`."""
     if start >= node.depth:
-        return node.key[4 * (start - node.depth):]
+        return node.key if start == node.depth else node.key[4 * (start - node.depth):]
     chunks = []
     while node.depth + node.size > start:
         chunks.append(node.key[4 * max(0, start - node.depth):])
