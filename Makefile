@@ -57,7 +57,7 @@ endif
 # prints one line and the same files run interpreted; it never fails the install. (Its stamp is
 # written only by a successful build, so a skipped build is tried again, one line, next time.)
 CORE_STAMP := radixkv/_core_build.txt
-CORE_SRC := $(wildcard radixkv/*.py radixkv/pools/*.py radixkv/radix/*.py radixkv/eviction/*.py)
+CORE_SRC := $(wildcard radixkv/*.py radixkv/pools/*.py radixkv/radix/*.py radixkv/eviction/*.py radixkv/events/*.py)
 
 $(CORE_STAMP): $(STAMP) $(CORE_SRC) pyproject.toml
 	$(BIN)/python -m radixkv.build
