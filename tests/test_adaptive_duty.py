@@ -40,16 +40,16 @@ def test_the_other_experts_shadow_stops_while_the_followed_one_leads_and_restart
             if policy._tree is None:
                 continue
             if running and not policy._shadows:  # stopped: freed, twin too, and it stays with its expert
-                assert policy.mode == mode and policy._twin is None and policy._off > 0
-                policy._floor = 1.0 if j == 0 else -1.0
+                assert policy.mode == mode and policy._twin is None and policy._duty.left > 0
+                policy._duty.floor = 1.0 if j == 0 else -1.0
                 stops[j].append(i)
                 cache.check_invariants()
             elif policy._shadows and not running and stops[j]:  # restarted: the other expert's copy, warming
-                assert list(policy._shadows) == [1 - policy.mode] and policy._warm > 0
+                assert list(policy._shadows) == [1 - policy.mode] and policy._duty.warm > 0
                 restarts[j].append(i)
                 cache.check_invariants()
-            if policy._warm > 0:  # a warming shadow's leads do not count
-                assert policy._calm == 0 and policy._calm_lead == 0 and policy._calm_var == 0
+            if policy._duty.warm > 0:  # a warming shadow's leads do not count
+                assert policy._duty.calm == 0 and policy._duty.calm_lead == 0 and policy._duty.calm_var == 0
     assert stops[0] and stops[0][0] == stops[1][0], stops
     assert restarts[0] and restarts[1] and restarts[0][0] < restarts[1][0], restarts
     for cache in caches:

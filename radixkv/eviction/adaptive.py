@@ -18,15 +18,11 @@ its reference until the real cache has turned over once (WARMUP), so the compari
 steady expert against one in transient.
 
 In steady state the other expert's shadow runs on every request, most of the policy's cost. Where
-it keeps losing it is stopped (freed): when, over a window of QUIET turnovers with no switch's shadow
-left, its paired leads sum to QUIET_Z standard deviations in the followed expert's favour (the decayed
-sums are no test: a switch hands them over already in the new expert's favour). It restarts after
-OFF turnovers (doubling with each stop since the last switch, up to OFF_MAX), or as soon as the real
-cache's hit ratio over a window of CANARY turnovers falls DROP below that of the window that stopped
-it (the traffic changed), as a copy of the real cache; its leads count from REWARM turnovers on (a
-copy running the other expert is in transient). The twin stops with it (the ghosts stay as they are)
-and, unless they are on, evictions write no ghosts meanwhile. Switching waits for the restart: what a
-stop costs is a later switch when the traffic changes, which the windows and the canary bound.
+it keeps losing it is stopped (freed) and later restarted as a copy of the real cache (eviction/duty.py
+says when: QUIET windows judged by QUIET_Z, OFF to OFF_MAX turnovers off, a CANARY on the real cache's
+hit ratio, REWARM turnovers of transient). The twin stops with it (the ghosts stay as they are) and,
+unless they are on, evictions write no ghosts meanwhile. Switching waits for the restart: what a stop
+costs is a later switch when the traffic changes, which the windows and the canary bound.
 
 Before the first eviction both experts hold exactly what the real cache holds, so no shadow runs;
 that traffic is kept (eviction/history.py: as leaves of the real tree and lengths, not key bytes) and,
@@ -59,6 +55,7 @@ from typing import TYPE_CHECKING
 
 from mypy_extensions import mypyc_attr
 
+from radixkv.eviction.duty import DutyCycle
 from radixkv.eviction.ghosts import GhostLFU
 from radixkv.eviction.history import History, absolute_key
 from radixkv.eviction.policies import LFU, LRU, EvictionPolicy
@@ -90,8 +87,8 @@ class Adaptive(EvictionPolicy):
     Z = 0.5  # ... and its lead is Z standard deviations of the paired per-lookup leads from zero
     GHOST_TWIN = True  # past the first turnover after a switch to LFU, keep ghost counts on while they pay:
     GHOST_KEEP = 0.0  # while the real cache matched more than a plain-LFU twin, by this share of the cache's size
-    QUIET = 1.0  # the other expert's shadow stops when, over a window of QUIET turnovers in steady state,
-    QUIET_Z = 3.0  # ... the leads favoured the followed expert by QUIET_Z standard deviations (0: never);
+    QUIET = 1.0  # the other expert's shadow stops (eviction/duty.py) when, over a window of QUIET turnovers
+    QUIET_Z = 3.0  # ... in steady state, the leads favoured the followed expert by QUIET_Z sd (0: never);
     OFF = 2.0  # ... for OFF turnovers, twice as long after each stop since the last switch, up to
     OFF_MAX = 8.0  # ... OFF_MAX; then it restarts as a copy of the real cache,
     REWARM = 0.5  # ... whose leads count after REWARM turnovers (its transient)
@@ -121,18 +118,7 @@ class Adaptive(EvictionPolicy):
         self._hit: NodeView | None = None  # where the real cache's match ended (on_hit, then on_lookup)
         self._twin: ShadowView | None = None  # plain LFU, copied from the real cache at a switch to LFU
         self._twin_lead = 0  # tokens the twin matched more than the real cache since that switch
-        self._calm = 0  # tokens cached in the QUIET window so far
-        self._calm_lead = 0  # sum of the window's leads
-        self._calm_var = 0  # sum of their squares
-        self._pause = self.OFF  # turnovers the next stop lasts
-        self._calm_hit = 0  # tokens the real cache matched in the QUIET window (of _calm_asked asked)
-        self._calm_asked = 0
-        self._floor = 0.0  # while stopped: the hit ratio below which it restarts early
-        self._seen = 0  # while stopped: tokens cached in the CANARY window so far,
-        self._seen_hit = 0  # ... the real cache's matched tokens there
-        self._seen_asked = 0  # ... and the tokens asked
-        self._off = 0  # tokens the real cache must still cache before the stopped shadow restarts
-        self._warm = 0  # tokens a restarted shadow must still cache before its leads count
+        self._duty = DutyCycle(self.QUIET, self.QUIET_Z, self.OFF, self.OFF_MAX, self.REWARM, self.DROP, self.CANARY)
 
     @property
     def leader(self) -> str:
@@ -198,8 +184,7 @@ class Adaptive(EvictionPolicy):
         shadows, hit, self._hit = self._shadows, self._hit, None
         if not shadows:  # before the first eviction, or the shadow stopped
             if self._tree is not None:
-                self._seen_hit += length
-                self._seen_asked += len(key) // 4
+                self._duty.idle_lookup(length, len(key) // 4)
                 return
             history = self._history
             if history is not None:
@@ -217,14 +202,12 @@ class Adaptive(EvictionPolicy):
         twin = self._twin
         if twin is not None:
             self._twin_lead += twin.match(start.ns, full) - end - length
-        if self._warm > 0:  # a restarted shadow in its transient
+        duty = self._duty
+        if duty.warm > 0:  # a restarted shadow in its transient
             return
         self._lead += lead
         self._var += lead * lead
-        self._calm_lead += lead
-        self._calm_var += lead * lead
-        self._calm_hit += length
-        self._calm_asked += len(key) // 4
+        duty.lookup(lead, length, len(key) // 4)
         self._asked += len(key) // 4
         total = self._lead
         if (total > self.MARGIN * self._asked and total > self.MIN_LEAD * self._capacity
@@ -270,39 +253,18 @@ class Adaptive(EvictionPolicy):
                 self._ghosts.active = False
                 self.epoch += 1
         self._decay(added)
-        if self._warm > 0:
-            self._warm -= added
-        elif mode not in shadows and self.QUIET_Z > 0.0:
-            self._calm += added
-            if self._calm >= self.QUIET * self._capacity:  # the window is over: judge it
-                total = self._calm_lead
-                if total < 0 and total * total > self.QUIET_Z * self.QUIET_Z * self._calm_var:
-                    self._shadows = {}  # stopped (freed), and the twin with it: the ghosts stay as they are
-                    self._twin = None
-                    self._off = int(self._pause * self._capacity)
-                    self._pause = min(2 * self._pause, self.OFF_MAX)
-                    self._floor = self._calm_hit / max(1, self._calm_asked) - self.DROP
-                    self._seen = self._seen_hit = self._seen_asked = 0
-                self._calm = self._calm_lead = self._calm_var = self._calm_hit = self._calm_asked = 0
-        else:
-            self._calm = self._calm_lead = self._calm_var = self._calm_hit = self._calm_asked = 0
+        if self._duty.cached(added, self._capacity, mode not in shadows):
+            self._shadows = {}  # stopped (freed), and the twin with it: the ghosts stay as they are
+            self._twin = None
 
     def _idle(self) -> None:
-        """An insert while the other expert's shadow is stopped: count its new tokens (its new leaf's)
-        down to the restart, a copy of the real cache whose leads count after REWARM turnovers."""
+        """An insert while the other expert's shadow is stopped: its new tokens (its new leaf's) count
+        down to the restart, a copy of the real cache (warming: eviction/duty.py)."""
         leaf, self._leaf = self._leaf, None
         added = leaf.size if leaf is not None else 0
         self._decay(added)
-        self._off -= added
-        self._seen += added
-        if self._seen >= self.CANARY * self._capacity:
-            if self._seen_hit < self._floor * self._seen_asked:  # the traffic changed: judge it now
-                self._off = 0
-                self._pause = self.OFF
-            self._seen = self._seen_hit = self._seen_asked = 0
-        if self._off <= 0:
+        if self._duty.idle(added, self._capacity):
             self._copy_real(1 - self.mode)
-            self._warm = int(self.REWARM * self._capacity)
 
     def _decay(self, added: int) -> None:
         """`added` tokens newly cached: the lead's statistics decay over WINDOW cache sizes."""
@@ -325,7 +287,7 @@ class Adaptive(EvictionPolicy):
         self._twin = self._tree.shadow_copy(self._shadowed[1]) if self.mode == 1 and self.GHOST_TWIN else None
         self._twin_lead = 0
         self._settle = int(self.WARMUP * self._capacity)
-        self._pause = self.OFF
+        self._duty.switched()
 
     def _follow(self, expert: int) -> None:
         self.mode = expert
