@@ -20,9 +20,10 @@ never writes them: the tree (radixkv.radix) is the only writer of nodes and neve
 
 Cost: per stored node, its blocks' key bytes (the node's own key, or one join when the first block
 starts in an ancestor's edge), the XXH3 chain of its new blocks and the event, whose token ids are
-those bytes (records.TokenIds): one xxhash call and one slice per block. Removal and splits reuse the kept digests. The common case (XXH3, one holder per block, one layer group, no multimodal request seen:
-`_plain`) is one method per stored or removed node calling no other Python function than the event's
-constructors: interpreted (`RADIXKV_PURE_PYTHON=1`) a call costs as much as several blocks' hashes.
+those bytes (records.TokenIds): one xxhash call and one slice per block. Removal and splits reuse
+the kept digests. The common case (XXH3, one holder per block, one layer group, no multimodal request
+seen: `_plain`) is one method per stored or removed node calling no other Python function than the
+event's constructors: interpreted (`RADIXKV_PURE_PYTHON=1`) a call costs as much as several blocks' hashes.
 Extra keys and ids of LoRA, salted and multimodal requests: events/request_keys.py.
 """
 

@@ -8,8 +8,9 @@ are LFU's first victims again, so they never rebuild their counts (bench/RESULTS
 real cache (but while adaptive.py's shadow is stopped and the ghosts are off) leaves a ghost: the
 victim's uses (its hit_count, plus its own ghost if it had one) and where its edge ended, keyed by
 where its edge starts (the namespace, the depth and the edge's first page: an edge re-inserted below
-the same cached parent, or the tail of a trimmed leaf, starts there again). While `active`, an edge that starts where a ghost's did and ends within that ghost's
-edge is ordered by its hit_count plus the ghost's uses:
+the same cached parent, or the tail of a trimmed leaf, starts there again). While `active`, an edge
+that starts where a ghost's did and ends within that ghost's edge is ordered by its hit_count plus
+the ghost's uses:
 
     key = (hit_count [+ ghost uses], last_access, id)
 
