@@ -153,8 +153,8 @@ class Auto(Policy):
         self.contested_tokens = 0  # prompt tokens admitted while contended, since contention began
         self.bound_tokens = 0  # ... of them, those the oldest-first side picked
         self.picked: set[Queued] = set()  # the oldest-first side's picks in the last order()
-        self.seq: dict[Queued, int] = {}  # waiting requests' arrival numbers, in arrival order
-        self.passed: dict[Queued, int] = {}  # ... and how many later arrivals were admitted before each
+        self.seq: dict[Queued, int] = {}  # waiting requests' arrival numbers
+        self.passed: dict[Queued, int] = {}  # those not aged yet, in arrival order: later arrivals admitted first
         self.aged: set[Queued] = set()
         self.arrivals = 0
         self.above_since: float | None = None  # when the queue last rose above one cache (None: under it)
@@ -230,16 +230,21 @@ class Auto(Policy):
     def admitted(self, req: Queued, now: float) -> None:
         if self.turn.pop(req, None) is None:
             return
-        mine = self.seq.pop(req)
-        del self.passed[req]
+        mine, seq = self.seq.pop(req), self.seq
+        self.passed.pop(req, None)
         self.aged.discard(req)
-        for r, s in self.seq.items():  # arrival order: the requests that arrived before req come first
-            if s > mine:
+        newly = []
+        for r, n in self.passed.items():  # arrival order: those that arrived before req come first
+            if seq[r] > mine:
                 break
-            self.passed[r] += 1
-            if self.passed[r] >= self.OVERTAKEN:
-                self.turn[r] = min(self.turn[r], self.admitted_tokens)
-                self.aged.add(r)
+            if n + 1 >= self.OVERTAKEN:
+                newly.append(r)
+            else:
+                self.passed[r] = n + 1
+        for r in newly:  # aged: no longer counted (each request is counted at most OVERTAKEN times)
+            del self.passed[r]
+            self.turn[r] = min(self.turn[r], self.admitted_tokens)
+            self.aged.add(r)
         n = len(req.tokens)
         self.admitted_tokens += n
         if self.contended:
