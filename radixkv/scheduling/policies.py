@@ -36,6 +36,16 @@ so a wait and a prefill length can be compared:
                 stream of cached requests starves a cold one), and a backlog that keeps growing, in
                 which every waiting request is due, does not turn the queue into FCFS
                 (bench/RESULTS.md, issue 20, third round; S was 1/4 until the ninth round).
+                Aging: a request that 16 later arrivals were admitted before is *aged* (and due). Aged
+                requests go strictly first, oldest first, while fewer than 3 caches' slots of prompt
+                tokens wait and either the queue has stood above one cache for under 4 cache-times
+                (a cache-time: the clock time to prefill one cache's slots) or it is a burst: it rose
+                from under half a *full* cache to above one within 7 full cache-times, where a full
+                cache is max(this cache, `full_cache`: one H100's KV beside the cost model's 8B
+                weights, passed in by the Scheduler in the cache's units). So a burst is judged in
+                absolute work, not in this cache's size: at a quarter H100, where half a cache is a
+                few prompts, a queue under 3 of its caches is under one full cache and only the
+                standing rule applies (issue 20, rounds 11-13).
 """
 
 from __future__ import annotations
@@ -44,6 +54,7 @@ from collections import defaultdict
 from typing import TYPE_CHECKING, ClassVar
 
 from radixkv.errors import InvalidArgumentError
+from radixkv.scheduling.cost_model import CostModel
 
 if TYPE_CHECKING:
     from radixkv.results import LockHandle
@@ -51,13 +62,15 @@ if TYPE_CHECKING:
 
 
 class Policy:
-    """Arrival order; subclasses reorder. `matches`: the Scheduler refreshes `estimates` first."""
+    """Arrival order; subclasses reorder. `matches`: the Scheduler refreshes `estimates` first.
+    `full_cache`: one H100's KV cache (beside the cost model's 8B weights) in the cache's slots."""
 
     name: ClassVar[str] = "fcfs"
     matches: ClassVar[bool] = False
 
-    def __init__(self, estimates: PrefixEstimates) -> None:
+    def __init__(self, estimates: PrefixEstimates, full_cache: int) -> None:
         self.estimates = estimates
+        self.full_cache = full_cache
 
     def order(self, window: list[Queued], now: float) -> list[Queued]:
         """The window (oldest waiting requests, arrival order) in admission order. No side effects."""
@@ -125,9 +138,14 @@ class Auto(Policy):
     SLOWDOWN = 48.0  # K: prefill-token times of deadline per token of (uncached - cached) work
     SLACK = 0.5  # C: a request may be overtaken until (1 + C) x the work ahead of it at arrival is admitted
     SHARE = 0.15  # S: while any request is due, due ones get this share of the tokens admitted, oldest first
+    OVERTAKEN = 16  # a request that this many later arrivals were admitted before is aged (and due) ...
+    AGED_MAX = 3.0  # ... and goes strictly first while fewer than this many caches' slots wait, and ...
+    STAND = 4.0  # ... the queue has stood above one cache for under this many cache-times, or ...
+    RISE = 7.0  # ... rose from under RISE_LOW full caches to above one within this many full cache-times
+    RISE_LOW = 0.5
 
-    def __init__(self, estimates: PrefixEstimates) -> None:
-        super().__init__(estimates)
+    def __init__(self, estimates: PrefixEstimates, full_cache: int) -> None:
+        super().__init__(estimates, full_cache)
         self.arrived_tokens = 0  # prompt tokens of every request that arrived so far
         self.admitted_tokens = 0  # ... and of every request admitted so far (first admission)
         self.turn: dict[Queued, float] = {}  # admitted_tokens at which a waiting request is due
@@ -135,11 +153,21 @@ class Auto(Policy):
         self.contested_tokens = 0  # prompt tokens admitted while contended, since contention began
         self.bound_tokens = 0  # ... of them, those the oldest-first side picked
         self.picked: set[Queued] = set()  # the oldest-first side's picks in the last order()
+        self.seq: dict[Queued, int] = {}  # waiting requests' arrival numbers
+        self.passed: dict[Queued, int] = {}  # those not aged yet, in arrival order: later arrivals admitted first
+        self.aged: set[Queued] = set()
+        self.arrivals = 0
+        self.above_since: float | None = None  # when the queue last rose above one cache (None: under it)
+        self.low_at = 0.0  # when it was last under RISE_LOW full caches
+        self.rise = 0.0  # full cache-times from low_at to above_since
 
     def arrived(self, req: Queued, now: float) -> None:
         backlog = self.arrived_tokens - self.admitted_tokens
         self.turn[req] = self.admitted_tokens + (1 + self.SLACK) * backlog
         self.arrived_tokens += len(req.tokens)
+        self.seq[req] = self.arrivals
+        self.passed[req] = 0
+        self.arrivals += 1
 
     def order(self, window: list[Queued], now: float) -> list[Queued]:
         turn, done = self.turn, self.admitted_tokens
@@ -151,7 +179,30 @@ class Auto(Policy):
         length, k = self.estimates.length, self.SLOWDOWN
         by_deadline = sorted((r for r in window if r in turn),
                              key=lambda r: (max(now, r.arrival + k * (len(r.tokens) - 2 * length(r))), -length(r)))
-        return resumed + self._interleave(due, by_deadline)
+        first = [r for r in window if r in self.aged and r in turn] if self._aging_first(now) else []
+        if first:
+            due = [r for r in due if r not in self.aged]
+            by_deadline = [r for r in by_deadline if r not in self.aged]
+        return resumed + first + self._interleave(due, by_deadline)
+
+    def _aging_first(self, now: float) -> bool:
+        """Whether aged requests go strictly first now: fewer than AGED_MAX caches wait, and the queue
+        has stood above one cache for under STAND cache-times or rose there as a burst (in full caches)."""
+        slots = self.estimates.cache.config.num_slots
+        full = max(slots, self.full_cache)
+        backlog = self.arrived_tokens - self.admitted_tokens
+        if backlog < self.RISE_LOW * full:
+            self.low_at = now
+        if backlog > slots:
+            if self.above_since is None:
+                self.above_since = now
+                self.rise = (now - self.low_at) / full
+        elif backlog < slots:  # at exactly one cache the standing clock neither starts nor stops
+            self.above_since = None
+        if backlog >= self.AGED_MAX * slots:
+            return False
+        standing = self.above_since is not None and (now - self.above_since) / slots >= self.STAND
+        return not standing or (self.rise < self.RISE and backlog > full)
 
     def _interleave(self, due: list[Queued], by_deadline: list[Queued]) -> list[Queued]:
         """Both orders merged: the oldest due request whenever the oldest-first side's picks so far
@@ -179,6 +230,21 @@ class Auto(Policy):
     def admitted(self, req: Queued, now: float) -> None:
         if self.turn.pop(req, None) is None:
             return
+        mine, seq = self.seq.pop(req), self.seq
+        self.passed.pop(req, None)
+        self.aged.discard(req)
+        newly = []
+        for r, n in self.passed.items():  # arrival order: those that arrived before req come first
+            if seq[r] > mine:
+                break
+            if n + 1 >= self.OVERTAKEN:
+                newly.append(r)
+            else:
+                self.passed[r] = n + 1
+        for r in newly:  # aged: no longer counted (each request is counted at most OVERTAKEN times)
+            del self.passed[r]
+            self.turn[r] = min(self.turn[r], self.admitted_tokens)
+            self.aged.add(r)
         n = len(req.tokens)
         self.admitted_tokens += n
         if self.contended:
@@ -190,7 +256,12 @@ POLICIES: dict[str, type[Policy]] = {p.name: p for p in (Policy, FcfsMatch, Long
                                                          ResponseRatio, Auto)}
 
 
-def make_policy(name: str, estimates: PrefixEstimates) -> Policy:
+def make_policy(name: str, estimates: PrefixEstimates, full_cache: int | None = None) -> Policy:
+    """`full_cache`: one H100's KV cache in the cache's slots; None: the cost model's
+    `kv_capacity_tokens` (400k), right where a slot is a token (the Engine's cache)."""
     if not isinstance(name, str) or name not in POLICIES:
         raise InvalidArgumentError(f"unknown schedule {name!r}: choose from {', '.join(POLICIES)}")
-    return POLICIES[name](estimates)
+    full = CostModel.kv_capacity_tokens if full_cache is None else full_cache
+    if isinstance(full, bool) or not isinstance(full, int) or full < 1:
+        raise InvalidArgumentError(f"full_cache must be an int >= 1 (slots), got {full_cache!r}")
+    return POLICIES[name](estimates, full)

@@ -103,20 +103,26 @@ class Scheduler:
             Scheduler has planned (what a forward costs, roughly), so no wall clock is read.
         window: how many of the oldest waiting requests the policy orders each step.
         match_per_step: how many waiting requests are matched against the tree each step, at most.
+        full_cache: one H100's KV cache beside an 8B model's weights, in the cache's slots: auto's
+            burst gate measures the queue in caches of max(num_slots, full_cache), so that a burst
+            is a fixed amount of work whatever this cache's size (policies.py). None: the cost
+            model's `kv_capacity_tokens` (400k), right where a slot is a token (the Engine);
+            `radixkv simulate` passes it in its 512-token blocks (781).
     """
 
     def __init__(self, cache: RadixCache, max_batch_tokens: int, namespace: str | None = None,
                  schedule: str = "auto", clock: Callable[[], float] | None = None, window: int = 256,
-                 match_per_step: int = 32) -> None:
+                 match_per_step: int = 32, full_cache: int | None = None) -> None:
         if max_batch_tokens < 1:
             raise InvalidArgumentError(f"max_batch_tokens must be >= 1, got {max_batch_tokens}")
         if window < 1 or match_per_step < 1:
             raise InvalidArgumentError(f"window and match_per_step must be >= 1, got {window}, {match_per_step}")
+        self.full_cache = full_cache
         self.cache = cache
         self.max_batch_tokens = max_batch_tokens
         self.namespace = namespace
         self.estimates = PrefixEstimates(cache, namespace, match_per_step)
-        self.policy: Policy = make_policy(schedule, self.estimates)
+        self.policy: Policy = make_policy(schedule, self.estimates, full_cache)
         self.window = window
         self.planned = 0  # tokens planned so far: the default clock
         self.clock = clock or (lambda: float(self.planned))
@@ -182,7 +188,7 @@ class Scheduler:
         for req in self.waiting:
             self.estimates.drop(req)
         self.waiting.clear()
-        self.policy = make_policy(self.policy.name, self.estimates)  # forgets the aborted requests' turns
+        self.policy = make_policy(self.policy.name, self.estimates, self.full_cache)  # forgets the aborted requests' turns
 
     def finish(self, req: Request) -> None:
         """Drop a finished request: close its Sequence (committed full pages stay cached)."""

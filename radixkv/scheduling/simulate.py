@@ -99,7 +99,7 @@ class Simulation:
         self.cost = cost
         per_unit = cost.prefill_tokens_per_s() / unit
         self.sched = Scheduler(self.cache, max(1, cost.max_batch_tokens // unit), schedule=schedule,
-                               clock=lambda: self.now * per_unit)
+                               clock=lambda: self.now * per_unit, full_cache=max(1, cost.kv_capacity_tokens // unit))
         # The in-batch prefix check compares 32 real tokens rounded up to a page: one block here.
         self.sched.probe = -(-self.sched.probe // unit)
         self.arrivals = arrival_times(trace, cost, load, capacity, seed)
