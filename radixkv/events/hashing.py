@@ -67,10 +67,13 @@ def _times4(x: i64) -> i64:
 
 def _native_chain() -> Callable[[bytes, int, int, int], list[int]] | None:
     """events/xxh3_blocks.chain where this module runs compiled (2**62 * 4 wraps to 0) on a
-    little-endian machine; None interpreted (that module's i64 arithmetic would not wrap)."""
+    little-endian machine with librt; None interpreted (that module's i64 arithmetic would not wrap)."""
     if _times4(1 << 62) != 0 or sys.byteorder != "little":
         return None
-    from radixkv.events.xxh3_blocks import chain
+    try:
+        from radixkv.events.xxh3_blocks import chain
+    except ImportError:  # librt (mypy's runtime library, which reads its words) removed since the build
+        return None
     return chain
 
 
