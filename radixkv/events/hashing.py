@@ -25,13 +25,17 @@ not enter the hash, only vLLM's extra keys do (LoRA name, multimodal items, cach
 
 `BlockHasher` is the one object both sides use: the cache's event recorder (events/recorder.py)
 and the Router. XXH3 comes from the `xxhash` package and CBOR from `cbor2` (the `events` extra).
+Compiled, a chain of 9-16-token blocks is computed natively, one call per chain instead of one per
+block (events/xxh3_blocks.py: the same hashes, from XXH3's specification).
 """
 
 from __future__ import annotations
 
+import sys
 from typing import Any, Callable, Final, Sequence, Union, cast
 
 import numpy as np
+from mypy_extensions import i64
 
 from radixkv.errors import ConfigError, InvalidArgumentError
 from radixkv.events.vllm_hash import CBOR_SCHEMES, VllmHasher, block_extra_keys, to_ints
@@ -41,6 +45,7 @@ SEED: Final = 0x7261646978_6B7631  # b"radixkv1" read as an int: fixed, so every
 EVENT_HASHES = ("xxh3",) + CBOR_SCHEMES
 Digest = Union[int, bytes]  # xxh3: the 64-bit hash itself; vLLM's schemes: the full digest
 _xxh3: Callable[[bytes, int], int] | None = None
+NATIVE_BYTES: Final = (33, 64)  # the block lengths events/xxh3_blocks.py hashes (bytes, both ends included)
 
 
 def hash_function() -> Callable[[bytes, int], int]:
@@ -54,6 +59,43 @@ def hash_function() -> Callable[[bytes, int], int]:
                               "(the xxhash package)") from None
         _xxh3 = xxhash.xxh3_64_intdigest
     return _xxh3
+
+
+def _times4(x: i64) -> i64:
+    return x * 4  # compiled: modulo 2**64; interpreted, i64 is int
+
+
+def _native_chain() -> Callable[[bytes, int, int, int], list[int]] | None:
+    """events/xxh3_blocks.chain where this module runs compiled (2**62 * 4 wraps to 0) on a
+    little-endian machine with librt; None interpreted (that module's i64 arithmetic would not wrap)."""
+    if _times4(1 << 62) != 0 or sys.byteorder != "little":
+        return None
+    try:
+        from radixkv.events.xxh3_blocks import chain
+    except ImportError:  # librt (mypy's runtime library, which reads its words) removed since the build
+        return None
+    return chain
+
+
+_CHAIN: Final = _native_chain()  # fixed per process: whether the core runs compiled
+
+
+def xxh3_chain(raw: bytes, step: int, n: int, seed: Any) -> list[Any]:
+    """XXH3 of the n blocks raw[b * step:(b + 1) * step], each seeded by the hash of the one before, the
+    first by `seed`. Native when compiled and NATIVE_BYTES holds `step`, else an `xxhash` call per
+    block. (Any: compiled, the ints stay as they come.)"""
+    native = _CHAIN
+    if native is not None and NATIVE_BYTES[0] <= step <= NATIVE_BYTES[1]:
+        return native(raw, step, n, seed)
+    xxh3: Callable[[bytes, Any], Any] = _xxh3 or hash_function()
+    hashes: list[Any] = [None] * n  # filled in place, a running offset: a slice and a hash call per block
+    h, lo = seed, 0
+    for b in range(n):
+        hi = lo + step
+        h = xxh3(raw[lo:hi], h)
+        hashes[b] = h
+        lo = hi
+    return hashes
 
 
 class BlockHasher:
@@ -126,8 +168,7 @@ def chain_hashes(tokens: np.ndarray | list[int] | bytes, ns: bytes, block_size: 
                  parent_hash: int | None = None) -> list[int]:
     """XXH3 `block_hashes` for tokens already keyed (placeholders replaced) and a canonical key `ns`.
     `tokens` may be their int32 little-endian bytes (a tree key): hashed as they are."""
-    xxh3: Callable[[bytes, Any], Any] = _xxh3 or hash_function()  # (Any: compiled, the ints stay as they come)
     raw = tokens if isinstance(tokens, bytes) else np.ascontiguousarray(tokens, dtype="<i4").tobytes()
     step = 4 * block_size
-    h: Any = xxh3(ns, SEED) if parent_hash is None else parent_hash
-    return [h := xxh3(raw[b * step:(b + 1) * step], h) for b in range(len(raw) // step)]  # a C call per block
+    return xxh3_chain(raw, step, len(raw) // step, (_xxh3 or hash_function())(ns, SEED) if parent_hash is None
+                      else parent_hash)

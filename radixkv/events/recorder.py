@@ -20,8 +20,9 @@ never writes them: the tree (radixkv.radix) is the only writer of nodes and neve
 
 Cost: per stored node, its blocks' key bytes (the node's own key, or one join when the first block
 starts in an ancestor's edge), the XXH3 chain of its new blocks and the event, whose token ids are
-those bytes (records.TokenIds): one xxhash call and one slice per block. Removal and splits reuse
-the kept digests. The common case (XXH3, one holder per block, one layer group, no multimodal request
+those bytes (records.TokenIds): compiled, one native call for the chain (events/hashing.py
+`xxh3_chain`, blocks of 9-16 tokens), else one xxhash call and one slice per block. Removal and
+splits reuse the kept digests. The common case (XXH3, one holder per block, one layer group, no multimodal request
 seen: `_plain`) is one method per stored or removed node calling no other Python function than the
 event's constructors: interpreted (`RADIXKV_PURE_PYTHON=1`) a call costs as much as several blocks' hashes.
 Extra keys and ids of LoRA, salted and multimodal requests: events/request_keys.py.
@@ -34,7 +35,7 @@ from typing import TYPE_CHECKING, Any, Callable, Final, Sequence, cast
 import numpy as np
 
 from radixkv.events.groups import FULL, EventGroup, GroupEvents
-from radixkv.events.hashing import SEED, BlockHasher, Digest, hash_function
+from radixkv.events.hashing import SEED, BlockHasher, Digest, hash_function, xxh3_chain
 from radixkv.events.holders import Holders, new_runs
 from radixkv.events.records import DEVICE, BlockRemoved, BlockStored, KVEvent, TokenIds
 from radixkv.events.request_keys import block_extra_keys, event_tokens, remember_raw
@@ -110,17 +111,9 @@ class EventRecorder:
         parent_int: Any = None if start == 0 else self._parent_digest(node, start)  # XXH3: the digest is the int
         got = self._digests.get(node)
         if got is None:  # XXH3 chain of blocks [first, last), each seeded by the one before
-            xxh3, step, n = self._xxh3, 4 * size, last - first
+            xxh3 = self._xxh3
             assert xxh3 is not None  # _plain
-            h: Any = xxh3(root, SEED) if parent_int is None else parent_int
-            # a list filled in place, a running offset: a slice and a hash call per block
-            hashes: list[Any] = [None] * n
-            lo = 0
-            for b in range(n):
-                hi = lo + step
-                h = xxh3(raw[lo:hi], h)
-                hashes[b] = h
-                lo = hi
+            hashes = xxh3_chain(raw, 4 * size, last - first, xxh3(root, SEED) if parent_int is None else parent_int)
             self._digests[node] = got = (hashes, hashes)  # (no typing.cast: a Python call interpreted)
         if lora_name is None and not salt:  # no LoRA name, no salt: the ids stay bytes
             self.events.append(BlockStored(got[1], parent_int, TokenIds(raw, (last - first) * size), size, lora_id,
