@@ -83,6 +83,9 @@ def compile_core() -> None:
     try:
         extensions = mypycify(args + sources, opt_level="3", group_name="radixkv." + SHARED.removesuffix("__mypyc"),
                               target_dir=BUILD_DIR)
+        if os.name != "nt":  # i64 arithmetic wraps (events/xxh3_blocks.py) whatever the interpreter's own CFLAGS say
+            for ext in extensions:
+                ext.extra_compile_args.append("-fwrapv")
         dist = Distribution({"name": "radixkv-core", "ext_modules": extensions})
         cmd = dist.get_command_obj("build_ext")
         cmd.inplace, cmd.build_temp = True, os.path.join(BUILD_DIR, "temp")
