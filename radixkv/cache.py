@@ -135,9 +135,9 @@ class RadixCache(CacheBase):
         else:
             ns, toks = self._key(as_tokens(tokens), namespace, extra_keys)
         root, n, matched = self.tree.root(ns), len(toks) // self.page_size * self.page_size, self._matched
-        # the walk goes on from the last match's node when toks start with its path (not for a policy that learns
-        # from whole keys, nor for pins, which read the whole key): only the tokens below it are keyed
-        after = None if matched is None or pin_ttl is not None or self.tree.learns else matched.resumes(toks, n, root)
+        # the walk goes on from the last match's node when toks start with its path (not for pins, which read the
+        # whole key): only the tokens below it are keyed
+        after = None if matched is None or pin_ttl is not None else matched.resumes(toks, n, root)
         skip = 0 if after is None else after.end - root.end
         rest = toks[skip:] if skip else toks
         if plain and toks is tokens:  # an int32 array: toks[:skip] spell the match's key, checked if it says so

@@ -11,6 +11,7 @@ from radixkv.bench.opt import build_segments
 from radixkv.bench.runner import capacity, sim_config
 from radixkv.bench.workloads import Request, make_workload
 from radixkv.eviction.adaptive import Adaptive
+from radixkv.eviction.duty import DutyCycle
 
 
 def _serve(cache: RadixCache, r: Request) -> None:
@@ -54,3 +55,25 @@ def test_the_other_experts_shadow_stops_while_the_followed_one_leads_and_restart
     assert restarts[0] and restarts[1] and restarts[0][0] < restarts[1][0], restarts
     for cache in caches:
         cache.check_invariants()
+
+
+def _window(duty: DutyCycle, leads: list[int]) -> bool:
+    """One window of `leads` (one turnover of a 100-token cache, steady): whether it stops the shadow."""
+    for lead in leads:
+        duty.lookup(lead, 0, 1)
+    return duty.cached(100, 100, True)
+
+
+def test_a_stop_judges_the_window_alone_and_with_the_windows_just_before_it_in_the_same_favour() -> None:
+    """Two windows each 2.5 sd in the followed expert's favour: not a stop alone (QUIET_Z 3), a stop
+    together (5 / sqrt(2) = 3.5 sd) with a span of 2, never with a span of 1; a window in the other
+    expert's favour between them breaks the run."""
+    leads = [-3, -1, -1, -1, -1, -1, -1, -2]  # sum -11, squares 19: 2.52 sd
+    for span, between, stops in ((1, False, [False, False]), (2, False, [False, True]), (2, True, [False, False])):
+        duty = DutyCycle(1.0, 3.0, span, 2.0, 8.0, 0.5, 0.03, 0.5)
+        got = [_window(duty, leads)]
+        if between:
+            assert not _window(duty, [1])
+        got.append(_window(duty, leads))
+        assert got == stops, (span, between)
+        assert (duty.left, len(duty.run)) == ((200, 0) if stops[-1] else (0, 1))  # a stop: OFF turnovers, no run

@@ -13,8 +13,10 @@ from radixkv import RadixCache
 from radixkv.bench.runner import sim_config
 from radixkv.eviction import POLICIES, EvictionPolicy
 from radixkv.eviction.adaptive import Adaptive
+from radixkv.eviction.history import absolute_key
 from radixkv.eviction.policies import LFU, LRU
 from radixkv.eviction.view import CachedNodeView, NodeView
+from radixkv.insert_slots import RESUME_MIN
 
 
 class Oldest(EvictionPolicy):
@@ -103,3 +105,28 @@ def test_fixed_interpreted_subclass_is_not_asked_to_learn(registered) -> None:
         assert _cached(cache, [10, 1, 2, 3]) == 0 and _cached(cache, [30, 1, 2, 3]) == 4
     finally:
         del POLICIES["quiet-test"]
+
+
+def test_an_insert_that_walks_on_hands_a_learning_policy_the_key_below_its_start(registered) -> None:
+    """An insert past RESUME_MIN matched tokens walks on from the last match's node (cache.py): a
+    learning policy's on_cache then gets that node as `start` and the key below it, which with the
+    path above it (eviction/history.py's absolute_key) is the whole key, as a walk from the root gives."""
+    seen: list[tuple[bool, bytes]] = []
+
+    class Keys(Oldest):
+        def on_cache(self, start: CachedNodeView, key: bytes, cached: int, use: bool) -> None:
+            seen.append((start.parent is not None, absolute_key(start, key)))
+
+    POLICIES["keys-test"] = Keys
+    try:
+        n = RESUME_MIN + 16
+        cache = RadixCache(sim_config(4 * n, 1, "keys-test", 2 * n))
+        prompt, full = torch.arange(n), torch.arange(n + 16)
+        cache.insert(prompt, cache.alloc(n))
+        m = cache.match_prefix(prompt)
+        cache.insert(full, torch.cat([m.slots, cache.alloc(16)]))
+        as_bytes = [t.to(torch.int32).numpy().tobytes() for t in (prompt, full)]
+        assert seen == [(False, as_bytes[0]), (True, as_bytes[1])]
+        cache.check_invariants()
+    finally:
+        del POLICIES["keys-test"]

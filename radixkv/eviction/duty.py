@@ -3,7 +3,9 @@
 In steady state adaptive.py's shadow of the expert not followed runs on every request, most of the
 policy's cost. Where it keeps losing it is stopped (freed): when, over a window of `quiet` turnovers
 with no switch's shadow left, its paired leads sum to `quiet_z` standard deviations in the followed
-expert's favour. The decayed sums the switch test reads are no test here: a switch hands them over
+expert's favour, or do so together with the windows just before it (up to `span` windows in all, each
+in that favour: a short run, 150-400 requests, sees only 3-4 windows, none alone at 3 sd where the
+followed expert leads by 2.4-2.6 sd in each; bench/RESULTS.md, round 13). The decayed sums the switch test reads are no test here: a switch hands them over
 already in the new expert's favour (bench/RESULTS.md, round 12: stopping on them held a wrong switch
 on chat 25%, -0.62 -> -8.83 points). It restarts after `off` turnovers (doubling with each stop since
 the last switch, up to `off_max`), or as soon as the real cache's hit ratio over a window of `canary`
@@ -21,15 +23,17 @@ from __future__ import annotations
 class DutyCycle:
     """The counters of adaptive.py's duty-cycled shadow (module docstring)."""
 
-    def __init__(self, quiet: float, quiet_z: float, off: float, off_max: float, rewarm: float, drop: float,
-                 canary: float) -> None:
-        self.quiet, self.quiet_z, self.off, self.off_max = quiet, quiet_z, off, off_max
+    def __init__(self, quiet: float, quiet_z: float, span: int, off: float, off_max: float, rewarm: float,
+                 drop: float, canary: float) -> None:
+        self.quiet, self.quiet_z, self.span, self.off, self.off_max = quiet, quiet_z, span, off, off_max
         self.rewarm, self.drop, self.canary = rewarm, drop, canary
         self.calm = 0  # tokens cached in the quiet window so far
         self.calm_lead = 0  # sum of the window's leads
         self.calm_var = 0  # sum of their squares
         self.calm_hit = 0  # tokens the real cache matched in the window (of calm_asked asked)
         self.calm_asked = 0
+        self.run: list[tuple[int, int]] = []  # (lead, squares) of the last windows (up to span), each in the
+        # followed expert's favour: a window is judged alone and with those before it
         self.pause = off  # turnovers the next stop lasts
         self.floor = 0.0  # while stopped: the hit ratio below which it restarts early
         self.seen = 0  # while stopped: tokens cached in the canary window so far,
@@ -57,13 +61,13 @@ class DutyCycle:
             self.warm -= added
             return False
         if not steady or self.quiet_z <= 0.0:
+            self.run.clear()
             self._restart_window()
             return False
         self.calm += added
         if self.calm < self.quiet * capacity:
             return False
-        total = self.calm_lead  # the window is over: judge it
-        stop = total < 0 and total * total > self.quiet_z * self.quiet_z * self.calm_var
+        stop = self._judge(self.calm_lead, self.calm_var)  # the window is over
         if stop:
             self.left = int(self.pause * capacity)
             self.pause = min(2 * self.pause, self.off_max)
@@ -89,6 +93,24 @@ class DutyCycle:
     def switched(self) -> None:
         """The policy switched experts: the next stop lasts `off` again."""
         self.pause = self.off
+
+    def _judge(self, lead: int, var: int) -> bool:
+        """Stop if the window that ends, alone or with the windows just before it (each in the followed
+        expert's favour, up to `span` in all), favours the followed expert by `quiet_z` sd."""
+        run = self.run
+        if lead >= 0:
+            run.clear()
+            return False
+        run.append((lead, var))
+        del run[:-self.span]
+        z2, total, squares = self.quiet_z * self.quiet_z, 0, 0
+        for before, before_var in reversed(run):
+            total += before
+            squares += before_var
+            if total * total > z2 * squares:
+                run.clear()
+                return True
+        return False
 
     def _restart_window(self) -> None:
         self.calm = self.calm_lead = self.calm_var = self.calm_hit = self.calm_asked = 0

@@ -196,12 +196,11 @@ class RadixTree(residency.ResidentTree):
         nodes on the way take their part of `pages`; the new suffix becomes a leaf. The caller's pages for
         [0, cached_len) are not used (the tree's own, or duplicates the caller frees); pages are copied.
         `after`: a device node below `start` whose path the caller proved spells the first tokens (MatchedSlots);
-        `key` then holds only the rest, walked from there (never for a learning policy: its hooks read whole keys)."""
+        `key` then holds only the rest, walked from there (a learning policy's on_cache gets it below `after`)."""
         skip = 0
         if after is None:
             path, matched = self.walk(key, start)
         else:
-            assert not self.learns
             more, matched = self.walk(key, after)
             path, skip = self.ancestry(after, start) + more, after.end - start.end
         length = skip + matched // 4
@@ -239,7 +238,7 @@ class RadixTree(residency.ResidentTree):
         if self.learns:
             if leaf is not None:
                 self.policy.on_insert(leaf)
-            self.policy.on_cache(start, key, self.evictable_size + self.protected_size, use)
+            self.policy.on_cache(start if after is None else after, key, self.evictable_size + self.protected_size, use)
             self._follow_policy()
         return InsertResult(node, dev, tree_pages, gained)
 
