@@ -79,7 +79,7 @@ def test_adaptive_switch_rekeys_the_index() -> None:
     """After each switch every stored key is the new expert's key (check_invariants verifies
     stable keys against key(node) after every request)."""
     reqs = SHARED["gsp"]
-    cache = RadixCache(sim_config(_capacity(reqs, 0.3), 1, "adaptive", 4096))
+    cache = RadixCache(sim_config(_capacity(reqs, 0.25), 1, "adaptive", 4096))
     policy = cache.tree.policy
     assert isinstance(policy, Adaptive)
     for r in reqs:
@@ -491,7 +491,7 @@ def test_the_plain_lfu_twin_keeps_ghost_counts_on_only_while_they_pay() -> None:
     twin lives only while ghosts are on in LFU. Two caches on the same trace, the twin's lead set at the
     switch so that one's ghosts pay and the other's do not: they part exactly at the turnover."""
     reqs = SHARED["gsp"]
-    caches = [RadixCache(sim_config(_capacity(reqs, 0.3), 1, "adaptive", 4096)) for _ in range(2)]
+    caches = [RadixCache(sim_config(_capacity(reqs, 0.25), 1, "adaptive", 4096)) for _ in range(2)]
     policies = [c.tree.policy for c in caches]
     assert all(isinstance(p, Adaptive) for p in policies)
     switched = turned = None

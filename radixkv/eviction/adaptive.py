@@ -11,10 +11,8 @@ real cache's occupancy (so in-flight reservations shrink both alike); it reprodu
 request, what a real cache under that expert would match. Per lookup the policy takes the paired
 lead (tokens the other expert matched minus those the followed one matched) and keeps decayed sums
 of the leads, their squares and the asked tokens (decay horizon: WINDOW cache-sizes of newly cached
-tokens; SETTLE_WINDOW, longer, while the real cache turns over after a switch: a short horizon drops a
-lead that stopped lasting, the long one keeps a switch's evidence through its transient). It switches
-when the lead exceeds MARGIN of the asked tokens, MIN_LEAD of the cache's size, and Z standard
-deviations. The tree then re-keys its index (`epoch`). The expert just left gets a
+tokens). It switches when the lead exceeds MARGIN of the asked tokens, MIN_LEAD of the cache's size,
+and Z standard deviations. The tree then re-keys its index (`epoch`). The expert just left gets a
 shadow copied from the real cache (its steady state); the expert now followed keeps its shadow as
 its reference until the real cache has turned over once (WARMUP), so the comparison never pits a
 steady expert against one in transient.
@@ -82,8 +80,7 @@ class Adaptive(EvictionPolicy):
     HISTORY = 1 << 24  # bytes that replay's history (eviction/history.py) may take (16 MiB, freed at the
     # first eviction); past it, START. A request of the bench lifecycle costs two entries, 224 bytes
     START = 0  # the expert followed until the evidence says otherwise: LRU (SGLang's default)
-    WINDOW = 3.0  # decay horizon: tokens newly cached, as a multiple of the cache's size
-    SETTLE_WINDOW = 8.0  # ... until the real cache has turned over after a switch (WARMUP)
+    WINDOW = 8.0  # decay horizon: tokens newly cached, as a multiple of the cache's size
     WARMUP = 1.0  # after a switch, turnovers before the real cache stands for its expert
     MARGIN = 0.002  # switch when the other expert matched this share of the asked tokens more (0.2 points)
     MIN_LEAD = 0.05  # ... by at least this share of the cache's size in tokens (a switch costs a transient)
@@ -270,10 +267,8 @@ class Adaptive(EvictionPolicy):
             self._copy_real(1 - self.mode)
 
     def _decay(self, added: int) -> None:
-        """`added` tokens newly cached: the lead's statistics decay over WINDOW cache sizes, or
-        SETTLE_WINDOW while the expert followed still has its shadow (the turnover after a switch)."""
-        window = self.SETTLE_WINDOW if self.mode in self._shadows else self.WINDOW
-        decay = 1.0 - added / (window * self._capacity)
+        """`added` tokens newly cached: the lead's statistics decay over WINDOW cache sizes."""
+        decay = 1.0 - added / (self.WINDOW * self._capacity)
         if decay < 1.0:
             decay = decay if decay > 0.0 else 0.0
             self._lead *= decay
