@@ -128,7 +128,8 @@ def main(argv: list[str] | None = None) -> None:
     if overrides and COMPILED_CORE:  # the compiled class reads its constants as built: a --set would do nothing
         ap.error("--set needs the pure-Python core: run with RADIXKV_PURE_PYTHON=1")
     held = HELD + [f"file:{t}" for t in a.trace]
-    names = [n for n in {"tune": TUNE, "check": CHECK, "held": held, "both": TUNE + held, "bench": BENCH}[a.grid] if a.only in n]
+    chosen = {"tune": TUNE, "check": CHECK, "held": held, "both": TUNE + held, "bench": BENCH}[a.grid]
+    names = [n for n in chosen if a.only in n]
     fixed: dict[str, float] = {}
     if a.fixed_cache and os.path.exists(a.fixed_cache):
         with open(a.fixed_cache) as f:
