@@ -17,6 +17,9 @@ at 5/10/25/50% of each trace's unique tokens. The grids:
          Mooncake-shaped traces (radixkv/scheduling/synth.py, 400 requests, seeds 1-3, page 16),
          tools/agent/longchat/chat at other seeds (5 at page 1, 6 at page 16), and any `--trace
          FILE:PAGE` (JSON lines, radixkv/bench/traces.py's formats)
+  bench  issue 23's bench cells: agent, tools, rag, chat, longchat and gsp (seed 0) at pages 1 and 16
+         (48 cells; the page-1 ones but longchat are tune's too): what `radixkv bench --workloads
+         agent,tools,rag,chat,longchat,gsp` gives, without its timings
 
 `--set NAME=VALUE` overrides a constant of the Adaptive class before the runs (a sweep; the class
 attribute must exist). The fixed policies' hit rates do not depend on it: `--fixed-cache FILE` keeps
@@ -59,6 +62,7 @@ FIXED = ("lru", "lfu", "fifo", "slru")
 TUNE = ([f"wl:{w}:1:0" for w in DEFAULT_WORKLOADS] + ["wl:longchat:16:0", "wl:longdoc:16:0"]
         + [f"moon:{s}" for s in (11, 12, 13)] + [f"seed:{s}" for s in (3012, 3021, 3077)])
 CHECK = [f"seed:{s}" for s in range(3000, 3070) if f"seed:{s}" not in TUNE]
+BENCH = [f"wl:{w}:{p}:0" for p in (1, 16) for w in ("agent", "tools", "rag", "chat", "longchat", "gsp")]
 HELD = ([f"seed:{s}" for s in range(2000, 2040)] + [f"moon:{s}" for s in (1, 2, 3)]
         + [f"wl:{w}:{p}:{s}" for w in ("tools", "agent", "longchat", "chat") for p, s in ((1, 5), (16, 6))])
 
@@ -109,7 +113,7 @@ def summary(label: str, rows: list[tuple[str, float, float]]) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
-    ap.add_argument("grid", choices=["tune", "check", "held", "both"])
+    ap.add_argument("grid", choices=["tune", "check", "held", "both", "bench"])
     ap.add_argument("--trace", action="append", default=[], metavar="FILE:PAGE", help="add a trace to the held grid")
     ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="override an Adaptive constant")
     ap.add_argument("--fixed-cache", help="JSON file keeping the fixed policies' hit rates between runs")
@@ -124,7 +128,8 @@ def main(argv: list[str] | None = None) -> None:
     if overrides and COMPILED_CORE:  # the compiled class reads its constants as built: a --set would do nothing
         ap.error("--set needs the pure-Python core: run with RADIXKV_PURE_PYTHON=1")
     held = HELD + [f"file:{t}" for t in a.trace]
-    names = [n for n in {"tune": TUNE, "check": CHECK, "held": held, "both": TUNE + held}[a.grid] if a.only in n]
+    chosen = {"tune": TUNE, "check": CHECK, "held": held, "both": TUNE + held, "bench": BENCH}[a.grid]
+    names = [n for n in chosen if a.only in n]
     fixed: dict[str, float] = {}
     if a.fixed_cache and os.path.exists(a.fixed_cache):
         with open(a.fixed_cache) as f:
@@ -148,7 +153,7 @@ def main(argv: list[str] | None = None) -> None:
             if a.cells:
                 print(f"| {n} | {f:.0%} | " + " | ".join(f"{hit[p]:.4f}" for p in FIXED)
                       + f" | {got[f'{n}|{f}|adaptive']:.4f} | {rows[-1][2]:+.2f} |")
-    grids = (("tune", TUNE), ("check", CHECK), ("held", held))
+    grids = (("bench", BENCH),) if a.grid == "bench" else (("tune", TUNE), ("check", CHECK), ("held", held))
     for label, part in ((label, [r for r in rows if r[0] in grid]) for label, grid in grids):
         if part:
             print(summary(label, part))
