@@ -15,5 +15,9 @@ def load_script(path: Path) -> ModuleType:
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
+    path_before = list(sys.path)
+    try:
+        spec.loader.exec_module(module)
+    finally:  # a bench script puts bench/ on sys.path for its neighbours; left there, transformers'
+        sys.path[:] = path_before  # probe for the `kernels` package would import bench/kernels.py
     return module
