@@ -49,7 +49,8 @@ def main() -> None:
     for page in a.page_size:
         for wl in a.workloads.split(","):
             events, blocks, hexdigest = digest(wl, page)
-            print(f"{wl} page {page}: {events:,} events, {blocks:,} blocks stored, sha256 {hexdigest[:16]} ({compiled})")
+            print(f"{wl} page {page}: {events:,} events, {blocks:,} blocks stored, "
+                  f"sha256 {hexdigest[:16]} ({compiled})")
 
 
 if __name__ == "__main__":

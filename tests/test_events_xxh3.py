@@ -35,7 +35,8 @@ def test_without_librt_the_chain_calls_xxhash() -> None:
     """librt (mypy's runtime library) gone after the build: events still work, through xxhash."""
     code = ("import sys; sys.modules['librt'] = sys.modules['librt.strings'] = None; "
             "import xxhash; from radixkv.events import hashing; "
-            "raw = bytes(range(128)); h = xxhash.xxh3_64_intdigest(raw[64:], seed=xxhash.xxh3_64_intdigest(raw[:64], seed=5)); "
+            "raw = bytes(range(128)); "
+            "h = xxhash.xxh3_64_intdigest(raw[64:], seed=xxhash.xxh3_64_intdigest(raw[:64], seed=5)); "
             "print(hashing._CHAIN is None, hashing.xxh3_chain(raw, 64, 2, 5)[1] == h)")
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=True)

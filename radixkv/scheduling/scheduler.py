@@ -188,7 +188,8 @@ class Scheduler:
         for req in self.waiting:
             self.estimates.drop(req)
         self.waiting.clear()
-        self.policy = make_policy(self.policy.name, self.estimates, self.full_cache)  # forgets the aborted requests' turns
+        # a new policy forgets the aborted requests' turns
+        self.policy = make_policy(self.policy.name, self.estimates, self.full_cache)
 
     def finish(self, req: Request) -> None:
         """Drop a finished request: close its Sequence (committed full pages stay cached)."""
