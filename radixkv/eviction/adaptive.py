@@ -22,8 +22,8 @@ it keeps losing it is stopped (freed) and later restarted as a copy of the real 
 says when: QUIET windows judged by QUIET_Z, alone or with up to QUIET_SPAN - 1 windows before them,
 OFF to OFF_MAX turnovers off, a CANARY on the real cache's hit ratio, REWARM turnovers of transient).
 The twin stops with it (the ghosts stay as they are) and, unless they are on, evictions write no
-ghosts meanwhile. Switching waits for the restart: what a stop
-costs is a later switch when the traffic changes, which the windows and the canary bound.
+ghosts meanwhile. Switching waits for the restart: what a stop costs is a later switch when the
+traffic changes, which the windows and the canary bound.
 
 Before the first eviction both experts hold exactly what the real cache holds, so no shadow runs;
 that traffic is kept (eviction/history.py: as leaves of the real tree and lengths, not key bytes) and,

@@ -8,8 +8,8 @@ in that favour: a short run, 150-400 requests, sees only 3-4 windows, none alone
 followed expert leads by 2.4-2.6 sd in each; bench/RESULTS.md, round 13). The decayed sums the switch
 test reads are no test here: a switch hands them over already in the new expert's favour
 (bench/RESULTS.md, round 12: stopping on them held a wrong switch on chat 25%, -0.62 -> -8.83
-points). It restarts after `off` turnovers (doubling with each stop since
-the last switch, up to `off_max`), or as soon as the real cache's hit ratio over a window of `canary`
+points). It restarts after `off` turnovers (doubling with each stop since the last switch, up to
+`off_max`), or as soon as the real cache's hit ratio over a window of `canary`
 turnovers falls `drop` below that of the window that stopped it (the traffic changed). The restart is
 a copy of the real cache running the other expert, in transient: its leads count from `rewarm`
 turnovers on.

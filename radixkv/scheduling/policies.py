@@ -73,7 +73,8 @@ class Policy:
         self.full_cache = full_cache
 
     def order(self, window: list[Queued], now: float) -> list[Queued]:
-        """The window (oldest waiting requests, arrival order) in admission order. No side effects."""
+        """The window (oldest waiting requests, arrival order) in admission order. It reorders nothing
+        in place; `auto` records what it saw (its picks, the queue's level for its aging gate)."""
         return window
 
     def arrived(self, req: Queued, now: float) -> None:
