@@ -51,7 +51,6 @@ so a wait and a prefill length can be compared:
 from __future__ import annotations
 
 from collections import defaultdict
-from math import inf
 from typing import TYPE_CHECKING, ClassVar
 
 from radixkv.errors import InvalidArgumentError
@@ -145,15 +144,6 @@ class Auto(Policy):
     STAND = 4.0  # ... the queue has stood above one cache for under this many cache-times, or ...
     RISE = 7.0  # ... rose from under RISE_LOW full caches to above one within this many full cache-times
     RISE_LOW = 0.5
-    AGED_WORK = float("inf")  # experimental: aged once later arrivals' tokens admitted first exceed this x a full cache
-    AGED_SELF = float("inf")  # experimental: ... or this x its own tokens
-    DEADLINE_CAP = float("inf")  # experimental: a deadline at most this many cache-times after arrival
-    DEADLINE_FULL = 0.0
-    DEADLINE_BELOW = float("inf")  # ... applied only while fewer than this many caches' slots wait
-    FLOOD = float("inf")  # experimental: lpm's order while this many caches' slots wait ...
-    FLOOD_SHARE = 0.0  # ... with this share for due requests
-    FLOOD_GATE = 0.0  # ... or while above one cache with the aging gate shut
-    SELF_BELOW = float("inf")  # ... counted only while fewer than this many caches' slots wait
 
     def __init__(self, estimates: PrefixEstimates, full_cache: int) -> None:
         super().__init__(estimates, full_cache)
@@ -166,7 +156,6 @@ class Auto(Policy):
         self.picked: set[Queued] = set()  # the oldest-first side's picks in the last order()
         self.seq: dict[Queued, int] = {}  # waiting requests' arrival numbers
         self.passed: dict[Queued, int] = {}  # those not aged yet, in arrival order: later arrivals admitted first
-        self.passed_work: dict[Queued, int] = {}  # ... and their prompt tokens
         self.aged: set[Queued] = set()
         self.arrivals = 0
         self.above_since: float | None = None  # when the queue last rose above one cache (None: under it)
@@ -179,37 +168,23 @@ class Auto(Policy):
         self.arrived_tokens += len(req.tokens)
         self.seq[req] = self.arrivals
         self.passed[req] = 0
-        self.passed_work[req] = 0
         self.arrivals += 1
 
     def order(self, window: list[Queued], now: float) -> list[Queued]:
         turn, done = self.turn, self.admitted_tokens
         resumed = [r for r in window if r not in turn]  # preempted: no turn, first
-        aging_first = self._aging_first(now)
         due = [r for r in window if r in turn and turn[r] <= done]
         self.contended = bool(due)
         if not due:
             self.contested_tokens = self.bound_tokens = 0  # the next contended period starts afresh
         length, k = self.estimates.length, self.SLOWDOWN
-        backlog, slots = self.arrived_tokens - self.admitted_tokens, self.estimates.cache.config.num_slots
-        if backlog >= self.FLOOD * slots or (self.FLOOD_GATE and backlog > slots and not aging_first):
-            by_length = sorted((r for r in window if r in turn), key=lambda r: -length(r))
-            if self.FLOOD_SHARE <= 0:
-                self.contended, self.picked = False, set()
-                self.contested_tokens = self.bound_tokens = 0
-                return resumed + by_length
-            return resumed + self._interleave(due, by_length, self.FLOOD_SHARE)
-        slots = self.estimates.cache.config.num_slots
-        cap = self.DEADLINE_CAP * (max(slots, self.full_cache) if self.DEADLINE_FULL else slots)
-        cap = cap if backlog < self.DEADLINE_BELOW * slots else inf
         by_deadline = sorted((r for r in window if r in turn),
-                             key=lambda r: (max(now, r.arrival + min(cap, k * (len(r.tokens) - 2 * length(r)))),
-                                            -length(r)))
-        first = [r for r in window if r in self.aged and r in turn] if aging_first else []
+                             key=lambda r: (max(now, r.arrival + k * (len(r.tokens) - 2 * length(r))), -length(r)))
+        first = [r for r in window if r in self.aged and r in turn] if self._aging_first(now) else []
         if first:
             due = [r for r in due if r not in self.aged]
             by_deadline = [r for r in by_deadline if r not in self.aged]
-        return resumed + first + self._interleave(due, by_deadline, self.SHARE)
+        return resumed + first + self._interleave(due, by_deadline)
 
     def _aging_first(self, now: float) -> bool:
         """Whether aged requests go strictly first now: fewer than AGED_MAX caches wait, and the queue
@@ -230,7 +205,7 @@ class Auto(Policy):
         standing = self.above_since is not None and (now - self.above_since) / slots >= self.STAND
         return not standing or (self.rise < self.RISE and backlog > full)
 
-    def _interleave(self, due: list[Queued], by_deadline: list[Queued], share: float) -> list[Queued]:
+    def _interleave(self, due: list[Queued], by_deadline: list[Queued]) -> list[Queued]:
         """Both orders merged: the oldest due request whenever the oldest-first side's picks so far
         (this contended period, then this order if all were admitted) are within SHARE of the tokens."""
         out: list[Queued] = []
@@ -238,7 +213,7 @@ class Auto(Policy):
         taken: set[Queued] = set()
         spent, total, i, j = self.bound_tokens, self.contested_tokens, 0, 0
         while i < len(due) and j < len(by_deadline):
-            if spent <= share * total:
+            if spent <= self.SHARE * total:
                 req, i = due[i], i + 1
                 if req in taken:
                     continue
@@ -258,24 +233,17 @@ class Auto(Policy):
             return
         mine, seq = self.seq.pop(req), self.seq
         self.passed.pop(req, None)
-        self.passed_work.pop(req, None)
         self.aged.discard(req)
         newly = []
-        slots = self.estimates.cache.config.num_slots
-        size, work_cap = len(req.tokens), self.AGED_WORK * max(self.full_cache, slots)
-        self_cap = self.AGED_SELF if self.arrived_tokens - self.admitted_tokens < self.SELF_BELOW * slots else inf
         for r, n in self.passed.items():  # arrival order: those that arrived before req come first
             if seq[r] > mine:
                 break
-            w = self.passed_work[r] + size
-            if n + 1 >= self.OVERTAKEN or w > work_cap or w > self_cap * len(r.tokens):
+            if n + 1 >= self.OVERTAKEN:
                 newly.append(r)
             else:
                 self.passed[r] = n + 1
-                self.passed_work[r] = w
         for r in newly:  # aged: no longer counted (each request is counted at most OVERTAKEN times)
             del self.passed[r]
-            del self.passed_work[r]
             self.turn[r] = min(self.turn[r], self.admitted_tokens)
             self.aged.add(r)
         n = len(req.tokens)
