@@ -70,59 +70,10 @@ def test_a_stop_judges_the_window_alone_and_with_the_windows_just_before_it_in_t
     expert's favour between them breaks the run."""
     leads = [-3, -1, -1, -1, -1, -1, -1, -2]  # sum -11, squares 19: 2.52 sd
     for span, between, stops in ((1, False, [False, False]), (2, False, [False, True]), (2, True, [False, False])):
-        duty = DutyCycle(1.0, 3.0, span, 2.0, 0.0, 2.0, 8.0, 0.5, 0.03, 0.5)  # (no stop on a tie)
+        duty = DutyCycle(1.0, 3.0, span, 2.0, 8.0, 0.5, 0.03, 0.5)
         got = [_window(duty, leads)]
         if between:
             assert not _window(duty, [1])
         got.append(_window(duty, leads))
         assert got == stops, (span, between)
         assert (duty.left, len(duty.run)) == ((200, 0) if stops[-1] else (0, 1))  # a stop: OFF turnovers, no run
-
-
-def _duty(tie_eps: float) -> DutyCycle:
-    a = Adaptive
-    return DutyCycle(a.QUIET, a.QUIET_Z, a.QUIET_SPAN, a.TIE_Z, tie_eps, a.OFF, a.OFF_MAX, a.REWARM, a.DROP, a.CANARY)
-
-
-def test_a_window_that_bounds_the_other_experts_lead_under_tie_eps_stops_and_one_that_does_not_never() -> None:
-    """400 lookups of 1,000 tokens in a window (one turnover): leads of +-5 tokens in turn are a tie (lead
-    0 + 2 sd = 200 < 0.002 x 400,000); the other expert ahead by 5 tokens a lookup, or by 200 tokens at a
-    time in one lookup of 20, is not; a window with no lead but 0 bounds nothing; TIE_EPS 0 never stops."""
-    def window(duty: DutyCycle, leads: list[int]) -> bool:
-        for lead in leads:
-            duty.lookup(lead, 500, 1000)
-        return duty.cached(100, 100, True)
-    tied, ahead, lumpy, flat = [5, -5] * 200, [5] * 400, ([200] + [0] * 19) * 20, [0] * 400
-    assert window(_duty(0.002), tied) and _duty(0.002).tie_z == 2.0
-    assert not window(_duty(0.0), tied)
-    for leads in (ahead, lumpy, flat):
-        duty = _duty(0.002)
-        assert not window(duty, leads) and not window(duty, leads), leads[:3]
-
-
-def _rag_stops(duty: DutyCycle) -> tuple[int, list[int]]:
-    """rag at page 1, its first 150 requests in a cache of 25% of their unique tokens (one of
-    bench/events_instructions.py's cells) under the default policy with `duty`: requests served with
-    the other expert's shadow stopped, and the modes followed after each request."""
-    reqs, page = make_workload("rag")[:150], 1
-    cap = capacity(0.25, build_segments(reqs, page).total_pages * page, max(len(r.tokens) for r in reqs), page)
-    cache = RadixCache(sim_config(cap, page, "adaptive", 4096))
-    policy = cache.tree.policy
-    assert isinstance(policy, Adaptive)
-    policy._duty = duty
-    stopped, modes = 0, []
-    for r in reqs:
-        stopped += policy._tree is not None and not policy._shadows
-        _serve(cache, r)
-        modes.append(policy.mode)
-    cache.check_invariants()
-    return stopped, modes
-
-
-def test_a_short_rag_run_whose_experts_tie_stops_its_shadow_on_the_tie_rule_alone() -> None:
-    """rag p1 150: no window favours the followed expert by QUIET_Z (3) sd, alone or over two, so the
-    lead rule never stops it (TIE_EPS 0); its other expert's lead is bounded under TIE_EPS, so the tie rule
-    does, with the same experts followed request for request."""
-    tie, modes = _rag_stops(_duty(Adaptive.TIE_EPS))
-    no_tie, same_modes = _rag_stops(_duty(0.0))
-    assert no_tie == 0 and tie > 0 and modes == same_modes, (tie, no_tie)

@@ -20,8 +20,7 @@ steady expert against one in transient.
 In steady state the other expert's shadow runs on every request, most of the policy's cost. Where
 it keeps losing it is stopped (freed) and later restarted as a copy of the real cache (eviction/duty.py
 says when: QUIET windows judged by QUIET_Z, alone or with up to QUIET_SPAN - 1 windows before them,
-or where they bound the other expert's lead (TIE_Z sd) under TIE_EPS of the asked tokens; OFF to
-OFF_MAX turnovers off, a CANARY on the real cache's hit ratio, REWARM turnovers of transient).
+OFF to OFF_MAX turnovers off, a CANARY on the real cache's hit ratio, REWARM turnovers of transient).
 The twin stops with it (the ghosts stay as they are) and, unless they are on, evictions write no
 ghosts meanwhile. Switching waits for the restart: what a stop costs is a later switch when the
 traffic changes, which the windows and the canary bound.
@@ -91,9 +90,7 @@ class Adaptive(EvictionPolicy):
     GHOST_KEEP = 0.0  # while the real cache matched more than a plain-LFU twin, by this share of the cache's size
     QUIET = 1.0  # the other expert's shadow stops (eviction/duty.py) when, over a window of QUIET turnovers
     QUIET_Z = 3.0  # ... in steady state, the leads favoured the followed expert by QUIET_Z sd (0: never),
-    QUIET_SPAN = 2  # ... or over the last QUIET_SPAN windows, each in its favour; or when the other expert's
-    TIE_Z = 2.0  # ... summed lead plus TIE_Z sd, over one window or the last QUIET_SPAN (either favour),
-    TIE_EPS = 0.002  # ... is under TIE_EPS of the tokens asked there (0: never; issue 23's bar is 0.005);
+    QUIET_SPAN = 2  # ... or over the last QUIET_SPAN windows, each in its favour;
     OFF = 2.0  # ... for OFF turnovers, twice as long after each stop since the last switch, up to
     OFF_MAX = 8.0  # ... OFF_MAX; then it restarts as a copy of the real cache,
     REWARM = 0.5  # ... whose leads count after REWARM turnovers (its transient)
@@ -125,8 +122,8 @@ class Adaptive(EvictionPolicy):
         self._whole = b""  # walks on from there (radix/tree.py) rebuilds its whole key from it
         self._twin: ShadowView | None = None  # plain LFU, copied from the real cache at a switch to LFU
         self._twin_lead = 0  # tokens the twin matched more than the real cache since that switch
-        self._duty = DutyCycle(self.QUIET, self.QUIET_Z, self.QUIET_SPAN, self.TIE_Z, self.TIE_EPS, self.OFF,
-                               self.OFF_MAX, self.REWARM, self.DROP, self.CANARY)
+        self._duty = DutyCycle(self.QUIET, self.QUIET_Z, self.QUIET_SPAN, self.OFF, self.OFF_MAX, self.REWARM,
+                               self.DROP, self.CANARY)
 
     @property
     def leader(self) -> str:

@@ -8,11 +8,7 @@ in that favour: a short run, 150-400 requests, sees only 3-4 windows, none alone
 followed expert leads by 2.4-2.6 sd in each; bench/RESULTS.md, round 13). The decayed sums the switch
 test reads are no test here: a switch hands them over already in the new expert's favour
 (bench/RESULTS.md, round 12: stopping on them held a wrong switch on chat 25%, -0.62 -> -8.83
-points). It also stops where following the other expert would not pay: when, over a window or the
-last `span` (either favour), the other expert's summed lead plus `tie_z` standard deviations of it is
-under `tie_eps` of the tokens asked (a bound on what the followed expert loses; a window in which no
-lookup's lead differed is no evidence: a 5% cache's window is a dozen lookups, and a stop on one lost
-gsp 5% 1.4 points). It restarts after `off` turnovers (doubling with each stop since the last switch, up to
+points). It restarts after `off` turnovers (doubling with each stop since the last switch, up to
 `off_max`), or as soon as the real cache's hit ratio over a window of `canary`
 turnovers falls `drop` below that of the window that stopped it (the traffic changed). The restart is
 a copy of the real cache running the other expert, in transient: its leads count from `rewarm`
@@ -28,10 +24,9 @@ from __future__ import annotations
 class DutyCycle:
     """The counters of adaptive.py's duty-cycled shadow (module docstring)."""
 
-    def __init__(self, quiet: float, quiet_z: float, span: int, tie_z: float, tie_eps: float, off: float,
-                 off_max: float, rewarm: float, drop: float, canary: float) -> None:
+    def __init__(self, quiet: float, quiet_z: float, span: int, off: float, off_max: float, rewarm: float,
+                 drop: float, canary: float) -> None:
         self.quiet, self.quiet_z, self.span, self.off, self.off_max = quiet, quiet_z, span, off, off_max
-        self.tie_z, self.tie_eps = tie_z, tie_eps
         self.rewarm, self.drop, self.canary = rewarm, drop, canary
         self.calm = 0  # tokens cached in the quiet window so far
         self.calm_lead = 0  # sum of the window's leads
@@ -40,7 +35,6 @@ class DutyCycle:
         self.calm_asked = 0
         self.run: list[tuple[int, int]] = []  # (lead, squares) of the last windows (up to span), each in the
         # followed expert's favour: a window is judged alone and with those before it
-        self.ties: list[tuple[int, int, int]] = []  # (lead, squares, asked) of the last windows (up to span)
         self.pause = off  # turnovers the next stop lasts
         self.floor = 0.0  # while stopped: the hit ratio below which it restarts early
         self.seen = 0  # while stopped: tokens cached in the canary window so far,
@@ -69,17 +63,13 @@ class DutyCycle:
             return False
         if not steady or self.quiet_z <= 0.0:
             self.run.clear()
-            self.ties.clear()
             self._restart_window()
             return False
         self.calm += added
         if self.calm < self.quiet * capacity:
             return False
-        lead, var = self.calm_lead, self.calm_var  # the window is over
-        stop = self._judge(lead, var) or self._tied(lead, var, self.calm_asked)
+        stop = self._judge(self.calm_lead, self.calm_var)  # the window is over
         if stop:
-            self.run.clear()
-            self.ties.clear()
             self.left = int(self.pause * capacity)
             self.pause = min(2 * self.pause, self.off_max)
             self.floor = self.calm_hit / max(1, self.calm_asked) - self.drop
@@ -119,25 +109,7 @@ class DutyCycle:
             total += before
             squares += before_var
             if total * total > z2 * squares:
-                return True
-        return False
-
-    def _tied(self, lead: int, var: int, asked: int) -> bool:
-        """Stop if the window that ends, alone or with the windows just before it (up to `span` in all,
-        either favour), bounds the other expert's lead below `tie_eps` of the tokens asked: its summed
-        lead plus `tie_z` sd of it (a window with no lead but 0 bounds nothing)."""
-        ties = self.ties
-        if self.tie_eps <= 0.0:
-            return False
-        ties.append((lead, var, asked))
-        del ties[:-self.span]
-        z2, total, squares, tokens = self.tie_z * self.tie_z, 0, 0, 0
-        for before, before_var, before_asked in reversed(ties):
-            total += before
-            squares += before_var
-            tokens += before_asked
-            room = self.tie_eps * tokens - total  # lead + tie_z sd < tie_eps asked
-            if squares > 0 and room > 0.0 and room * room > z2 * squares:
+                run.clear()
                 return True
         return False
 
