@@ -118,8 +118,6 @@ class Adaptive(EvictionPolicy):
         self._leaf: NodeView | None = None
         self._keys: ShadowKeysView | None = None  # the shadows' keys (from the first eviction)
         self._hit: NodeView | None = None  # where the real cache's match ended (on_hit, then on_lookup)
-        self._ended: NodeView | None = None  # ... kept for on_cache with the lookup's whole key: an insert that
-        self._whole = b""  # walks on from there (radix/tree.py) rebuilds its whole key from it
         self._twin: ShadowView | None = None  # plain LFU, copied from the real cache at a switch to LFU
         self._twin_lead = 0  # tokens the twin matched more than the real cache since that switch
         self._duty = DutyCycle(self.QUIET, self.QUIET_Z, self.QUIET_SPAN, self.OFF, self.OFF_MAX, self.REWARM,
@@ -193,11 +191,11 @@ class Adaptive(EvictionPolicy):
                 return
             history = self._history
             if history is not None:
-                history.lookup(start.ns, self._remember(start, key, hit))
+                history.lookup(start.ns, key if start.parent is None else absolute_key(start, key))
                 if history.bytes > self.HISTORY:
                     self._history = None
             return
-        full = self._remember(start, key, hit)
+        full = key if start.parent is None else absolute_key(start, key)
         if hit is not None and self._keys is not None:  # the shadows' keys start with its path's: hashed before
             self._keys.along(full, hit)
         mode, end = self.mode, start.end
@@ -229,12 +227,12 @@ class Adaptive(EvictionPolicy):
                 return
             history = self._history
             if history is not None:
-                history.insert(start.ns, self._whole_key(start, key), self._leaf, use)
+                history.insert(start.ns, key if start.parent is None else absolute_key(start, key), self._leaf, use)
                 self._leaf = None
                 if history.bytes > self.HISTORY:
                     self._history = None
             return
-        full = self._whole_key(start, key)
+        full = key if start.parent is None else absolute_key(start, key)
         mode, leaf = self.mode, self._leaf
         tail = leaf.key if leaf is not None else None
         self._leaf = None
@@ -261,22 +259,6 @@ class Adaptive(EvictionPolicy):
         if self._duty.cached(added, self._capacity, mode not in shadows):
             self._shadows = {}  # stopped (freed), and the twin with it: the ghosts stay as they are
             self._twin = None
-
-    def _remember(self, start: CachedNodeView, key: bytes, hit: NodeView | None) -> bytes:
-        """The lookup's whole key (from its namespace's root), kept with the node its match ended at."""
-        whole = key if start.parent is None else absolute_key(start, key)
-        self._ended, self._whole = hit, whole
-        return whole
-
-    def _whole_key(self, start: CachedNodeView, key: bytes) -> bytes:
-        """An insert's whole key: `key` below `start`, from the last lookup's whole key when `start` is
-        where its match ended (its path spells that key's first start.end tokens), else from the path."""
-        ended, self._ended = self._ended, None
-        if start.parent is None:
-            return key
-        if start is ended:
-            return self._whole[:4 * start.end] + key
-        return absolute_key(start, key)
 
     def _idle(self) -> None:
         """An insert while the other expert's shadow is stopped: its new tokens (its new leaf's) count
