@@ -10,12 +10,12 @@ from __future__ import annotations
 from types import ModuleType
 
 import pytest
-import torch
 from scripts import ROOT, load_script
 
-from radixkv import COMPILED_CORE, RadixCache
+from radixkv import COMPILED_CORE
 from radixkv.bench.opt import build_segments
-from radixkv.bench.runner import replay, sim_config
+from radixkv.bench.runner import replay
+from radixkv.eviction import POLICIES
 from radixkv.eviction.adaptive import Adaptive
 
 
@@ -26,26 +26,23 @@ def grid() -> ModuleType:
 
 
 def _run(grid: ModuleType, cell: str, share: float) -> tuple[float, list[tuple[int, str]], float]:
-    """The policy on a grid cell (the bench lifecycle): its token hit rate, its switches (request,
-    expert followed from then on) and LRU's hit rate on the same cell."""
+    """The policy on a grid cell (radixkv bench's replay): its token hit rate, its switches (request,
+    expert followed from then on; the prior's pick at the first eviction counts) and LRU's hit rate."""
     reqs, page = grid.load(cell)
-    longest = max(len(r.tokens) for r in reqs)
-    cap = grid.capacity(share, build_segments(reqs, page).total_pages * page, longest, page)
-    cache = RadixCache(sim_config(cap, page, "adaptive", longest))
-    policy = cache.tree.policy
-    assert isinstance(policy, Adaptive)
-    hit = asked = switches = 0
-    log = []
-    for i, r in enumerate(reqs):
-        m = cache.match_prefix(r.tokens[:r.prompt_len])
-        hit, asked = hit + m.length, asked + r.prompt_len
-        cache.lock(m.node)
-        cache.insert(r.tokens, torch.cat([m.slots, cache.alloc(len(r.tokens) - m.length)]))
-        cache.unlock(m.node)
-        if policy.switches != switches:  # (the prior's pick at the first eviction counts)
-            log.append((i, policy.leader))
-        switches = policy.switches
-    return hit / asked, log, replay(reqs, cap, "lru", page).hit_rate
+    cap = grid.capacity(share, build_segments(reqs, page).total_pages * page, max(len(r.tokens) for r in reqs), page)
+    policy, log, seen = Adaptive(), [], [0, 0]  # requests, switches
+
+    def step() -> None:
+        if policy.switches != seen[1]:
+            log.append((seen[0], policy.leader))
+        seen[:] = [seen[0] + 1, policy.switches]
+
+    POLICIES["probe"] = lambda: policy
+    try:
+        hit = replay(reqs, cap, "probe", page, on_request=step).hit_rate
+    finally:
+        del POLICIES["probe"]
+    return hit, log, replay(reqs, cap, "lru", page).hit_rate
 
 
 def test_chat_at_a_quarter_stays_within_half_a_point_of_lru(grid: ModuleType) -> None:

@@ -12,14 +12,11 @@ request, what a real cache under that expert would match. Per lookup the policy 
 lead (tokens the other expert matched minus those the followed one matched) and keeps decayed sums
 of the leads, their squares and the asked tokens (decay horizon: WINDOW cache-sizes of newly cached
 tokens). It switches when the lead exceeds MARGIN of the asked tokens, MIN_LEAD of the cache's size,
-and Z standard deviations; to LFU only while no SIGN_VETO more of the differing lookups (counted
-and decayed as the lead is) favoured LRU, for a token-weighted lead most lookups contradict is a few
-long lookups LFU may not repeat. It leaves LFU, once the real cache stands for it, also on a
-second, shorter horizon (LEAVE_WINDOW cache sizes, the same tests) once at least LEAVE_SIGN more of
-its differing lookups favoured LRU: on conversations LFU's lead collapses as old sessions' counts go
-stale, and the lead it banked over WINDOW would hold the switch back for tens of requests; the sign
-count keeps a few long lookups of a random trace from acting on the short horizon alone. The tree
-then re-keys its index (`epoch`). The expert just left gets a
+and Z standard deviations, to LFU only while no SIGN_VETO more of the differing lookups favoured
+LRU (not on a few long lookups most others contradict). Once the real cache stands for LFU, the same
+tests over LEAVE_WINDOW, with LEAVE_SIGN more lookups for LRU, also leave it: on conversations LFU's
+lead collapses as old sessions' counts go stale, and the lead banked over WINDOW held the switch back.
+The tree then re-keys its index (`epoch`). The expert just left gets a
 shadow copied from the real cache (its steady state); the expert now followed keeps its shadow as
 its reference until the real cache has turned over once (WARMUP), so the comparison never pits a
 steady expert against one in transient.
@@ -122,7 +119,7 @@ class Adaptive(EvictionPolicy):
         self._var = 0.0  # sum of squared leads
         self._asked = 0.0  # tokens asked
         self._sign = 0.0  # lookups where the other expert matched more minus those where it matched less
-        # the same four over LEAVE_WINDOW, from the last switch (read while LFU is followed and settled):
+        # the four over LEAVE_WINDOW, from the last switch (read while LFU is followed and settled):
         self._short_lead = self._short_var = self._short_asked = self._short_sign = 0.0
         self._capacity = 1  # the most tokens the real cache has held
         self._settle = 0  # tokens the real cache must still cache after a switch before it counts
