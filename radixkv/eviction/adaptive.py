@@ -5,21 +5,22 @@ documents, trees of thought), LRU wins sessions (chat, agents, long documents re
 a real long-context trace LFU lost to LRU by 8 points. A policy that guesses from features of the
 traffic can guess wrong on a trace it has not seen; this one measures instead.
 
-The real cache evicts in the order of one expert (LRU or LFU). A shadow (radix/shadow.py: the
-tree's own core with sizes and times only, handed out by the tree through eviction/view.py) replays the same traffic on metadata only under the other expert, with a capacity that follows the
-real cache's occupancy (so in-flight reservations shrink both alike); it reproduces, request for
-request, what a real cache under that expert would match. Per lookup the policy takes the paired
-lead (tokens the other expert matched minus those the followed one matched) and keeps decayed sums
-of the leads, their squares and the asked tokens (decay horizon: WINDOW cache-sizes of newly cached
-tokens). It switches when the lead exceeds MARGIN of the asked tokens, MIN_LEAD of the cache's size,
-and Z standard deviations, to LFU only while no SIGN_VETO more of the differing lookups favoured
-LRU (not on a few long lookups most others contradict). Once the real cache stands for LFU, the same
-tests over LEAVE_WINDOW, with LEAVE_SIGN more lookups for LRU, also leave it: on conversations LFU's
-lead collapses as old sessions' counts go stale, and the lead banked over WINDOW held the switch back.
-The tree then re-keys its index (`epoch`). The expert just left gets a
-shadow copied from the real cache (its steady state); the expert now followed keeps its shadow as
-its reference until the real cache has turned over once (WARMUP), so the comparison never pits a
-steady expert against one in transient.
+The real cache evicts in the order of one expert (LRU or LFU). A shadow (radix/shadow.py: the tree's
+own core with sizes and times only, handed out by the tree through eviction/view.py) replays the
+same traffic on metadata only under the other expert, with a capacity that follows the real cache's
+occupancy (so in-flight reservations shrink both alike); it reproduces, request for request, what a
+real cache under that expert would match. Per lookup the policy takes the paired lead (tokens the
+other expert matched minus those the followed one matched) and keeps decayed sums of the leads,
+their squares and the asked tokens (decay horizon: WINDOW cache-sizes of newly cached tokens). It
+switches when the lead exceeds MARGIN of the asked tokens, MIN_LEAD of the cache's size, and Z
+standard deviations, to LFU only while no SIGN_VETO more of the differing lookups favoured LRU (not
+on a few long lookups most others contradict). Once the real cache stands for LFU, the same tests
+over LEAVE_WINDOW, with LEAVE_SIGN more lookups for LRU, also leave it: on conversations LFU's lead
+collapses as old sessions' counts go stale, and the lead banked over WINDOW held the switch back.
+The tree then re-keys its index (`epoch`). The expert just left gets a shadow copied from the real
+cache (its steady state); the expert now followed keeps its shadow as its reference until the real
+cache has turned over once (WARMUP), so the comparison never pits a steady expert against one in
+transient.
 
 In steady state the other expert's shadow runs on every request, most of the policy's cost. Where
 it keeps losing it is stopped (freed) and later restarted as a copy of the real cache (eviction/duty.py
