@@ -221,8 +221,8 @@ class Adaptive(EvictionPolicy):
             return
         self._lead += lead
         self._var += lead * lead
-        duty.lookup(lead, length, len(key) // 4)
         asked = len(key) // 4
+        duty.lookup(lead, length, asked)
         self._asked += asked
         self._short_lead += lead
         self._short_var += lead * lead
@@ -231,14 +231,17 @@ class Adaptive(EvictionPolicy):
             sign = 1.0 if lead > 0 else -1.0
             self._sign += sign
             self._short_sign += sign
-        total, short = self._lead, self._short_lead
-        if (total > self.MARGIN * self._asked and total > self.MIN_LEAD * self._capacity
-                and total * total > self.Z * self.Z * self._var and (mode == 1 or self._sign > -self.SIGN_VETO)):
+        if self._clear(self._lead, self._asked, self._var) and (mode == 1 or self._sign > -self.SIGN_VETO):
             self._switch()
         elif (mode == 1 and mode not in shadows and self._short_sign >= self.LEAVE_SIGN
-              and short > self.MARGIN * self._short_asked and short > self.MIN_LEAD * self._capacity
-              and short * short > self.Z * self.Z * self._short_var):
+              and self._clear(self._short_lead, self._short_asked, self._short_var)):
             self._switch()
+
+    def _clear(self, lead: float, asked: float, var: float) -> bool:
+        """Whether decayed sums of leads (`lead`, their squares `var`, the tokens `asked`) make the other
+        expert's lead clear: MARGIN of the asked tokens, MIN_LEAD of the cache's size, Z sd."""
+        return (lead > self.MARGIN * asked and lead > self.MIN_LEAD * self._capacity
+                and lead * lead > self.Z * self.Z * var)
 
     def on_cache(self, start: CachedNodeView, key: bytes, cached: int, use: bool) -> None:
         if cached > self._capacity:
