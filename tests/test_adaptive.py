@@ -495,6 +495,7 @@ def test_the_plain_lfu_twin_keeps_ghost_counts_on_only_while_they_pay() -> None:
     policies = [c.tree.policy for c in caches]
     assert all(isinstance(p, Adaptive) for p in policies)
     switched = turned = None
+    at_turn = off = 0  # its switches at the turnover; requests after it (until its next switch) checked off
     for i, r in enumerate(reqs):
         before = [(p.mode, 1 in p._shadows) for p in policies]  # type: ignore[union-attr]
         for cache in caches:
@@ -508,10 +509,12 @@ def test_the_plain_lfu_twin_keeps_ghost_counts_on_only_while_they_pay() -> None:
                 policy._twin_lead = sign * 10**12  # the first cache's ghosts lead, the second's trail
             if warm and 1 not in policy._shadows and policy.mode == 1:  # the first turnover just ended
                 assert policy._ghosts.active == (sign < 0) and (policy._twin is not None) == (sign < 0)
-                turned = i
+                turned, at_turn = i, policy.switches
+            elif sign > 0 and turned is not None and policy.switches == at_turn:  # plain LFU from then on
+                assert not policy._ghosts.active and policy._twin is None
+                off += 1
         if switched is None and policies[0].mode == 1:
             switched = i
-    assert switched is not None and turned is not None and turned > switched
-    kept, dropped = policies
+    assert switched is not None and turned is not None and turned > switched and off > 0
+    kept = policies[0]
     assert kept.mode == 1 and kept._ghosts.active and kept._twin is not None  # type: ignore[union-attr]
-    assert not dropped._ghosts.active and dropped._twin is None  # type: ignore[union-attr]

@@ -13,10 +13,12 @@ real cache under that expert would match. Per lookup the policy takes the paired
 other expert matched minus those the followed one matched) and keeps decayed sums of the leads,
 their squares and the asked tokens (decay horizon: WINDOW cache-sizes of newly cached tokens). It
 switches when the lead exceeds MARGIN of the asked tokens, MIN_LEAD of the cache's size, and Z
-standard deviations, to LFU only while no SIGN_VETO more of the differing lookups favoured LRU (not
-on a few long lookups most others contradict). Once the real cache stands for LFU, the same tests
-over LEAVE_WINDOW, with LEAVE_SIGN more lookups for LRU, also leave it: on conversations LFU's lead
-collapses as old sessions' counts go stale, and the lead banked over WINDOW held the switch back.
+standard deviations, to LFU only while fewer than SIGN_VETO more of the differing lookups favoured
+LRU, and, unless the lead is SIGN_LEAD of the cache's size, more of them favoured LFU (not on a few
+long lookups the others contradict: on agent traces such leads come and go faster than a switch's
+transient). Once the real cache stands for LFU, the same tests over LEAVE_WINDOW, with LEAVE_SIGN
+more lookups for LRU, also leave it: on conversations LFU's lead collapses as old sessions' counts go
+stale, and the lead banked over WINDOW held the switch back.
 The tree then re-keys its index (`epoch`). The expert just left gets a shadow copied from the real
 cache (its steady state); the expert now followed keeps its shadow as its reference until the real
 cache has turned over once (WARMUP), so the comparison never pits a steady expert against one in
@@ -88,8 +90,9 @@ class Adaptive(EvictionPolicy):
     START = 0  # the expert followed until the evidence says otherwise: LRU (SGLang's default)
     WINDOW = 8.0  # decay horizon: tokens newly cached, as a multiple of the cache's size
     SIGN_VETO = 5.0  # no switch to LFU while this many more differing lookups favoured LRU (decayed as the lead)
+    SIGN_LEAD = 0.2  # ... nor while any more did (or as many), unless the lead is this share of the cache's size
     LEAVE_WINDOW = 3.0  # once settled on LFU, leave it also on the tests over this shorter horizon,
-    LEAVE_SIGN = 5.0  # ... when at least this many more differing lookups over it favoured LRU
+    LEAVE_SIGN = 4.0  # ... when at least this many more differing lookups over it favoured LRU
     WARMUP = 1.0  # after a switch, turnovers before the real cache stands for its expert
     MARGIN = 0.002  # switch when the other expert matched this share of the asked tokens more (0.2 points)
     MIN_LEAD = 0.05  # ... by at least this share of the cache's size in tokens (a switch costs a transient)
@@ -231,11 +234,17 @@ class Adaptive(EvictionPolicy):
             sign = 1.0 if lead > 0 else -1.0
             self._sign += sign
             self._short_sign += sign
-        if self._clear(self._lead, self._asked, self._var) and (mode == 1 or self._sign > -self.SIGN_VETO):
+        if self._clear(self._lead, self._asked, self._var) and (mode == 1 or not self._vetoed()):
             self._switch()
         elif (mode == 1 and mode not in shadows and self._short_sign >= self.LEAVE_SIGN
               and self._clear(self._short_lead, self._short_asked, self._short_var)):
             self._switch()
+
+    def _vetoed(self) -> bool:
+        """Whether the sign count vetoes a switch to LFU: SIGN_VETO more of the differing lookups favoured
+        LRU, or no fewer favoured it while the lead is under SIGN_LEAD of the cache's size."""
+        sign = self._sign
+        return sign <= -self.SIGN_VETO or (sign <= 0.0 and self._lead <= self.SIGN_LEAD * self._capacity)
 
     def _clear(self, lead: float, asked: float, var: float) -> bool:
         """Whether decayed sums of leads (`lead`, their squares `var`, the tokens `asked`) make the other
