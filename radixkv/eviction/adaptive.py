@@ -129,6 +129,8 @@ class Adaptive(EvictionPolicy):
         self._leaf: NodeView | None = None
         self._keys: ShadowKeysView | None = None  # the shadows' keys (from the first eviction)
         self._hit: NodeView | None = None  # where the real cache's match ended (on_hit, then on_lookup)
+        self._looked = b""  # the last lookup's key (from its root) with shadows running, and its _hit
+        self._looked_at: NodeView | None = None
         self._twin: ShadowView | None = None  # plain LFU, copied from the real cache at a switch to LFU
         self._twin_lead = 0  # tokens the twin matched more than the real cache since that switch
         self._duty = DutyCycle(self.QUIET, self.QUIET_Z, self.QUIET_SPAN, self.OFF, self.OFF_MAX, self.REWARM,
@@ -207,6 +209,7 @@ class Adaptive(EvictionPolicy):
                     self._history = None
             return
         full = key if start.parent is None else absolute_key(start, key)
+        self._looked, self._looked_at = full, hit
         if hit is not None and self._keys is not None:  # the shadows' keys start with its path's: hashed before
             self._keys.along(full, hit)
         mode, end = self.mode, start.end
@@ -258,13 +261,18 @@ class Adaptive(EvictionPolicy):
                 if history.bytes > self.HISTORY:
                     self._history = None
             return
-        full = key if start.parent is None else absolute_key(start, key)
+        ns, head, cut = start.ns, None, 0  # the key: head[:cut] + key, where the insert walked on from the last
+        if start.parent is not None:  # lookup's end (its key spells start's path), at token-byte keys; else whole
+            if start is self._looked_at and self._keys is not None and not self._keys.hashed:
+                head, cut = self._looked, 4 * start.end
+            else:
+                key = absolute_key(start, key)
         mode, leaf = self.mode, self._leaf
         tail = leaf.key if leaf is not None else None
         self._leaf = None
-        added = shadows[1 - mode].insert(start.ns, full, cached, use, tail)
+        added = shadows[1 - mode].insert(ns, key, cached, use, tail, head, cut)
         if mode in shadows:
-            own = shadows[mode].insert(start.ns, full, cached, use, tail)
+            own = shadows[mode].insert(ns, key, cached, use, tail, head, cut)
             added = own if own > added else added
             self._settle -= added
             if self._settle <= 0:  # the real cache now holds what its expert would: it counts
@@ -272,11 +280,11 @@ class Adaptive(EvictionPolicy):
                 if self._ghosts.active and self._twin is None:  # from now on the real cache is plain LFU's
                     self._ghosts.active = False
                     self.epoch += 1
-        if leaf is not None and self._keys is not None:  # its edge's hashes, for the next key through it
-            self._keys.remember(leaf, full)
+        if leaf is not None and self._keys is not None and head is None:  # its edge's hashes, for the next key
+            self._keys.remember(leaf, key)
         twin = self._twin
         if twin is not None:
-            twin.insert(start.ns, full, cached, use, tail)
+            twin.insert(ns, key, cached, use, tail, head, cut)
             if mode not in shadows and -self._twin_lead <= self.GHOST_KEEP * self._capacity:
                 self._twin = None  # turned over, and the ghosts no longer pay: plain LFU from now on
                 self._ghosts.active = False

@@ -55,8 +55,10 @@ class ShadowView(Protocol):
 
     def match(self, ns: bytes, key: bytes) -> int: ...  # tokens held of key (from the ns root); refreshes
 
-    def insert(self, ns: bytes, key: bytes, capacity: int, use: bool, tail: bytes | None = None) -> int: ...
-    # evict down to capacity, add; `tail`: an object equal to key's end that a new leaf may keep instead of a copy
+    def insert(self, ns: bytes, key: bytes, capacity: int, use: bool, tail: bytes | None = None,
+               head: bytes | None = None, cut: int = 0) -> int: ...
+    # evict down to capacity, add; `tail`: an object equal to key's end that a new leaf may keep instead of a copy;
+    # with `head` the key is head[:cut] + key (never put together where the last match asked `head` itself)
 
 
 class ShadowKeysView(Protocol):

@@ -113,36 +113,51 @@ class ShadowTree(LeafHeap):
         self._matched = (ns, key, path, pos, self._version)
         return matched
 
-    def _walk_on(self, ns: bytes, key: bytes, root: ShadowNode) -> tuple[list[ShadowNode], int]:
-        """The walk of `key`, continued from the last match when `key` extends it and nothing changed
-        since (the lifecycle match(prompt) -> insert(prompt + output) walks the prompt once)."""
+    def _walk_on(self, ns: bytes, key: bytes, root: ShadowNode, head: bytes | None, cut: int
+                 ) -> tuple[list[ShadowNode], int, bytes, int]:
+        """The walk of the key (`key`, or head[:cut] + key), continued from the last match when the key
+        extends it and nothing changed since (the lifecycle match(prompt) -> insert(prompt + output) walks
+        the prompt once), and the key's bytes past the walk: (path, pos, left, off), the key's from pos on
+        being left[off:]. Where the last match asked `head` itself the key is never put together, and its
+        bytes past the match are copied only for a walk that can go on from there."""
         matched, self._matched = self._matched, None
         if matched is not None:
             m_ns, m_key, path, pos, version = matched
-            if version == self._version and m_ns == ns and (key.startswith(m_key)  # (no copy: the lifecycle's case)
-                                                            or pos < len(m_key) and key.startswith(m_key[:pos])):
-                more, end = self.walk(key[pos:], path[-1])
-                return path + more, pos + end
-        return self.walk(key, root)
+            if version == self._version and m_ns == ns:
+                past = _past(m_key, pos, key, head, cut)
+                if past is not None:
+                    left, off = past
+                    node, pb = path[-1], self.page_bytes
+                    if off < len(left) and left[off:off + pb] in node.children:
+                        more, end = self.walk(left[off:], node)
+                        return path + more, pos + end, left, off + end
+                    return path, pos, left, off
+        if head is not None:
+            key = head[:cut] + key
+        path, pos = self.walk(key, root)
+        return path, pos, key, pos
 
-    def insert(self, ns: bytes, key: bytes, capacity: int, use: bool = True, tail: bytes | None = None) -> int:
-        """Cache `key` (int32 token bytes, whole pages) below `ns`, first evicting down to `capacity`
-        tokens in all (never the path of `key` itself); `use` counts it as RadixTree.insert(use=True)
-        does. A new leaf of a shadow that keeps token bytes keeps `tail` as its key when it equals the
-        end of `key` it needs (the real tree's new leaf's key: one bytes object for both trees instead
-        of a copy each). Returns the tokens added."""
+    def insert(self, ns: bytes, key: bytes, capacity: int, use: bool = True, tail: bytes | None = None,
+               head: bytes | None = None, cut: int = 0) -> int:
+        """Cache `key` (int32 token bytes, whole pages; with `head`, head[:cut] + key, `cut` bytes of
+        whole pages) below `ns`, first evicting down to `capacity` tokens in all (never the path of the
+        key itself); `use` counts it as RadixTree.insert(use=True) does. A new leaf of a shadow that keeps
+        token bytes keeps `tail` as its key when it equals the end of the key it needs (the real tree's
+        new leaf's key: one bytes object for both trees instead of a copy each). Returns the tokens added."""
         root = self.roots.get(ns)
         if root is None:
             root = self._root(ns)
+        if head is not None and self._hashed:  # (the hashes of a key are made from the whole of it)
+            key, head = head[:cut] + key, None
         key = self.keys.of(key)
-        path, pos = self._walk_on(ns, key, root)
+        path, pos, left, off = self._walk_on(ns, key, root, head, cut)
         self._version += 1
         node, pb, ps = root, self.page_bytes, self.page_size
         if path:
             node = path[-1]
             if node.depth + node.size > pos // pb * ps:
                 node = path[-1] = self.split_edge(node, pos // pb * ps - node.depth)
-        excess = self.used + (len(key) - pos) // pb * ps - capacity
+        excess = self.used + (len(left) - off) // pb * ps - capacity
         if excess > 0:
             self._held = node
             if node.hkey is not None:
@@ -154,9 +169,9 @@ class ShadowTree(LeafHeap):
             if ns not in self.roots:  # eviction drops emptied roots, this one included
                 self.roots[ns] = root
         leaf = None
-        if pos < len(key):
-            share = tail is not None and not self._hashed and len(tail) == len(key) - pos and key.endswith(tail)
-            leaf = self.add_leaf(node, tail if share and tail is not None else key[pos:])
+        if off < len(left):
+            share = tail is not None and not self._hashed and len(tail) == len(left) - off and left.endswith(tail)
+            leaf = self.add_leaf(node, tail if share and tail is not None else left[off:] if off else left)
             self.used += leaf.size
             path.append(leaf)
             if node.hkey is not None:
@@ -232,3 +247,17 @@ class ShadowTree(LeafHeap):
                 self._push(node)
         for ns in [ns for ns, r in self.roots.items() if not r.children]:
             del self.roots[ns]
+
+
+def _past(m_key: bytes, pos: int, key: bytes, head: bytes | None, cut: int) -> tuple[bytes, int] | None:
+    """(left, off), the key's (`key`, or head[:cut] + key) bytes from `pos` on being left[off:], if its first
+    `pos` are `m_key`'s (a match's walk that reached `pos` is the key's walk there), else None."""
+    if head is None:
+        if key.startswith(m_key) or pos < len(m_key) and key.startswith(m_key[:pos]):  # (no copy: the lifecycle's)
+            return key, pos
+        return None
+    if head is not m_key:
+        return None
+    if pos <= cut:
+        return (key, 0) if pos == cut else (head[pos:cut] + key, 0)
+    return (key, pos - cut) if key.startswith(head[cut:pos]) else None
