@@ -3,7 +3,8 @@
 Policies order nodes and learn from the tree's hooks; they never change a node. The radix index's
 TreeNode satisfies CachedNodeView (a NodeView with its tree) and RadixTree TreeView; a shadow's
 ShadowNode (both are PrefixNodes, radix/core.py) satisfies NodeView: every field a key function
-reads, which is all a shadow's fixed policy asks of it. Hooks see CachedNodeViews, keys NodeViews. Nothing in eviction/ imports radix/: the dependency runs one way, radix -> eviction.
+reads, which is all a shadow's fixed policy asks of it. Hooks see CachedNodeViews, keys NodeViews.
+Nothing in eviction/ imports radix/: the dependency runs one way, radix -> eviction.
 """
 
 from __future__ import annotations

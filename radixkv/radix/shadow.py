@@ -9,8 +9,8 @@ and trims its tail when less is needed, as radix/evict.py does. So a shadow runn
 reports, request for request, the hits the real cache would get under P
 (tests/test_adaptive.py checks this against the real cache on the bench traces).
 
-Its nodes and its evictable leaves' heap are radix/shadow_heap.py's. The adaptive policy gets shadows from the tree it serves
-(RadixTree.shadow / shadow_copy) through eviction/view.py, and never imports this module.
+Its nodes and its evictable leaves' heap are radix/shadow_heap.py's. The adaptive policy gets shadows from the tree
+it serves (RadixTree.shadow / shadow_copy) through eviction/view.py, and never imports this module.
 
 Keys: from page 3 on a shadow keeps one 64-bit hash a page instead of token bytes (radix/shadow_keys.py,
 shared by a tree's shadows), with the same shape, splits and matches as a tree of token bytes.
@@ -19,7 +19,10 @@ Cost per call: one walk over the edges of the key, a split at most, and O(log n)
 leaf touched or evicted; from page 3 on, hashing the key's pages not hashed for the last call (a
 match: those past the pages known, only if its walk reaches them and could go on). Where the key and an
 edge part, a binary search of memcmps finds their common pages (`parting`; the core's numpy compare costs
-~18k instructions a call).
+~18k instructions a call). An insert that extends the last match walks on from where it ended; it may take its key
+as the match's key, a cut and the rest (head[:cut] + key: the adaptive policy's insert that the real tree walked on
+from its lookup's end), never put together then. A trim keeps the victim's head in place under the id the upper
+node of a split would take (the same keys and order, no new node).
 """
 
 from __future__ import annotations
