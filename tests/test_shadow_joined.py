@@ -83,7 +83,7 @@ class _Counted(Adaptive):
         self.walked_on = 0
 
     def on_cache(self, start, key, cached, use) -> None:  # type: ignore[no-untyped-def]
-        self.walked_on += start.parent is not None and start is self._looked_at and bool(self._shadows)
+        self.walked_on += start.parent is not None and start is self._looked_at
         super().on_cache(start, key, cached, use)
 
 
@@ -121,3 +121,21 @@ def test_adaptive_walked_on_inserts_decide_as_with_whole_keys(subclasses: None) 
             hits.append((m.length, cache.tree.policy.mode, cache.tree.policy.switches))
         assert hits[0] == hits[1]
     assert caches[0].tree.policy.switches == 2 and caches[0].tree.policy.walked_on > len(reqs) // 2
+
+
+def test_the_history_keeps_what_it_kept_from_whole_keys(subclasses: None) -> None:
+    """Before the first eviction, the history of walked-on inserts given as the lookup's key, a cut and the
+    rest holds the same entries (lengths, leaves, kept key bytes) and charges the same bytes as from whole keys."""
+    reqs = agent(num_agents=16, steps=8, tools_prompt_len=1100, action_len=32, tool_output_len=96)[:60]
+    caches = [RadixCache(sim_config(200_000, 1, policy, 8192)) for policy in (_Counted.name, _WholeKeys.name)]
+    for r in reqs:
+        for cache in caches:
+            m = cache.match_prefix(r.tokens[:r.prompt_len])
+            cache.lock(m.node)
+            cache.insert(r.tokens, torch.cat([m.slots, cache.alloc(len(r.tokens) - m.length)]))
+            cache.unlock(m.node)
+    histories = [cache.tree.policy._history for cache in caches]
+    assert histories[0].bytes == histories[1].bytes and list(histories[0]) == list(histories[1])
+    kinds = [[type(item).__name__ for _, item, _ in h.entries] for h in histories]
+    assert kinds[0] == kinds[1] and kinds[0].count("int") > 40  # lookups kept as lengths into the next key
+    assert caches[0].tree.policy.walked_on > 40 and caches[1].tree.policy._looked_at is None

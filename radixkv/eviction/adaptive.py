@@ -204,7 +204,9 @@ class Adaptive(EvictionPolicy):
                 return
             history = self._history
             if history is not None:
-                history.lookup(start.ns, key if start.parent is None else absolute_key(start, key))
+                full = key if start.parent is None else absolute_key(start, key)
+                self._looked, self._looked_at = full, hit
+                history.lookup(start.ns, full)
                 if history.bytes > self.HISTORY:
                     self._history = None
             return
@@ -256,17 +258,14 @@ class Adaptive(EvictionPolicy):
                 return
             history = self._history
             if history is not None:
-                history.insert(start.ns, key if start.parent is None else absolute_key(start, key), self._leaf, use)
+                key, head, cut = self._split_key(start, key, True)
+                history.insert(start.ns, key, self._leaf, use, head, cut)
                 self._leaf = None
                 if history.bytes > self.HISTORY:
                     self._history = None
             return
-        ns, head, cut = start.ns, None, 0  # the key: head[:cut] + key, where the insert walked on from the last
-        if start.parent is not None:  # lookup's end (its key spells start's path), at token-byte keys; else whole
-            if start is self._looked_at and self._keys is not None and not self._keys.hashed:
-                head, cut = self._looked, 4 * start.end
-            else:
-                key = absolute_key(start, key)
+        ns = start.ns
+        key, head, cut = self._split_key(start, key, self._keys is not None and not self._keys.hashed)
         mode, leaf = self.mode, self._leaf
         tail = leaf.key if leaf is not None else None
         self._leaf = None
@@ -293,6 +292,16 @@ class Adaptive(EvictionPolicy):
         if self._duty.cached(added, self._capacity, mode not in shadows):
             self._shadows = {}  # stopped (freed), and the twin with it: the ghosts stay as they are
             self._twin = None
+
+    def _split_key(self, start: CachedNodeView, key: bytes, split: bool) -> tuple[bytes, bytes | None, int]:
+        """An insert's `key` below `start` as (key, head, cut), the whole being head[:cut] + key: with `split`,
+        where the insert walked on from the last lookup's end, that lookup's key (it spells start's path), else
+        the whole key from the root (history.py's absolute_key where `start` is not a root)."""
+        if start.parent is None:
+            return key, None, 0
+        if split and start is self._looked_at:
+            return key, self._looked, 4 * start.end
+        return absolute_key(start, key), None, 0
 
     def _idle(self) -> None:
         """An insert while the other expert's shadow is stopped: its new tokens (its new leaf's) count
