@@ -1,11 +1,10 @@
-"""A shadow insert of a key given as head[:cut] + rest (radix/shadow.py: the adaptive policy's insert that walked
-on from its lookup's end) against the same insert of the key put together."""
+"""A key given as head[:cut] + rest (the adaptive policy's insert that the real tree walked on from its lookup's
+end) against the key put together: a shadow's insert (radix/shadow.py), the policy's decisions and its history."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
 
 from radixkv import RadixCache
 from radixkv.bench.runner import sim_config
@@ -14,9 +13,7 @@ from radixkv.eviction import POLICIES, make_policy
 from radixkv.eviction.adaptive import Adaptive
 from radixkv.radix.shadow import ShadowTree
 from radixkv.radix.shadow_heap import ShadowNode
-
-REQS = agent(num_agents=24, steps=8, tools_prompt_len=256, action_len=32, tool_output_len=96)
-
+from test_adaptive import _serve
 
 def _state(shadow: ShadowTree) -> list[tuple]:
     """Everything a shadow's later answers depend on: each node's place, key and policy fields, and the
@@ -114,11 +111,7 @@ def test_adaptive_walked_on_inserts_decide_as_with_whole_keys(subclasses: None) 
     for r in reqs:
         hits = []
         for cache in caches:
-            m = cache.match_prefix(r.tokens[:r.prompt_len])
-            cache.lock(m.node)
-            cache.insert(r.tokens, torch.cat([m.slots, cache.alloc(len(r.tokens) - m.length)]))
-            cache.unlock(m.node)
-            hits.append((m.length, cache.tree.policy.mode, cache.tree.policy.switches))
+            hits.append((_serve(cache, r), cache.tree.policy.mode, cache.tree.policy.switches))
         assert hits[0] == hits[1]
     assert caches[0].tree.policy.switches == 2 and caches[0].tree.policy.walked_on > len(reqs) // 2
 
@@ -130,10 +123,7 @@ def test_the_history_keeps_what_it_kept_from_whole_keys(subclasses: None) -> Non
     caches = [RadixCache(sim_config(200_000, 1, policy, 8192)) for policy in (_Counted.name, _WholeKeys.name)]
     for r in reqs:
         for cache in caches:
-            m = cache.match_prefix(r.tokens[:r.prompt_len])
-            cache.lock(m.node)
-            cache.insert(r.tokens, torch.cat([m.slots, cache.alloc(len(r.tokens) - m.length)]))
-            cache.unlock(m.node)
+            _serve(cache, r)
     histories = [cache.tree.policy._history for cache in caches]
     assert histories[0].bytes == histories[1].bytes and list(histories[0]) == list(histories[1])
     kinds = [[type(item).__name__ for _, item, _ in h.entries] for h in histories]
