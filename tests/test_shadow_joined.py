@@ -15,6 +15,7 @@ from radixkv.radix.shadow import ShadowTree
 from radixkv.radix.shadow_heap import ShadowNode
 from test_adaptive import _serve
 
+
 def _state(shadow: ShadowTree) -> list[tuple]:
     """Everything a shadow's later answers depend on: each node's place, key and policy fields, and the
     heap's live keys (in heap order)."""
