@@ -129,8 +129,8 @@ class Adaptive(EvictionPolicy):
         self._leaf: NodeView | None = None
         self._keys: ShadowKeysView | None = None  # the shadows' keys (from the first eviction)
         self._hit: NodeView | None = None  # where the real cache's match ended (on_hit, then on_lookup)
-        self._looked = b""  # the last lookup's key (from its root) with shadows running, and its _hit
-        self._looked_at: NodeView | None = None
+        self._looked = b""  # a lookup's key (from its root; the last but while the shadow is stopped) and its
+        self._looked_at: NodeView | None = None  # _hit: the key spells that node's path (_split_key)
         self._twin: ShadowView | None = None  # plain LFU, copied from the real cache at a switch to LFU
         self._twin_lead = 0  # tokens the twin matched more than the real cache since that switch
         self._duty = DutyCycle(self.QUIET, self.QUIET_Z, self.QUIET_SPAN, self.OFF, self.OFF_MAX, self.REWARM,
