@@ -108,3 +108,17 @@ def test_an_upper_node_a_match_split_off_takes_its_hashes_from_its_only_childs_k
     assert keys.of(prompt) == ShadowKeys(16).of(prompt) and list(keys._edges) == [leaf.id, upper.id]
     edges = keys.real_edges([upper, leaf])
     assert edges == ShadowKeys(16).edges([upper.key, leaf.key]) and edges[0] is keys._edges[upper.id]
+
+
+def test_a_trimmed_shadow_leaf_keeps_its_head_as_the_node_a_split_would_make() -> None:
+    """An eviction that needs fewer tokens than its victim holds keeps the victim's head in the same node
+    object (no split), under the next id, which a split's new upper node would have taken: the same keys and
+    order (test_adaptive.py's shadows match the real cache, trims included)."""
+    shadow = ShadowTree(make_policy("lru"), 1)
+    shadow.insert(b"", np.arange(10, dtype=np.int32).tobytes(), 100)
+    leaf = next(iter(shadow.roots[b""].children.values()))
+    next_id = shadow._next_id
+    shadow.insert(b"", np.arange(100, 104, dtype=np.int32).tobytes(), 11)  # 3 of the 10 must go
+    assert next(iter(shadow.roots[b""].children.values())) is leaf
+    assert (leaf.id, leaf.size, leaf.key) == (next_id, 7, np.arange(7, dtype=np.int32).tobytes())
+    assert shadow._next_id == next_id + 2 and shadow.used == 11

@@ -132,6 +132,8 @@ class Adaptive(EvictionPolicy):
         self._leaf: NodeView | None = None
         self._keys: ShadowKeysView | None = None  # the shadows' keys (from the first eviction)
         self._hit: NodeView | None = None  # where the real cache's match ended (on_hit, then on_lookup)
+        self._looked = b""  # a lookup's key (from its root; the last but while the shadow is stopped) and its
+        self._looked_at: NodeView | None = None  # _hit: the key spells that node's path (_split_key)
         self._twin: ShadowView | None = None  # plain LFU, copied from the real cache at a switch to LFU
         self._twin_lead = 0  # tokens the twin matched more than the real cache since that switch
         self._duty = DutyCycle(self.QUIET, self.QUIET_Z, self.QUIET_SPAN, self.OFF, self.OFF_MAX, self.REWARM,
@@ -205,11 +207,14 @@ class Adaptive(EvictionPolicy):
                 return
             history = self._history
             if history is not None:
-                history.lookup(start.ns, key if start.parent is None else absolute_key(start, key))
+                full = key if start.parent is None else absolute_key(start, key)
+                self._looked, self._looked_at = full, hit
+                history.lookup(start.ns, full)
                 if history.bytes > self.HISTORY:
                     self._history = None
             return
         full = key if start.parent is None else absolute_key(start, key)
+        self._looked, self._looked_at = full, hit
         if hit is not None and self._keys is not None:  # the shadows' keys start with its path's: hashed before
             self._keys.along(full, hit)
         mode, end = self.mode, start.end
@@ -262,18 +267,20 @@ class Adaptive(EvictionPolicy):
                 return
             history = self._history
             if history is not None:
-                history.insert(start.ns, key if start.parent is None else absolute_key(start, key), self._leaf, use)
+                key, head, cut = self._split_key(start, key, True)
+                history.insert(start.ns, key, self._leaf, use, head, cut)
                 self._leaf = None
                 if history.bytes > self.HISTORY:
                     self._history = None
             return
-        full = key if start.parent is None else absolute_key(start, key)
+        ns = start.ns
+        key, head, cut = self._split_key(start, key, self._keys is not None and not self._keys.hashed)
         mode, leaf = self.mode, self._leaf
         tail = leaf.key if leaf is not None else None
         self._leaf = None
-        added = shadows[1 - mode].insert(start.ns, full, cached, use, tail)
+        added = shadows[1 - mode].insert(ns, key, cached, use, tail, head, cut)
         if mode in shadows:
-            own = shadows[mode].insert(start.ns, full, cached, use, tail)
+            own = shadows[mode].insert(ns, key, cached, use, tail, head, cut)
             added = own if own > added else added
             self._settle -= added
             if self._settle <= 0:  # the real cache now holds what its expert would: it counts
@@ -281,11 +288,11 @@ class Adaptive(EvictionPolicy):
                 if self._ghosts.active and self._twin is None:  # from now on the real cache is plain LFU's
                     self._ghosts.active = False
                     self.epoch += 1
-        if leaf is not None and self._keys is not None:  # its edge's hashes, for the next key through it
-            self._keys.remember(leaf, full)
+        if leaf is not None and self._keys is not None and head is None:  # its edge's hashes, for the next key
+            self._keys.remember(leaf, key)
         twin = self._twin
         if twin is not None:
-            twin.insert(start.ns, full, cached, use, tail)
+            twin.insert(ns, key, cached, use, tail, head, cut)
             if mode not in shadows and -self._twin_lead <= self.GHOST_KEEP * self._capacity:
                 self._twin = None  # turned over, and the ghosts no longer pay: plain LFU from now on
                 self._ghosts.active = False
@@ -294,6 +301,16 @@ class Adaptive(EvictionPolicy):
         if self._duty.cached(added, self._capacity, mode not in shadows):
             self._shadows = {}  # stopped (freed), and the twin with it: the ghosts stay as they are
             self._twin = None
+
+    def _split_key(self, start: CachedNodeView, key: bytes, split: bool) -> tuple[bytes, bytes | None, int]:
+        """An insert's `key` below `start` as (key, head, cut), the whole being head[:cut] + key: with `split`,
+        where the insert walked on from the last lookup's end, that lookup's key (it spells start's path), else
+        the whole key from the root (history.py's absolute_key where `start` is not a root)."""
+        if start.parent is None:
+            return key, None, 0
+        if split and start is self._looked_at:
+            return key, self._looked, 4 * start.end
+        return absolute_key(start, key), None, 0
 
     def _idle(self) -> None:
         """An insert while the other expert's shadow is stopped: its new tokens (its new leaf's) count

@@ -46,20 +46,24 @@ class History:
         self.entries.append((ns, key, None))
         self.bytes += self.ENTRY_BYTES + len(key)
 
-    def insert(self, ns: bytes, key: bytes, leaf: NodeView | None, use: bool) -> None:
-        """`key` (from the root of `ns`) is cached now; `leaf` is the leaf this insert made, if any."""
+    def insert(self, ns: bytes, key: bytes, leaf: NodeView | None, use: bool, head: bytes | None = None,
+               cut: int = 0) -> None:
+        """`key` (from the root of `ns`; with `head`, head[:cut] + key, put together only if kept as bytes) is
+        cached now; `leaf` is the leaf this insert made, if any."""
         entries = self.entries
         if entries:
             last_ns, last, last_use = entries[-1]
-            if last_use is None and isinstance(last, bytes) and last_ns == ns and key.startswith(last):
+            if last_use is None and isinstance(last, bytes) and last_ns == ns and (
+                    key.startswith(last) if head is None else last is head and key.startswith(last[cut:])):
                 entries[-1] = (ns, len(last), None)
                 self.bytes -= len(last)
-        if leaf is not None and leaf.end * 4 == len(key):
+        if leaf is not None and leaf.end * 4 == cut + len(key):
             entries.append((ns, leaf, use))
             self.bytes += self.ENTRY_BYTES
         else:
-            entries.append((ns, key, use))
-            self.bytes += self.ENTRY_BYTES + len(key)
+            whole = key if head is None else head[:cut] + key
+            entries.append((ns, whole, use))
+            self.bytes += self.ENTRY_BYTES + len(whole)
 
     def __iter__(self) -> Iterator[tuple[bytes, bytes, bool | None]]:
         """(ns, key from the root, None for a lookup or the insert's use), in order. Valid until the

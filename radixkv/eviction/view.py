@@ -3,7 +3,8 @@
 Policies order nodes and learn from the tree's hooks; they never change a node. The radix index's
 TreeNode satisfies CachedNodeView (a NodeView with its tree) and RadixTree TreeView; a shadow's
 ShadowNode (both are PrefixNodes, radix/core.py) satisfies NodeView: every field a key function
-reads, which is all a shadow's fixed policy asks of it. Hooks see CachedNodeViews, keys NodeViews. Nothing in eviction/ imports radix/: the dependency runs one way, radix -> eviction.
+reads, which is all a shadow's fixed policy asks of it. Hooks see CachedNodeViews, keys NodeViews.
+Nothing in eviction/ imports radix/: the dependency runs one way, radix -> eviction.
 """
 
 from __future__ import annotations
@@ -55,8 +56,10 @@ class ShadowView(Protocol):
 
     def match(self, ns: bytes, key: bytes) -> int: ...  # tokens held of key (from the ns root); refreshes
 
-    def insert(self, ns: bytes, key: bytes, capacity: int, use: bool, tail: bytes | None = None) -> int: ...
-    # evict down to capacity, add; `tail`: an object equal to key's end that a new leaf may keep instead of a copy
+    def insert(self, ns: bytes, key: bytes, capacity: int, use: bool, tail: bytes | None = None,
+               head: bytes | None = None, cut: int = 0) -> int: ...
+    # evict down to capacity, add; `tail`: an object equal to key's end that a new leaf may keep instead of a copy;
+    # with `head` the key is head[:cut] + key (never put together where the last match asked `head` itself)
 
 
 class ShadowKeysView(Protocol):

@@ -9,8 +9,8 @@ and trims its tail when less is needed, as radix/evict.py does. So a shadow runn
 reports, request for request, the hits the real cache would get under P
 (tests/test_adaptive.py checks this against the real cache on the bench traces).
 
-Its nodes and its evictable leaves' heap are radix/shadow_heap.py's. The adaptive policy gets shadows from the tree it serves
-(RadixTree.shadow / shadow_copy) through eviction/view.py, and never imports this module.
+Its nodes and its evictable leaves' heap are radix/shadow_heap.py's. The adaptive policy gets shadows from the tree
+it serves (RadixTree.shadow / shadow_copy) through eviction/view.py, and never imports this module.
 
 Keys: from page 3 on a shadow keeps one 64-bit hash a page instead of token bytes (radix/shadow_keys.py,
 shared by a tree's shadows), with the same shape, splits and matches as a tree of token bytes.
@@ -19,13 +19,16 @@ Cost per call: one walk over the edges of the key, a split at most, and O(log n)
 leaf touched or evicted; from page 3 on, hashing the key's pages not hashed for the last call (a
 match: those past the pages known, only if its walk reaches them and could go on). Where the key and an
 edge part, a binary search of memcmps finds their common pages (`parting`; the core's numpy compare costs
-~18k instructions a call).
+~18k instructions a call). An insert that extends the last match walks on from where it ended; it may take its key
+as the match's key, a cut and the rest (head[:cut] + key: the adaptive policy's insert that the real tree walked on
+from its lookup's end), never put together then. A trim keeps the victim's head in place under the id the upper
+node of a split would take (the same keys and order, no new node).
 """
 
 from __future__ import annotations
 
-from heapq import heappop
-from typing import TYPE_CHECKING, Iterable
+import heapq
+from typing import TYPE_CHECKING, Final, Iterable
 
 from radixkv.radix.shadow_heap import LeafHeap, ShadowNode
 from radixkv.radix.shadow_keys import ShadowKeys
@@ -33,6 +36,8 @@ from radixkv.radix.shadow_keys import ShadowKeys
 if TYPE_CHECKING:
     from radixkv.eviction.view import FixedPolicyView
     from radixkv.radix.node import TreeNode
+
+_heappop: Final = heapq.heappop  # (Final: compiled, a C static, not a module-dict lookup a call)
 
 
 class ShadowTree(LeafHeap):
@@ -56,13 +61,14 @@ class ShadowTree(LeafHeap):
         return root
 
     def parting(self, edge: bytes, key: bytes, pos: int) -> int:
-        """TreeCore.parting by a binary search of memcmps, one slice and memcmp a step, not numpy
-        (core.common_bytes: ~18k instructions a call)."""
+        """TreeCore.parting by a binary search of memcmps, not numpy (core.common_bytes: ~18k instructions
+        a call). The first `lo` pages are known equal, so a step slices and compares only pages [lo, mid):
+        the slices halve, ~one edge's bytes copied in all (not a slice from the edge's start a step)."""
         pb = self.page_bytes
         lo, hi = 1, min(len(edge), len(key) - pos) // pb
         while lo < hi:
             mid = (lo + hi + 1) // 2
-            if key.startswith(edge[:mid * pb], pos):
+            if key.startswith(edge[lo * pb:mid * pb], pos + lo * pb):
                 lo = mid
             else:
                 hi = mid - 1
@@ -110,36 +116,51 @@ class ShadowTree(LeafHeap):
         self._matched = (ns, key, path, pos, self._version)
         return matched
 
-    def _walk_on(self, ns: bytes, key: bytes, root: ShadowNode) -> tuple[list[ShadowNode], int]:
-        """The walk of `key`, continued from the last match when `key` extends it and nothing changed
-        since (the lifecycle match(prompt) -> insert(prompt + output) walks the prompt once)."""
+    def _walk_on(self, ns: bytes, key: bytes, root: ShadowNode, head: bytes | None, cut: int
+                 ) -> tuple[list[ShadowNode], int, bytes, int]:
+        """The walk of the key (`key`, or head[:cut] + key), continued from the last match when the key
+        extends it and nothing changed since (the lifecycle match(prompt) -> insert(prompt + output) walks
+        the prompt once), and the key's bytes past the walk: (path, pos, left, off), the key's from pos on
+        being left[off:]. Where the last match asked `head` itself the key is never put together, and its
+        bytes past the match are copied only for a walk that can go on from there."""
         matched, self._matched = self._matched, None
         if matched is not None:
             m_ns, m_key, path, pos, version = matched
-            if version == self._version and m_ns == ns and (key.startswith(m_key)  # (no copy: the lifecycle's case)
-                                                            or pos < len(m_key) and key.startswith(m_key[:pos])):
-                more, end = self.walk(key[pos:], path[-1])
-                return path + more, pos + end
-        return self.walk(key, root)
+            if version == self._version and m_ns == ns:
+                past = _past(m_key, pos, key, head, cut)
+                if past is not None:
+                    left, off = past
+                    node, pb = path[-1], self.page_bytes
+                    if off < len(left) and left[off:off + pb] in node.children:
+                        more, end = self.walk(left[off:], node)
+                        return path + more, pos + end, left, off + end
+                    return path, pos, left, off
+        if head is not None:
+            key = head[:cut] + key
+        path, pos = self.walk(key, root)
+        return path, pos, key, pos
 
-    def insert(self, ns: bytes, key: bytes, capacity: int, use: bool = True, tail: bytes | None = None) -> int:
-        """Cache `key` (int32 token bytes, whole pages) below `ns`, first evicting down to `capacity`
-        tokens in all (never the path of `key` itself); `use` counts it as RadixTree.insert(use=True)
-        does. A new leaf of a shadow that keeps token bytes keeps `tail` as its key when it equals the
-        end of `key` it needs (the real tree's new leaf's key: one bytes object for both trees instead
-        of a copy each). Returns the tokens added."""
+    def insert(self, ns: bytes, key: bytes, capacity: int, use: bool = True, tail: bytes | None = None,
+               head: bytes | None = None, cut: int = 0) -> int:
+        """Cache `key` (int32 token bytes, whole pages; with `head`, head[:cut] + key, `cut` bytes of
+        whole pages) below `ns`, first evicting down to `capacity` tokens in all (never the path of the
+        key itself); `use` counts it as RadixTree.insert(use=True) does. A new leaf of a shadow that keeps
+        token bytes keeps `tail` as its key when it equals the end of the key it needs (the real tree's
+        new leaf's key: one bytes object for both trees instead of a copy each). Returns the tokens added."""
         root = self.roots.get(ns)
         if root is None:
             root = self._root(ns)
+        if head is not None and self._hashed:  # (the hashes of a key are made from the whole of it)
+            key, head = head[:cut] + key, None
         key = self.keys.of(key)
-        path, pos = self._walk_on(ns, key, root)
+        path, pos, left, off = self._walk_on(ns, key, root, head, cut)
         self._version += 1
         node, pb, ps = root, self.page_bytes, self.page_size
         if path:
             node = path[-1]
             if node.depth + node.size > pos // pb * ps:
                 node = path[-1] = self.split_edge(node, pos // pb * ps - node.depth)
-        excess = self.used + (len(key) - pos) // pb * ps - capacity
+        excess = self.used + (len(left) - off) // pb * ps - capacity
         if excess > 0:
             self._held = node
             if node.hkey is not None:
@@ -151,9 +172,9 @@ class ShadowTree(LeafHeap):
             if ns not in self.roots:  # eviction drops emptied roots, this one included
                 self.roots[ns] = root
         leaf = None
-        if pos < len(key):
-            share = tail is not None and not self._hashed and len(tail) == len(key) - pos and key.endswith(tail)
-            leaf = self.add_leaf(node, tail if share and tail is not None else key[pos:])
+        if off < len(left):
+            share = tail is not None and not self._hashed and len(tail) == len(left) - off and left.endswith(tail)
+            leaf = self.add_leaf(node, tail if share and tail is not None else left[off:] if off else left)
             self.used += leaf.size
             path.append(leaf)
             if node.hkey is not None:
@@ -176,14 +197,20 @@ class ShadowTree(LeafHeap):
         pages when fewer are needed than it holds. Returns tokens dropped."""
         ps, freed = self.page_size, 0
         while freed < num_tokens and self._live:
-            got = self._entry(heappop(self._heap))
+            got = self._entry(_heappop(self._heap))
             if got is None:  # a stale entry
                 continue
             leaf = got
             self._drop(leaf)
             keep = leaf.size - -(-(num_tokens - freed) // ps) * ps
-            if keep > 0:
-                self.split_edge(leaf, keep)
+            if keep > 0:  # only its tail pages go: its head stays as the node a split would make (with the next id)
+                freed += leaf.size - keep
+                leaf.key = leaf.key[:keep // ps * self.page_bytes]
+                leaf.size = keep
+                leaf.id = self._next_id
+                self._next_id += 1
+                self._push(leaf)
+                break
             freed += leaf.size
             parent = leaf.parent
             assert parent is not None  # a leaf in the heap is never a root
@@ -223,3 +250,17 @@ class ShadowTree(LeafHeap):
                 self._push(node)
         for ns in [ns for ns, r in self.roots.items() if not r.children]:
             del self.roots[ns]
+
+
+def _past(m_key: bytes, pos: int, key: bytes, head: bytes | None, cut: int) -> tuple[bytes, int] | None:
+    """(left, off), the key's (`key`, or head[:cut] + key) bytes from `pos` on being left[off:], if its first
+    `pos` are `m_key`'s (a match's walk that reached `pos` is the key's walk there), else None."""
+    if head is None:
+        if key.startswith(m_key) or pos < len(m_key) and key.startswith(m_key[:pos]):  # (no copy: the lifecycle's)
+            return key, pos
+        return None
+    if head is not m_key:
+        return None
+    if pos <= cut:
+        return (key, 0) if pos == cut else (head[pos:cut] + key, 0)
+    return (key, pos - cut) if key.startswith(head[cut:pos]) else None

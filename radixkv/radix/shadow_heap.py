@@ -11,7 +11,8 @@ policies' heaps hold (key tuple, node).
 
 from __future__ import annotations
 
-from heapq import heapify, heappush
+import heapq
+from heapq import heapify
 from typing import TYPE_CHECKING, Any, Final, Tuple, cast
 
 from radixkv.eviction.policies import LFU, LRU
@@ -26,6 +27,7 @@ SMALL_BITS: Final = 20  # ... below 2**20 first: LFU's key then fits a machine w
 TUPLE_KEY: Final = 0  # how a shadow keys its heap: the policy's own key tuple,
 LRU_KEY: Final = 1  # ... LRU's as one int
 LFU_KEY: Final = 2  # ... or LFU's as one int
+_heappush: Final = heapq.heappush  # (Final: compiled, a C static, not a module-dict lookup a call)
 
 
 def _int_key(node: ShadowNode, kind: int, bits: int) -> int:
@@ -78,10 +80,10 @@ class LeafHeap(TreeCore[ShadowNode]):
         if kind != TUPLE_KEY:
             k: object = _int_key(node, kind, self._bits)  # one object: the heap's entry and node.hkey (`is`)
             node.hkey = k
-            heappush(heap, k)
+            _heappush(heap, k)
         else:
             node.hkey = t = self._key(node)
-            heappush(heap, (t, node))
+            _heappush(heap, (t, node))
         if len(heap) > 2 * self._live + 64:
             self._heap = [e for e in heap if self._entry(e) is not None]
             heapify(self._heap)
