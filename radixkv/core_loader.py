@@ -26,13 +26,12 @@ import sys
 # Not the layer-group and host-tier halves of the facade (cache_groups, cache_windows, cache_host):
 # off the common path, they run interpreted.
 CORE = ("tokens", "results", "pools/allocator", "pools/ledger", "eviction/index", "eviction/view", "eviction/history",
-        "eviction/policies", "eviction/ghosts", "eviction/duty", "eviction/adaptive", "eviction/lrfu", "radix/types",
-        "radix/core", "radix/idle_roots", "radix/node", "radix/components", "radix/shadow_keys", "radix/shadow_heap",
-        "radix/shadow", "radix/windows", "radix/residency", "radix/device_path", "radix/tree", "radix/lookup",
-        "radix/locks", "radix/evict", "radix/pins", "radix/check", "sequences",
-        "cache_thread", "insert_slots", "cache_base", "cache_requests", "cache",
-        "events/records", "events/holders", "events/xxh3_blocks", "events/hashing", "events/recorder",
-        "keys")
+        "eviction/policies", "eviction/ghosts", "eviction/duty", "eviction/prior", "eviction/adaptive", "eviction/lrfu",
+        "radix/types", "radix/core", "radix/idle_roots", "radix/node", "radix/components", "radix/shadow_keys",
+        "radix/shadow_heap", "radix/shadow", "radix/windows", "radix/residency", "radix/device_path", "radix/tree",
+        "radix/lookup", "radix/locks", "radix/evict", "radix/pins", "radix/check", "sequences", "cache_thread",
+        "insert_slots", "cache_base", "cache_requests", "cache", "events/records", "events/holders",
+        "events/xxh3_blocks", "events/hashing", "events/recorder", "keys")
 SHARED = "core__mypyc"  # mypyc's shared library of the whole group (radixkv/core__mypyc.*.so)
 STAMP = "_core_build.txt"  # written by a successful build: one "sha256 path" line per CORE source
 PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))

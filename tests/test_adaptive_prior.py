@@ -1,4 +1,4 @@
-"""The default policy's prior (eviction/adaptive.py `_choose_start`): at the first eviction it leaves
+"""The default policy's prior (eviction/prior.py): at the first eviction it leaves
 LRU for LFU only on evidence it would switch on (MARGIN and Z) from the later half of the replayed
 history, and only when a replay at half the size does not favour LRU by PRIOR_VETO standard deviations.
 One tune-grid cell (bench/policy_grid.py) per branch; round 8's prior (the whole history's lead at a

@@ -33,14 +33,9 @@ ghosts meanwhile. Switching waits for the restart: what a stop costs is a later 
 traffic changes, which the windows and the canary bound.
 
 Before the first eviction both experts hold exactly what the real cache holds, so no shadow runs;
-that traffic is kept (eviction/history.py: as leaves of the real tree and lengths, not key bytes) and,
-at the first eviction, replayed through both experts in caches of PRIOR_SIZE x the real size, where
-they already differ. The policy leaves START (LRU) there only on the evidence it would switch on
-(MARGIN and Z) from the later lookups (PRIOR_FROM: the small caches warm), and only if a second
-replay, at PRIOR_CHECK x the size, does not favour START by PRIOR_VETO standard deviations: the
-whole history's lead at one small size, MARGIN alone, followed LFU where LRU won at the real size
-(bench/RESULTS.md, round 9). That history is charged its real bytes from the first lookup; past
-HISTORY bytes it is dropped and START is followed.
+that traffic is kept (eviction/history.py: as leaves of the real tree and lengths, not key bytes) and
+replayed at the first eviction to choose the expert followed first (eviction/prior.py). That history
+is charged its real bytes from the first lookup; past HISTORY bytes it is dropped and START is followed.
 
 It cannot stay behind the better expert for long: a clear lead is acted on, and a switch that was a
 mistake is undone the same way. What it pays is the lag before it has evidence: the consequences of
@@ -67,6 +62,7 @@ from radixkv.eviction.duty import DutyCycle
 from radixkv.eviction.ghosts import GhostLFU
 from radixkv.eviction.history import History, absolute_key
 from radixkv.eviction.policies import LFU, LRU, EvictionPolicy
+from radixkv.eviction.prior import leaves_start
 
 if TYPE_CHECKING:
     from radixkv.eviction.view import CachedNodeView, NodeView, ShadowKeysView, ShadowView, TreeView
@@ -151,47 +147,15 @@ class Adaptive(EvictionPolicy):
             self._tree = tree = victim.tree
             self._keys = tree.shadow_keys
             self._ghosts.page_bytes = 4 * tree.page_size
-            if self._history:
-                self._choose_start(tree.evictable_size + tree.protected_size)
+            history, shadowed, mode = self._history, self._shadowed, self.mode
+            if history and leaves_start(self, tree, history, shadowed[mode], shadowed[1 - mode],
+                                        tree.evictable_size + tree.protected_size):
+                self._follow(1 - mode)
             self._history = None
             self._leaf = None
             self._copy_real(1 - self.mode)
         if self._shadows or self._ghosts.active:  # (no switch to LFU while the shadow is stopped)
             self._ghosts.remember(victim)
-
-    def _choose_start(self, capacity: int) -> None:
-        """Replay the traffic seen before the first eviction through both experts in caches of
-        PRIOR_SIZE x the real size (where they already differ); leave START for the other expert if
-        it matched more there over the later lookups, by MARGIN of the asked tokens and Z standard
-        deviations, and a second replay in caches of PRIOR_CHECK x the size does not clearly say the
-        opposite (made only then: the replays are most of the prior's cost)."""
-        leads, asked = self._replay(int(self.PRIOR_SIZE * capacity))
-        first = int(self.PRIOR_FROM * len(leads))
-        late = leads[first:]
-        lead = sum(late)
-        if lead <= self.MARGIN * sum(asked[first:]) or lead * lead <= self.Z * self.Z * sum(x * x for x in late):
-            return
-        checks, asked = self._replay(int(self.PRIOR_CHECK * capacity))
-        check = sum(checks)
-        if -check > self.MARGIN * sum(asked) and check * check > self.PRIOR_VETO ** 2 * sum(x * x for x in checks):
-            return
-        self._follow(1 - self.mode)
-
-    def _replay(self, size: int) -> tuple[list[int], list[int]]:
-        """Per lookup of the history replayed through both experts in caches of `size` tokens: the
-        other expert's match minus START's, and the tokens asked."""
-        assert self._tree is not None and self._history is not None
-        own, other = (self._tree.shadow(self._shadowed[e]) for e in (self.mode, 1 - self.mode))
-        leads: list[int] = []
-        asked: list[int] = []
-        for ns, key, use in self._history.replay(self._tree.shadow_keys):  # keys hashed in bulk
-            if use is not None:
-                own.insert(ns, key, size, use)
-                other.insert(ns, key, size, use)
-                continue
-            asked.append(len(key) // 4)
-            leads.append(other.match(ns, key) - own.match(ns, key))
-        return leads, asked
 
     def on_insert(self, leaf: CachedNodeView) -> None:
         self._leaf = leaf  # the history keeps it; a shadow's new leaf shares its key bytes
