@@ -50,7 +50,7 @@ so a wait and a prefill length can be compared:
 
 from __future__ import annotations
 
-from collections import defaultdict, deque
+from collections import defaultdict
 from typing import TYPE_CHECKING, ClassVar
 
 from radixkv.errors import InvalidArgumentError
@@ -144,14 +144,6 @@ class Auto(Policy):
     STAND = 4.0  # ... the queue has stood above one cache for under this many cache-times, or ...
     RISE = 7.0  # ... rose from under RISE_LOW full caches to above one within this many full cache-times
     RISE_LOW = 0.5
-    # Round 15's variants (bench/RESULTS.md, issue 20, round 15), every default main's order (LPM_CACHE 0):
-    LPM_CACHE = 0.0  # on a cache under this many full caches, lpm's order while the load estimate ...
-    LPM_BUSY = 0.97  # ... (`load`: the share of the clock some request waited) is at least this, over ...
-    LPM_WINDOW = 32  # ... the last this many arrivals, and more than ...
-    LPM_QUEUE = 0.0  # ... this many caches' slots of prompt tokens wait (or, before LPM_WINDOW
-    LPM_START = 0.0  # arrivals, if this is > 0); it lasts while more than ...
-    LPM_EXIT = 1e9  # ... this many caches' slots wait (1e9: re-judged every order). In lpm's order, a
-    LPM_AGED = 1000  # request that this many later requests arrived after gets the due share S, oldest first
 
     def __init__(self, estimates: PrefixEstimates, full_cache: int) -> None:
         super().__init__(estimates, full_cache)
@@ -169,29 +161,8 @@ class Auto(Policy):
         self.above_since: float | None = None  # when the queue last rose above one cache (None: under it)
         self.low_at = 0.0  # when it was last under RISE_LOW full caches
         self.rise = 0.0  # full cache-times from low_at to above_since
-        self.busy_time = 0.0  # clock time with some request waiting (prompt tokens arrived > admitted)
-        self.event_at = 0.0  # the clock at the last arrival or admission
-        self.recent: deque[tuple[float, float]] = deque()  # (clock, busy_time) at the last arrivals
-        self.flooded = False  # lpm's order, until the queue falls under LPM_EXIT caches
-        # The live load estimate, at the last arrival: the share of the clock since the arrival LPM_WINDOW
-        # arrivals before it in which some request waited (0 until that many have arrived). A server that
-        # keeps up empties its queue between arrivals; one that cannot (load > 1) never does: 1.
-        self.load = 0.0
-
-    def _tick(self, now: float) -> None:
-        if self.arrived_tokens > self.admitted_tokens:
-            self.busy_time += now - self.event_at
-        self.event_at = now
 
     def arrived(self, req: Queued, now: float) -> None:
-        self._tick(now)
-        recent = self.recent
-        recent.append((now, self.busy_time))
-        if len(recent) > self.LPM_WINDOW + 1:
-            recent.popleft()
-        at, busy = recent[0]
-        if len(recent) > self.LPM_WINDOW and now > at:
-            self.load = (self.busy_time - busy) / (now - at)
         backlog = self.arrived_tokens - self.admitted_tokens
         self.turn[req] = self.admitted_tokens + (1 + self.SLACK) * backlog
         self.arrived_tokens += len(req.tokens)
@@ -200,13 +171,6 @@ class Auto(Policy):
         self.arrivals += 1
 
     def order(self, window: list[Queued], now: float) -> list[Queued]:
-        if self._lpm(now):
-            length, seq, oldest = self.estimates.length, self.seq, self.arrivals - self.LPM_AGED
-            starving = [r for r in window if seq.get(r, oldest) < oldest]
-            self.contended = bool(starving)
-            if not starving:
-                self.contested_tokens = self.bound_tokens = 0
-            return self._interleave(starving, sorted(window, key=lambda r: -length(r)))
         turn, done = self.turn, self.admitted_tokens
         resumed = [r for r in window if r not in turn]  # preempted: no turn, first
         due = [r for r in window if r in turn and turn[r] <= done]
@@ -221,17 +185,6 @@ class Auto(Policy):
             due = [r for r in due if r not in self.aged]
             by_deadline = [r for r in by_deadline if r not in self.aged]
         return resumed + first + self._interleave(due, by_deadline)
-
-    def _lpm(self, now: float) -> bool:
-        """lpm's order: a small cache (under LPM_CACHE full caches) that cannot keep up (by `load`)."""
-        slots = self.estimates.cache.config.num_slots
-        if slots >= self.LPM_CACHE * max(slots, self.full_cache):
-            return False
-        backlog = self.arrived_tokens - self.admitted_tokens
-        known = len(self.recent) > self.LPM_WINDOW
-        enter = (self.load >= self.LPM_BUSY if known else self.LPM_START > 0) and backlog > self.LPM_QUEUE * slots
-        self.flooded = enter or (self.flooded and backlog > self.LPM_EXIT * slots)
-        return self.flooded
 
     def _aging_first(self, now: float) -> bool:
         """Whether aged requests go strictly first now: fewer than AGED_MAX caches wait, and the queue
@@ -276,7 +229,6 @@ class Auto(Policy):
         return out + [r for r in by_deadline[j:] if r not in taken]
 
     def admitted(self, req: Queued, now: float) -> None:
-        self._tick(now)
         if self.turn.pop(req, None) is None:
             return
         mine, seq = self.seq.pop(req), self.seq
