@@ -25,7 +25,7 @@ import sys
 # through Any, so its own checks raise the typed error before a compiled field read's TypeError.
 # Not the layer-group and host-tier halves of the facade (cache_groups, cache_windows, cache_host):
 # off the common path, they run interpreted.
-CORE = ("tokens", "results", "pools/allocator", "pools/ledger", "eviction/index", "eviction/view", "eviction/history",
+CORE = ("tokens", "runs", "results", "pools/allocator", "pools/ledger", "eviction/index", "eviction/view", "eviction/history",
         "eviction/policies", "eviction/ghosts", "eviction/duty", "eviction/adaptive", "eviction/lrfu", "radix/types",
         "radix/core", "radix/idle_roots", "radix/node", "radix/components", "radix/shadow_keys", "radix/shadow_heap",
         "radix/shadow", "radix/windows", "radix/residency", "radix/device_path", "radix/tree", "radix/lookup",
