@@ -9,9 +9,11 @@ leaves), so a node keeps a few ints where an int32 array kept 4 bytes a token. R
 maximal (a run may continue the one before it); `runs_of` makes maximal ones. A runs list is never
 written in place once a node holds it: cuts and sections are new lists.
 
-Expanding runs into int64 pages (a match's slots, an alloc's) adds a start to a slice of one kept
-`arange` (`_iota`, int64, grown by doubling to the longest run asked: one request's pages, never the
-pool's): one ufunc call a run, a vectorized add a page (an `arange` call fills ~5 instructions a page).
+Expanding runs into int64 pages (a match's slots, an alloc's) adds to a slice of one kept `arange`
+(`_iota`, int64, grown by doubling to the longest expansion asked: one request's pages, never the
+pool's): a lone run's start, or (several runs) an array filled with each run's start less its
+position, one slice assignment a run: one ufunc call in all, a vectorized add a page (an `arange`
+call fills ~5 instructions a page, a running sum ~13).
 Used by pools/ and radix/, which must not import each other.
 """
 
@@ -64,16 +66,20 @@ def well_formed(runs: object, n: int) -> bool:
 
 def expand(runs: list[int], n: int) -> np.ndarray:
     """int64 `[n]`, a fresh array: the first n pages of `runs` (n <= count(runs))."""
-    if len(runs) == 2 or (runs and runs[1] >= n):  # one run: one add
+    if not n:
+        return _empty(0, _I64)
+    if runs[1] >= n:  # one run: one add
         return _add(_iota.upto(n), runs[0])
-    out = _empty(n, _I64)
+    out = _empty(n, _I64)  # each run's start less its position, then + 0, 1, 2, ... in one add
     at = 0
     for j in range(0, len(runs), 2):
-        if at >= n:
+        end = at + runs[j + 1]
+        if end >= n:
+            out[at:n] = runs[j] - at
             break
-        length = min(runs[j + 1], n - at)
-        _add(_iota.upto(length), runs[j], out[at:at + length])
-        at += length
+        out[at:end] = runs[j] - at
+        at = end
+    out += _iota.upto(n)
     return out
 
 

@@ -63,7 +63,8 @@ class PageLedger:
         self._popped_stale = 0  # the same count for the last `_pop`
         self._rows = {s: b"" for s in (FREE, CACHED, PRIVATE, RESERVED)}  # state -> its byte repeated: memcmp checks
         self._fresh: bytes | None = None  # int64 slots of the last alloc_slots() (their bytes), until a page changes state
-        self._fresh_runs: list[int] = []  # that alloc's pages as runs (read while _fresh is not None)
+        self._fresh_runs: list[int] = []  # that alloc's pages as runs (read while _fresh is not None) ...
+        self._fresh_pages = 0  # ... and how many
 
     @property
     def state(self) -> np.ndarray:
@@ -129,11 +130,14 @@ class PageLedger:
         self._fresh = fresh = slots.tobytes()  # a copy: the caller may write into what it got
         self._unwritten = fresh if ps == 1 else pages.tobytes()  # (never the caller's array)
         self._stale = self._popped_stale
-        self._fresh_runs = runs
+        self._fresh_runs, self._fresh_pages = runs, k
         return slots
 
     def fresh_runs(self, lo: int, n: int) -> list[int]:
-        """A new list: the runs of pages [lo, lo + n) of the last `alloc_slots`, valid while `fresh_start` is."""
+        """The runs of pages [lo, lo + n) of the last `alloc_slots`, valid while `fresh_start` is: a new list,
+        or all of them (the allocator's list, which nothing writes: the caller may keep it)."""
+        if lo == 0 and n == self._fresh_pages:
+            return self._fresh_runs
         return section(self._fresh_runs, lo, n)
 
     def fresh_start(self, slots: np.ndarray) -> int:
