@@ -11,14 +11,16 @@ written in place once a node holds it: cuts and sections are new lists.
 
 Expanding runs into int64 pages (a match's slots, an alloc's) adds to a slice of one kept `arange`
 (`_iota`, int64, grown by doubling to the longest expansion asked: one request's pages, never the
-pool's): a lone run's start, or (several runs) an array filled with each run's start less its
-position, one slice assignment a run: one ufunc call in all, a vectorized add a page (an `arange`
-call fills ~5 instructions a page, a running sum ~13).
+pool's): a lone run's start, or (several runs) each page's run start less the run's position, made as
+bytes (an 8-byte value repeated, joined: C copies, no numpy call a run). One ufunc call in all, a
+vectorized add a page (an `arange` call fills ~5 instructions a page, a running sum ~13; a numpy call
+costs 2-7k instructions whatever its size, callgrind).
 Used by pools/ and radix/, which must not import each other.
 """
 
 from __future__ import annotations
 
+import sys
 from typing import Final
 
 import numpy as np
@@ -27,7 +29,9 @@ _I64: Final = np.dtype(np.int64)  # (Final: compiled, a C static, not a module-d
 _add: Final = np.add
 _empty: Final = np.empty
 _diff: Final = np.diff
+_frombuffer: Final = np.frombuffer
 _flatnonzero: Final = np.flatnonzero
+_ORDER: Final = sys.byteorder  # (np.frombuffer reads native int64)
 _SMALL: Final = 32  # runs_of reads at most this many pages one by one (fewer than numpy's fixed cost)
 
 
@@ -70,17 +74,15 @@ def expand(runs: list[int], n: int) -> np.ndarray:
         return _empty(0, _I64)
     if runs[1] >= n:  # one run: one add
         return _add(_iota.upto(n), runs[0])
-    out = _empty(n, _I64)  # each run's start less its position, then + 0, 1, 2, ... in one add
+    parts: list[bytes] = []  # per page, its run's start less the run's position: bytes repeated, no numpy call
     at = 0
     for j in range(0, len(runs), 2):
-        end = at + runs[j + 1]
-        if end >= n:
-            out[at:n] = runs[j] - at
+        length = min(runs[j + 1], n - at)
+        parts.append((runs[j] - at).to_bytes(8, _ORDER, signed=True) * length)
+        at += length
+        if at == n:
             break
-        out[at:end] = runs[j] - at
-        at = end
-    out += _iota.upto(n)
-    return out
+    return _add(_frombuffer(b"".join(parts), _I64), _iota.upto(n))
 
 
 def runs_of(pages: np.ndarray) -> list[int]:
