@@ -175,7 +175,8 @@ class WindowGroup(SecondaryGroup):
         W + 1 on) must map to a window page held for it, on the host and on the device."""
         self.check()
         g, nodes = self.index - 1, [n for n in self._tree.nodes() if n.parent is not None]
-        held = [(expand(n.pages or [], n.size // self.page_size), w) for n in nodes if (w := n.secondary[g]) is not None]
+        held = [(expand(n.pages or [], n.size // self.page_size), w)
+                for n in nodes if (w := n.secondary[g]) is not None]
         held += [(p, self.page_map[p]) for p in private]
         full = np.concatenate([f for f, _ in held]) if held else np.empty(0, dtype=np.int64)
         window = np.concatenate([w for _, w in held]) if held else full

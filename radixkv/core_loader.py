@@ -25,11 +25,11 @@ import sys
 # through Any, so its own checks raise the typed error before a compiled field read's TypeError.
 # Not the layer-group and host-tier halves of the facade (cache_groups, cache_windows, cache_host):
 # off the common path, they run interpreted.
-CORE = ("tokens", "runs", "results", "pools/allocator", "pools/ledger", "eviction/index", "eviction/view", "eviction/history",
+CORE = ("tokens", "results", "pools/allocator", "pools/ledger", "eviction/index", "eviction/view", "eviction/history",
         "eviction/policies", "eviction/ghosts", "eviction/duty", "eviction/adaptive", "eviction/lrfu", "radix/types",
         "radix/core", "radix/idle_roots", "radix/node", "radix/components", "radix/shadow_keys", "radix/shadow_heap",
         "radix/shadow", "radix/windows", "radix/residency", "radix/device_path", "radix/tree", "radix/lookup",
-        "radix/locks", "radix/evict", "radix/pins", "radix/check", "sequences",
+        "radix/locks", "radix/evict", "radix/pins", "radix/check", "runs", "sequences",
         "cache_thread", "insert_slots", "cache_base", "cache_requests", "cache",
         "events/records", "events/holders", "events/xxh3_blocks", "events/hashing", "events/recorder",
         "keys")

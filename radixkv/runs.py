@@ -9,18 +9,18 @@ leaves), so a node keeps a few ints where an int32 array kept 4 bytes a token. R
 maximal (a run may continue the one before it); `runs_of` makes maximal ones. A runs list is never
 written in place once a node holds it: cuts and sections are new lists.
 
-Expanding runs into int64 pages (a match's slots, an alloc's) adds to a slice of one kept `arange`
-(`_iota`, int64, grown by doubling to the longest expansion asked: one request's pages, never the
-pool's): a lone run's start, or (several runs) each page's run start less the run's position, made as
-bytes (an 8-byte value repeated, joined: C copies, no numpy call a run). One ufunc call in all, a
-vectorized add a page (an `arange` call fills ~5 instructions a page, a running sum ~13; a numpy call
-costs 2-7k instructions whatever its size, callgrind).
+Expanding runs into int64 pages (a match's slots, an alloc's) takes one numpy call for a lone run
+(an `arange`, or past _ARANGE_MAX pages an add to a slice of one kept arange, `_iota`: int64, grown
+by doubling to the longest expansion asked, one request's pages, never the pool's) and three for
+several: each page's run start less the run's position, made as bytes (an 8-byte value repeated,
+joined: C copies, no numpy call a run), read as int64 and added to `_iota`. A numpy call costs 2-7k
+instructions whatever its size (callgrind), a run ~2.5k more as numpy slices; a running sum ~13 a page.
 Used by pools/ and radix/, which must not import each other.
 """
 
 from __future__ import annotations
 
-import sys
+import struct
 from typing import Final
 
 import numpy as np
@@ -31,7 +31,11 @@ _empty: Final = np.empty
 _diff: Final = np.diff
 _frombuffer: Final = np.frombuffer
 _flatnonzero: Final = np.flatnonzero
-_ORDER: Final = sys.byteorder  # (np.frombuffer reads native int64)
+_pack: Final = struct.Struct("=q").pack  # an int's 8 bytes as np.frombuffer reads an int64 (native order)
+_arange: Final = np.arange
+# A lone run shorter than this is an arange (~2.4k instructions and ~1 a page below ~500 pages, ~5 a page above),
+# a longer one an add to the kept iota (~6.8k and ~1.4 a page): callgrind, numpy 2.4
+_ARANGE_MAX: Final = 900
 _SMALL: Final = 32  # runs_of reads at most this many pages one by one (fewer than numpy's fixed cost)
 
 
@@ -72,13 +76,14 @@ def expand(runs: list[int], n: int) -> np.ndarray:
     """int64 `[n]`, a fresh array: the first n pages of `runs` (n <= count(runs))."""
     if not n:
         return _empty(0, _I64)
-    if runs[1] >= n:  # one run: one add
-        return _add(_iota.upto(n), runs[0])
+    if runs[1] >= n:  # one run: one call
+        start = runs[0]
+        return _arange(start, start + n, dtype=_I64) if n < _ARANGE_MAX else _add(_iota.upto(n), start)
     parts: list[bytes] = []  # per page, its run's start less the run's position: bytes repeated, no numpy call
     at = 0
     for j in range(0, len(runs), 2):
         length = min(runs[j + 1], n - at)
-        parts.append((runs[j] - at).to_bytes(8, _ORDER, signed=True) * length)
+        parts.append(_pack(runs[j] - at) * length)
         at += length
         if at == n:
             break

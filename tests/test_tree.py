@@ -168,7 +168,8 @@ def tree_shape(cache: RadixCache) -> list[tuple]:
         while x.parent is not None:
             prefix[:0] = x.tokens().tolist()
             x = x.parent
-        slots = None if node.pages is None else tuple(page_slots(expand(node.pages, count(node.pages)), cache.page_size).tolist())
+        pages = None if node.pages is None else expand(node.pages, count(node.pages))
+        slots = None if pages is None else tuple(page_slots(pages, cache.page_size).tolist())
         out.append((node.ns, tuple(prefix), slots))
     return sorted(out, key=repr)
 

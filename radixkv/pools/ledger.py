@@ -93,9 +93,9 @@ class PageLedger:
         return pages
 
     def _pop(self, k: int, evictable_pages: int, evict: Callable[[int], list[int]]) -> list[int]:
-        """`take` without writing the pages' state, nor expanding the runs it pops. The pages evicted for it go onto the allocator's
-        stack unwritten, so the last `_popped_stale` of those popped still read CACHED in `_state`
-        (evicted ones left on the stack are written FREE): the caller writes them."""
+        """`take` without writing the pages' state, nor expanding the runs it pops. The pages evicted for it
+        go onto the allocator's stack unwritten, so the last `_popped_stale` of those popped still read
+        CACHED in `_state` (evicted ones left on the stack are written FREE): the caller writes them."""
         allocator = self.allocator
         short = k - allocator.num_free_pages
         self._popped_stale = 0
