@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 import torch
@@ -27,12 +29,11 @@ def _page_lists(seed: int, n: int) -> list[np.ndarray]:
 
 
 def _reference_runs(pages: list[int]) -> list[int]:
+    """Maximal runs: pages whose id less their position is the same, in a row (another way than runs_of's)."""
     runs: list[int] = []
-    for p in pages:
-        if runs and runs[-2] + runs[-1] == p:
-            runs[-1] += 1
-        else:
-            runs += [p, 1]
+    for _, group in itertools.groupby(enumerate(pages), key=lambda ip: ip[1] - ip[0]):
+        ids = [p for _, p in group]
+        runs += [ids[0], len(ids)]
     return runs
 
 
