@@ -29,7 +29,7 @@ import numpy as np
 from radixkv.errors import ConfigError, OutOfSlotsError
 from radixkv.runs import count, expand, runs_of
 
-MAX_PAGES = 2**31 - 1  # page ids are stored int32
+MAX_PAGES = 2**31 - 1  # page ids fit int32 (the ledger and callers may keep them so)
 _I64: Final = np.dtype(np.int64)  # (Final: compiled, a C static, not a module-dict lookup)
 _TILES: dict[int, np.ndarray] = {}  # page_size -> arange(page_size) repeated, int64, read only; grows to the longest call
 # page_size -> itself as a 0-d int64 array: a ufunc operand that needs no scalar conversion (~2k instructions a call)

@@ -166,7 +166,7 @@ class PageLedger:
             self._write_unwritten()
         if len(pages):
             self._state[pages.astype(_I64, copy=False)] = FREE  # numpy indexes with int64 2-3x faster than int32
-            self.allocator.free_pages(pages)  # (a tree node's int32 pages go onto the int32 stack uncast)
+            self.allocator.free_pages(pages)  # (as runs: runs_of)
 
     def release_runs(self, runs: list[int]) -> None:
         """`release` for pages given as runs (a tree eviction's)."""
