@@ -27,6 +27,9 @@ compare variants over such replicates, not by one run per cell: `--replicates K`
 TTFT), printing beside each missed goal in how many of the K runs it held.
 
     python bench/sched_sweep.py --half tune --replicates 3 --json bench/out/sweep_tune_r3.json
+
+`--schedule NAME` judges another policy in auto's place (the table's and the JSON's "auto" columns are then its
+runs, cached like fcfs's and lpm's): which cells any ordering reaches at all, e.g. `--schedule hrrn`.
 (from a git worktree, prefix `PYTHONPATH=.` so that its radixkv/ is the one imported.)
 """
 
@@ -124,6 +127,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--capacities", default="1,1/4", help=f"of {','.join(CAPACITIES)}")
     p.add_argument("--only", default="", help="comma-separated trace names (default: the whole half)")
     p.add_argument("--jobs", type=int, default=2)
+    p.add_argument("--schedule", default="auto", choices=list(policies.POLICIES),
+                   help="the policy judged in auto's place (default auto)")
     p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="override a policies.Auto constant")
     p.add_argument("--traces-dir", default=os.path.join("bench", "out", "sweep_traces"))
     p.add_argument("--cache", default=os.path.join("bench", "out", "sweep_baselines.json"))
@@ -145,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
         path = trace_path(a.traces_dir, name, spec, a.requests)
         for cap in caps:
             for load in (r for x in loads for r in replicate_loads(x, a.replicates)):
-                for sched in ("fcfs", "lpm", "auto"):
+                for sched in ("fcfs", "lpm", a.schedule):
                     key = f"{name}|{cap}|{load:g}|{a.requests}|{sched}"
                     if sched != "auto" and key in cache:
                         results[key] = cache[key]
@@ -163,7 +168,8 @@ def main(argv: list[str] | None = None) -> int:
                 with open(a.cache + ".tmp", "w") as f:
                     json.dump(cache, f, indent=1, sort_keys=True)
                 os.replace(a.cache + ".tmp", a.cache)
-    print(f"# {len(jobs)} runs, {cpu:.0f} s of CPU in the workers; auto overrides: {overrides or 'none'}")
+    print(f"# {len(jobs)} runs, {cpu:.0f} s of CPU in the workers; judged: {a.schedule}; "
+          f"auto overrides: {overrides or 'none'}")
     print("| trace | cap | load | lpm hit / mean / p99 | fcfs mean / p99 | auto hit / mean / p99 "
           "| mean/lpm | mean/fcfs | p99/min | goals missed |")
     print("|---|---|---:|---|---|---|---:|---:|---:|---|")
@@ -172,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in specs:
         for cap in caps:
             for load in loads:
-                reps = [[results[f"{name}|{cap}|{r:g}|{a.requests}|{s}"] for s in ("fcfs", "lpm", "auto")]
+                reps = [[results[f"{name}|{cap}|{r:g}|{a.requests}|{s}"] for s in ("fcfs", "lpm", a.schedule)]
                         for r in replicate_loads(load, a.replicates)]
                 f, lpm, au = reps[0] if len(reps) == 1 else [median_run([rep[i] for rep in reps]) for i in range(3)]
                 g = goals(f, lpm, au, load)
@@ -196,8 +202,8 @@ def main(argv: list[str] | None = None) -> int:
           f"worst auto p99 / min(fcfs, lpm) {worst['p99/min']:.3f}")
     if a.json:
         with open(a.json, "w") as fh:
-            json.dump({"overrides": overrides, "requests": a.requests, "replicates": a.replicates, "cells": cells},
-                      fh, indent=1)
+            json.dump({"schedule": a.schedule, "overrides": overrides, "requests": a.requests,
+                       "replicates": a.replicates, "cells": cells}, fh, indent=1)
     return 0
 
 

@@ -4,6 +4,7 @@ tests.)"""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -16,7 +17,7 @@ from radixkv.bench.workloads import make_workload
 
 SCRIPTS = ["calls_per_request", "compile_gain", "e2e", "fleet", "host_tier", "opt", "peer_spread",
            "policy_cost", "policy_grid", "policy_long", "policy_margins", "policy_memory", "policy_switches",
-           "recurrent_reuse", "sched_overhead", "sched_sweep", "sched_traces", "workloads"]
+           "recurrent_reuse", "sched_overhead", "sched_sweep", "sched_tail", "sched_traces", "workloads"]
 
 
 @pytest.mark.parametrize("name", SCRIPTS)
@@ -77,3 +78,36 @@ def test_sched_sweep_fresh_half_is_held_on_seeds_of_its_own() -> None:
     assert [shape(s) for s in halves["fresh"].values()] == [shape(s) for s in halves["held"].values()]
     seeds = [s["seed"] for half in halves.values() for s in half.values()]
     assert len(seeds) == len(set(seeds)) == 24
+
+
+def test_sched_sweep_judges_another_schedule_in_autos_place(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`--schedule hrrn`: the "auto" columns are hrrn's runs (cached beside fcfs's and lpm's), not auto's."""
+    sweep = load_script(ROOT / "bench" / "sched_sweep.py")
+    args = ["--half", "tune", "--only", "short-s12", "--requests", "60", "--capacities", "1/4", "--loads", "1.2",
+            "--jobs", "1", "--traces-dir", str(tmp_path), "--cache", str(tmp_path / "cache.json")]
+    for schedule in ("hrrn", "auto"):
+        sweep.main(args + ["--schedule", schedule, "--json", str(tmp_path / f"{schedule}.json")])
+    cache = json.loads((tmp_path / "cache.json").read_text())
+    assert sorted(k.rsplit("|", 1)[1] for k in cache) == ["fcfs", "hrrn", "lpm"]
+    cells = {s: json.loads((tmp_path / f"{s}.json").read_text()) for s in ("hrrn", "auto")}
+    assert cells["hrrn"]["schedule"] == "hrrn" and cells["auto"]["schedule"] == "auto"
+    hrrn, auto = (cells[s]["cells"][0]["auto"] for s in ("hrrn", "auto"))
+    assert hrrn["ttft_mean_s"] == cache["short-s12|1/4|1.2|60|hrrn"]["ttft_mean_s"] != auto["ttft_mean_s"]
+    assert "judged: hrrn" in capsys.readouterr().out
+
+
+def test_sched_tail_counts_the_later_arrivals_admitted_first(tmp_path) -> None:
+    """Under fcfs nobody is passed; under lpm the tail's requests were passed by later arrivals, counted right."""
+    tail = load_script(ROOT / "bench" / "sched_tail.py")
+    for schedule in ("fcfs", "lpm"):
+        sim, out = tail.simulate("short-s12", "1/4", 1.2, schedule, 80, str(tmp_path))
+        rows = tail.tail(sim, out, 5)
+        assert [r["ttft_s"] for r in rows] == sorted(out.ttft_s.tolist(), reverse=True)[:5]
+        for r in rows:
+            me = sim.reqs[r["request"]]
+            later = [q for q in sim.reqs[r["request"] + 1:] if q.admitted_s < me.admitted_s]
+            assert r["passed_by"] == len(later)  # admitted in the same step: not counted as passing
+        if schedule == "fcfs":
+            assert all(r["passed_by"] == 0 for r in rows)
+        else:
+            assert any(r["passed_by"] > 0 for r in rows)

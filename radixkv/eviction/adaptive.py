@@ -5,17 +5,22 @@ documents, trees of thought), LRU wins sessions (chat, agents, long documents re
 a real long-context trace LFU lost to LRU by 8 points. A policy that guesses from features of the
 traffic can guess wrong on a trace it has not seen; this one measures instead.
 
-The real cache evicts in the order of one expert (LRU or LFU). A shadow (radix/shadow.py: the
-tree's own core with sizes and times only, handed out by the tree through eviction/view.py) replays the same traffic on metadata only under the other expert, with a capacity that follows the
-real cache's occupancy (so in-flight reservations shrink both alike); it reproduces, request for
-request, what a real cache under that expert would match. Per lookup the policy takes the paired
-lead (tokens the other expert matched minus those the followed one matched) and keeps decayed sums
-of the leads, their squares and the asked tokens (decay horizon: WINDOW cache-sizes of newly cached
-tokens). It switches when the lead exceeds MARGIN of the asked tokens, MIN_LEAD of the cache's size,
-and Z standard deviations. The tree then re-keys its index (`epoch`). The expert just left gets a
-shadow copied from the real cache (its steady state); the expert now followed keeps its shadow as
-its reference until the real cache has turned over once (WARMUP), so the comparison never pits a
-steady expert against one in transient.
+The real cache evicts in the order of one expert (LRU or LFU). A shadow (radix/shadow.py: the tree's
+own core with sizes and times only, handed out by the tree through eviction/view.py) replays the
+same traffic on metadata only under the other expert, with a capacity that follows the real cache's
+occupancy (so in-flight reservations shrink both alike); it reproduces, request for request, what a
+real cache under that expert would match. Per lookup the policy takes the paired lead (tokens the
+other expert matched minus those the followed one matched) and keeps decayed sums of the leads,
+their squares and the asked tokens (decay horizon: WINDOW cache-sizes of newly cached tokens). It
+switches when the lead exceeds MARGIN of the asked tokens, MIN_LEAD of the cache's size, and Z
+standard deviations, to LFU only while no SIGN_VETO more of the differing lookups favoured LRU (not
+on a few long lookups most others contradict). Once the real cache stands for LFU, the same tests
+over LEAVE_WINDOW, with LEAVE_SIGN more lookups for LRU, also leave it: on conversations LFU's lead
+collapses as old sessions' counts go stale, and the lead banked over WINDOW held the switch back.
+The tree then re-keys its index (`epoch`). The expert just left gets a shadow copied from the real
+cache (its steady state); the expert now followed keeps its shadow as its reference until the real
+cache has turned over once (WARMUP), so the comparison never pits a steady expert against one in
+transient.
 
 In steady state the other expert's shadow runs on every request, most of the policy's cost. Where
 it keeps losing it is stopped (freed) and later restarted as a copy of the real cache (eviction/duty.py
@@ -82,6 +87,9 @@ class Adaptive(EvictionPolicy):
     # first eviction); past it, START. A request of the bench lifecycle costs two entries, 224 bytes
     START = 0  # the expert followed until the evidence says otherwise: LRU (SGLang's default)
     WINDOW = 8.0  # decay horizon: tokens newly cached, as a multiple of the cache's size
+    SIGN_VETO = 5.0  # no switch to LFU while this many more differing lookups favoured LRU (decayed as the lead)
+    LEAVE_WINDOW = 3.0  # once settled on LFU, leave it also on the tests over this shorter horizon,
+    LEAVE_SIGN = 5.0  # ... when at least this many more differing lookups over it favoured LRU
     WARMUP = 1.0  # after a switch, turnovers before the real cache stands for its expert
     MARGIN = 0.002  # switch when the other expert matched this share of the asked tokens more (0.2 points)
     MIN_LEAD = 0.05  # ... by at least this share of the cache's size in tokens (a switch costs a transient)
@@ -111,6 +119,9 @@ class Adaptive(EvictionPolicy):
         self._lead = 0.0  # sum of leads
         self._var = 0.0  # sum of squared leads
         self._asked = 0.0  # tokens asked
+        self._sign = 0.0  # lookups where the other expert matched more minus those where it matched less
+        # the four over LEAVE_WINDOW, from the last switch (read while LFU is followed and settled):
+        self._short_lead = self._short_var = self._short_asked = self._short_sign = 0.0
         self._capacity = 1  # the most tokens the real cache has held
         self._settle = 0  # tokens the real cache must still cache after a switch before it counts
         # the traffic before the first eviction (eviction/history.py), and the leaf its last insert made:
@@ -210,12 +221,27 @@ class Adaptive(EvictionPolicy):
             return
         self._lead += lead
         self._var += lead * lead
-        duty.lookup(lead, length, len(key) // 4)
-        self._asked += len(key) // 4
-        total = self._lead
-        if (total > self.MARGIN * self._asked and total > self.MIN_LEAD * self._capacity
-                and total * total > self.Z * self.Z * self._var):
+        asked = len(key) // 4
+        duty.lookup(lead, length, asked)
+        self._asked += asked
+        self._short_lead += lead
+        self._short_var += lead * lead
+        self._short_asked += asked
+        if lead:
+            sign = 1.0 if lead > 0 else -1.0
+            self._sign += sign
+            self._short_sign += sign
+        if self._clear(self._lead, self._asked, self._var) and (mode == 1 or self._sign > -self.SIGN_VETO):
             self._switch()
+        elif (mode == 1 and mode not in shadows and self._short_sign >= self.LEAVE_SIGN
+              and self._clear(self._short_lead, self._short_asked, self._short_var)):
+            self._switch()
+
+    def _clear(self, lead: float, asked: float, var: float) -> bool:
+        """Whether decayed sums of leads (`lead`, their squares `var`, the tokens `asked`) make the other
+        expert's lead clear: MARGIN of the asked tokens, MIN_LEAD of the cache's size, Z sd."""
+        return (lead > self.MARGIN * asked and lead > self.MIN_LEAD * self._capacity
+                and lead * lead > self.Z * self.Z * var)
 
     def on_cache(self, start: CachedNodeView, key: bytes, cached: int, use: bool) -> None:
         if cached > self._capacity:
@@ -270,13 +296,21 @@ class Adaptive(EvictionPolicy):
             self._copy_real(1 - self.mode)
 
     def _decay(self, added: int) -> None:
-        """`added` tokens newly cached: the lead's statistics decay over WINDOW cache sizes."""
+        """`added` tokens newly cached: the lead's statistics decay over WINDOW cache sizes, their
+        short copies over LEAVE_WINDOW."""
         decay = 1.0 - added / (self.WINDOW * self._capacity)
         if decay < 1.0:
             decay = decay if decay > 0.0 else 0.0
             self._lead *= decay
             self._var *= decay * decay
             self._asked *= decay
+            self._sign *= decay
+            decay = 1.0 - added / (self.LEAVE_WINDOW * self._capacity)
+            decay = decay if decay > 0.0 else 0.0
+            self._short_lead *= decay
+            self._short_var *= decay * decay
+            self._short_asked *= decay
+            self._short_sign *= decay
 
     def _switch(self) -> None:
         """Follow the other expert. Its shadow stays as its reference until the real cache has
@@ -285,6 +319,8 @@ class Adaptive(EvictionPolicy):
         self._follow(1 - old)
         self._ghosts.active = self.mode == 1
         self._lead = -self._lead  # the same evidence, seen from the other side
+        self._sign = -self._sign
+        self._short_lead = self._short_var = self._short_asked = self._short_sign = 0.0  # from the switch on
         self._copy_real(old)
         assert self._tree is not None  # (_copy_real's)
         self._twin = self._tree.shadow_copy(self._shadowed[1]) if self.mode == 1 and self.GHOST_TWIN else None

@@ -117,7 +117,6 @@ class Scheduler:
             raise InvalidArgumentError(f"max_batch_tokens must be >= 1, got {max_batch_tokens}")
         if window < 1 or match_per_step < 1:
             raise InvalidArgumentError(f"window and match_per_step must be >= 1, got {window}, {match_per_step}")
-        self.full_cache = full_cache
         self.cache = cache
         self.max_batch_tokens = max_batch_tokens
         self.namespace = namespace
@@ -189,7 +188,7 @@ class Scheduler:
             self.estimates.drop(req)
         self.waiting.clear()
         # a new policy forgets the aborted requests' turns
-        self.policy = make_policy(self.policy.name, self.estimates, self.full_cache)
+        self.policy = make_policy(self.policy.name, self.estimates, self.policy.full_cache)
 
     def finish(self, req: Request) -> None:
         """Drop a finished request: close its Sequence (committed full pages stay cached)."""

@@ -1,0 +1,85 @@
+"""Who is in a sweep cell's TTFT tail, and what passed them: one run per schedule of one bench/sched_sweep.py cell
+(trace, capacity, load), its k longest TTFTs with the prompt's size and cached part (in the trace's 512-token
+blocks), the wait to admission, and how many later arrivals were admitted before it (and their blocks; one admitted
+in the same step does not count).
+
+    python bench/sched_tail.py base-s2 1 1.2 --schedules fcfs,lpm,auto [--set OVERTAKEN=8] [--k 35]
+(from a git worktree, prefix `PYTHONPATH=.`.)
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import sched_sweep  # noqa: E402  (bench/ is no package)
+
+from radixkv.scheduling import policies  # noqa: E402
+from radixkv.scheduling.cost_model import CostModel  # noqa: E402
+from radixkv.scheduling.sim_trace import read_sim_trace  # noqa: E402
+from radixkv.scheduling.simulate import Outcome, Simulation  # noqa: E402
+
+
+def simulate(name: str, cap: str, load: float, schedule: str, requests: int,
+             traces_dir: str) -> tuple[Simulation, Outcome]:
+    half = next(h for h, specs in sched_sweep.TRACES.items() if name in specs)
+    os.makedirs(traces_dir, exist_ok=True)
+    path = sched_sweep.trace_path(traces_dir, name, sched_sweep.TRACES[half][name], requests)
+    cost = CostModel()
+    sim = Simulation(read_sim_trace(path, os.path.basename(path)), schedule, load,
+                     sched_sweep.CAPACITIES[cap] or cost.kv_capacity_tokens, 16, cost)
+    return sim, sim.run()
+
+
+def tail(sim: Simulation, out: Outcome, k: int) -> list[dict[str, float | int]]:
+    """The k longest TTFTs, longest first, each with the later arrivals admitted before it."""
+    reqs = sim.reqs
+    order = sorted(range(len(reqs)), key=lambda i: (reqs[i].admitted_s, i))  # admission order (ties: arrival)
+    place = {i: p for p, i in enumerate(order)}
+    rows = []
+    for i in np.argsort(-out.ttft_s, kind="stable")[:k].tolist():
+        r = reqs[i]
+        passed = [j for j in order[:place[i]] if j > i]
+        rows.append({"request": i, "ttft_s": float(out.ttft_s[i]), "wait_s": float(r.admitted_s - r.arrive_s),
+                     "blocks": r.prompt_len, "cached": r.reused_tokens, "passed_by": len(passed),
+                     "passed_blocks": sum(reqs[j].prompt_len for j in passed)})
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("trace", help="a trace name of bench/sched_sweep.py (any half)")
+    p.add_argument("capacity", choices=list(sched_sweep.CAPACITIES))
+    p.add_argument("load", type=float)
+    p.add_argument("--schedules", default="fcfs,lpm,auto")
+    p.add_argument("--requests", type=int, default=3000)
+    p.add_argument("--k", type=int, default=35, help="rows per schedule (3000 requests: the 30th is the p99)")
+    p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="override a policies.Auto constant")
+    p.add_argument("--traces-dir", default=os.path.join("bench", "out", "sweep_traces"))
+    a = p.parse_args(argv)
+    for name, value in (s.split("=", 1) for s in a.set):
+        if not hasattr(policies.Auto, name):
+            p.error(f"policies.Auto has no constant {name}")
+        setattr(policies.Auto, name, float(value))
+    if not any(a.trace in specs for specs in sched_sweep.TRACES.values()):
+        p.error(f"no trace {a.trace!r} in bench/sched_sweep.py")
+    for schedule in a.schedules.split(","):
+        sim, out = simulate(a.trace, a.capacity, a.load, schedule, a.requests, a.traces_dir)
+        t = out.ttft_s
+        print(f"## {schedule}: hit {out.reused_tokens / out.prompt_tokens:.4f}, mean TTFT {t.mean():.3f} s, "
+              f"p99 {np.percentile(t, 99):.2f} s")
+        print("| request | TTFT s | wait s | blocks | cached | passed by | their blocks |")
+        print("|---:|---:|---:|---:|---:|---:|---:|")
+        for r in tail(sim, out, a.k):
+            print(f"| {r['request']} | {r['ttft_s']:.2f} | {r['wait_s']:.2f} | {r['blocks']} | {r['cached']} | "
+                  f"{r['passed_by']} | {r['passed_blocks']} |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
