@@ -16,7 +16,10 @@ Two measures, each in a fresh process (one does not disturb the other):
     rss      the process's resident set growth over the same span, less the torch buffers (KV pool,
              req_to_token), which are KV, not metadata: what the issue measures, but noisy (allocator)
 
-both divided by the tokens cached at the end (`sizes().cached`). Before the span, a 4096-token cache
+both divided by the tokens cached at the end (`sizes().cached`). Two more of tracemalloc's reads: `traced
+peak`, its high-water mark over the span (a shadow the adaptive policy stopped before the end is in it,
+not in traced: the RSS keeps what the peak took), and `cycles`, what the final gc.collect() freed (objects
+that only the cycle collector frees, held until a full collection). Before the span, a 4096-token cache
 of the same policy and page size serves request tails until it has evicted (and stays alive, so the
 measured cache cannot reuse its memory): the code the run needs is then loaded. Without this warm-up
 (`--cold`) the resident set also grows by the pages of code and shared libraries a first call touches
@@ -113,6 +116,7 @@ def measure(workload: str, policy: str, page_size: int, tokens: int, turnovers: 
     before = tracemalloc.get_traced_memory()[0] if method == "traced" else _rss()
     cache = RadixCache(sim_config(tokens, page_size, policy, max(len(r.tokens) for r in reqs)))
     served = serve(cache, reqs, None if inserted else turnovers * tokens)
+    uncollected, peak = tracemalloc.get_traced_memory() if method == "traced" else (0, 0)
     gc.collect()
     after = tracemalloc.get_traced_memory()[0] if method == "traced" else _rss()
     grown = after - before
@@ -122,7 +126,8 @@ def measure(workload: str, policy: str, page_size: int, tokens: int, turnovers: 
     cached = cache.sizes().cached
     del warm_cache
     return {"policy": policy, "page_size": page_size, "method": method, "cached": cached,
-            "bytes_per_token": grown / cached, "requests": served}
+            "bytes_per_token": grown / cached, "requests": served,
+            "peak_per_token": (peak - before) / cached, "garbage_per_token": (uncollected - after) / cached}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -141,8 +146,8 @@ def main(argv: list[str] | None = None) -> int:
         pol, ps, method = a.one.split(":")
         print(json.dumps(measure(a.workload, pol, int(ps), a.tokens, a.turnovers, method, not a.cold, a.inserted)))
         return 0
-    print("| policy | page size | requests | cached tokens | traced B/token | RSS B/token |")
-    print("|---|---:|---:|---:|---:|---:|")
+    print("| policy | page size | requests | cached tokens | traced B/token | RSS B/token | traced peak | cycles |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for ps in a.page_sizes:
         for pol in a.policies:
             row = {}
@@ -154,7 +159,8 @@ def main(argv: list[str] | None = None) -> int:
                 row[method] = json.loads(out.strip().splitlines()[-1])
             t, r = row["traced"], row["rss"]
             print(f"| {pol} | {ps} | {t['requests']:,} | {t['cached']:,} | {t['bytes_per_token']:.1f} | "
-                  f"{r['bytes_per_token']:.1f} |", flush=True)
+                  f"{r['bytes_per_token']:.1f} | {t['peak_per_token']:.1f} | {t['garbage_per_token']:.1f} |",
+                  flush=True)
     return 0
 
 

@@ -42,6 +42,7 @@ from radixkv.metrics import collect_metrics
 from radixkv.pools import CACHED, PRIVATE, page_slots
 from radixkv.radix import USER, locks, lookup
 from radixkv.results import BatchInputs, LockHandle, MatchResult, SizeInfo
+from radixkv.runs import count
 from radixkv.sequences import Sequence
 from radixkv.keys import DEFAULT_NAMESPACE
 from radixkv.tokens import (ExtraKeysArg, IntArg, SecondsArg, SequenceArg, TokensLike, as_count, as_priority, as_slots,
@@ -164,8 +165,8 @@ class RadixCache(CacheBase):
         by page rather than dropping it whole). Returns tokens freed. evict(0) does nothing."""
         self._owner.check()
         pages = self._evict_pages(as_count(n, "evict(n)"))
-        self.ledger.release(pages)
-        return len(pages) * self.page_size
+        self.ledger.release_runs(pages)
+        return count(pages) * self.page_size
 
     # ------------------------------------------------------------------ request level
 

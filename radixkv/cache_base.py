@@ -29,6 +29,7 @@ from radixkv.keys import DEFAULT_NAMESPACE, as_extra_keys, request_key
 from radixkv.multimodal import MultiModalKeys
 from radixkv.pools import PageLedger, TokenToKVPool
 from radixkv.radix import MatchInfo, RadixTree, TreeNode, evict_device
+from radixkv.runs import count
 from radixkv.radix.pins import Pins
 from radixkv.radix.windows import Reach
 from radixkv.results import CacheStats
@@ -94,7 +95,7 @@ class CacheBase:
     def _take(self, k: int, state: int) -> np.ndarray:
         return self.ledger.take(k, state, self.tree.evictable_size // self.page_size, self._evict_pages)
 
-    def _evict_pages(self, n: int) -> np.ndarray:
+    def _evict_pages(self, n: int) -> list[int]:
         if self.tree.pins is not None:
             self.pins.expire()
         pages, host_pages, secondary = evict_device(self.tree, n, None if self.host is None else self.host.keep)
@@ -102,5 +103,5 @@ class CacheBase:
             self.host.free(host_pages)
         for group, group_pages in zip(self.groups, secondary):
             group.ledger.release(group_pages)
-        self.stats.evicted_tokens += len(pages) * self.page_size
+        self.stats.evicted_tokens += count(pages) * self.page_size
         return pages

@@ -163,5 +163,5 @@ class SecondaryGroup:
         return arr
 
 
-def _no_eviction(n: int) -> np.ndarray:
+def _no_eviction(n: int) -> list[int]:
     raise OutOfSlotsError("unreachable: pages were made free before take")

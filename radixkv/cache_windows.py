@@ -50,6 +50,7 @@ from radixkv.radix.components import drop_component, set_component
 from radixkv.radix.evict import secondary_victims
 from radixkv.radix.windows import Reach, protected
 from radixkv.results import BatchInputs, LockHandle
+from radixkv.runs import expand
 from radixkv.tokens import TokensLike
 
 
@@ -80,7 +81,7 @@ class WindowGroup(SecondaryGroup):
         node = self._tree.check_node(handle)
         full, window = node.pages, node.secondary[self.index - 1]
         assert full is not None and window is not None  # attach checked both
-        self._map(full, window)
+        self._map(expand(full, node.size // self.page_size), window)
 
     # ------------------------------------------------------------------ Sequence hooks (RadixCache)
 
@@ -101,8 +102,8 @@ class WindowGroup(SecondaryGroup):
         for its edge; where the tree had window KV already, the Sequence's copy is freed."""
         mine, g, off = self.page_map[full_pages], self.index - 1, 0
         for node in nodes:
-            tree_pages = node.pages
-            assert tree_pages is not None  # the nodes a commit just inserted or matched are on the device
+            assert node.pages is not None  # the nodes a commit just inserted or matched are on the device
+            tree_pages = expand(node.pages, node.size // self.page_size)
             part = mine[off:off + len(tree_pages)]
             off += len(part)
             if node.secondary[g] is None:
@@ -174,7 +175,8 @@ class WindowGroup(SecondaryGroup):
         W + 1 on) must map to a window page held for it, on the host and on the device."""
         self.check()
         g, nodes = self.index - 1, [n for n in self._tree.nodes() if n.parent is not None]
-        held = [(n.pages, n.secondary[g]) for n in nodes if n.secondary[g] is not None]
+        held = [(expand(n.pages or [], n.size // self.page_size), w)
+                for n in nodes if (w := n.secondary[g]) is not None]
         held += [(p, self.page_map[p]) for p in private]
         full = np.concatenate([f for f, _ in held]) if held else np.empty(0, dtype=np.int64)
         window = np.concatenate([w for _, w in held]) if held else full

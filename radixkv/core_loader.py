@@ -29,7 +29,7 @@ CORE = ("tokens", "results", "pools/allocator", "pools/ledger", "eviction/index"
         "eviction/policies", "eviction/ghosts", "eviction/duty", "eviction/prior", "eviction/adaptive", "eviction/lrfu",
         "radix/types", "radix/core", "radix/idle_roots", "radix/node", "radix/components", "radix/shadow_keys",
         "radix/shadow_heap", "radix/shadow", "radix/windows", "radix/residency", "radix/device_path", "radix/tree",
-        "radix/lookup", "radix/locks", "radix/evict", "radix/pins", "radix/check", "sequences", "cache_thread",
+        "radix/lookup", "radix/locks", "radix/evict", "radix/pins", "radix/check", "runs", "sequences", "cache_thread",
         "insert_slots", "cache_base", "cache_requests", "cache", "events/records", "events/holders",
         "events/xxh3_blocks", "events/hashing", "events/recorder", "keys")
 SHARED = "core__mypyc"  # mypyc's shared library of the whole group (radixkv/core__mypyc.*.so)

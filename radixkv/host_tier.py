@@ -24,6 +24,7 @@ import torch
 
 from radixkv.pools import SlotAllocator, TokenToKVPool, page_slots
 from radixkv.radix import evict_host, residency
+from radixkv.runs import expand
 
 if TYPE_CHECKING:
     from radixkv.config import CacheConfig
@@ -70,7 +71,8 @@ class HostTier:
         return self._copy_out(node) if self.write_back else None
 
     def _copy_out(self, node: TreeNode) -> np.ndarray | None:
-        k = len(node.pages)
+        assert node.pages is not None  # (device nodes only)
+        k = node.size // self.page_size
         short = k - self.allocator.num_free_pages
         if short > 0:
             if short * self.page_size > self.tree.host_size:
@@ -78,7 +80,8 @@ class HostTier:
             self.free(evict_host(self.tree, short * self.page_size))
         host = self.allocator.alloc_pages(k)
         ps = self.page_size
-        self.bytes_to_host += copy_kv(self.device_pool, page_slots(node.pages, ps), self.pool, page_slots(host, ps))
+        device = page_slots(expand(node.pages, k), ps)
+        self.bytes_to_host += copy_kv(self.device_pool, device, self.pool, page_slots(host, ps))
         self.backed_up_tokens += node.size
         return host
 

@@ -15,8 +15,8 @@ then exactly what alloc() just handed out. The ledger proves the second part in 
 (`PageLedger.fresh_start`: every page there private, named once, whole pages in order). The first
 part is proved by one comparison too, with `MatchedSlots`: the cache's own copy of the slots its
 last match_prefix returned (page_slots of some pages, so a run equal to its start is whole pages
-in order), and the node that match ended at with the pages array it held then. While that node
-holds the very same array, the tree's pages down to it are still the match's (`still_cached`), so
+in order), and the node that match ended at with the pages list (runs) it held then. While that node
+holds the very same list, the tree's pages down to it are still the match's (`still_cached`), so
 `accept` need not read them; otherwise it compares with the tree's. Anything else gets the full checks.
 """
 
@@ -43,11 +43,11 @@ RESUME_MIN: Final = 1024
 
 class MatchedSlots:
     """What the last match_prefix returned, kept by the cache: the bytes of its int64 slots (a copy:
-    the caller may write into its own tensor), the node it ended at and that node's pages array then,
+    the caller may write into its own tensor), the node it ended at and that node's pages list then,
     and the key it walked below `root` (int32 bytes of whole pages, the cache's own); `checked`: whether that key
     spells the caller's ids as_tokens checked (no extra keys gave it multimodal ids, which are negative)."""
 
-    def __init__(self, slots: bytes, node: TreeNode, pages: np.ndarray | None, key: bytes, root: TreeNode,
+    def __init__(self, slots: bytes, node: TreeNode, pages: list[int] | None, key: bytes, root: TreeNode,
                  checked: bool) -> None:
         self.slots = slots
         self.node = node
@@ -59,7 +59,7 @@ class MatchedSlots:
     def resumes(self, toks: np.ndarray, n: int, root: TreeNode) -> TreeNode | None:
         """The match's node, if an insert of int32 `toks` (n whole-page tokens) below `root` may walk on
         from it: `toks` start with the tokens of its path (one memcmp against the match's key: the path
-        spelled them then, and a split keeps what a path spells) and it still holds its pages array
+        spelled them then, and a split keeps what a path spells) and it still holds its pages list
         (still_cached: still in the tree, at the same end); None otherwise, or below RESUME_MIN tokens."""
         node = self.node
         length = node.end - root.end
@@ -69,7 +69,7 @@ class MatchedSlots:
 
     def still_cached(self, path: list[TreeNode], k: int) -> bool:
         """Whether the device pages of `path[:k]` (an insert's walk from the match's root) start with
-        the match's: its node is among them and holds the very array it held then. A node's pages
+        the match's: its node is among them and holds the very list it held then. A node's pages
         are never written in place, only replaced (split, drop, regain); its ancestors keep theirs
         while it keeps its own (device residency is prefix-closed; a split keeps their concatenation)."""
         node = self.node
@@ -114,9 +114,10 @@ class InsertSlots:
             raise InvalidSlotsError("insert: slots must be distinct; the same slot appears twice")
         return np.array(sorted(set((tail // ps).tolist())), dtype=np.int64)
 
-    def accept(self, cached_len: int, path: list[TreeNode], k: int) -> None:
+    def accept(self, cached_len: int, path: list[TreeNode], k: int) -> list[int] | None:
         """Classify the given pages against the tree's (cached_len tokens, `path[:k]`'s pages);
-        InvalidSlotsError unless every page that is not the tree's own is private and named once."""
+        InvalidSlotsError unless every page that is not the tree's own is private and named once.
+        Returns the runs of the new pages (`new`) when they are alloc()'s in order, else None."""
         ledger = self.ledger
         kp, f = cached_len // ledger.page_size, self.fresh
         if 0 <= f <= kp and (not f or self._head_cached(path, k, f)):
@@ -124,7 +125,7 @@ class InsertSlots:
             pages = self.pages
             self.duplicates, self.new = (pages[f:kp] if f < kp else _EMPTY), (pages[kp:] if kp else pages)
             self.run_at = kp - f  # `new`: alloc()'s pages in order from its (kp - f)-th on (PageLedger.settle)
-            return
+            return ledger.fresh_runs(kp - f, len(self.new))
         head = self.pages[:kp]
         differ = _ne(head, device_pages(path, k, kp))  # (kp pages each)
         duplicates = _EMPTY if not kp or not _any(differ) else head[differ]
@@ -135,6 +136,7 @@ class InsertSlots:
             raise InvalidSlotsError(f"insert: slots must be the tree's own, or distinct private pages from "
                                     f"alloc(): {why}")
         self.duplicates, self.new = duplicates, new
+        return None
 
     def _head_cached(self, path: list[TreeNode], k: int, f: int) -> bool:
         """Whether the given pages [0, f) are the tree's there: the match's, still cached, or compared."""

@@ -23,6 +23,7 @@ import numpy as np
 from radixkv.cache_windows import WindowGroup
 from radixkv.pools import CACHED, FREE, PRIVATE, RESERVED, PageLedger, page_slots
 from radixkv.radix import RadixTree, check_tree
+from radixkv.runs import count, expand
 
 if TYPE_CHECKING:
     from radixkv.cache_groups import SecondaryGroup
@@ -33,7 +34,7 @@ if TYPE_CHECKING:
 def _path_pages(node) -> np.ndarray:  # noqa: ANN001 - a TreeNode
     chunks = []
     while node.parent is not None:
-        chunks.append(node.pages)
+        chunks.append(expand(node.pages, count(node.pages)))
         node = node.parent
     return np.concatenate(chunks[::-1]) if chunks else np.empty(0, dtype=np.int64)
 

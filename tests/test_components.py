@@ -29,7 +29,7 @@ class Hybrid:
         self.root = self.tree.root(b"")
 
     def take(self, group: int, k: int) -> np.ndarray:
-        pages = self.ledgers[group].take(k, CACHED, 0, lambda n: np.empty(0, dtype=np.int64))
+        pages = self.ledgers[group].take(k, CACHED, 0, lambda n: [])
         return pages
 
     def insert(self, tokens: list[int]) -> None:
@@ -81,7 +81,7 @@ def test_components_follow_inserts_splits_and_evictions() -> None:
     unlock(h.tree, node, USER)
     # device eviction returns each dropped node's secondary pages per group
     gone = evict_device(h.tree, 100)
-    h.release(0, gone.pages)
+    h.ledgers[0].release_runs(gone.pages)
     for group, pages in zip((WINDOW, STATE), gone.secondary):
         h.release(group, pages)
     h.check()

@@ -25,12 +25,12 @@ class Clock:
         return self.now
 
 
-def _arr(a: np.ndarray | None) -> bytes | None:
-    return None if a is None else a.tobytes()
+def _arr(a: np.ndarray | list[int] | None) -> bytes | tuple[int, ...] | None:
+    return None if a is None else tuple(a) if isinstance(a, list) else a.tobytes()
 
 
-def _free_pages(alloc: SlotAllocator) -> tuple[bytes, int]:
-    return alloc._stack[:alloc._top].tobytes(), alloc._unused  # the freed pages in order, and the never-used ones
+def _free_pages(alloc: SlotAllocator) -> tuple[tuple[int, ...], int]:
+    return tuple(alloc._runs), alloc._unused  # the freed pages in order (runs), and the never-used ones
 
 
 def fingerprint(cache: RadixCache) -> tuple:

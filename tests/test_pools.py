@@ -11,6 +11,7 @@ import torch
 from radixkv import CacheConfig, ConfigError, InvalidSlotsError, OutOfRowsError, OutOfSlotsError, RadixCache
 from radixkv.pools import (CACHED, FREE, PRIVATE, RESERVED, PageLedger, ReqToTokenPool, SlotAllocator,
                            TokenToKVPool, page_slots, slot_pages)
+from radixkv.runs import runs_of
 from radixkv.tokens import distinct
 
 
@@ -36,7 +37,7 @@ def test_ledger_tracks_states_and_evicts_through_the_callback() -> None:
     with pytest.raises(OutOfSlotsError):
         ledger.take(1, PRIVATE, 0, evict=lambda n: pytest.fail("must refuse before evicting"))
     asked = []
-    more = ledger.take(1, RESERVED, 2, evict=lambda n: asked.append(n) or cached[:1])
+    more = ledger.take(1, RESERVED, 2, evict=lambda n: asked.append(n) or [int(cached[0]), 1])  # (runs)
     assert asked == [2] and more.tolist() == cached[:1].tolist()  # the evicted page is reused at once
     assert ledger.state.tolist().count(CACHED) == 1 and ledger.all_in(private, PRIVATE)
     ledger.release(private)
@@ -48,21 +49,23 @@ def test_ledger_tracks_states_and_evicts_through_the_callback() -> None:
 
 
 def test_allocator_memory_does_not_grow_with_the_pool() -> None:
-    # Never-used pages are a count until a chunk of them is needed, freed ones a stack: alloc and free
-    # touch only the pages they move, and the stack's array holds at most a chunk (8192) plus the
-    # most pages free at once since, never the pool (4 bytes a page, 4 per cached token at page 1).
+    # Never-used pages are a count, freed ones a stack of runs: alloc and free touch only the runs they
+    # move, and a run of freed pages is two ints however long, never a page's worth each.
     small, big = SlotAllocator(8, 1), SlotAllocator(1 << 22, 1)
     for alloc in (small, big):
         alloc.free_pages(alloc.alloc_pages(3))
         assert alloc.num_free_pages == alloc.num_pages
-    assert len(small._stack) < 100 and len(big._stack) <= 8192
+    assert small._runs == [5, 3] and big._runs == [(1 << 22) - 3, 3]  # the top 3 never-used, freed
     while big.num_free_pages:  # filled by requests of 1000 pages, then a full pool's steady state:
         big.alloc_pages(min(1000, big.num_free_pages))  # each alloc takes what was just freed
     for _ in range(3):
         pages = np.arange(5000, 6000)
         big.free_pages(pages)
         assert big.alloc_pages(1000).tolist() == pages.tolist()
-    assert len(big._stack) <= 8192
+    assert big._runs == []
+    big.free_pages(np.arange(7000, 9000))
+    big.free_pages(np.arange(9000, 9500))  # continues the top run: merged
+    assert big._runs == [7000, 2500]
 
 
 def test_allocator_hands_out_pages_as_one_preloaded_stack() -> None:
@@ -121,13 +124,13 @@ def test_slot_pages_is_floor_division_of_each_page_first_slot(page_size: int) ->
         == page_slots(np.arange(9), page_size).tolist()
 
 
-def test_page_ids_are_kept_int32_and_handed_out_int64() -> None:
+def test_page_ids_are_handed_out_int64_and_taken_back_int32_or_int64() -> None:
     alloc = SlotAllocator(num_pages=8, page_size=2)
-    assert alloc._stack.dtype == np.int32
     pages = alloc.alloc_pages(3)
     assert pages.dtype == np.int64  # numpy indexes much faster with int64 than with int32 arrays
-    alloc.free_pages(pages.astype(np.int32))  # a tree node's pages go back as they are
-    assert alloc.free_mask().all()
+    alloc.free_pages(pages[:1].astype(np.int32))
+    alloc.free_pages(pages[1:])
+    assert alloc.free_mask().all() and alloc._runs == [5, 3]
     with pytest.raises(ConfigError):
         SlotAllocator(num_pages=2**31, page_size=1)
 
@@ -235,9 +238,9 @@ def test_pages_evicted_for_an_alloc_are_not_written_free_in_between() -> None:
     cached = ledger.take(7, CACHED, 0, no_eviction)
     asked: list[int] = []
 
-    def evict(tokens: int) -> np.ndarray:  # gives back more than asked: pages 0-3 of the cached ones
+    def evict(tokens: int) -> list[int]:  # gives back more than asked: pages 0-3 of the cached ones, as runs
         asked.append(tokens)
-        return cached[:4].astype(np.int32)
+        return runs_of(cached[:4])
 
     slots = ledger.alloc_slots(5, 7, evict)  # 3 pages: 1 free, 2 evicted (of 4 evicted)
     assert asked == [4] and len(slots) == 5
@@ -245,7 +248,7 @@ def test_pages_evicted_for_an_alloc_are_not_written_free_in_between() -> None:
     assert ledger.all_in(pages, PRIVATE) and ledger.all_in(cached[:1], FREE) and ledger.all_in(cached[4:], CACHED)
     ledger.check()
     cached = ledger.take(2, CACHED, 0, no_eviction)  # the free pages, cached again
-    slots = ledger.alloc_slots(4, 9, lambda n: cached)  # both evicted, popped again
+    slots = ledger.alloc_slots(4, 9, lambda n: runs_of(cached))  # both evicted, popped again
     assert ledger.fresh_start(slots) == 0  # (remembered after an alloc that evicted)
     ledger.settle(np.unique(slots // 2), np.empty(0, dtype=np.int64), True, 0)
     assert ledger.all_in(np.unique(slots // 2), CACHED)

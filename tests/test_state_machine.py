@@ -22,6 +22,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from radixkv import (CacheConfig, InvalidArgumentError, InvalidSlotsError, LockError, MatchResult,
                      OutOfRowsError, OutOfSlotsError, PinBudgetError, RadixCache, SequenceError)
 from radixkv.pools import page_slots
+from radixkv.runs import count, expand
 from state_machine_model import Model, assert_stamped, cached_blocks, replay, stamp
 
 TOKENS = st.lists(st.integers(0, 2), min_size=0, max_size=14)
@@ -33,7 +34,7 @@ def path_of(node, page_size: int) -> tuple[list[int], np.ndarray]:  # noqa: ANN0
     tokens, pages = [], []
     while node.parent is not None:
         tokens.append(node.tokens())
-        pages.append(node.pages)
+        pages.append(expand(node.pages, count(node.pages)))
         node = node.parent
     if not tokens:
         return [], np.empty(0, dtype=np.int64)

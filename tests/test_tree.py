@@ -9,6 +9,7 @@ import torch
 from radixkv import CacheConfig, LockError, RadixCache
 from radixkv.insert_slots import RESUME_MIN
 from radixkv.pools import page_slots
+from radixkv.runs import count, expand
 
 
 def make(page_size: int = 1, num_slots: int = 64, eviction: str = "lru") -> RadixCache:
@@ -167,7 +168,8 @@ def tree_shape(cache: RadixCache) -> list[tuple]:
         while x.parent is not None:
             prefix[:0] = x.tokens().tolist()
             x = x.parent
-        slots = None if node.pages is None else tuple(page_slots(node.pages, cache.page_size).tolist())
+        pages = None if node.pages is None else expand(node.pages, count(node.pages))
+        slots = None if pages is None else tuple(page_slots(pages, cache.page_size).tolist())
         out.append((node.ns, tuple(prefix), slots))
     return sorted(out, key=repr)
 

@@ -1,22 +1,21 @@
 """SlotAllocator: hands out free pages of `page_size` consecutive slots.
 
 Page `p` holds slots `[p * page_size, (p + 1) * page_size)`. The free pages form one LIFO stack,
-kept in two parts (pools hold fewer than 2**31 pages, so page ids are stored int32):
+kept in two parts (pools hold fewer than 2**31 pages):
 
-    [0, _unused)       pages never handed out: only a count. An alloc that finds the stack empty
-                       takes the top ones as they are; one that finds a few pages there moves a chunk
-                       (the top 8192, or as many as it needs) onto the stack below them
-    _stack[:_top]      int32, 4 bytes a page: such a chunk and the pages freed since, the last freed
-                       on top. Its array grows (doubling) to the most pages it held at once and never
-                       shrinks (a full cache empties it on every alloc): in a full cache's steady
-                       state, where each alloc evicts about what it takes, about the longest request
+    [0, _unused)       pages never handed out: only a count, under the freed ones. An alloc that
+                       finds too few freed pages takes the top never-used ones first, then every freed one
+    _runs              the pages freed since, as runs (radixkv/runs.py), the last freed at the end:
+                       a few ints per run, however long the run (a freed leaf's pages are a few runs)
 
-`alloc_pages(k)` pops k ids (the freed ones first, then the top of the never-used ones) and
-`free_pages(pages)` pushes them, so both cost O(pages moved), never O(pool size) (SGLang's allocator
-`torch.cat`s its whole free list on every free). Pages come out exactly as from one stack preloaded
-with `arange(num_pages)`: pages freed last are handed out first, which keeps recently touched KV warm.
-Page ids are handed around int64: numpy indexes with an int32 array 2-10x slower than with an int64
-one (it converts the index first), and every page handed out indexes the ledger's state at once.
+`alloc_runs(k)` pops k ids as runs (list work, no numpy), `alloc_pages(k)` expands them to int64,
+`free_runs(runs)` / `free_pages(pages)` push them (a run that continues the top one is merged into
+it), so both cost O(runs moved), never O(pool size) (SGLang's allocator `torch.cat`s its whole free
+list on every free). Pages come out exactly as from one stack preloaded with `arange(num_pages)`:
+pages freed last are handed out first, which keeps recently touched KV warm, and a popped run reads
+bottom to top as that stack's slice would. Page ids are handed around int64: numpy indexes with an
+int32 array 2-10x slower than with an int64 one (it converts the index first), and every page handed
+out indexes the ledger's state at once.
 The allocator trusts its caller to free only pages it handed out (the PageLedger checks page
 states first); `free_mask()` rebuilds the free set from both parts and raises if a page is in it twice.
 """
@@ -28,8 +27,9 @@ from typing import Final
 import numpy as np
 
 from radixkv.errors import ConfigError, OutOfSlotsError
+from radixkv.runs import count, expand, runs_of
 
-MAX_PAGES = 2**31 - 1  # page ids are stored int32
+MAX_PAGES = 2**31 - 1  # page ids fit int32 (the ledger and callers may keep them so)
 _I64: Final = np.dtype(np.int64)  # (Final: compiled, a C static, not a module-dict lookup)
 _TILES: dict[int, np.ndarray] = {}  # page_size -> arange(page_size) repeated, int64, read only; grows to the longest call
 # page_size -> itself as a 0-d int64 array: a ufunc operand that needs no scalar conversion (~2k instructions a call)
@@ -73,11 +73,6 @@ def _factor(page_size: int) -> np.ndarray:
     return factor
 
 
-_MIN_STACK: Final = 64  # pages the stack's array holds at least (256 bytes)
-_REFILL: Final = 8192  # never-used pages moved onto the stack at once (32 KB): a move and an arange per 8192 pages
-_arange: Final = np.arange  # (Final: compiled, a C static, not a module getattr per call)
-
-
 class SlotAllocator:
     def __init__(self, num_pages: int, page_size: int) -> None:
         if num_pages > MAX_PAGES:
@@ -85,61 +80,68 @@ class SlotAllocator:
         self.num_pages = num_pages
         self.page_size = page_size
         self._unused = num_pages  # pages [0, _unused) were never handed out
-        self._stack = np.empty(_MIN_STACK, dtype=np.int32)  # free pages: _stack[:_top], the last freed on top
-        self._top = 0
+        self._runs: list[int] = []  # freed pages as runs [start, length, ...], the last freed at the end
+        self._freed = 0  # pages in _runs
 
     @property
     def num_free_pages(self) -> int:
-        return self._top + self._unused
+        return self._freed + self._unused
 
     @property
     def num_free_slots(self) -> int:
-        return (self._top + self._unused) * self.page_size
+        return (self._freed + self._unused) * self.page_size
 
     def alloc_pages(self, k: int) -> np.ndarray:
         """Pop `k` free pages: int64 `[k]`. Raises OutOfSlotsError (nothing changed) if fewer are free."""
-        top = self._top - k
-        if top < 0:
-            if k > self._top + self._unused:
-                raise OutOfSlotsError(f"asked for {k} pages ({k * self.page_size} slots), "
-                                      f"{self._top + self._unused} free; free or evict pages first")
-            if not self._top:  # never-used pages alone: handed out as they are, never written to the stack
-                self._unused -= k
-                return _arange(self._unused, self._unused + k, dtype=_I64)
-            self._refill(k)
-            top = self._top - k
-        self._top = top
-        return self._stack[top:top + k].astype(_I64)
+        return expand(self.alloc_runs(k), k)
 
-    def _refill(self, k: int) -> None:
-        """Move the top never-used pages under the freed ones (the order of one preloaded stack), until
-        the stack holds `max(k, _REFILL)` pages or every never-used page."""
-        top, unused = self._top, self._unused
-        n = min(unused, max(k, _REFILL) - top)
-        self._grow(top + n)
-        self._stack[n:top + n] = self._stack[:top].copy()
-        self._stack[:n] = _arange(unused - n, unused, dtype=np.int32)
-        self._unused, self._top = unused - n, top + n
+    def alloc_runs(self, k: int) -> list[int]:
+        """Pop `k` free pages as runs (a new list), in the order alloc_pages hands them out. Raises
+        OutOfSlotsError (nothing changed) if fewer are free."""
+        runs, freed = self._runs, self._freed
+        if k > freed:
+            if k > freed + self._unused:
+                raise OutOfSlotsError(f"asked for {k} pages ({k * self.page_size} slots), "
+                                      f"{freed + self._unused} free; free or evict pages first")
+            self._unused -= k - freed  # the top never-used pages come first, then every freed one
+            out = [self._unused, k - freed] + runs
+            self._runs, self._freed = [], 0
+            return out
+        self._freed = freed - k
+        at = len(runs)
+        while k > 0:  # whole runs off the top, then the top part of one
+            at -= 2
+            length = runs[at + 1]
+            if length > k:
+                runs[at + 1] = length - k
+                out = [runs[at] + length - k, k] + runs[at + 2:]
+                del runs[at + 2:]
+                return out
+            k -= length
+        out = runs[at:]
+        del runs[at:]
+        return out
+
+    def free_runs(self, runs: list[int]) -> None:
+        """Push the pages of `runs` (handed out by alloc and not yet freed), in their order."""
+        if not runs:
+            return
+        mine = self._runs
+        top = len(mine)
+        mine += runs
+        if top and mine[top - 2] + mine[top - 1] == mine[top]:  # its first run continues the top one
+            mine[top - 1] += mine[top + 1]
+            del mine[top:top + 2]
+        self._freed += count(runs)
 
     def free_pages(self, pages: np.ndarray) -> None:
         """Push `pages` (int32 or int64 `[k]`, distinct, handed out by alloc_pages and not yet freed) back."""
-        top = self._top
-        end = top + len(pages)
-        if end > len(self._stack):
-            self._grow(end)
-        self._stack[top:end] = pages
-        self._top = end
-
-    def _grow(self, size: int) -> None:
-        """The stack's array holds at least `size` pages (doubling)."""
-        if size > len(self._stack):
-            stack = np.empty(max(size, 2 * len(self._stack)), dtype=np.int32)
-            stack[:self._top] = self._stack[:self._top]
-            self._stack = stack
+        if len(pages):
+            self.free_runs(runs_of(pages))
 
     def free_mask(self) -> np.ndarray:
         """bool `[num_pages]`: which pages are free, rebuilt from both parts (for checks)."""
-        freed = self._stack[:self._top]
+        freed = expand(self._runs, self._freed)
         mask = np.zeros(self.num_pages, dtype=np.bool_)
         mask[:self._unused] = True
         mask[freed] = True

@@ -25,8 +25,11 @@ freed last first) are not written FREE in between: until that lazy write their e
 still reads CACHED, so `settle` writes CACHED only to the pages that were free before. In the
 steady state of a full cache, where every allocation evicts, that spares both writes per token.
 
-Memory: per page, the state (1 byte). The allocator keeps 4 bytes per page freed and not yet handed
-out again, and for at most 8192 never-used ones (the rest are a count), and the distinctness check
+The ledger also keeps the runs (radixkv/runs.py) of that alloc's pages while it keeps its slots:
+`fresh_runs` hands insert the runs of a new leaf's pages, so no request turns pages into runs.
+
+Memory: per page, the state (1 byte). The allocator keeps its free pages as runs (a few ints per
+run, a count for the never-used ones), and the distinctness check
 sorts a copy of the pages it is given (no table per page). The constant rows that `all_in` compares against grow with
 the largest call, not the pool; the last alloc's slots are one call's (8 bytes a slot).
 """
@@ -39,6 +42,7 @@ import numpy as np
 
 from radixkv.errors import OutOfSlotsError
 from radixkv.pools.allocator import SlotAllocator, page_slots
+from radixkv.runs import count, expand, section
 from radixkv.tokens import distinct, starts_with
 
 FREE, CACHED, PRIVATE, RESERVED = 0, 1, 2, 3
@@ -59,6 +63,8 @@ class PageLedger:
         self._popped_stale = 0  # the same count for the last `_pop`
         self._rows = {s: b"" for s in (FREE, CACHED, PRIVATE, RESERVED)}  # state -> its byte repeated: memcmp checks
         self._fresh: bytes | None = None  # int64 slots of the last alloc_slots() (their bytes), until a page changes state
+        self._fresh_runs: list[int] = []  # that alloc's pages as runs (read while _fresh is not None) ...
+        self._fresh_pages = 0  # ... and how many
 
     @property
     def state(self) -> np.ndarray:
@@ -78,18 +84,18 @@ class PageLedger:
     def num_free_pages(self) -> int:
         return self.allocator.num_free_pages
 
-    def take(self, k: int, state: int, evictable_pages: int, evict: Callable[[int], np.ndarray]) -> np.ndarray:
+    def take(self, k: int, state: int, evictable_pages: int, evict: Callable[[int], list[int]]) -> np.ndarray:
         """Pop `k` free pages into `state`: int64 `[k]`. When fewer are free, `evict(tokens)` must
-        return at least the missing cached pages, which go back to the allocator first.
+        return at least the missing cached pages (as runs), which go back to the allocator first.
         OutOfSlotsError, nothing changed, if even `evictable_pages` more cannot serve."""
-        pages = self._pop(k, evictable_pages, evict)
+        pages = expand(self._pop(k, evictable_pages, evict), k)
         self._state[pages] = state  # (pages that were free: an unwritten page is not among them)
         return pages
 
-    def _pop(self, k: int, evictable_pages: int, evict: Callable[[int], np.ndarray]) -> np.ndarray:
-        """`take` without writing the pages' state. The pages evicted for it go onto the allocator's
-        stack unwritten, so the last `_popped_stale` of those popped still read CACHED in `_state`
-        (evicted ones left on the stack are written FREE): the caller writes them."""
+    def _pop(self, k: int, evictable_pages: int, evict: Callable[[int], list[int]]) -> list[int]:
+        """`take` without writing the pages' state, nor expanding the runs it pops. The pages evicted for it
+        go onto the allocator's stack unwritten, so the last `_popped_stale` of those popped still read
+        CACHED in `_state` (evicted ones left on the stack are written FREE): the caller writes them."""
         allocator = self.allocator
         short = k - allocator.num_free_pages
         self._popped_stale = 0
@@ -99,21 +105,23 @@ class PageLedger:
                 raise OutOfSlotsError(
                     f"need {k} pages ({k * ps} slots): {allocator.num_free_pages} free and "
                     f"{evictable_pages} evictable; close Sequences, unlock nodes, or raise CacheConfig.num_slots")
-            evicted = evict(short * self.page_size)  # (int32 or int64, cached until now)
+            evicted = evict(short * self.page_size)  # (runs, cached until now)
             self._fresh = None
-            allocator.free_pages(evicted)
-            e = len(evicted)
-            if e > k:  # (pushed last, popped first: evicted[:e - k] stay free)
-                self._state[evicted[:e - k].astype(_I64, copy=False)] = FREE
+            allocator.free_runs(evicted)
+            e = count(evicted)
+            if e > k:  # (pushed last, popped first: the first e - k stay free)
+                self._write_runs(section(evicted, 0, e - k), FREE)
             self._popped_stale = min(e, k)
-        return allocator.alloc_pages(k)
+        return allocator.alloc_runs(k)
 
-    def alloc_slots(self, n: int, evictable_pages: int, evict: Callable[[int], np.ndarray]) -> np.ndarray:
+    def alloc_slots(self, n: int, evictable_pages: int, evict: Callable[[int], list[int]]) -> np.ndarray:
         """`n` private slots, the first n of ceil(n / page_size) pages from `take`: int64 `[n]` (the
         caller's to keep). Remembered, for `fresh_start`, until a page changes state again; their
         state is written PRIVATE lazily (the module's docstring)."""
         ps = self.page_size
-        pages = self._pop(-(-n // ps), evictable_pages, evict)
+        k = -(-n // ps)
+        runs = self._pop(k, evictable_pages, evict)
+        pages = expand(runs, k)
         if self._unwritten is not None:
             self._write_unwritten()
         slots = page_slots(pages, ps)  # (`pages` itself at page_size 1)
@@ -122,7 +130,15 @@ class PageLedger:
         self._fresh = fresh = slots.tobytes()  # a copy: the caller may write into what it got
         self._unwritten = fresh if ps == 1 else pages.tobytes()  # (never the caller's array)
         self._stale = self._popped_stale
+        self._fresh_runs, self._fresh_pages = runs, k
         return slots
+
+    def fresh_runs(self, lo: int, n: int) -> list[int]:
+        """The runs of pages [lo, lo + n) of the last `alloc_slots`, valid while `fresh_start` is: a new list,
+        or all of them (the allocator's list, which nothing writes: the caller may keep it)."""
+        if lo == 0 and n == self._fresh_pages:
+            return self._fresh_runs
+        return section(self._fresh_runs, lo, n)
 
     def fresh_start(self, slots: np.ndarray) -> int:
         """Where int64 `slots` end with exactly the slots of the last `alloc_slots` (a page boundary),
@@ -150,7 +166,20 @@ class PageLedger:
             self._write_unwritten()
         if len(pages):
             self._state[pages.astype(_I64, copy=False)] = FREE  # numpy indexes with int64 2-3x faster than int32
-            self.allocator.free_pages(pages)  # (a tree node's int32 pages go onto the int32 stack uncast)
+            self.allocator.free_pages(pages)  # (as runs: runs_of)
+
+    def release_runs(self, runs: list[int]) -> None:
+        """`release` for pages given as runs (a tree eviction's)."""
+        self._fresh = None
+        if self._unwritten is not None:
+            self._write_unwritten()
+        self._write_runs(runs, FREE)
+        self.allocator.free_runs(runs)
+
+    def _write_runs(self, runs: list[int], state: int) -> None:
+        st = self._state
+        for j in range(0, len(runs), 2):
+            st[runs[j]:runs[j] + runs[j + 1]] = state
 
     def settle(self, cached: np.ndarray, freed: np.ndarray, fresh_spent: bool, run_at: int = -1) -> None:
         """insert()'s end: private `cached` pages become CACHED, `freed` go back (as `move`, then

@@ -10,6 +10,7 @@ import numpy as np
 from radixkv.eviction import EvictableIndex
 from radixkv.radix.node import TreeNode
 from radixkv.radix.tree import RadixTree
+from radixkv.runs import count, expand, well_formed
 
 
 def _fail(msg: str, node: TreeNode) -> None:
@@ -33,9 +34,11 @@ def _check_edge(tree: RadixTree, node: TreeNode) -> None:
         _fail("device residency is not prefix-closed", node)
     if node.lock_ref and node.pages is None:
         _fail("a locked node is not on the device", node)
-    for pages, dtype in ((node.pages, np.int32), (node.host_pages, np.int64)):
-        if pages is not None and (pages.dtype != dtype or len(pages) != node.size // tree.page_size):
-            _fail("pages must be int32 (device) or int64 (host), one per page of the edge", node)
+    if node.pages is not None and not well_formed(node.pages, node.size // tree.page_size):
+        _fail("device pages must be runs (a list of ints, lengths > 0) of one page per page of the edge", node)
+    host = node.host_pages
+    if host is not None and (host.dtype != np.int64 or len(host) != node.size // tree.page_size):
+        _fail("host pages must be int64, one per page of the edge", node)
     if len(node.secondary) != len(tree.group_index):
         _fail("one component per secondary layer group", node)
     for pages in node.secondary:
@@ -83,7 +86,7 @@ def check_tree(tree: RadixTree) -> tuple[np.ndarray, np.ndarray]:
             continue
         _check_edge(tree, node)
         if node.pages is not None:
-            chunks.append(node.pages)
+            chunks.append(expand(node.pages, count(node.pages)))
             protected += node.size if node.lock_ref else 0
             evictable += 0 if node.lock_ref else node.size
             if not node.lock_ref and all(c.pages is None for c in node.children.values()):

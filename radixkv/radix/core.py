@@ -62,6 +62,20 @@ class TreeCore(Generic[N]):
         self.tick = 0  # logical clock: +1 per match or insert that touches nodes
         self._next_id = 0
         self._matched_tick = -1  # the tick of the last match when nothing has ticked since, else -1
+        self.roots: dict[bytes, N] = {}  # namespace key -> root (while: the subclass's own comment)
+
+    def __del__(self) -> None:
+        """The tree goes: its nodes go with it. A node holds its parent and is held by it (`children`), a
+        cycle per edge, so a dropped tree's nodes and keys would wait for a full collection of the cycle
+        collector (a few a run): a dropped shadow held megabytes of heap until then. Emptying every node's
+        children leaves only references up, which refcounting frees at once, leaves first. Nodes that
+        someone still holds keep their path up to the root, never their children."""
+        stack = list(self.roots.values())
+        while stack:
+            children = stack.pop().children
+            if children:
+                stack += children.values()
+                children.clear()
 
     def make_node(self, ns: bytes, parent: N | None, key: bytes) -> N:
         """A new node of this tree's own class, id `_next_id` (which it advances), created now."""

@@ -3,7 +3,7 @@
 Device residency is prefix-closed: along a path from a root, the nodes on the device come first and
 host-only ones (a host tier's) after. So the device-cached part of a walk is a count of nodes and of
 tokens (`device_prefix`), and its pages are those nodes' pages in order (`device_pages`). Read-only;
-radix/tree.py's match and insert and radix/lookup.py use it.
+radix/tree.py's match and insert and radix/lookup.py use it; `node_runs` gives insert a new node's runs.
 """
 
 from __future__ import annotations
@@ -14,10 +14,9 @@ import numpy as np
 
 from radixkv.radix.node import TreeNode
 from radixkv.radix.residency import ResidentTree
+from radixkv.runs import expand, runs_of, section
 
 _EMPTY: Final = np.empty(0, dtype=np.int64)  # (Final: compiled, a C static, not a module-dict lookup)
-_I64: Final = np.dtype(np.int64)
-_cat: Final = np.concatenate
 
 
 def device_prefix(tree: ResidentTree, path: list[TreeNode], length: int, start: TreeNode) -> tuple[int, int]:
@@ -32,8 +31,20 @@ def device_prefix(tree: ResidentTree, path: list[TreeNode], length: int, start: 
 def device_pages(path: list[TreeNode], k: int, n: int) -> np.ndarray:
     """int64 `[n]`, a fresh array: the first n device pages of the nodes `path[:k]` (all on the device)."""
     first = path[0].pages if k else None
-    if first is None:
+    if first is None or not n:
         return _EMPTY
-    if k == 1:  # the usual case: one edge (int32 kept; int64 like the caller's pages)
-        return (first if n == len(first) else first[:n]).astype(_I64)
-    return _cat([p.pages for p in path[:k] if p.pages is not None], dtype=_I64)[:n]
+    if k == 1:  # the usual case: one edge
+        return expand(first, n)
+    runs: list[int] = []
+    for node in path[:k]:
+        pages = node.pages
+        if pages is not None:
+            runs += pages
+    return expand(runs, n)
+
+
+def node_runs(pages: np.ndarray, new: list[int] | None, first: int, n: int, lo: int) -> list[int]:
+    """The runs of `pages[first:first + n]`: cut from `new` (the runs of `pages[lo:]`) when given."""
+    if new is not None:
+        return new if first == lo and n == len(pages) - lo else section(new, first - lo, n)
+    return runs_of(pages[first:first + n])

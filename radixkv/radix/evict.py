@@ -28,7 +28,7 @@ _concatenate: Final = np.concatenate
 
 
 class Evicted(NamedTuple):
-    pages: np.ndarray  # int32 (the nodes' own) or int64 when empty: device pages (group 0) freed
+    pages: list[int]  # device pages (group 0) freed, as runs (radixkv/runs.py; a new list)
     host_pages: np.ndarray  # int64: host pages freed by removing host-only subtrees
     secondary: tuple[np.ndarray, ...]  # int64 per secondary group: its pages freed with the dropped nodes
 
@@ -39,7 +39,7 @@ def evict_device(tree: RadixTree, num_tokens: int, keep: Callable[[TreeNode], np
     the remaining need loses only its tail pages. `keep(victim)` may return host pages now holding
     a copy of the victim's KV, which then stays as host-only."""
     ps, freed = tree.page_size, 0
-    chunks: list[np.ndarray] = []
+    runs: list[int] = []
     host_chunks: list[np.ndarray] = []
     groups: list[list[np.ndarray]] = [[] for _ in tree.group_index] if tree.group_index else []
     index = tree.index  # device leaves, the policy's victim first
@@ -47,9 +47,9 @@ def evict_device(tree: RadixTree, num_tokens: int, keep: Callable[[TreeNode], np
         leaf = index.pop()
         keep_tokens = leaf.size - -(-(num_tokens - freed) // ps) * ps
         if keep_tokens > 0:
-            tree.split(leaf, keep_tokens, lower_stays=False)  # the upper part stays cached as a new node
+            tree.split(leaf, keep_tokens)  # the upper part stays cached as a new node
         assert leaf.pages is not None  # the device index holds device nodes only
-        chunks.append(leaf.pages)
+        runs += leaf.pages
         freed += leaf.size
         tree.evicted(leaf)
         if leaf.host_pages is None and keep is not None:
@@ -66,7 +66,7 @@ def evict_device(tree: RadixTree, num_tokens: int, keep: Callable[[TreeNode], np
         else:
             _remove_subtree(tree, leaf, host_chunks)
     secondary = tuple(map(_cat, groups)) if groups else ()
-    return tuple.__new__(Evicted, (_cat(chunks), _cat(host_chunks), secondary))  # no Python-level __new__
+    return tuple.__new__(Evicted, (runs, _cat(host_chunks), secondary))  # no Python-level __new__
 
 
 def evict_secondary(tree: RadixTree, group: int, num_pages: int,

@@ -13,8 +13,9 @@ A model's layers fall into groups by the KV they keep: full attention, sliding-w
 recurrent state. Each group has its own page pool and PageLedger (its memory priced on its own);
 the tree says, per node, which pages of each group hold the node's tokens:
 
-    group 0 (primary)     `pages` (device) / `host_pages` (host tier): full KV of every token of
-                          the edge, int64, one page id per page. Never a tombstone: a node on
+    group 0 (primary)     `pages` (device): full KV of every token of the edge, its page ids as
+                          runs (radixkv/runs.py: a few ints where an array kept 4 bytes a page);
+                          `host_pages` (host tier): int64, one page id per page. Never a tombstone: a node on
                           the device has its full KV; when it goes, the node goes (or stays
                           host-only), and every secondary component goes with it.
     group g >= 1          `secondary[g - 1]`: int64 page ids of group g's pool for this edge
@@ -78,7 +79,7 @@ class TreeNode(PrefixNode["TreeNode"]):
                  tick: int) -> None:
         PrefixNode.__init__(self, node_id, ns, parent, key, tick)
         self.tree = tree  # the owning tree: a node of another tree is rejected, never used
-        self.pages: np.ndarray | None = None  # int32 [size // page_size]: device full KV; None: host only
+        self.pages: list[int] | None = None  # device full KV, size // page_size pages as runs; None: host only
         self.host_pages: np.ndarray | None = None  # int64 [size // page_size]: host-tier copy, if any
         self.secondary: list[np.ndarray | None] = _NO_GROUPS  # secondary group components (module docstring); None: tombstone
         self.lock_ref = 0  # locks on this node or any descendant: > 0 means protected

@@ -30,15 +30,15 @@ from radixkv.errors import LockError
 from radixkv.eviction import EvictableIndex, EvictionPolicy, host_first
 from radixkv.radix import residency
 from radixkv.radix.components import split_components
-from radixkv.radix.device_path import device_pages, device_prefix
+from radixkv.radix.device_path import device_pages, device_prefix, node_runs
 from radixkv.radix.idle_roots import IdleRoots
 from radixkv.radix.node import TreeNode
 from radixkv.radix.shadow import ShadowKeys, ShadowTree
 from radixkv.radix.windows import Reach, resumable
 from radixkv.radix.types import InsertResult, MatchInfo, PinKeeper, ResidencyListener
+from radixkv.runs import cut
 
 _EMPTY: Final = np.empty(0, dtype=np.int64)  # (Final: compiled, a C static, not a module-dict lookup)
-_I32: Final = np.dtype(np.int32)
 
 if TYPE_CHECKING:
     from radixkv.eviction.view import FixedPolicyView, NodeView
@@ -75,7 +75,7 @@ class RadixTree(residency.ResidentTree):
         if root is None:
             root = self._idle_roots.get(ns)
             if root is None:
-                root = self.new_node(ns, None, b"", _EMPTY)
+                root = self.new_node(ns, None, b"", [])
                 self._idle_roots.put(ns, root)
         return root
 
@@ -94,23 +94,21 @@ class RadixTree(residency.ResidentTree):
         self._next_id += 1
         return node
 
-    def new_node(self, ns: bytes, parent: TreeNode | None, key: bytes, pages: np.ndarray | None) -> TreeNode:
+    def new_node(self, ns: bytes, parent: TreeNode | None, key: bytes, pages: list[int] | None) -> TreeNode:
         node = self.make_node(ns, parent, key)
         node.pages = pages
         if self.group_index:
             node.secondary = [None] * len(self.group_index)
         return node
 
-    def split(self, node: TreeNode, k: int, lower_stays: bool = True) -> TreeNode:
+    def split(self, node: TreeNode, k: int) -> TreeNode:
         """Cut `node`'s edge after k tokens (whole pages). The new upper node takes the first k; `node` keeps the
-        lower half, so it still means the same prefix. Counters are unchanged. `lower_stays=False`: `node` is about
-        to lose its device pages (eviction): they stay a view of the old array (alive until they are released)."""
+        lower half, so it still means the same prefix. Counters are unchanged."""
         kp = k // self.page_size
         upper = self.split_edge(node, k)
         upper.lock_ref = node.lock_ref
         if node.pages is not None:
-            lower = node.pages[kp:]
-            upper.pages, node.pages = node.pages[:kp].copy(), lower.copy() if lower_stays else lower
+            upper.pages, node.pages = cut(node.pages, kp)
         if node.host_pages is not None:
             upper.host_pages, node.host_pages = node.host_pages[:kp].copy(), node.host_pages[kp:].copy()
         if self.group_index:
@@ -182,7 +180,7 @@ class RadixTree(residency.ResidentTree):
     # ------------------------------------------------------------------ insert
 
     def insert(self, key: bytes, pages: np.ndarray, start: TreeNode, priority: int = 0,
-               accept: Callable[[int, list[TreeNode], int], None] | None = None, use: bool = False,
+               accept: Callable[[int, list[TreeNode], int], list[int] | None] | None = None, use: bool = False,
                after: TreeNode | None = None) -> InsertResult:
         """Cache `key` (whole pages) below `start` with device `pages` (int64, one per page of key).
 
@@ -192,7 +190,8 @@ class RadixTree(residency.ResidentTree):
         not counted twice. A Sequence's commit is not a use: its open() matched already.
 
         `accept(cached_len, path, k)` sees what is cached (pages: `path[:k]`'s) before anything changes and
-        may raise to refuse (the tree is then unchanged; `tree_pages` are read only without it). Host-only
+        may raise to refuse (the tree is then unchanged; `tree_pages` are read only without it); it may return
+        the runs of `pages` from cached_len on (radixkv/runs.py), else they are read off `pages`. Host-only
         nodes on the way take their part of `pages`; the new suffix becomes a leaf. The caller's pages for
         [0, cached_len) are not used (the tree's own, or duplicates the caller frees); pages are copied.
         `after`: a device node below `start` whose path the caller proved spells the first tokens (MatchedSlots);
@@ -206,20 +205,21 @@ class RadixTree(residency.ResidentTree):
         length = skip + matched // 4
         k, dev = device_prefix(self, path, length, start)
         tree_pages = device_pages(path, k, dev // self.page_size) if accept is None else _EMPTY
-        if accept is not None:
-            accept(dev, path, k)
+        new = accept(dev, path, k) if accept is not None else None
         node, gained, ps = start, [], self.page_size
+        lo = dev // ps  # `new` starts at page lo of `pages`
         if path:
             if path[-1].end > start.end + length:
                 path[-1] = self.split(path[-1], start.end + length - path[-1].depth)
             node = path[-1]
-        for host_only in path[k:]:  # (their pages: int32 kept, 4 bytes a page)
-            host_only.pages = pages[(host_only.depth - start.end) // ps:(host_only.end - start.end) // ps].astype(_I32)
+        for host_only in path[k:]:
+            first = (host_only.depth - start.end) // ps
+            host_only.pages = node_runs(pages, new, first, host_only.size // ps, lo)
             gained.append(host_only)
         leaf = None
         if matched < len(key):
             leaf = self.add_leaf(node, key[matched:])
-            leaf.pages = pages[length // ps:].astype(_I32)  # int32 kept, 4 bytes a page
+            leaf.pages = node_runs(pages, new, length // ps, len(pages) - length // ps, lo)
             if self.group_index:
                 leaf.secondary = [None] * len(self.group_index)
             if node.parent is None:
@@ -296,4 +296,5 @@ class RadixTree(residency.ResidentTree):
         for node in out:
             out.extend(node.children.values())
         return out
+
 
