@@ -13,7 +13,10 @@ Per cell (trace, capacity, load) it prints auto's ratios and which goals hold:
     p99   auto's p99 TTFT <= fcfs's and lpm's
 
 fcfs and lpm runs are kept in `--cache` (keyed by trace, capacity, load, requests) so that trying
-a variant of auto reruns only auto; `--set NAME=VALUE` overrides a constant of policies.Auto.
+a variant of auto reruns only auto; `--set NAME=VALUE` overrides a constant of policies.Auto. The
+cache holds runs of one version of radixkv's sources (`code_version`: the simulator runs the real
+Scheduler and the default eviction, so any change there changes fcfs's and lpm's runs too); runs
+of other sources are dropped at load, with a line saying so (round 15 found baselines a round old).
 
     python bench/sched_sweep.py --half tune --jobs 2
     python bench/sched_sweep.py --half tune --set SHARE=0.3          # a variant: only auto reruns
@@ -36,6 +39,7 @@ runs, cached like fcfs's and lpm's): which cells any ordering reaches at all, e.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import statistics
@@ -73,6 +77,30 @@ TRACES: dict[str, dict[str, dict]] = {
 TRACES["fresh"] = {f"{name.split('-')[0]}-s{seed}": {**spec, "seed": seed}
                    for (name, spec), seed in zip(TRACES["held"].items(), (31, 32, 33, 41, 42, 43, 44, 45))}
 CAPACITIES = {"1": None, "1/4": 100_000}  # None: the cost model's KV of one H100
+
+
+def code_version(package: str = os.path.dirname(os.path.dirname(os.path.abspath(policies.__file__)))) -> str:
+    """A digest of every .py file of the radixkv package (sorted paths and contents)."""
+    digest = hashlib.sha256()
+    for top, dirs, files in sorted(os.walk(package)):
+        dirs.sort()
+        for name in sorted(f for f in files if f.endswith(".py")):
+            path = os.path.join(top, name)
+            digest.update(os.path.relpath(path, package).encode() + b"\0")
+            with open(path, "rb") as f:
+                digest.update(f.read())
+    return digest.hexdigest()[:16]
+
+
+def load_cache(path: str, version: str) -> dict[str, dict]:
+    """The cached runs at `path` if they were made by sources of `version`, else none (said on stderr)."""
+    cache: dict = json.load(open(path)) if os.path.exists(path) else {}
+    if cache and cache.get("code") != version:
+        print(f"{path}: runs of other radixkv sources ({cache.get('code', 'unversioned')}), not {version}: "
+              "rebuilt", file=sys.stderr)
+        cache = {}
+    cache["code"] = version
+    return cache
 
 
 def trace_path(out: str, name: str, spec: dict, requests: int) -> str:
@@ -143,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     loads = [float(x) for x in a.loads.split(",")]
     caps = a.capacities.split(",")
     os.makedirs(a.traces_dir, exist_ok=True)
-    cache: dict[str, dict] = json.load(open(a.cache)) if os.path.exists(a.cache) else {}
+    cache = load_cache(a.cache, code_version())
     results: dict[str, dict] = {}
     jobs = []
     for name, spec in specs.items():

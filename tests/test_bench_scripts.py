@@ -88,12 +88,34 @@ def test_sched_sweep_judges_another_schedule_in_autos_place(tmp_path, capsys: py
     for schedule in ("hrrn", "auto"):
         sweep.main(args + ["--schedule", schedule, "--json", str(tmp_path / f"{schedule}.json")])
     cache = json.loads((tmp_path / "cache.json").read_text())
+    assert cache.pop("code") == sweep.code_version()
     assert sorted(k.rsplit("|", 1)[1] for k in cache) == ["fcfs", "hrrn", "lpm"]
     cells = {s: json.loads((tmp_path / f"{s}.json").read_text()) for s in ("hrrn", "auto")}
     assert cells["hrrn"]["schedule"] == "hrrn" and cells["auto"]["schedule"] == "auto"
     hrrn, auto = (cells[s]["cells"][0]["auto"] for s in ("hrrn", "auto"))
     assert hrrn["ttft_mean_s"] == cache["short-s12|1/4|1.2|60|hrrn"]["ttft_mean_s"] != auto["ttft_mean_s"]
     assert "judged: hrrn" in capsys.readouterr().out
+
+
+def test_sched_sweep_drops_baselines_of_other_sources(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A cache made by other radixkv sources (or by none named) is not used: its runs are made again."""
+    sweep = load_script(ROOT / "bench" / "sched_sweep.py")
+    version = sweep.code_version()
+    assert version == sweep.code_version() and len(version) == 16
+    changed = tmp_path / "pkg"
+    (changed / "sub").mkdir(parents=True)
+    (changed / "sub" / "a.py").write_text("x = 1\n")
+    before = sweep.code_version(str(changed))
+    (changed / "sub" / "a.py").write_text("x = 2\n")
+    assert sweep.code_version(str(changed)) != before
+    path = tmp_path / "cache.json"
+    stale = {"short-s12|1/4|1.2|60|fcfs": {"ttft_mean_s": -1.0}}
+    for cached in (stale, {**stale, "code": "0" * 16}):
+        path.write_text(json.dumps(cached))
+        assert sweep.load_cache(str(path), version) == {"code": version}
+        assert "rebuilt" in capsys.readouterr().err
+    path.write_text(json.dumps({**stale, "code": version}))
+    assert sweep.load_cache(str(path), version) == {**stale, "code": version}
 
 
 def test_sched_tail_counts_the_later_arrivals_admitted_first(tmp_path) -> None:
