@@ -62,7 +62,7 @@ class TreeCore(Generic[N]):
         self.tick = 0  # logical clock: +1 per match or insert that touches nodes
         self._next_id = 0
         self._matched_tick = -1  # the tick of the last match when nothing has ticked since, else -1
-        self.roots: dict[bytes, N] = {}  # namespace key -> root (while: the subclass's own comment)
+        self.roots: dict[bytes, N] = {}  # namespace key -> root (which roots a subclass keeps: its own comment)
 
     def __del__(self) -> None:
         """The tree goes: its nodes go with it. A node holds its parent and is held by it (`children`), a
