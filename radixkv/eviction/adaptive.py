@@ -17,12 +17,11 @@ standard deviations, to LFU only while fewer than SIGN_VETO more of the differin
 LRU, and, unless the lead is SIGN_LEAD of the cache's size, more of them favoured LFU (not on a few
 long lookups the others contradict: on agent traces such leads come and go faster than a switch's
 transient). Once the real cache stands for LFU, the same tests over LEAVE_WINDOW, with LEAVE_SIGN
-more lookups for LRU, also leave it: on conversations LFU's lead collapses as old sessions' counts go
-stale, and the lead banked over WINDOW held the switch back.
-The tree then re-keys its index (`epoch`). The expert just left gets a shadow copied from the real
-cache (its steady state); the expert now followed keeps its shadow as its reference until the real
-cache has turned over once (WARMUP), so the comparison never pits a steady expert against one in
-transient.
+more lookups for LRU, also leave it: on conversations LFU's lead collapses as old sessions' counts
+go stale, and the lead banked over WINDOW held the switch back. The tree then re-keys its index
+(`epoch`). The expert just left gets a shadow copied from the real cache (its steady state); the
+expert now followed keeps its shadow as its reference until the real cache has turned over once
+(WARMUP), so the comparison never pits a steady expert against one in transient.
 
 In steady state the other expert's shadow runs on every request, most of the policy's cost. Where
 it keeps losing it is stopped (freed) and later restarted as a copy of the real cache (eviction/duty.py
