@@ -1,11 +1,13 @@
 """The default policy's switching rule on conversation and agent traces (eviction/adaptive.py): no
 switch to LFU while SIGN_VETO more of the differing lookups favoured LRU, nor while as many favoured
 LRU as LFU unless the lead is SIGN_LEAD of the cache's size, and a way out of LFU over a shorter
-horizon (LEAVE_WINDOW) once LEAVE_SIGN more of them favour LRU. Round 13 lost 0.62 points to LRU on
+horizon (LEAVE_WINDOW) once LEAVE_SIGN more of them favour LRU, or more of them do, over LEAVE_COUNT
+differing lookups, with a lead of LEAVE_LEAD of the cache's size. Round 13 lost 0.62 points to LRU on
 chat at 25% (a switch to LFU on a lead most lookups contradicted, back 155 requests later) and 1.49
 on longchat at 25% (LFU's lead collapses at ~request 165; the lead it banked held the switch back to
 199); round 14 lost 0.99 on agent (seed 5) at 25% (three LFU spells on leads of 0.05-0.15 of the
-cache that most lookups contradicted). bench/RESULTS.md, rounds 14 (margin31) and 15 (margin32),
+cache that most lookups contradicted); round 15 lost 0.78 there (LFU's collapse from ~request 500,
+left at 523 on a lead the sign count did not yet back). bench/RESULTS.md, rounds 14-16 (margin31-33),
 has the grids."""
 
 from __future__ import annotations
@@ -58,13 +60,14 @@ def test_chat_at_a_quarter_stays_within_half_a_point_of_lru(grid: ModuleType) ->
     assert all(b - a < 100 for (a, x), (b, _) in zip(log, log[1:]) if x == "lfu"), log  # short LFU spells
 
 
-def test_agent_at_a_quarter_stays_within_point_of_lru(grid: ModuleType) -> None:
+def test_agent_at_a_quarter_stays_within_half_a_point_of_lru(grid: ModuleType) -> None:
     """agent (seed 5, page 1) at 25%: LRU wins by 3 points over LFU, but over stretches LFU's shadow
     leads on a few long lookups while most lookups favour LRU; acting on those leads cost 0.99 points
-    in round 14 (three LFU spells). With the sign count's veto at most one switch to LFU is made and
-    the policy ends within 0.8 points of LRU."""
+    in round 14 (three LFU spells). With the sign count's veto at most one switch to LFU is made, and
+    LEAVE_LEAD leaves it as its lead collapses, so the policy ends within 0.5 points of LRU (round 15:
+    0.78 below it, 0.6955 against 0.7033)."""
     hit, log, lru = _run(grid, "wl:agent:1:5", 0.25)
-    assert hit >= lru - 0.008, (hit, lru, log)
+    assert hit >= lru - 0.005, (hit, lru, log)
     assert sum(x == "lfu" for _, x in log) <= 1, log
 
 
@@ -74,6 +77,7 @@ def test_agent_at_a_quarter_stays_within_point_of_lru(grid: ModuleType) -> None:
     ("wl:gsp:1:0", 0.05, {"LEAVE_SIGN": 5.0}),  # ... and on 4 lookups, not round 14's 5: sooner again
     ("wl:chat:1:0", 0.25, {"SIGN_VETO": float("inf"), "SIGN_LEAD": float("-inf")}),  # the veto: to LFU later
     ("moon:12", 0.05, {"SIGN_LEAD": 0.0}),  # the veto while as many lookups favour LRU: to LFU later
+    ("wl:agent:1:5", 0.25, {"LEAVE_LEAD": float("inf")}),  # a large short lead: out of LFU sooner
 ])
 def test_each_rule_moves_its_switch_and_gains(grid: ModuleType, monkeypatch: pytest.MonkeyPatch, cell: str,
                                              share: float, off: dict[str, float]) -> None:
@@ -86,3 +90,14 @@ def test_each_rule_moves_its_switch_and_gains(grid: ModuleType, monkeypatch: pyt
     spell, spell_off = (sum(b - a for (a, x), (b, _) in zip(lg, lg[1:] + [(10**9, "")]) if x == "lfu")
                         for lg in (log, log_off))
     assert spell < spell_off and hit > hit_off, (log, log_off, hit, hit_off)
+
+
+@pytest.mark.skipif(COMPILED_CORE, reason="patches class constants, which the compiled class reads as built")
+def test_a_large_lead_leaves_lfu_only_over_many_lookups(grid: ModuleType, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Random trace seed 3010 at 25% (bench/policy_margins.py's): LFU wins, and over LEAVE_WINDOW its lead
+    flips on a few long lookups. Without LEAVE_COUNT, LEAVE_LEAD leaves LFU on them, making round trips
+    that lose hits (bench/RESULTS.md, round 16: 1.06 -> 4.59 points below LFU)."""
+    hit, log, _ = _run(grid, "seed:3010", 0.25)
+    monkeypatch.setattr(Adaptive, "LEAVE_COUNT", 0.0)
+    hit_off, log_off, _ = _run(grid, "seed:3010", 0.25)
+    assert len(log) < len(log_off) and hit > hit_off, (log, log_off, hit, hit_off)

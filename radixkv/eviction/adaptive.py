@@ -17,8 +17,9 @@ standard deviations, to LFU only while fewer than SIGN_VETO more of the differin
 LRU, and, unless the lead is SIGN_LEAD of the cache's size, more of them favoured LFU (not on a few
 long lookups the others contradict: on agent traces such leads come and go faster than a switch's
 transient). Once the real cache stands for LFU, the same tests over LEAVE_WINDOW, with LEAVE_SIGN
-more lookups for LRU, also leave it: on conversations LFU's lead collapses as old sessions' counts
-go stale, and the lead banked over WINDOW held the switch back. The tree then re-keys its index
+more lookups for LRU (or more of LEAVE_COUNT or more differing lookups, with a lead of LEAVE_LEAD of
+the cache's size), also leave it: on conversations LFU's lead collapses as old sessions' counts go
+stale, and the lead banked over WINDOW held the switch back. The tree then re-keys its index
 (`epoch`). The expert just left gets a shadow copied from the real cache (its steady state); the
 expert now followed keeps its shadow as its reference until the real cache has turned over once
 (WARMUP), so the comparison never pits a steady expert against one in transient.
@@ -88,6 +89,8 @@ class Adaptive(EvictionPolicy):
     SIGN_LEAD = 0.2  # ... nor while any more did (or as many), unless the lead is this share of the cache's size
     LEAVE_WINDOW = 3.0  # once settled on LFU, leave it also on the tests over this shorter horizon,
     LEAVE_SIGN = 4.0  # ... when at least this many more differing lookups over it favoured LRU
+    LEAVE_LEAD = 0.2  # ... or when more did and the lead over it is this share of the cache's size,
+    LEAVE_COUNT = 20.0  # ... over at least this many differing lookups (decayed as its lead is)
     WARMUP = 1.0  # after a switch, turnovers before the real cache stands for its expert
     MARGIN = 0.002  # switch when the other expert matched this share of the asked tokens more (0.2 points)
     MIN_LEAD = 0.05  # ... by at least this share of the cache's size in tokens (a switch costs a transient)
@@ -118,8 +121,8 @@ class Adaptive(EvictionPolicy):
         self._var = 0.0  # sum of squared leads
         self._asked = 0.0  # tokens asked
         self._sign = 0.0  # lookups where the other expert matched more minus those where it matched less
-        # the four over LEAVE_WINDOW, from the last switch (read while LFU is followed and settled):
-        self._short_lead = self._short_var = self._short_asked = self._short_sign = 0.0
+        # the four over LEAVE_WINDOW and the differing lookups, from the last switch (read while LFU is settled):
+        self._short_lead = self._short_var = self._short_asked = self._short_sign = self._short_count = 0.0
         self._capacity = 1  # the most tokens the real cache has held
         self._settle = 0  # tokens the real cache must still cache after a switch before it counts
         # the traffic before the first eviction (eviction/history.py), and the leaf its last insert made:
@@ -202,10 +205,10 @@ class Adaptive(EvictionPolicy):
             sign = 1.0 if lead > 0 else -1.0
             self._sign += sign
             self._short_sign += sign
+            self._short_count += 1.0
         if self._clear(self._lead, self._asked, self._var) and (mode == 1 or not self._vetoed()):
             self._switch()
-        elif (mode == 1 and mode not in shadows and self._short_sign >= self.LEAVE_SIGN
-              and self._clear(self._short_lead, self._short_asked, self._short_var)):
+        elif mode == 1 and mode not in shadows and self._leaves():
             self._switch()
 
     def _vetoed(self) -> bool:
@@ -213,6 +216,14 @@ class Adaptive(EvictionPolicy):
         LRU, or no fewer favoured it while the lead is under SIGN_LEAD of the cache's size."""
         sign = self._sign
         return sign <= -self.SIGN_VETO or (sign <= 0.0 and self._lead <= self.SIGN_LEAD * self._capacity)
+
+    def _leaves(self) -> bool:
+        """Whether the statistics over LEAVE_WINDOW leave LFU: clear, with LEAVE_SIGN more of the differing
+        lookups for LRU, or more of them and a lead of LEAVE_LEAD of the cache's size."""
+        sign = self._short_sign
+        return ((sign >= self.LEAVE_SIGN or (sign > 0.0 and self._short_lead > self.LEAVE_LEAD * self._capacity
+                                             and self._short_count >= self.LEAVE_COUNT))
+                and self._clear(self._short_lead, self._short_asked, self._short_var))
 
     def _clear(self, lead: float, asked: float, var: float) -> bool:
         """Whether decayed sums of leads (`lead`, their squares `var`, the tokens `asked`) make the other
@@ -300,6 +311,7 @@ class Adaptive(EvictionPolicy):
             self._short_var *= decay * decay
             self._short_asked *= decay
             self._short_sign *= decay
+            self._short_count *= decay
 
     def _switch(self) -> None:
         """Follow the other expert. Its shadow stays as its reference until the real cache has
@@ -310,6 +322,7 @@ class Adaptive(EvictionPolicy):
         self._lead = -self._lead  # the same evidence, seen from the other side
         self._sign = -self._sign
         self._short_lead = self._short_var = self._short_asked = self._short_sign = 0.0  # from the switch on
+        self._short_count = 0.0
         self._copy_real(old)
         assert self._tree is not None  # (_copy_real's)
         self._twin = self._tree.shadow_copy(self._shadowed[1]) if self.mode == 1 and self.GHOST_TWIN else None
