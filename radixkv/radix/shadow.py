@@ -28,8 +28,9 @@ node of a split would take (the same keys and order, no new node).
 from __future__ import annotations
 
 import heapq
-from typing import TYPE_CHECKING, Final, Iterable
+from typing import TYPE_CHECKING, Any, Final, Iterable
 
+from radixkv.radix.core import PrefixNode
 from radixkv.radix.shadow_heap import LeafHeap, ShadowNode
 from radixkv.radix.shadow_keys import ShadowKeys
 
@@ -103,18 +104,47 @@ class ShadowTree(LeafHeap):
         if not path:
             self.tick += 1
             return 0
-        last, matched = path[-1], pos // pb * ps
+        last, matched, lower = path[-1], pos // pb * ps, None
         if last.depth + last.size > matched:  # the walk ended inside it: split where the match ends
-            last = path[-1] = self.split_edge(last, matched - last.depth)
+            lower, last = last, self.split_edge(last, matched - last.depth)
+            path[-1] = last
         self.tick = tick = self.tick + 1
         for node in path:
             node.last_access = tick
             node.hit_count += 1
         if last.hkey is not None:  # only the last node of a path can be a leaf
             self._push(last)
+        if not self._hashed:
+            self._share(path, lower, self.keys.real_end(tokens))
         self._matched_tick = tick
         self._matched = (ns, key, path, pos, self._version)
         return matched
+
+    def _share(self, path: list[ShadowNode], lower: ShadowNode | None, real: PrefixNode[Any] | None) -> None:
+        """Token-bytes keys: each node of `path` (a walk's, from a root's child down) whose edge spans the same
+        tokens as one on the path of `real` (a real node the same key's walk reached) takes that node's key
+        object when the bytes are equal, from the end up to the first that has it already: one object for both
+        trees, not a copy each, where they split an edge alike (the real tree's split makes new objects).
+        `lower`: the lower half of the path's last edge, split by this walk, likewise against real's child."""
+        if real is None:
+            return
+        if lower is not None and real.depth + real.size == lower.depth:
+            below = real.children.get(lower.key[:self.page_bytes])
+            if below is not None and below.size == lower.size and below.key == lower.key:
+                lower.key = below.key
+        i = len(path) - 1
+        while i >= 0 and real is not None and real.parent is not None:
+            node = path[i]
+            end, real_end = node.depth + node.size, real.depth + real.size
+            if end < real_end:
+                real = real.parent
+                continue
+            if end == real_end and node.depth == real.depth:
+                if node.key is real.key:
+                    return
+                if node.key == real.key:
+                    node.key = real.key
+            i -= 1
 
     def _walk_on(self, ns: bytes, key: bytes, root: ShadowNode, head: bytes | None, cut: int
                  ) -> tuple[list[ShadowNode], int, bytes, int]:
