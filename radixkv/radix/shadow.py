@@ -121,11 +121,12 @@ class ShadowTree(LeafHeap):
         return matched
 
     def _share(self, path: list[ShadowNode], lower: ShadowNode | None, real: PrefixNode[Any] | None) -> None:
-        """Token-bytes keys: each node of `path` (a walk's, from a root's child down) whose edge spans the same
-        tokens as one on the path of `real` (a real node the same key's walk reached) takes that node's key
-        object when the bytes are equal, from the end up to the first that has it already: one object for both
-        trees, not a copy each, where they split an edge alike (the real tree's split makes new objects).
-        `lower`: the lower half of the path's last edge, split by this walk, likewise against real's child."""
+        """Token-bytes keys: the deepest node of `path` (a walk's, from a root's child down) that ends where a
+        node on the path of `real` (a real node the same key's walk reached) ends takes that node's key object
+        if it spans the same tokens (bytes equal): one object for both trees, not a copy each, where they split
+        an edge alike (the real tree's split makes new objects). A few steps up both paths, no more: an edge
+        shared once stays shared while neither tree splits it. `lower`: the lower half of the path's last edge,
+        split by this walk, likewise against real's child."""
         if real is None:
             return
         if lower is not None and real.depth + real.size == lower.depth:
@@ -139,11 +140,10 @@ class ShadowTree(LeafHeap):
             if end < real_end:
                 real = real.parent
                 continue
-            if end == real_end and node.depth == real.depth:
-                if node.key is real.key:
-                    return
-                if node.key == real.key:
+            if end == real_end:
+                if node.depth == real.depth and node.key is not real.key and node.key == real.key:
                     node.key = real.key
+                return
             i -= 1
 
     def _walk_on(self, ns: bytes, key: bytes, root: ShadowNode, head: bytes | None, cut: int
