@@ -13,7 +13,10 @@ Its nodes and its evictable leaves' heap are radix/shadow_heap.py's. The adaptiv
 it serves (RadixTree.shadow / shadow_copy) through eviction/view.py, and never imports this module.
 
 Keys: from page 3 on a shadow keeps one 64-bit hash a page instead of token bytes (radix/shadow_keys.py,
-shared by a tree's shadows), with the same shape, splits and matches as a tree of token bytes.
+shared by a tree's shadows), with the same shape, splits and matches as a tree of token bytes. At pages 1 and 2
+an edge is, where it can be, the real tree's own bytes object: told where the real match ended (ShadowKeys.along),
+a match gives the deepest edge of its walk that ends where a real edge of that match ends, and the lower half of
+an edge it split, the real node's key when the bytes are equal (`_share`): one copy for both trees.
 
 Cost per call: one walk over the edges of the key, a split at most, and O(log n) heap work per
 leaf touched or evicted; from page 3 on, hashing the key's pages not hashed for the last call (a
