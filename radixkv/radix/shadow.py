@@ -13,7 +13,10 @@ Its nodes and its evictable leaves' heap are radix/shadow_heap.py's. The adaptiv
 it serves (RadixTree.shadow / shadow_copy) through eviction/view.py, and never imports this module.
 
 Keys: from page 3 on a shadow keeps one 64-bit hash a page instead of token bytes (radix/shadow_keys.py,
-shared by a tree's shadows), with the same shape, splits and matches as a tree of token bytes.
+shared by a tree's shadows), with the same shape, splits and matches as a tree of token bytes. At pages 1 and 2
+an edge is, where it can be, the real tree's own bytes object: told where the real match ended (ShadowKeys.along),
+a match gives the deepest edge of its walk that ends where a real edge of that match ends, and the lower half of
+an edge it split, the real node's key when the bytes are equal (`_share`): one copy for both trees.
 
 Cost per call: one walk over the edges of the key, a split at most, and O(log n) heap work per
 leaf touched or evicted; from page 3 on, hashing the key's pages not hashed for the last call (a
@@ -28,8 +31,9 @@ node of a split would take (the same keys and order, no new node).
 from __future__ import annotations
 
 import heapq
-from typing import TYPE_CHECKING, Final, Iterable
+from typing import TYPE_CHECKING, Any, Final, Iterable
 
+from radixkv.radix.core import PrefixNode
 from radixkv.radix.shadow_heap import LeafHeap, ShadowNode
 from radixkv.radix.shadow_keys import ShadowKeys
 
@@ -103,18 +107,47 @@ class ShadowTree(LeafHeap):
         if not path:
             self.tick += 1
             return 0
-        last, matched = path[-1], pos // pb * ps
+        last, matched, lower = path[-1], pos // pb * ps, None
         if last.depth + last.size > matched:  # the walk ended inside it: split where the match ends
-            last = path[-1] = self.split_edge(last, matched - last.depth)
+            lower, last = last, self.split_edge(last, matched - last.depth)
+            path[-1] = last
         self.tick = tick = self.tick + 1
         for node in path:
             node.last_access = tick
             node.hit_count += 1
         if last.hkey is not None:  # only the last node of a path can be a leaf
             self._push(last)
+        if not self._hashed:
+            self._share(path, lower, self.keys.real_end(tokens))
         self._matched_tick = tick
         self._matched = (ns, key, path, pos, self._version)
         return matched
+
+    def _share(self, path: list[ShadowNode], lower: ShadowNode | None, real: PrefixNode[Any] | None) -> None:
+        """Token-bytes keys: the deepest node of `path` (a walk's, from a root's child down) that ends where a
+        node on the path of `real` (a real node the same key's walk reached) ends takes that node's key object
+        if it spans the same tokens (bytes equal): one object for both trees, not a copy each, where they split
+        an edge alike (the real tree's split makes new objects). A few steps up both paths, no more: an edge
+        shared once stays shared while neither tree splits it. `lower`: the lower half of the path's last edge,
+        split by this walk, likewise against real's child."""
+        if real is None:
+            return
+        if lower is not None and real.depth + real.size == lower.depth:
+            below = real.children.get(lower.key[:self.page_bytes])
+            if below is not None and below.size == lower.size and below.key == lower.key:
+                lower.key = below.key
+        i = len(path) - 1
+        while i >= 0 and real is not None and real.parent is not None:
+            node = path[i]
+            end, real_end = node.depth + node.size, real.depth + real.size
+            if end < real_end:
+                real = real.parent
+                continue
+            if end == real_end:
+                if node.depth == real.depth and node.key is not real.key and node.key == real.key:
+                    node.key = real.key
+                return
+            i -= 1
 
     def _walk_on(self, ns: bytes, key: bytes, root: ShadowNode, head: bytes | None, cut: int
                  ) -> tuple[list[ShadowNode], int, bytes, int]:

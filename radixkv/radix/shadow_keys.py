@@ -62,6 +62,8 @@ class ShadowKeys:
         self._key = b""  # the last key asked (token bytes) ...
         self._hashes = b""  # ... and its page hashes
         self._edges: dict[int, bytes] = {}  # real node id -> its edge's hashes (a split keeps a suffix of them)
+        self._looked = b""  # token bytes: the last lookup's key (from its root) ...
+        self._hit: PrefixNode[Any] | None = None  # ... and the real node where the real cache's match of it ended
         self._memo = 0  # bytes charged for _edges (oldest first out past MEMO_BYTES)
 
     def of(self, key: bytes) -> bytes:
@@ -95,8 +97,11 @@ class ShadowKeys:
         kept from earlier keys or hashed now, in one numpy call with key's pages past node. When all were
         kept, key's pages past node are left to `of` (the request's insert hashes them with its output in
         one call, unless a shadow's match walks past node). A split node keeps its edge's last pages: a
-        suffix of them."""
-        if not self.hashed or key is self._key:
+        suffix of them. Where keys are token bytes it only remembers `node` for `real_end`."""
+        if not self.hashed:
+            self._looked, self._hit = key, cast("PrefixNode[Any]", node)
+            return
+        if key is self._key:
             return
         path: list[PrefixNode[Any]] = []  # node's path, from its root's child down
         real = cast("PrefixNode[Any]", node)  # a real node: its fields read as a native class's, compiled
@@ -106,6 +111,12 @@ class ShadowKeys:
             real = real.parent
         path.reverse()
         self._key, self._hashes = key, b"".join(self.real_edges(path, key, tail))
+
+    def real_end(self, key: bytes) -> PrefixNode[Any] | None:
+        """Token bytes: the real node where the real cache's match of `key` (this very object, the last
+        lookup's) ended, if `along` was told; else None. The real tree may have changed since: a reader
+        compares what it takes from that node's path."""
+        return self._hit if key is self._looked else None
 
     def real_edges(self, nodes: Sequence[NodeView], key: bytes = b"", tail: int = -1) -> list[bytes]:
         """Real `nodes`' edges as the shadows hold them: kept hashes where they cover the edge (a split
