@@ -52,12 +52,14 @@ endif
 	$(BIN)/pip install -q -c constraints.txt -e '.[test,bench,build]'
 	touch $(STAMP)
 
-# The compiled core (radixkv/build.py: mypyc, from the same .py files), rebuilt when a core source
-# changes. Without a working C compiler or the Python headers, or with RADIXKV_PURE_PYTHON=1, it
-# prints one line and the same files run interpreted; it never fails the install. (Its stamp is
-# written only by a successful build, so a skipped build is tried again, one line, next time.)
+# The compiled core (radixkv/build.py: mypyc, from the same .py files, with radixkv/_runs_native.c
+# beside it), rebuilt when a core source changes. Without a working C compiler or the Python headers,
+# or with RADIXKV_PURE_PYTHON=1, it prints one line and the same files run interpreted; it never fails
+# the install. (Its stamp is written only by a successful build, so a skipped build is tried again,
+# one line, next time.)
 CORE_STAMP := radixkv/_core_build.txt
-CORE_SRC := $(wildcard radixkv/*.py radixkv/pools/*.py radixkv/radix/*.py radixkv/eviction/*.py radixkv/events/*.py)
+CORE_SRC := $(wildcard radixkv/*.py radixkv/*.c radixkv/pools/*.py radixkv/radix/*.py radixkv/eviction/*.py \
+  radixkv/events/*.py)
 
 $(CORE_STAMP): $(STAMP) $(CORE_SRC) pyproject.toml
 	$(BIN)/python -m radixkv.build

@@ -4,7 +4,8 @@
     python -m radixkv.build --clean   remove the extension files, the stamp and build/core
 
 mypyc compiles the CORE modules (radixkv/core_loader.py) into one shared library
-(radixkv/core__mypyc.*.so) and one small extension file beside each .py; the stamp records the
+(radixkv/core__mypyc.*.so) and one small extension file beside each .py, and the C compiler builds
+NATIVE (radixkv/_runs_native.c, against numpy's headers) beside them; the stamp records the
 sources' SHA-256 so that core_loader runs the .py files when any was edited after the build.
 Needs the `build` extra (mypy, setuptools), a C compiler and the Python headers; without them it
 says which is missing and the same .py files run interpreted. Type-checking uses pyproject's
@@ -25,7 +26,7 @@ import sys
 import sysconfig
 import time
 
-from radixkv.core_loader import CORE, PACKAGE_DIR, SHARED, STAMP, source_digest
+from radixkv.core_loader import CORE, NATIVE, PACKAGE_DIR, SHARED, STAMP, source_digest
 
 ROOT = os.path.dirname(PACKAGE_DIR)
 BUILD_DIR = os.path.join(ROOT, "build", "core")
@@ -54,12 +55,12 @@ def missing() -> str | None:
 
 def artefacts(package_dir: str = PACKAGE_DIR) -> list[str]:
     """What a build leaves in the package: the stamp, the shared library and every extension file
-    beside a .py (a module compiled by an earlier build whose list differed included)."""
+    beside a .py or a .c (a module compiled by an earlier build whose list differed included)."""
     found = [os.path.join(package_dir, STAMP)] if os.path.exists(os.path.join(package_dir, STAMP)) else []
     for folder, _, files in os.walk(package_dir):
         for name in files:
             stem = name.split(".")[0]
-            if name.endswith(EXTENSION) and (stem == SHARED or stem + ".py" in files):
+            if name.endswith(EXTENSION) and (stem == SHARED or stem + ".py" in files or stem + ".c" in files):
                 found.append(os.path.join(folder, name))
     return found
 
@@ -72,8 +73,9 @@ def clean() -> None:
 
 def compile_core() -> None:
     """mypyc + the C compiler; raises on any failure (the caller reports it)."""
+    import numpy as np
     from mypyc.build import mypycify
-    from setuptools import Distribution
+    from setuptools import Distribution, Extension
 
     config = os.path.join(ROOT, "pyproject.toml")
     args = [f"--config-file={config}"] if os.path.exists(config) else []
@@ -86,6 +88,8 @@ def compile_core() -> None:
         if os.name != "nt":  # i64 arithmetic wraps (events/xxh3_blocks.py) whatever the interpreter's own CFLAGS say
             for ext in extensions:
                 ext.extra_compile_args.append("-fwrapv")
+        extensions.append(Extension("radixkv." + NATIVE, [os.path.join("radixkv", NATIVE + ".c")],
+                                    include_dirs=[np.get_include()]))
         dist = Distribution({"name": "radixkv-core", "ext_modules": extensions})
         cmd = dist.get_command_obj("build_ext")
         cmd.inplace, cmd.build_temp = True, os.path.join(BUILD_DIR, "temp")

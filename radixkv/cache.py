@@ -39,10 +39,10 @@ from radixkv.events import KVEvent
 from radixkv.insert_slots import InsertSlots, MatchedSlots
 from radixkv.invariants import check_cache, check_groups
 from radixkv.metrics import collect_metrics
-from radixkv.pools import CACHED, PRIVATE, page_slots
+from radixkv.pools import CACHED, PRIVATE
 from radixkv.radix import USER, locks, lookup
 from radixkv.results import BatchInputs, LockHandle, MatchResult, SizeInfo
-from radixkv.runs import count
+from radixkv.runs import count, expand_slots
 from radixkv.sequences import Sequence
 from radixkv.keys import DEFAULT_NAMESPACE
 from radixkv.tokens import (ExtraKeysArg, IntArg, SecondsArg, SequenceArg, TokensLike, as_count, as_priority, as_slots,
@@ -76,12 +76,11 @@ class RadixCache(CacheBase):
         ns, toks = self._key(ids, namespace, extra_keys)
         key, root = self._page_key(toks), self.tree.root(ns)
         m = self._match(key, root, len(toks))
-        slots = m.pages  # (a fresh int64 array: the slots themselves at page 1)
-        if self.page_size > 1:
-            slots = page_slots(slots, self.page_size)
-        # our own copy (the caller may write into its tensor): proves an insert's head is the tree's (insert_slots.py)
-        self._matched = MatchedSlots(slots.tobytes(), m.node, m.node.pages, key, root, toks is ids) if m.length else None
-        return _new_tuple(_MatchResult, (m.length, _from_numpy(slots), m.node, m.host_length))  # (no interpreted __new__)
+        slots = expand_slots(m.runs, m.length, self.page_size)  # (a fresh int64 array)
+        # the runs they came from (the caller may write into its tensor): prove an insert's head is the tree's
+        node = m.node
+        self._matched = MatchedSlots(m.runs, node, node.pages, key, root, toks is ids) if m.length else None
+        return _new_tuple(_MatchResult, (m.length, _from_numpy(slots), node, m.host_length))  # (no interpreted __new__)
 
     def locate(self, tokens: TokensLike, namespace: Any = None, extra_keys: ExtraKeysArg = None) -> LockHandle:
         """The node ending the longest prefix of `tokens` (whole pages) whose full KV is on the

@@ -15,6 +15,7 @@ import numpy as np
 from radixkv.errors import OutOfSlotsError
 from radixkv.pools import CACHED, PRIVATE, PageLedger
 from radixkv.radix import USER, MatchInfo, RadixTree, locks, lookup
+from radixkv.runs import runs_of
 
 if TYPE_CHECKING:
     from radixkv.host_tier import HostTier
@@ -39,5 +40,5 @@ def promote(tree: RadixTree, ledger: PageLedger, host: HostTier, take: Callable[
     result = tree.insert(key[:avail * ps * 4], pages[:avail], m.node)
     ledger.move(pages[:avail], CACHED)
     locks.unlock(tree, m.node, USER)
-    return MatchInfo(result.node, base + avail * ps, np.concatenate([m.pages, pages[:avail]]),
+    return MatchInfo(result.node, base + avail * ps, m.runs + runs_of(pages[:avail]),
                      m.host_length - avail * ps)

@@ -20,6 +20,7 @@ from radixkv.cache_windows import path_between
 from radixkv.keys import as_extra_keys
 from radixkv.pools import CACHED, RESERVED, page_slots
 from radixkv.radix import SEQUENCE, locks, lookup
+from radixkv.runs import expand_slots
 from radixkv.sequences import Sequence
 from radixkv.tokens import ExtraKeysArg, IntArg, SecondsArg, SequenceArg, TokensLike, as_count, as_priority, as_tokens
 
@@ -44,7 +45,7 @@ def open_sequence(c: CacheBase, tokens: TokensLike, namespace: Any, max_reuse: I
     if until is not None:
         c.pins.pin(m.node, until, "open(pin_ttl=...)")  # within the charge above: cannot fail
     locks.lock(c.tree, m.node, SEQUENCE)
-    seq = c.seqs.open(toks, namespace, prio, m.node, page_slots(m.pages, c.page_size), extra)
+    seq = c.seqs.open(toks, namespace, prio, m.node, expand_slots(m.runs, m.length, c.page_size), extra)
     if until is not None:
         c.pins.open_row(seq.row, until)
     return seq

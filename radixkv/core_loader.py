@@ -4,9 +4,12 @@ The bookkeeping core (CORE) may be compiled by mypyc into extension files beside
 They are used only when all of these hold; otherwise every CORE module loads from its .py file:
 
     RADIXKV_PURE_PYTHON is not "1"
-    every CORE module has its extension file and the shared library (SHARED) is there
-    the build stamp (STAMP) names the sources' current SHA-256: a .py edited after the build
-    makes the whole core run interpreted, with one line on stderr saying so, never a stale .so
+    every CORE module has its extension file, and so do the shared library (SHARED) and NATIVE
+    the build stamp (STAMP) names the sources' current SHA-256: a .py (or NATIVE's .c) edited after
+    the build makes the whole core run interpreted, with one line on stderr saying so, never a stale .so
+
+NATIVE is C written by hand (radixkv/_runs_native.c: the runs' expansion), built with the core; runs.py
+uses it only while the compiled core runs (`choose` hides it otherwise) and its own numpy form else.
 
 Imports nothing of the core; `radixkv/__init__.py` calls `choose()` before any core module loads.
 """
@@ -32,6 +35,7 @@ CORE = ("tokens", "results", "pools/allocator", "pools/ledger", "eviction/index"
         "radix/lookup", "radix/locks", "radix/evict", "radix/pins", "radix/check", "runs", "sequences", "cache_thread",
         "insert_slots", "cache_base", "cache_requests", "cache", "events/records", "events/holders",
         "events/xxh3_blocks", "events/hashing", "events/recorder", "keys")
+NATIVE = "_runs_native"  # C beside the core (radixkv/_runs_native.c), built with it, used only with it
 SHARED = "core__mypyc"  # mypyc's shared library of the whole group (radixkv/core__mypyc.*.so)
 STAMP = "_core_build.txt"  # written by a successful build: one "sha256 path" line per CORE source
 PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -40,9 +44,9 @@ PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 def source_digest(package_dir: str = PACKAGE_DIR) -> str:
     """The stamp's text for the CORE sources as they are now."""
     lines = []
-    for module in CORE:
-        with open(os.path.join(package_dir, module + ".py"), "rb") as f:
-            lines.append(f"{hashlib.sha256(f.read()).hexdigest()} {module}.py\n")
+    for source in [m + ".py" for m in CORE] + [NATIVE + ".c"]:
+        with open(os.path.join(package_dir, source), "rb") as f:
+            lines.append(f"{hashlib.sha256(f.read()).hexdigest()} {source}\n")
     return "".join(lines)
 
 
@@ -58,7 +62,7 @@ def state(package_dir: str = PACKAGE_DIR) -> tuple[bool, str]:
     """(whether the compiled core would run, why not). Reads files only."""
     if os.environ.get("RADIXKV_PURE_PYTHON") == "1":
         return False, "RADIXKV_PURE_PYTHON=1"
-    if any(_extension(package_dir, m) is None for m in (SHARED, *CORE)):
+    if any(_extension(package_dir, m) is None for m in (SHARED, NATIVE, *CORE)):
         return False, "not built"
     try:
         with open(os.path.join(package_dir, STAMP)) as f:
@@ -85,9 +89,12 @@ class _SourceFirst(importlib.abc.MetaPathFinder):
 
 def choose(package_dir: str = PACKAGE_DIR) -> bool:
     """Route the core's imports; True when the compiled core will run. Where extension files exist
-    but cannot be used (stale, or RADIXKV_PURE_PYTHON=1), the .py files are loaded instead."""
+    but cannot be used (stale, or RADIXKV_PURE_PYTHON=1), the .py files are loaded instead, and NATIVE
+    cannot be imported (runs.py then expands with numpy)."""
     compiled, why = state(package_dir)
-    if not compiled and any(_extension(package_dir, m) is not None for m in (SHARED, *CORE)):
+    if not compiled:
+        sys.modules["radixkv." + NATIVE] = None  # type: ignore[assignment]  # (an import of it raises ImportError)
+    if not compiled and any(_extension(package_dir, m) is not None for m in (SHARED, NATIVE, *CORE)):
         if why.startswith("stale") and "radixkv.build" not in getattr(sys, "orig_argv", ()):  # (not while rebuilding)
             print(f"radixkv: compiled core {why}; running pure Python (rebuild: make install)", file=sys.stderr)
         sys.meta_path.insert(0, _SourceFirst(package_dir))

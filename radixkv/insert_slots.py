@@ -13,11 +13,12 @@ read-only walk found cached_len and before it changes anything, so a refusal cha
 The usual caller matched, allocated and inserted: its slots are the match's (the tree's own) and
 then exactly what alloc() just handed out. The ledger proves the second part in one comparison
 (`PageLedger.fresh_start`: every page there private, named once, whole pages in order). The first
-part is proved by one comparison too, with `MatchedSlots`: the cache's own copy of the slots its
-last match_prefix returned (page_slots of some pages, so a run equal to its start is whole pages
-in order), and the node that match ended at with the pages list (runs) it held then. While that node
-holds the very same list, the tree's pages down to it are still the match's (`still_cached`), so
-`accept` need not read them; otherwise it compares with the tree's. Anything else gets the full checks.
+part is proved by one comparison too, with `MatchedSlots`: the runs of the pages whose slots the
+cache's last match_prefix returned (so slots equal to their first ones are whole pages in order;
+runs.are_first_slots compares without copying either side), and the node that match ended at with
+the pages list (runs) it held then. While that node holds the very same list, the tree's pages down
+to it are still the match's (`still_cached`), so `accept` need not read them; otherwise it compares
+with the tree's. Anything else gets the full checks.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from radixkv.errors import InvalidSlotsError
 from radixkv.pools import PageLedger, page_slots, slot_pages
 from radixkv.radix.device_path import device_pages
 from radixkv.radix.node import TreeNode
+from radixkv.runs import are_first_slots
 from radixkv.tokens import check_range, same_values, starts_with
 
 _EMPTY: Final = np.empty(0, dtype=np.int64)  # (Final: compiled, a C static, not a module-dict lookup)
@@ -42,14 +44,14 @@ RESUME_MIN: Final = 1024
 
 
 class MatchedSlots:
-    """What the last match_prefix returned, kept by the cache: the bytes of its int64 slots (a copy:
-    the caller may write into its own tensor), the node it ended at and that node's pages list then,
+    """What the last match_prefix returned, kept by the cache: the runs of its slots' pages (lists nobody writes
+    in place: the caller may write into its own tensor), the node it ended at and that node's pages list then,
     and the key it walked below `root` (int32 bytes of whole pages, the cache's own); `checked`: whether that key
     spells the caller's ids as_tokens checked (no extra keys gave it multimodal ids, which are negative)."""
 
-    def __init__(self, slots: bytes, node: TreeNode, pages: list[int] | None, key: bytes, root: TreeNode,
+    def __init__(self, runs: list[int], node: TreeNode, pages: list[int] | None, key: bytes, root: TreeNode,
                  checked: bool) -> None:
-        self.slots = slots
+        self.runs = runs
         self.node = node
         self.pages = pages
         self.key = key
@@ -91,8 +93,9 @@ class InsertSlots:
         self.fresh = start // ps  # ... from this page on (-1: none)
         body = given if n == len(given) else given[:n]
         head = body if start < 0 else body[:start]  # (alloc()'s own slots are whole pages in order)
-        # the match's slots there: whole pages in order (one memcmp), and the tree's while still_cached
-        self.matched = matched if matched is not None and len(head) and starts_with(matched.slots, head) else None
+        # the match's slots there: whole pages in order (one pass, no copy), and the tree's while still_cached
+        self.matched = matched if matched is not None and len(head) and are_first_slots(matched.runs, ps, head) \
+            else None
         if ps == 1:
             self.pages = body
         else:  # each page of positions: the slots of one page, in order

@@ -9,19 +9,23 @@ leaves), so a node keeps a few ints where an int32 array kept 4 bytes a token. R
 maximal (a run may continue the one before it); `runs_of` makes maximal ones. A runs list is never
 written in place once a node holds it: cuts and sections are new lists.
 
-Expanding runs into int64 pages (a match's slots, an alloc's) takes one numpy call for a lone run
-(an `arange`, or past _ARANGE_MAX pages an add to a slice of one kept arange, `_iota`: int64, grown
-by doubling to the longest expansion asked, one request's pages, never the pool's) and three for
-several: each page's run start less the run's position, made as bytes (an 8-byte value repeated,
-joined: C copies, no numpy call a run), read as int64 and added to `_iota`. A numpy call costs 2-7k
-instructions whatever its size (callgrind), a run ~2.5k more as numpy slices; a running sum ~13 a page.
+Expanding runs into int64 pages or slots (`expand`, `expand_slots`: a match's, an alloc's; page p holds
+slots [p * page_size, (p + 1) * page_size), so a run of pages is a run of slots) is one C call while the
+compiled core runs (radixkv/_runs_native.c: an array and a loop, 2-3 instructions a slot), as is comparing
+slots given back with the runs they came from (`are_first_slots`: no copy of either). Interpreted, an
+expansion takes one numpy call for a lone run (an `arange`, or past _ARANGE_MAX pages an add to a slice
+of one kept arange, `_iota`: int64, grown by doubling to the longest expansion asked, one request's
+pages, never the pool's) and three for several: each page's run start less the run's position, made as
+bytes (an 8-byte value repeated, joined: C copies, no numpy call a run), read as int64 and added to
+`_iota`. A numpy call costs 2-7k instructions whatever its size (callgrind), a run ~2.5k more as numpy
+slices; a running sum ~13 a page.
 Used by pools/ and radix/, which must not import each other.
 """
 
 from __future__ import annotations
 
 import struct
-from typing import Final
+from typing import Callable, Final
 
 import numpy as np
 
@@ -37,6 +41,33 @@ _arange: Final = np.arange
 # a longer one an add to the kept iota (~6.8k and ~1.4 a page): callgrind, numpy 2.4
 _ARANGE_MAX: Final = 900
 _SMALL: Final = 32  # runs_of reads at most this many pages one by one (fewer than numpy's fixed cost)
+
+
+_Slots = Callable[[list[int], int, int], np.ndarray]
+_Starts = Callable[[list[int], int, np.ndarray], bool]
+
+
+def _c_slots_of() -> _Slots | None:
+    """radixkv/_runs_native.c's slots while the compiled core runs; None otherwise (core_loader.py hides the
+    module): then the numpy forms below run."""
+    try:
+        from radixkv._runs_native import slots as c_slots
+    except ImportError:
+        return None
+    return c_slots
+
+
+def _c_starts_of() -> _Starts | None:
+    """radixkv/_runs_native.c's starts, as _c_slots_of."""
+    try:
+        from radixkv._runs_native import starts as c_starts
+    except ImportError:
+        return None
+    return c_starts
+
+
+_c_slots: Final = _c_slots_of()
+_c_starts: Final = _c_starts_of()
 
 
 class _Iota:
@@ -74,6 +105,8 @@ def well_formed(runs: object, n: int) -> bool:
 
 def expand(runs: list[int], n: int) -> np.ndarray:
     """int64 `[n]`, a fresh array: the first n pages of `runs` (n <= count(runs))."""
+    if _c_slots is not None:
+        return _c_slots(runs, n, 1)
     if not n:
         return _empty(0, _I64)
     if runs[1] >= n:  # one run: one call
@@ -88,6 +121,22 @@ def expand(runs: list[int], n: int) -> np.ndarray:
         if at == n:
             break
     return _add(_frombuffer(b"".join(parts), _I64), _iota.upto(n))
+
+
+def expand_slots(runs: list[int], n: int, page_size: int) -> np.ndarray:
+    """int64 `[n]`, a fresh array: the first n slots of the pages of `runs` (page p holds slots
+    [p * page_size, (p + 1) * page_size): a run of pages is a run of slots; n <= count(runs) * page_size)."""
+    if _c_slots is not None:
+        return _c_slots(runs, n, page_size)
+    return expand(runs if page_size == 1 else [x * page_size for x in runs], n)
+
+
+def are_first_slots(runs: list[int], page_size: int, given: np.ndarray) -> bool:
+    """Whether int64 `given` (m values) are the first m slots of the pages of `runs`: no copy of `given` in C."""
+    if _c_starts is not None:
+        return _c_starts(runs, page_size, given)
+    m = len(given)
+    return m <= count(runs) * page_size and expand_slots(runs, m, page_size).tobytes() == given.tobytes()
 
 
 def runs_of(pages: np.ndarray) -> list[int]:

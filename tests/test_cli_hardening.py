@@ -15,7 +15,7 @@ from rich.console import Console
 
 from radixkv import __version__
 from radixkv.cli import core_build, main
-from radixkv.core_loader import CORE, SHARED, STAMP, source_digest, state
+from radixkv.core_loader import CORE, NATIVE, SHARED, STAMP, source_digest, state
 from radixkv.demo import PRESSURE, WordTokenizer
 from radixkv.demo import main as demo
 from radixkv.eviction import POLICIES
@@ -62,14 +62,22 @@ def test_core_build_reads_the_module_files(tmp_path, monkeypatch) -> None:
         path = tmp_path / f"{module}.py"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(f"# {module}\n")
+    (tmp_path / f"{NATIVE}.c").write_text("/* the C beside the core */\n")
     assert core_build(str(tmp_path)) == "pure Python"
     for module in (*CORE, SHARED):
         (tmp_path / f"{module}.cpython-311-x86_64-linux-gnu.so").write_bytes(b"")
         (tmp_path / f"{module}.abi3.so").write_bytes(b"")
+    (tmp_path / STAMP).write_text(source_digest(str(tmp_path)))
+    assert core_build(str(tmp_path)) == "pure Python"  # no extension of NATIVE
+    (tmp_path / f"{NATIVE}.abi3.so").write_bytes(b"")
+    (tmp_path / STAMP).unlink()
     assert core_build(str(tmp_path)) == "pure Python"  # no build stamp
     (tmp_path / STAMP).write_text(source_digest(str(tmp_path)))
     assert core_build(str(tmp_path)) == "compiled core"
     assert state(str(tmp_path)) == (True, "")
+    (tmp_path / f"{NATIVE}.c").write_text("/* edited after the build */\n")
+    assert state(str(tmp_path)) == (False, f"stale: {NATIVE}.c changed after the build")
+    (tmp_path / STAMP).write_text(source_digest(str(tmp_path)))
     (tmp_path / "radix/tree.py").write_text("# edited after the build\n")
     assert core_build(str(tmp_path)) == "pure Python"
     assert state(str(tmp_path)) == (False, "stale: radix/tree.py changed after the build")

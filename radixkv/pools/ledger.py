@@ -12,11 +12,11 @@ Callers validate, then move pages: `take` pops free pages into a state (asking t
 that stay out of the allocator (private -> cached when the tree adopts them), `release` gives pages
 back. Transitions are vectorized over the pages moved; nothing here walks the whole pool.
 
-The ledger remembers the slots of the last `alloc_slots` (their bytes: one memcmp against a caller's
-buffer compares them) until any page changes state again (`move`, `release`): slots a caller hands
-back that equal them value for value (`fresh_start`) are known private and distinct without reading
-a page's state, which spares insert() its per-page checks in the usual lifecycle (match, alloc,
-insert). Any other slots get the full checks.
+The ledger remembers the last `alloc_slots` (its pages as runs, radixkv/runs.py: `are_first_slots`
+compares a caller's buffer with them, no copy of either) until any page changes state again (`move`,
+`release`): slots a caller hands back that equal them value for value (`fresh_start`) are known
+private and distinct without reading a page's state, which spares insert() its per-page checks in
+the usual lifecycle (match, alloc, insert). Any other slots get the full checks.
 The last `alloc_slots`' pages are written PRIVATE lazily: on the first read of `state` or the next
 change of any page, unless `settle` moves every one of them on at once (insert's usual end: each
 page is then written once, not PRIVATE and then CACHED; at page_size 1 a write per token).
@@ -25,13 +25,12 @@ freed last first) are not written FREE in between: until that lazy write their e
 still reads CACHED, so `settle` writes CACHED only to the pages that were free before. In the
 steady state of a full cache, where every allocation evicts, that spares both writes per token.
 
-The ledger also keeps the runs (radixkv/runs.py) of that alloc's pages while it keeps its slots:
-`fresh_runs` hands insert the runs of a new leaf's pages, so no request turns pages into runs.
+`fresh_runs` hands insert those runs for a new leaf's pages, so no request turns pages into runs.
 
 Memory: per page, the state (1 byte). The allocator keeps its free pages as runs (a few ints per
 run, a count for the never-used ones), and the distinctness check
 sorts a copy of the pages it is given (no table per page). The constant rows that `all_in` compares against grow with
-the largest call, not the pool; the last alloc's slots are one call's (8 bytes a slot).
+the largest call, not the pool; the last alloc is its runs.
 """
 
 from __future__ import annotations
@@ -41,9 +40,9 @@ from typing import Callable, Final
 import numpy as np
 
 from radixkv.errors import OutOfSlotsError
-from radixkv.pools.allocator import SlotAllocator, page_slots
-from radixkv.runs import count, expand, section
-from radixkv.tokens import distinct, starts_with
+from radixkv.pools.allocator import SlotAllocator
+from radixkv.runs import are_first_slots, count, expand, expand_slots, section
+from radixkv.tokens import distinct
 
 FREE, CACHED, PRIVATE, RESERVED = 0, 1, 2, 3
 _max: Final = np.maximum.reduce  # ndarray.max() without its Python wrapper (Final: compiled, a C static)
@@ -58,27 +57,26 @@ class PageLedger:
         self.num_pages = num_pages
         self.allocator = SlotAllocator(num_pages, page_size)
         self._state = np.zeros(num_pages, dtype=np.int8)  # FREE / CACHED / PRIVATE / RESERVED per page
-        self._unwritten: bytes | None = None  # int64 pages of the last alloc_slots() (their bytes), PRIVATE, not yet in _state
-        self._stale = 0  # how many of `_unwritten`'s last pages still read CACHED in _state (evicted, popped again)
+        self._unwritten = False  # whether the last alloc_slots()' pages (`_fresh_runs`), PRIVATE, are not yet in _state
+        self._stale = 0  # how many of those pages, the last ones, still read CACHED in _state (evicted, popped again)
         self._popped_stale = 0  # the same count for the last `_pop`
         self._rows = {s: b"" for s in (FREE, CACHED, PRIVATE, RESERVED)}  # state -> its byte repeated: memcmp checks
-        self._fresh: bytes | None = None  # int64 slots of the last alloc_slots() (their bytes), until a page changes state
-        self._fresh_runs: list[int] = []  # that alloc's pages as runs (read while _fresh is not None) ...
+        self._fresh = -1  # how many slots the last alloc_slots() handed out, until a page changes state; -1 after
+        self._fresh_runs: list[int] = []  # the last alloc_slots()' pages as runs ...
         self._fresh_pages = 0  # ... and how many
 
     @property
     def state(self) -> np.ndarray:
         """int8 `[num_pages]`: FREE / CACHED / PRIVATE / RESERVED per page (every page written)."""
-        if self._unwritten is not None:
+        if self._unwritten:
             self._write_unwritten()
         return self._state
 
     def _write_unwritten(self) -> None:
-        pages = self._unwritten
-        self._unwritten = None
+        self._unwritten = False
         self._stale = 0
-        if pages:
-            self._state[np.frombuffer(pages, _I64)] = PRIVATE
+        if self._fresh_pages:
+            self._state[expand(self._fresh_runs, self._fresh_pages)] = PRIVATE
 
     @property
     def num_free_pages(self) -> int:
@@ -106,7 +104,7 @@ class PageLedger:
                     f"need {k} pages ({k * ps} slots): {allocator.num_free_pages} free and "
                     f"{evictable_pages} evictable; close Sequences, unlock nodes, or raise CacheConfig.num_slots")
             evicted = evict(short * self.page_size)  # (runs, cached until now)
-            self._fresh = None
+            self._fresh = -1
             allocator.free_runs(evicted)
             e = count(evicted)
             if e > k:  # (pushed last, popped first: the first e - k stay free)
@@ -121,17 +119,11 @@ class PageLedger:
         ps = self.page_size
         k = -(-n // ps)
         runs = self._pop(k, evictable_pages, evict)
-        pages = expand(runs, k)
-        if self._unwritten is not None:
+        if self._unwritten:  # (the previous alloc's: before its runs are replaced)
             self._write_unwritten()
-        slots = page_slots(pages, ps)  # (`pages` itself at page_size 1)
-        if len(slots) != n:
-            slots = slots[:n]
-        self._fresh = fresh = slots.tobytes()  # a copy: the caller may write into what it got
-        self._unwritten = fresh if ps == 1 else pages.tobytes()  # (never the caller's array)
-        self._stale = self._popped_stale
+        self._fresh, self._unwritten, self._stale = n, True, self._popped_stale
         self._fresh_runs, self._fresh_pages = runs, k
-        return slots
+        return expand_slots(runs, n, ps)
 
     def fresh_runs(self, lo: int, n: int) -> list[int]:
         """The runs of pages [lo, lo + n) of the last `alloc_slots`, valid while `fresh_start` is: a new list,
@@ -144,25 +136,26 @@ class PageLedger:
         """Where int64 `slots` end with exactly the slots of the last `alloc_slots` (a page boundary),
         if no page has changed state since; -1 otherwise. From there on, every page is private and
         named once (whole pages in order, the last one's first slots if partial)."""
-        fresh = self._fresh
-        if fresh is None:
+        n = self._fresh
+        if n < 0:
             return -1
-        start = len(slots) - len(fresh) // 8
-        if start < 0 or start % self.page_size:
+        start = len(slots) - n
+        ps = self.page_size
+        if start < 0 or start % ps:
             return -1
-        return start if starts_with(fresh, slots if start == 0 else slots[start:]) else -1
+        return start if are_first_slots(self._fresh_runs, ps, slots if start == 0 else slots[start:]) else -1
 
     def move(self, pages: np.ndarray, state: int) -> None:
         """Pages that stay allocated change hands (e.g. private -> cached)."""
-        self._fresh = None
-        if self._unwritten is not None:
+        self._fresh = -1
+        if self._unwritten:
             self._write_unwritten()
         self._state[pages] = state
 
     def release(self, pages: np.ndarray) -> None:
         """Give `pages` (int32 or int64, distinct, not free: the caller checked their states) back to the allocator."""
-        self._fresh = None
-        if self._unwritten is not None:
+        self._fresh = -1
+        if self._unwritten:
             self._write_unwritten()
         if len(pages):
             self._state[pages.astype(_I64, copy=False)] = FREE  # numpy indexes with int64 2-3x faster than int32
@@ -170,8 +163,8 @@ class PageLedger:
 
     def release_runs(self, runs: list[int]) -> None:
         """`release` for pages given as runs (a tree eviction's)."""
-        self._fresh = None
-        if self._unwritten is not None:
+        self._fresh = -1
+        if self._unwritten:
             self._write_unwritten()
         self._write_runs(runs, FREE)
         self.allocator.free_runs(runs)
@@ -189,11 +182,11 @@ class PageLedger:
         is a run of those pages in their order, from the run_at-th on; the ones of them that
         still read CACHED (evicted for that alloc: the last `_stale`) are not written again."""
         pending, stale = self._unwritten, self._stale
-        if fresh_spent and self._fresh is not None:
-            self._unwritten, self._stale = None, 0
-            if pending is not None and run_at >= 0:
-                self._fresh = None
-                fresh = len(pending) // 8 - stale - run_at  # pages of the run that were free before
+        if fresh_spent and self._fresh >= 0:
+            self._unwritten, self._stale = False, 0
+            if pending and run_at >= 0:
+                self._fresh = -1
+                fresh = self._fresh_pages - stale - run_at  # pages of the run that were free before
                 if fresh > 0 and len(cached):
                     self._state[cached if fresh >= len(cached) else cached[:fresh]] = CACHED
                 self.release(freed)

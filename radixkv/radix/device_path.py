@@ -2,7 +2,7 @@
 
 Device residency is prefix-closed: along a path from a root, the nodes on the device come first and
 host-only ones (a host tier's) after. So the device-cached part of a walk is a count of nodes and of
-tokens (`device_prefix`), and its pages are those nodes' pages in order (`device_pages`). Read-only;
+tokens (`device_prefix`), and its pages are those nodes' pages in order (`device_runs`, `device_pages`). Read-only;
 radix/tree.py's match and insert and radix/lookup.py use it; `node_runs` gives insert a new node's runs.
 """
 
@@ -28,19 +28,23 @@ def device_prefix(tree: ResidentTree, path: list[TreeNode], length: int, start: 
     return len(path), length
 
 
-def device_pages(path: list[TreeNode], k: int, n: int) -> np.ndarray:
-    """int64 `[n]`, a fresh array: the first n device pages of the nodes `path[:k]` (all on the device)."""
+def device_runs(path: list[TreeNode], k: int) -> list[int]:
+    """The device pages of the nodes `path[:k]` (all on the device) as runs: the one node's own list (the
+    usual case: one edge; never written in place) or a new one."""
     first = path[0].pages if k else None
-    if first is None or not n:
-        return _EMPTY
-    if k == 1:  # the usual case: one edge
-        return expand(first, n)
+    if first is None or k == 1:
+        return first or []
     runs: list[int] = []
     for node in path[:k]:
         pages = node.pages
         if pages is not None:
             runs += pages
-    return expand(runs, n)
+    return runs
+
+
+def device_pages(path: list[TreeNode], k: int, n: int) -> np.ndarray:
+    """int64 `[n]`, a fresh array: the first n device pages of the nodes `path[:k]` (all on the device)."""
+    return expand(device_runs(path, k), n) if n else _EMPTY
 
 
 def node_runs(pages: np.ndarray, new: list[int] | None, first: int, n: int, lo: int) -> list[int]:

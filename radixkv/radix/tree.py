@@ -30,7 +30,7 @@ from radixkv.errors import LockError
 from radixkv.eviction import EvictableIndex, EvictionPolicy, host_first
 from radixkv.radix import residency
 from radixkv.radix.components import split_components
-from radixkv.radix.device_path import device_pages, device_prefix, node_runs
+from radixkv.radix.device_path import device_pages, device_prefix, device_runs, node_runs
 from radixkv.radix.idle_roots import IdleRoots
 from radixkv.radix.node import TreeNode
 from radixkv.radix.shadow import ShadowKeys, ShadowTree
@@ -130,7 +130,7 @@ class RadixTree(residency.ResidentTree):
             self._matched_tick = -1
             if self.learns:
                 self._learn_lookup(start, key, 0)
-            return MatchInfo(start, 0, _EMPTY, 0)
+            return MatchInfo(start, 0, [], 0)
         length = matched // 4
         k, dev = device_prefix(self, path, length, start)
         if self.reaches and dev:  # from a root: shorten to where every group can resume
@@ -147,8 +147,8 @@ class RadixTree(residency.ResidentTree):
                 self.policy.on_hit(path[k - 1])
             self._learn_lookup(start, key, dev)
         if k == 0:
-            return MatchInfo(start, 0, _EMPTY, length)
-        return MatchInfo(path[k - 1], dev, device_pages(path, k, dev // self.page_size), length - dev)
+            return MatchInfo(start, 0, [], length)
+        return MatchInfo(path[k - 1], dev, device_runs(path, k), length - dev)
 
     def pins_on(self, pins: PinKeeper) -> None:
         """Start keeping `pins` (before the first one): from now on the device index orders pinned

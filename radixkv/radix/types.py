@@ -18,12 +18,12 @@ DEVICE, HOST = "GPU", "CPU"  # media a listener hears of: vLLM's KV-event names 
 # Plain classes, not NamedTuples: compiled, building one is a C call and its fields are struct reads
 # (a NamedTuple's __new__ is an interpreted lambda, two per request).
 class MatchInfo:
-    __slots__ = ("node", "length", "pages", "host_length")
+    __slots__ = ("node", "length", "runs", "host_length")
 
-    def __init__(self, node: TreeNode, length: int, pages: np.ndarray, host_length: int) -> None:
+    def __init__(self, node: TreeNode, length: int, runs: list[int], host_length: int) -> None:
         self.node = node  # ends exactly at `length` (the start node when nothing matched)
         self.length = length  # device-cached tokens below the start node, whole pages
-        self.pages = pages  # int64 [length // page_size]: their device pages, a fresh array
+        self.runs = runs  # their device pages (length // page_size) as runs (radixkv/runs.py): nobody's to write
         self.host_length = host_length  # further tokens held only in the host tier
 
 
