@@ -136,8 +136,8 @@ def same_values(a: np.ndarray, b: np.ndarray) -> bool:
 
 def starts_with(ours: bytes, theirs: np.ndarray) -> bool:
     """Whether `theirs` equals the first len(theirs) values of `ours` (the bytes of the cache's own copy,
-    of theirs' dtype: int64 slots, int32 tokens): one memcmp against theirs' buffer, no copy of it (a
-    strided one is copied)."""
+    of theirs' dtype: int32 tokens, a key's): one memcmp against theirs' buffer, no copy of it (a strided
+    one is copied)."""
     buffer: Any = theirs  # (numpy's stubs do not declare the buffer protocol)
     try:
         return ours.startswith(buffer)
