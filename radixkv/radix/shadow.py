@@ -12,15 +12,13 @@ reports, request for request, the hits the real cache would get under P
 Its nodes and its evictable leaves' heap are radix/shadow_heap.py's. The adaptive policy gets shadows from the tree
 it serves (RadixTree.shadow / shadow_copy) through eviction/view.py, and never imports this module.
 
-Keys: from page 3 on a shadow keeps one 64-bit hash a page instead of token bytes (radix/shadow_keys.py,
-shared by a tree's shadows), with the same shape, splits and matches as a tree of token bytes. At pages 1 and 2
-an edge is, where it can be, the real tree's own bytes object: told where the real match ended (ShadowKeys.along),
-a match gives the deepest edge of its walk that ends where a real edge of that match ends, and the lower half of
-an edge it split, the real node's key when the bytes are equal (`_share`): one copy for both trees.
+Keys: int32 token bytes, as the real tree's, at every page size. An edge is, where it can be, the real tree's own
+bytes object: told where the real match ended (radix/shadow_keys.py), a match gives the deepest edge of its walk
+that ends where a real edge of that match ends, and the lower half of an edge it split, the real node's key when
+the bytes are equal (`_share`); an insert's new leaf keeps the real new leaf's key (`tail`): one copy for both trees.
 
 Cost per call: one walk over the edges of the key, a split at most, and O(log n) heap work per
-leaf touched or evicted; from page 3 on, hashing the key's pages not hashed for the last call (a
-match: those past the pages known, only if its walk reaches them and could go on). Where the key and an
+leaf touched or evicted. Where the key and an
 edge part, a binary search of memcmps finds their common pages (`parting`; the core's numpy compare costs
 ~18k instructions a call). An insert that extends the last match walks on from where it ended; it may take its key
 as the match's key, a cut and the rest (head[:cut] + key: the adaptive policy's insert that the real tree walked on
@@ -50,9 +48,7 @@ class ShadowTree(LeafHeap):
 
     def __init__(self, policy: FixedPolicyView, page_size: int, keys: ShadowKeys | None = None) -> None:
         super().__init__(policy, page_size)
-        self.keys = keys if keys is not None else ShadowKeys(page_size)  # shared by a tree's shadows
-        self.page_bytes = self.keys.page_bytes
-        self._hashed = self.keys.hashed
+        self.keys = keys if keys is not None else ShadowKeys()  # shared by a tree's shadows
         self._counts_uses = policy.insert_is_use
         self.roots: dict[bytes, ShadowNode] = {}  # namespace key -> root, while it has children
         self.used = 0  # tokens held
@@ -79,35 +75,18 @@ class ShadowTree(LeafHeap):
         return lo * pb
 
     def match(self, ns: bytes, key: bytes) -> int:
-        """Tokens of `key` (int32 token bytes, whole pages) the shadow holds below namespace `ns`;
-        refreshes them."""
+        """Tokens of `key` (int32 token bytes; a trailing partial page matches nothing) the shadow holds
+        below namespace `ns`; refreshes them."""
         root = self.roots.get(ns)
         self._matched_tick = -1
         if root is None:
             self.tick += 1
             return 0
-        pb, ps, whole = self.page_bytes, self.page_size, len(key) // (4 * self.page_size) * self.page_bytes
-        tokens, key = key, self.keys.head(key)  # maybe only the pages of the real match's path (ShadowKeys.along)
         path, pos = self.walk(key, root)
-        if pos == len(key) < whole:  # the pages known ran out: the rest is hashed only if it could match
-            node = path[-1] if path else root
-            inside = node.depth + node.size > pos // pb * ps  # the walk ended inside node's edge
-            if inside or node.children:
-                key = self.keys.of(tokens)
-                if inside:  # walk node's edge again, from its parent
-                    parent, start = node.parent, node.depth // ps * pb
-                    assert parent is not None  # (a root's edge is empty)
-                    path.pop()
-                    more, end = self.walk(key[start:], parent)
-                    pos = start + end
-                else:
-                    more, end = self.walk(key[pos:], node)
-                    pos += end
-                path.extend(more)
         if not path:
             self.tick += 1
             return 0
-        last, matched, lower = path[-1], pos // pb * ps, None
+        last, matched, lower = path[-1], pos // 4, None
         if last.depth + last.size > matched:  # the walk ended inside it: split where the match ends
             lower, last = last, self.split_edge(last, matched - last.depth)
             path[-1] = last
@@ -117,15 +96,14 @@ class ShadowTree(LeafHeap):
             node.hit_count += 1
         if last.hkey is not None:  # only the last node of a path can be a leaf
             self._push(last)
-        if not self._hashed:
-            self._share(path, lower, self.keys.real_end(tokens))
+        self._share(path, lower, self.keys.real_end(key))
         self._matched_tick = tick
         self._matched = (ns, key, path, pos, self._version)
         return matched
 
     def _share(self, path: list[ShadowNode], lower: ShadowNode | None, real: PrefixNode[Any] | None) -> None:
-        """Token-bytes keys: the deepest node of `path` (a walk's, from a root's child down) that ends where a
-        node on the path of `real` (a real node the same key's walk reached) ends takes that node's key object
+        """The deepest node of `path` (a walk's, from a root's child down) that ends where a node on the path
+        of `real` (a real node the same key's walk reached, or one below it) ends takes that node's key object
         if it spans the same tokens (bytes equal): one object for both trees, not a copy each, where they split
         an edge alike (the real tree's split makes new objects). A few steps up both paths, no more: an edge
         shared once stays shared while neither tree splits it. `lower`: the lower half of the path's last edge,
@@ -175,17 +153,16 @@ class ShadowTree(LeafHeap):
 
     def insert(self, ns: bytes, key: bytes, capacity: int, use: bool = True, tail: bytes | None = None,
                head: bytes | None = None, cut: int = 0) -> int:
-        """Cache `key` (int32 token bytes, whole pages; with `head`, head[:cut] + key, `cut` bytes of
-        whole pages) below `ns`, first evicting down to `capacity` tokens in all (never the path of the
-        key itself); `use` counts it as RadixTree.insert(use=True) does. A new leaf of a shadow that keeps
-        token bytes keeps `tail` as its key when it equals the end of the key it needs (the real tree's
-        new leaf's key: one bytes object for both trees instead of a copy each). Returns the tokens added."""
+        """Cache `key` (int32 token bytes, a trailing partial page dropped; with `head`, head[:cut] + key, `cut`
+        bytes of whole pages) below `ns`, first evicting down to `capacity` tokens in all (never the path of the
+        key itself); `use` counts it as RadixTree.insert(use=True) does. A new leaf keeps `tail` as its key
+        when it equals the end of the key it needs (the real tree's new leaf's key: one bytes object for both
+        trees instead of a copy each). Returns the tokens added."""
         root = self.roots.get(ns)
         if root is None:
             root = self._root(ns)
-        if head is not None and self._hashed:  # (the hashes of a key are made from the whole of it)
-            key, head = head[:cut] + key, None
-        key = self.keys.of(key)
+        if len(key) % self.page_bytes:  # a partial page matches nothing: it is not cached
+            key = key[:len(key) - len(key) % self.page_bytes]
         path, pos, left, off = self._walk_on(ns, key, root, head, cut)
         self._version += 1
         node, pb, ps = root, self.page_bytes, self.page_size
@@ -206,7 +183,7 @@ class ShadowTree(LeafHeap):
                 self.roots[ns] = root
         leaf = None
         if off < len(left):
-            share = tail is not None and not self._hashed and len(tail) == len(left) - off and left.endswith(tail)
+            share = tail is not None and len(tail) == len(left) - off and left.endswith(tail)
             leaf = self.add_leaf(node, tail if share and tail is not None else left[off:] if off else left)
             self.used += leaf.size
             path.append(leaf)
@@ -259,21 +236,16 @@ class ShadowTree(LeafHeap):
 
     def load(self, nodes: Iterable[TreeNode]) -> None:
         """Start from a copy of real device-resident nodes (parents before children): their keys,
-        recency, hits and priority. The shadow must be empty. Their edges are hashed in bulk, but for those
-        kept (ShadowKeys.real_edges: the prior's replay hashed them just before, at the first eviction)."""
+        recency, hits and priority, and their key objects themselves. The shadow must be empty."""
         copies: dict[int, ShadowNode] = {}
-        reals: list[TreeNode] = []
         for real in nodes:
             if real.parent is None:
                 copies[id(real)] = self._root(real.ns)
-            elif real.pages is not None:
-                reals.append(real)
-        keys = self.keys.real_edges(reals)
-        for real, key in zip(reals, keys):
-            parent = copies.get(id(real.parent))
-            if parent is None:
                 continue
-            node = copies[id(real)] = self.add_leaf(parent, key)
+            parent = copies.get(id(real.parent))
+            if parent is None or real.pages is None:
+                continue
+            node = copies[id(real)] = self.add_leaf(parent, real.key)
             node.last_access, node.created = real.last_access, real.created
             node.hit_count, node.priority = real.hit_count, real.priority
             self.used += node.size
