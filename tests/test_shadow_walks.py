@@ -12,6 +12,13 @@ from radixkv.eviction import make_policy
 from radixkv.radix.core import common_bytes
 from radixkv.radix.shadow import ShadowTree
 
+def _state(shadow: ShadowTree) -> list[tuple]:
+    nodes = list(shadow.roots.values())
+    for node in nodes:
+        nodes.extend(node.children.values())
+    return [(n.key, n.id, n.depth, n.size, n.last_access, n.hit_count, n.hkey) for n in nodes]
+
+
 REQS = agent(num_agents=24, steps=8, tools_prompt_len=256, action_len=32, tool_output_len=96)
 
 
@@ -27,6 +34,23 @@ def test_a_partial_last_page_is_neither_cached_nor_matched(page_size: int) -> No
     assert shadow.match(b"", tokens[:ps + 1].tobytes()) == ps
     assert shadow.insert(b"", tokens.tobytes(), 100 * ps) == 8 * ps and shadow.used == 10 * ps
     assert shadow.match(b"", tokens[:ps - 1].tobytes()) == 0 and shadow.match(b"", tokens.tobytes()) == 10 * ps
+
+
+@pytest.mark.parametrize("page_size", [1, 4])
+def test_a_match_of_a_keys_first_bytes_is_the_match_of_their_copy(page_size: int) -> None:
+    """`match(ns, key, end)` (the prior's replay: a lookup that the next insert's key extends) matches, splits
+    and refreshes exactly what `match(ns, key[:end])` does, for ends anywhere (inside pages too)."""
+    ps, rng = page_size, np.random.default_rng(1)
+    cut, copied = ShadowTree(make_policy("lfu"), ps), ShadowTree(make_policy("lfu"), ps)
+    keys = [rng.integers(0, 4, size=int(rng.integers(1, 24)) * ps, dtype=np.int32) for _ in range(8)]
+    for i in range(200):
+        key = np.concatenate([keys[int(rng.integers(8))], keys[int(rng.integers(8))]]).tobytes()
+        end = int(rng.integers(0, len(key) + 1))
+        assert cut.match(b"", key, end) == copied.match(b"", key[:end])
+        if i % 3:
+            assert cut.insert(b"", key, 40 * ps) == copied.insert(b"", key, 40 * ps)
+        assert _state(cut) == _state(copied)
+
 
 
 def test_common_pages_by_binary_search() -> None:

@@ -68,25 +68,26 @@ class History:
     def __iter__(self) -> Iterator[tuple[bytes, bytes, bool | None]]:
         """(ns, key from the root, None for a lookup or the insert's use), in order. Valid until the
         tree first evicts (leaves are read then)."""
+        for ns, key, end, use, _ in self.replay():
+            yield ns, key if end == len(key) else key[:end], use
+
+    def replay(self) -> Iterator[tuple[bytes, bytes, int, bool | None, NodeView | None]]:
+        """As iteration, but each entry's key as `key[:end]` (a lookup that the next insert extends: that
+        insert's key, not copied) and with the real leaf whose path spells the key (an insert that made it) or
+        goes on from it (that insert's leaf), None for a key kept as bytes: (ns, key, end, use, leaf)."""
         entries, ahead = self.entries, b""
         for i, (ns, item, use) in enumerate(entries):
             if isinstance(item, int):  # a prefix of the next entry's key (an insert: bytes or a leaf)
-                ahead = _resolve(entries[i + 1][1])
-                yield ns, ahead[:item], use
+                after = entries[i + 1][1]
+                ahead = _resolve(after)
+                yield ns, ahead, item, use, _leaf(after)
                 continue
             key, ahead = (ahead, b"") if ahead else (_resolve(item), b"")
-            yield ns, key, use
+            yield ns, key, len(key), use, _leaf(item)
 
-    def replay(self) -> Iterator[tuple[bytes, bytes, bool | None, NodeView | None]]:
-        """As iteration, each entry with the real leaf whose path spells its key (an insert that made it) or
-        goes on from it (a lookup that leaf's insert extends), None for a key kept as bytes. Valid until the
-        tree first evicts."""
-        entries = self.entries
-        for i, (ns, key, use) in enumerate(self):
-            item = entries[i][1]
-            if isinstance(item, int):  # a prefix of the next entry's key
-                item = entries[i + 1][1]
-            yield ns, key, use, None if isinstance(item, (bytes, int)) else item
+
+def _leaf(item: Item) -> NodeView | None:
+    return None if isinstance(item, (bytes, int)) else item
 
 
 def _resolve(item: Item) -> bytes:

@@ -54,7 +54,7 @@ def replay(tree: TreeView, history: History, own: EvictionPolicy, other: Evictio
     mine, theirs, keys = tree.shadow(own), tree.shadow(other), tree.shadow_keys
     leads: list[int] = []
     asked: list[int] = []
-    for ns, key, use, leaf in history.replay():  # leaf: a real one whose key objects the shadows may share
+    for ns, key, end, use, leaf in history.replay():  # leaf: a real one whose key objects the shadows may share
         if use is not None:
             tail = leaf.key if leaf is not None else None
             mine.insert(ns, key, size, use, tail)
@@ -62,6 +62,6 @@ def replay(tree: TreeView, history: History, own: EvictionPolicy, other: Evictio
             continue
         if leaf is not None:
             keys.along(key, leaf)
-        asked.append(len(key) // 4)
-        leads.append(theirs.match(ns, key) - mine.match(ns, key))
+        asked.append(end // 4)
+        leads.append(theirs.match(ns, key, end) - mine.match(ns, key, end))
     return leads, asked

@@ -54,7 +54,7 @@ class FixedPolicyView(Protocol):
 class ShadowView(Protocol):
     """A metadata-only replay of a tree under one fixed policy (radix/shadow.py's ShadowTree)."""
 
-    def match(self, ns: bytes, key: bytes) -> int: ...  # tokens held of key (from the ns root); refreshes
+    def match(self, ns: bytes, key: bytes, end: int = -1) -> int: ...  # tokens held of key[:end]; refreshes
 
     def insert(self, ns: bytes, key: bytes, capacity: int, use: bool, tail: bytes | None = None,
                head: bytes | None = None, cut: int = 0) -> int: ...

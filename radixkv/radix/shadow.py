@@ -74,15 +74,19 @@ class ShadowTree(LeafHeap):
                 hi = mid - 1
         return lo * pb
 
-    def match(self, ns: bytes, key: bytes) -> int:
-        """Tokens of `key` (int32 token bytes; a trailing partial page matches nothing) the shadow holds
-        below namespace `ns`; refreshes them."""
+    def match(self, ns: bytes, key: bytes, end: int = -1) -> int:
+        """Tokens of `key` (int32 token bytes; with `end` >= 0 its first `end` bytes only, not copied; a trailing
+        partial page matches nothing) the shadow holds below namespace `ns`; refreshes them."""
         root = self.roots.get(ns)
         self._matched_tick = -1
         if root is None:
             self.tick += 1
             return 0
         path, pos = self.walk(key, root)
+        if 0 <= end < pos:  # the walk of key[:end] is this one's, cut at end's last whole page
+            pos = end // self.page_bytes * self.page_bytes
+            while path and 4 * path[-1].depth >= pos:
+                path.pop()
         if not path:
             self.tick += 1
             return 0
@@ -165,12 +169,12 @@ class ShadowTree(LeafHeap):
             key = key[:len(key) - len(key) % self.page_bytes]
         path, pos, left, off = self._walk_on(ns, key, root, head, cut)
         self._version += 1
-        node, pb, ps = root, self.page_bytes, self.page_size
-        if path:
+        node = root
+        if path:  # (pos: bytes of whole pages, 4 a token)
             node = path[-1]
-            if node.depth + node.size > pos // pb * ps:
-                node = path[-1] = self.split_edge(node, pos // pb * ps - node.depth)
-        excess = self.used + (len(left) - off) // pb * ps - capacity
+            if node.depth + node.size > pos // 4:
+                node = path[-1] = self.split_edge(node, pos // 4 - node.depth)
+        excess = self.used + (len(left) - off) // 4 - capacity
         if excess > 0:
             self._held = node
             if node.hkey is not None:
@@ -215,7 +219,7 @@ class ShadowTree(LeafHeap):
             keep = leaf.size - -(-(num_tokens - freed) // ps) * ps
             if keep > 0:  # only its tail pages go: its head stays as the node a split would make (with the next id)
                 freed += leaf.size - keep
-                leaf.key = leaf.key[:keep // ps * self.page_bytes]
+                leaf.key = leaf.key[:4 * keep]
                 leaf.size = keep
                 leaf.id = self._next_id
                 self._next_id += 1
@@ -261,7 +265,7 @@ def _past(m_key: bytes, pos: int, key: bytes, head: bytes | None, cut: int) -> t
     """(left, off), the key's (`key`, or head[:cut] + key) bytes from `pos` on being left[off:], if its first
     `pos` are `m_key`'s (a match's walk that reached `pos` is the key's walk there), else None."""
     if head is None:
-        if key.startswith(m_key) or pos < len(m_key) and key.startswith(m_key[:pos]):  # (no copy: the lifecycle's)
+        if key is m_key or key.startswith(m_key) or pos < len(m_key) and key.startswith(m_key[:pos]):  # (no copy: the lifecycle's)
             return key, pos
         return None
     if head is not m_key:
