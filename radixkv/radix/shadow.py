@@ -53,6 +53,7 @@ class ShadowTree(LeafHeap):
         self.roots: dict[bytes, ShadowNode] = {}  # namespace key -> root, while it has children
         self.used = 0  # tokens held
         self._held: ShadowNode | None = None  # the path end an insert protects while it evicts
+        self._refreshed: ShadowNode | None = None  # a leaf the last match refreshed, re-keyed in the heap later
         self._version = 0  # bumped by every insert: a remembered walk is valid only within one version
         self._matched: tuple[bytes, bytes, list[ShadowNode], int, int] | None = None  # the last match's walk
 
@@ -77,6 +78,8 @@ class ShadowTree(LeafHeap):
     def match(self, ns: bytes, key: bytes, end: int = -1) -> int:
         """Tokens of `key` (int32 token bytes; with `end` >= 0 its first `end` bytes only, not copied; a trailing
         partial page matches nothing) the shadow holds below namespace `ns`; refreshes them."""
+        if self._refreshed is not None:
+            self._rekey_refreshed(None)
         root = self.roots.get(ns)
         self._matched_tick = -1
         if root is None:
@@ -98,8 +101,8 @@ class ShadowTree(LeafHeap):
         for node in path:
             node.last_access = tick
             node.hit_count += 1
-        if last.hkey is not None:  # only the last node of a path can be a leaf
-            self._push(last)
+        if last.hkey is not None:  # only the last node of a path can be a leaf: re-keyed at the next call
+            self._refreshed = last
         self._share(path, lower, self.keys.real_end(key))
         self._matched_tick = tick
         self._matched = (ns, key, path, pos, self._version)
@@ -130,6 +133,14 @@ class ShadowTree(LeafHeap):
                     node.key = real.key
                 return
             i -= 1
+
+    def _rekey_refreshed(self, end: ShadowNode | None) -> None:
+        """Re-key the leaf the last match refreshed, unless it is `end`, the path end of the insert that follows
+        (a new leaf below it drops it from the heap, else the insert re-keys it): one heap push, not two. The
+        heap's order is by keys alone, so a push made later with the same key changes nothing."""
+        node, self._refreshed = self._refreshed, None
+        if node is not None and node is not end and node.hkey is not None:
+            self._push(node)
 
     def _walk_on(self, ns: bytes, key: bytes, root: ShadowNode, head: bytes | None, cut: int
                  ) -> tuple[list[ShadowNode], int, bytes, int]:
@@ -174,6 +185,8 @@ class ShadowTree(LeafHeap):
             node = path[-1]
             if node.depth + node.size > pos // 4:
                 node = path[-1] = self.split_edge(node, pos // 4 - node.depth)
+        if self._refreshed is not None:
+            self._rekey_refreshed(node)
         excess = self.used + (len(left) - off) // 4 - capacity
         if excess > 0:
             self._held = node
@@ -209,6 +222,8 @@ class ShadowTree(LeafHeap):
     def evict(self, num_tokens: int) -> int:
         """Drop at least `num_tokens` tokens if held, smallest key first, trimming a leaf's tail
         pages when fewer are needed than it holds. Returns tokens dropped."""
+        if self._refreshed is not None:
+            self._rekey_refreshed(None)
         ps, freed = self.page_size, 0
         while freed < num_tokens and self._live:
             got = self._entry(_heappop(self._heap))
