@@ -67,7 +67,8 @@ def test_common_pages_by_binary_search() -> None:
         full = np.concatenate([prefix, key]).tobytes()
         assert shadow.parting(edge.tobytes(), full, 16) == pb * part == common_bytes(edge.tobytes(), full, 16, pb)
     for a, b, pages in ((edge, edge[:2 * 5], 5), (edge[:2 * 3], edge, 3)):  # the key ends first; the edge does
-        assert shadow.parting(a.tobytes(), b.tobytes(), 0) == pb * pages == common_bytes(a.tobytes(), b.tobytes(), 0, pb)
+        x, y = a.tobytes(), b.tobytes()
+        assert shadow.parting(x, y, 0) == pb * pages == common_bytes(x, y, 0, pb)
 
 
 @pytest.mark.parametrize("policy", ["lru", "lfu"])

@@ -280,7 +280,8 @@ def _past(m_key: bytes, pos: int, key: bytes, head: bytes | None, cut: int) -> t
     """(left, off), the key's (`key`, or head[:cut] + key) bytes from `pos` on being left[off:], if its first
     `pos` are `m_key`'s (a match's walk that reached `pos` is the key's walk there), else None."""
     if head is None:
-        if key is m_key or key.startswith(m_key) or pos < len(m_key) and key.startswith(m_key[:pos]):  # (no copy: the lifecycle's)
+        # (the lifecycle's insert extends its match's key: no copy)
+        if key is m_key or key.startswith(m_key) or pos < len(m_key) and key.startswith(m_key[:pos]):
             return key, pos
         return None
     if head is not m_key:
