@@ -17,7 +17,7 @@ from radixkv.eviction.adaptive import Adaptive
 from radixkv.eviction.history import History
 from radixkv.eviction.view import CachedNodeView, NodeView
 from radixkv.eviction.lrfu import LRFU
-from radixkv.radix.shadow import ShadowKeys, ShadowTree
+from radixkv.radix.shadow import ShadowTree
 
 SESSIONS = {"chat": chat(num_convs=48, turns=6, system_prompt_len=256, user_len=32, answer_len=64),
             "agent": agent(num_agents=24, steps=8, tools_prompt_len=256, action_len=32, tool_output_len=96)}
@@ -276,16 +276,16 @@ def test_policy_switches_traces_the_policy_without_changing_it() -> None:
 
 @pytest.mark.parametrize("page_size", [3, 16])
 def test_a_shadow_copy_keeps_matching_the_real_cache(page_size: int) -> None:
-    """A shadow copied from the real cache mid-trace (its keys rebuilt from the real tree's nodes: at
-    these page sizes one hash per page) matches, request for request
-    from then on, what the real cache under the same policy matches; its keys hold 8 bytes a page
-    (a hash of the page's tokens)."""
+    """A shadow copied from the real cache mid-trace (its keys the real tree's key objects themselves) matches,
+    request for request from then on, what the real cache under the same policy matches; its keys hold the
+    tokens' bytes, 4 a token."""
     reqs = SESSIONS["agent"]
     cache = RadixCache(sim_config(_capacity(reqs, 0.25, page_size), page_size, "lru", 4096))
     for r in reqs[:len(reqs) // 2]:
         _serve(cache, r)
     shadow = cache.tree.shadow_copy(make_policy("lru"))
     assert isinstance(shadow, ShadowTree) and shadow.used == cache.tree.evictable_size
+    assert {id(n.key) for n in shadow._leaves.values()} <= {id(n.key) for n in cache.tree.nodes()}
     (ns,) = cache.tree.roots  # the default namespace's key
     for r in reqs[len(reqs) // 2:]:
         want = shadow.match(ns, r.tokens[:r.prompt_len].tobytes())
@@ -294,36 +294,7 @@ def test_a_shadow_copy_keeps_matching_the_real_cache(page_size: int) -> None:
     nodes = list(shadow.roots[ns].children.values())
     for node in nodes:
         nodes.extend(node.children.values())
-    assert all(len(n.key) == 8 * n.size // page_size for n in nodes) and sum(n.size for n in nodes) == shadow.used
-
-
-def test_shadow_keys_hash_whole_pages_and_extend_the_last_key() -> None:
-    """Page hashes: a trailing partial page is dropped (and so never matched: as a shadow of token
-    bytes), a key extending the last one gets the hashes the whole key would, any changed token
-    changes its own page's hash, equal pages hash equal, and pages 1 and 2 keep token bytes."""
-    keys = ShadowKeys(16)
-    rng = np.random.default_rng(0)
-    tokens = rng.integers(0, 2**31 - 1, size=16 * 40 + 5, dtype=np.int32)
-    whole = keys.pages(tokens.tobytes(), 0)
-    assert len(whole) == 8 * 40 and keys.of(tokens[:16 * 40].tobytes()) == whole
-    assert keys.of(tokens[:16 * 10].tobytes()) == whole[:80]  # not an extension: hashed anew
-    assert keys.of(tokens[:16 * 25 + 3].tobytes()) == whole[:200]  # an extension of it
-    assert keys.of(tokens.tobytes()) == whole  # extends a key that ended inside a page: hashed anew
-    base = np.frombuffer(whole, dtype=np.int64)
-    for pos in (0, 1, 15, 16, 300, 639):
-        changed = tokens.copy()
-        changed[pos] ^= 1 << int(rng.integers(0, 31))
-        hashes = np.frombuffer(ShadowKeys(16).of(changed.tobytes()), dtype=np.int64)
-        page = pos // 16
-        assert (hashes != base).tolist() == [p == page for p in range(40)], pos
-    repeated = np.tile(tokens[:16], 3).tobytes()
-    assert keys.of(repeated) == whole[:8] * 3
-    for page_size in (1, 2):
-        assert ShadowKeys(page_size).of(tokens[:6].tobytes()) == tokens[:6].tobytes()
-        assert ShadowKeys(page_size).of(tokens[:7].tobytes()) == tokens[:7 // page_size * page_size].tobytes()
-    shadow = ShadowTree(make_policy("lru"), 4)
-    assert shadow.insert(b"", tokens[:10].tobytes(), 100) == 8
-    assert shadow.match(b"", tokens[:11].tobytes()) == 8 and shadow.match(b"", tokens[:7].tobytes()) == 4
+    assert all(len(n.key) == 4 * n.size for n in nodes) and sum(n.size for n in nodes) == shadow.used
 
 
 def test_policy_switches_lfu_from_is_lru_then_lfu() -> None:
@@ -431,56 +402,6 @@ def test_a_shadows_int_keys_order_as_the_policys_tuples(policy: str) -> None:
         assert fast.used == slow.used == late.used == wide.used
     assert late._kind == shadow_module.TUPLE_KEY and fast._kind != shadow_module.TUPLE_KEY
     assert fast._bits == shadow_module.SMALL_BITS and wide._bits == shadow_module.ID_BITS and wide._kind == fast._kind
-
-
-def test_shadow_keys_from_real_paths_and_the_replay_equal_a_fresh_hash(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The shadows' keys put together from kept edge hashes (`along`: the real match's path, split nodes
-    included; `remember`: a new leaf) and the prior's replay (edges hashed in bulk, then `prime`) are the
-    bytes a fresh ShadowKeys hashes from the whole key, and the kept edges make most pages not rehashed."""
-    reqs, checked = SESSIONS["agent"], [0]
-
-    class Checking(Adaptive):  # an interpreted subclass of the (maybe compiled) policy
-        def on_lookup(self, start: CachedNodeView, key: bytes, length: int) -> None:
-            super().on_lookup(start, key, length)
-            if self._shadows and self._keys is not None and start.parent is None:
-                assert self._keys.of(key) == ShadowKeys(16).of(key)
-                checked[0] += 1
-
-    monkeypatch.setitem(POLICIES, "adaptive", Checking)
-    cache = RadixCache(sim_config(_capacity(reqs, 0.25, 16), 16, "adaptive", 4096))
-    for r in reqs:
-        _serve(cache, r)
-    keys = cache.tree.shadow_keys
-    assert checked[0] > len(reqs) // 2 and len(keys._edges) > 10
-    cache = RadixCache(sim_config(sum(len(r.tokens) for r in reqs), 16, "adaptive", 4096))  # never evicts
-    for r in reqs:
-        _serve(cache, r)
-    history, keys = cache.tree.policy._history, cache.tree.shadow_keys
-    assert history is not None
-    seen = [(ns, key, use) for ns, key, use in history.replay(keys) if keys.of(key) == ShadowKeys(16).of(key)]
-    assert seen == list(history) and len(seen) == 2 * len(reqs)
-
-
-def test_shadow_keys_along_a_split_node_take_the_suffix_of_its_kept_edge() -> None:
-    """A real node split after its edge's hashes were kept keeps the lower pages: `along` takes the kept
-    hashes' suffix for it and hashes the new upper node's edge, matching a fresh hash."""
-    cache = RadixCache(sim_config(1 << 12, 16, "lru", 4096))
-    rng = np.random.default_rng(2)
-    a = rng.integers(0, 2**31 - 1, size=16 * 10, dtype=np.int32)
-    b = np.concatenate([a[:16 * 4], rng.integers(0, 2**31 - 1, size=16 * 6, dtype=np.int32)])
-    more = np.concatenate([a, rng.integers(0, 2**31 - 1, size=16 * 2 + 3, dtype=np.int32)]).tobytes()
-    keys = ShadowKeys(16)
-    for tokens in (a, b):
-        m = cache.match_prefix(tokens)
-        cache.insert(tokens, torch.cat([m.slots, cache.alloc(len(tokens) - m.length)]))
-        if tokens is a:
-            leaf = cache.match_prefix(a).node
-            keys.along(more, leaf)  # kept: the leaf's 10 pages
-            assert keys.of(more) == ShadowKeys(16).of(more) and list(keys._edges) == [leaf.id]
-    assert leaf.size == 16 * 6 and leaf.parent is not None and leaf.parent.end == 16 * 4  # split by b
-    keys.of(b.tobytes())  # another key in between
-    keys.along(more, leaf)
-    assert keys.of(more) == ShadowKeys(16).of(more) and list(keys._edges) == [leaf.id, leaf.parent.id]
 
 
 

@@ -16,6 +16,10 @@ from radixkv import RadixCache
 from radixkv.bench.opt import build_segments
 from radixkv.bench.runner import sim_config
 from radixkv.eviction.adaptive import Adaptive
+from radixkv.eviction.policies import LFU, LRU, EvictionPolicy
+from radixkv.eviction.prior import replay
+from radixkv.radix.shadow import ShadowTree
+from test_adaptive import SESSIONS, _serve
 
 
 @pytest.fixture(scope="module")
@@ -48,3 +52,46 @@ def test_the_prior_leaves_lru_on_late_confident_evidence_a_larger_replay_does_no
             break
     assert policy._shadows and policy._history is None
     assert policy.leader == leader and policy.switches == (leader == "lfu")
+
+
+@pytest.mark.parametrize("page_size", [1, 16])
+def test_the_priors_replay_shares_the_real_leaves_keys_and_decides_as_copies_do(page_size: int) -> None:
+    """The prior's replay hands its shadows the real leaves its history keeps: an insert's new leaf keeps the
+    real leaf's key object, a lookup's match shares the edges of that leaf's path (radix/shadow.py `_share`).
+    A share of the key bytes its shadows hold are then the real tree's own objects (before: none; here ~0.3 in the
+    LRU shadow, ~0.75 in the LFU one: the rest spans edges the real tree split later, or a trimmed victim's
+    head), with the same leads as shadows fed the plain keys."""
+    reqs = SESSIONS["chat"]
+    total = sum(len(r.tokens) for r in reqs)
+    cache = RadixCache(sim_config(total, page_size, "adaptive", 4096))  # never evicts: the history is whole
+    for r in reqs:
+        _serve(cache, r)
+    policy, real = cache.tree.policy, cache.tree
+    assert isinstance(policy, Adaptive) and policy._history is not None
+    made: list[ShadowTree] = []
+
+    class Keeping:  # the real tree, keeping the shadows the replay makes
+        shadow_keys = real.shadow_keys
+
+        def shadow(self, expert: EvictionPolicy) -> ShadowTree:
+            made.append(real.shadow(expert))
+            return made[-1]
+
+    size = total // 16 // page_size * page_size  # the experts part: 133 of 288 lookups differ
+    leads, asked = replay(Keeping(), policy._history, LRU(), LFU(), size)  # type: ignore[arg-type]
+    mine, theirs = real.shadow(LRU()), real.shadow(LFU())
+    plain: list[int] = []
+    for ns, key, use in policy._history:
+        if use is not None:
+            mine.insert(ns, key, size, use)
+            theirs.insert(ns, key, size, use)
+        else:
+            plain.append(theirs.match(ns, key) - mine.match(ns, key))
+    assert leads == plain and len(asked) == len(reqs) and any(leads)
+    real_keys = {id(n.key) for n in real.nodes()}
+    for shadow, least in zip(made, (0.2, 0.6)):  # LRU's, LFU's
+        nodes = [n for root in shadow.roots.values() for n in root.children.values()]
+        for n in nodes:
+            nodes.extend(n.children.values())
+        held = sum(len(n.key) for n in nodes)
+        assert shadow.used == size and sum(len(n.key) for n in nodes if id(n.key) in real_keys) > least * held

@@ -1,4 +1,4 @@
-"""A shadow at a token-bytes page size (1, 2) takes the real tree's key objects where an edge it walked spans
+"""A shadow takes the real tree's key objects where an edge it walked spans
 the same tokens as the real match's (radix/shadow.py `_share`, told the real match's end by radix/shadow_keys.py
 `along`): it holds and decides exactly what a shadow told nothing holds, on random traces."""
 
@@ -43,7 +43,7 @@ def _state(shadow: ShadowTree) -> list[tuple[int, int, int, bytes, int, int, obj
     return [(n.id, n.depth, n.size, n.key, n.last_access, n.hit_count, n.hkey) for n in _nodes(shadow)]
 
 
-@pytest.mark.parametrize("page_size", [1, 2])
+@pytest.mark.parametrize("page_size", [1, 2, 4, 16])
 @pytest.mark.parametrize("policy", ["lru", "lfu"])
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_a_shadow_told_the_real_match_shares_its_keys_and_decides_alike(page_size: int, policy: str,

@@ -1,5 +1,5 @@
-"""A shadow's walk (radix/shadow.py) on keys whose pages past the real match are not hashed yet
-(radix/shadow_keys.py `along` / `head`), its binary-search common prefix, and its int-keyed heap's members."""
+"""A shadow's (radix/shadow.py) keys with a partial last page, its binary-search common prefix, its int-keyed
+heap's members and its trimmed leaves."""
 
 from __future__ import annotations
 
@@ -7,54 +7,56 @@ import numpy as np
 import pytest
 import torch
 
-from radixkv import RadixCache
-from radixkv.bench.opt import build_segments
-from radixkv.bench.runner import sim_config
 from radixkv.bench.workloads import agent
 from radixkv.eviction import make_policy
 from radixkv.radix.core import common_bytes
-from radixkv.radix.shadow import ShadowKeys, ShadowTree
+from radixkv.radix.shadow import ShadowTree
+
+def _state(shadow: ShadowTree) -> list[tuple]:
+    nodes = list(shadow.roots.values())
+    for node in nodes:
+        nodes.extend(node.children.values())
+    return [(n.key, n.id, n.depth, n.size, n.last_access, n.hit_count, n.hkey) for n in nodes]
+
 
 REQS = agent(num_agents=24, steps=8, tools_prompt_len=256, action_len=32, tool_output_len=96)
 
 
-@pytest.mark.parametrize("policy", ["lru", "lfu"])
-def test_a_shadow_hashes_the_pages_past_the_real_match_only_when_its_walk_reaches_them(policy: str) -> None:
-    """With the real match's edges kept, `along` leaves the prompt's later pages unhashed; a shadow's match
-    hashes them only when its walk gets that far with somewhere to go. Such a shadow matches and holds,
-    request for request, what one hashing every key whole does, and both ways occur on this trace."""
-    cap = -(-max(int(0.25 * build_segments(REQS, 1).total_pages), max(len(r.tokens) for r in REQS)) // 16) * 16
-    cache = RadixCache(sim_config(cap, 16, "lru", 4096))
-    keys = cache.tree.shadow_keys
-    lazy, eager = ShadowTree(make_policy(policy), 16, keys), ShadowTree(make_policy(policy), 16)
-    deferred, walked_on = 0, 0
-    for r in REQS:
-        prompt, full = r.tokens[:r.prompt_len].tobytes(), r.tokens.tobytes()
-        m = cache.match_prefix(r.tokens[:r.prompt_len])
-        ns = m.node.ns  # the namespace's root when nothing matched
-        node = m.node
-        while node.parent is not None:  # keep the real path's edges, as the adaptive policy's inserts do
-            keys.keep(node.id, ShadowKeys(16).edges([node.key])[0])
-            node = node.parent
-        before = -1
-        if m.node.parent is not None:
-            keys.along(prompt, m.node)
-            before = len(keys.head(prompt))
-        assert lazy.match(ns, prompt) == eager.match(ns, prompt)
-        if 0 <= before < len(prompt) // 64 * 8:  # pages past the real match were left unhashed
-            deferred += 1
-            walked_on += len(keys.head(prompt)) == len(prompt) // 64 * 8  # ... and the walk asked for them
-        cache.lock(m.node)
-        cache.insert(r.tokens, torch.cat([m.slots, cache.alloc(len(r.tokens) - m.length)]))
-        cache.unlock(m.node)
-        assert lazy.insert(ns, full, cap) == eager.insert(ns, full, cap) and lazy.used == eager.used
-    assert 0 < walked_on < deferred
+@pytest.mark.parametrize("page_size", [4, 16])
+def test_a_partial_last_page_is_neither_cached_nor_matched(page_size: int) -> None:
+    """A key's trailing partial page (the real tree caches whole pages only) is dropped by an insert and never
+    matched, at every page size: tokens cached and matched are whole pages of the key's own."""
+    ps = page_size
+    tokens = np.random.default_rng(0).integers(0, 2**31 - 1, size=10 * ps + 3, dtype=np.int32)
+    shadow = ShadowTree(make_policy("lru"), ps)
+    assert shadow.insert(b"", tokens[:2 * ps + 3].tobytes(), 100 * ps) == 2 * ps
+    assert shadow.match(b"", tokens[:2 * ps + 3].tobytes()) == 2 * ps
+    assert shadow.match(b"", tokens[:ps + 1].tobytes()) == ps
+    assert shadow.insert(b"", tokens.tobytes(), 100 * ps) == 8 * ps and shadow.used == 10 * ps
+    assert shadow.match(b"", tokens[:ps - 1].tobytes()) == 0 and shadow.match(b"", tokens.tobytes()) == 10 * ps
+
+
+@pytest.mark.parametrize("page_size", [1, 4])
+def test_a_match_of_a_keys_first_bytes_is_the_match_of_their_copy(page_size: int) -> None:
+    """`match(ns, key, end)` (the prior's replay: a lookup that the next insert's key extends) matches, splits
+    and refreshes exactly what `match(ns, key[:end])` does, for ends anywhere (inside pages too)."""
+    ps, rng = page_size, np.random.default_rng(1)
+    cut, copied = ShadowTree(make_policy("lfu"), ps), ShadowTree(make_policy("lfu"), ps)
+    keys = [rng.integers(0, 4, size=int(rng.integers(1, 24)) * ps, dtype=np.int32) for _ in range(8)]
+    for i in range(200):
+        key = np.concatenate([keys[int(rng.integers(8))], keys[int(rng.integers(8))]]).tobytes()
+        end = int(rng.integers(0, len(key) + 1))
+        assert cut.match(b"", key, end) == copied.match(b"", key[:end])
+        if i % 3:
+            assert cut.insert(b"", key, 40 * ps) == copied.insert(b"", key, 40 * ps)
+        assert _state(cut) == _state(copied)
+
 
 
 def test_common_pages_by_binary_search() -> None:
     """A shadow's `parting` (a binary search) gives the whole pages an edge and a key share, as the core's
     numpy `common_bytes` does, for every place they can part, and when one ends."""
-    shadow = ShadowTree(make_policy("lru"), 4)  # a hashing shadow: 8-byte pages
+    shadow = ShadowTree(make_policy("lru"), 2)  # 8-byte pages
     pb = shadow.page_bytes
     rng = np.random.default_rng(5)
     edge = rng.integers(0, 2**31 - 1, size=2 * 9, dtype=np.int32)  # 9 pages
@@ -65,7 +67,8 @@ def test_common_pages_by_binary_search() -> None:
         full = np.concatenate([prefix, key]).tobytes()
         assert shadow.parting(edge.tobytes(), full, 16) == pb * part == common_bytes(edge.tobytes(), full, 16, pb)
     for a, b, pages in ((edge, edge[:2 * 5], 5), (edge[:2 * 3], edge, 3)):  # the key ends first; the edge does
-        assert shadow.parting(a.tobytes(), b.tobytes(), 0) == pb * pages == common_bytes(a.tobytes(), b.tobytes(), 0, pb)
+        x, y = a.tobytes(), b.tobytes()
+        assert shadow.parting(x, y, 0) == pb * pages == common_bytes(x, y, 0, pb)
 
 
 @pytest.mark.parametrize("policy", ["lru", "lfu"])
@@ -85,29 +88,6 @@ def test_an_int_keyed_heap_holds_exactly_the_evictable_leaves(policy: str) -> No
         assert all(isinstance(n.hkey, int) for n in nodes if not n.children)
         assert shadow.used <= cap and sum(n.size for n in nodes) == shadow.used
 
-
-
-def test_an_upper_node_a_match_split_off_takes_its_hashes_from_its_only_childs_kept_ones() -> None:
-    """A real match that ends inside an edge splits it: the new upper node's hashes are the part of its
-    only child's kept hashes above the child's edge, so `along` hashes nothing (the prompt's later pages
-    stay unhashed) and the key is a fresh hash's; `real_edges` then hands out the kept hashes themselves."""
-    cache = RadixCache(sim_config(1 << 12, 16, "lru", 4096))
-    rng = np.random.default_rng(3)
-    a = rng.integers(0, 2**31 - 1, size=16 * 10, dtype=np.int32)
-    m = cache.match_prefix(a)
-    cache.insert(a, torch.cat([m.slots, cache.alloc(len(a) - m.length)]))
-    leaf = cache.match_prefix(a).node
-    keys = ShadowKeys(16)
-    keys.along(np.concatenate([a, a[:16]]).tobytes(), leaf)  # kept: the leaf's 10 pages
-    b = np.concatenate([a[:16 * 4], rng.integers(0, 2**31 - 1, size=16 * 3, dtype=np.int32)])
-    upper = cache.match_prefix(b).node  # splits the leaf after 4 pages
-    assert upper.end == 16 * 4 and list(upper.children.values()) == [leaf] and leaf.size == 16 * 6
-    prompt = b.tobytes()
-    keys.along(prompt, upper)
-    assert len(keys.head(prompt)) == 4 * 8  # nothing hashed past the upper node: its edge came from leaf's
-    assert keys.of(prompt) == ShadowKeys(16).of(prompt) and list(keys._edges) == [leaf.id, upper.id]
-    edges = keys.real_edges([upper, leaf])
-    assert edges == ShadowKeys(16).edges([upper.key, leaf.key]) and edges[0] is keys._edges[upper.id]
 
 
 def test_a_trimmed_shadow_leaf_keeps_its_head_as_the_node_a_split_would_make() -> None:

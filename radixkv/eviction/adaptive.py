@@ -181,7 +181,7 @@ class Adaptive(EvictionPolicy):
             return
         full = key if start.parent is None else absolute_key(start, key)
         self._looked, self._looked_at = full, hit
-        if hit is not None and self._keys is not None:  # the shadows' keys start with its path's: hashed before
+        if hit is not None and self._keys is not None:  # the shadows share its path's key objects
             self._keys.along(full, hit)
         mode, end = self.mode, start.end
         other = shadows[1 - mode].match(start.ns, full) - end  # the expert left always has a shadow
@@ -241,14 +241,14 @@ class Adaptive(EvictionPolicy):
                 return
             history = self._history
             if history is not None:
-                key, head, cut = self._split_key(start, key, True)
+                key, head, cut = self._split_key(start, key)
                 history.insert(start.ns, key, self._leaf, use, head, cut)
                 self._leaf = None
                 if history.bytes > self.HISTORY:
                     self._history = None
             return
         ns = start.ns
-        key, head, cut = self._split_key(start, key, self._keys is not None and not self._keys.hashed)
+        key, head, cut = self._split_key(start, key)
         mode, leaf = self.mode, self._leaf
         tail = leaf.key if leaf is not None else None
         self._leaf = None
@@ -262,8 +262,6 @@ class Adaptive(EvictionPolicy):
                 if self._ghosts.active and self._twin is None:  # from now on the real cache is plain LFU's
                     self._ghosts.active = False
                     self.epoch += 1
-        if leaf is not None and self._keys is not None and head is None:  # its edge's hashes, for the next key
-            self._keys.remember(leaf, key)
         twin = self._twin
         if twin is not None:
             twin.insert(ns, key, cached, use, tail, head, cut)
@@ -276,13 +274,13 @@ class Adaptive(EvictionPolicy):
             self._shadows = {}  # stopped (freed), and the twin with it: the ghosts stay as they are
             self._twin = None
 
-    def _split_key(self, start: CachedNodeView, key: bytes, split: bool) -> tuple[bytes, bytes | None, int]:
-        """An insert's `key` below `start` as (key, head, cut), the whole being head[:cut] + key: with `split`,
-        where the insert walked on from the last lookup's end, that lookup's key (it spells start's path), else
-        the whole key from the root (history.py's absolute_key where `start` is not a root)."""
+    def _split_key(self, start: CachedNodeView, key: bytes) -> tuple[bytes, bytes | None, int]:
+        """An insert's `key` below `start` as (key, head, cut), the whole being head[:cut] + key: where the insert
+        walked on from the last lookup's end, that lookup's key (it spells start's path), else the whole key from
+        the root (history.py's absolute_key where `start` is not a root)."""
         if start.parent is None:
             return key, None, 0
-        if split and start is self._looked_at:
+        if start is self._looked_at:
             return key, self._looked, 4 * start.end
         return absolute_key(start, key), None, 0
 

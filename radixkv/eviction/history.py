@@ -14,9 +14,9 @@ token of a 1M-token cache):
     anything else                                     -> its key bytes
 
 `bytes` charges ENTRY_BYTES per entry plus the key bytes kept, from the first entry (the policy drops
-the history past its budget). Replay yields the same (ns, key, use) entries the full copy held; `replay`
-also hands each key's shadow form to the shadows' keys (radix/shadow_keys.py), put together from its
-path's edges, each edge hashed once and all of them in a few numpy calls (not one call a key).
+the history past its budget). Iteration yields the same (ns, key, use) entries the full copy held; `replay`
+also yields with each the real leaf whose path spells the key (or goes on from it), whose key objects the
+replay's shadows then share instead of holding copies (radix/shadow_keys.py).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Final, Iterator, Union
 
 if TYPE_CHECKING:
-    from radixkv.eviction.view import NodeView, ShadowKeysView
+    from radixkv.eviction.view import NodeView
 
 Item = Union[bytes, int, "NodeView"]  # key bytes, a length into the next entry's key, or a leaf
 
@@ -68,63 +68,26 @@ class History:
     def __iter__(self) -> Iterator[tuple[bytes, bytes, bool | None]]:
         """(ns, key from the root, None for a lookup or the insert's use), in order. Valid until the
         tree first evicts (leaves are read then)."""
+        for ns, key, end, use, _ in self.replay():
+            yield ns, key if end == len(key) else key[:end], use
+
+    def replay(self) -> Iterator[tuple[bytes, bytes, int, bool | None, NodeView | None]]:
+        """As iteration, but each entry's key as `key[:end]` (a lookup that the next insert extends: that
+        insert's key, not copied) and with the real leaf whose path spells the key (an insert that made it) or
+        goes on from it (that insert's leaf), None for a key kept as bytes: (ns, key, end, use, leaf)."""
         entries, ahead = self.entries, b""
         for i, (ns, item, use) in enumerate(entries):
             if isinstance(item, int):  # a prefix of the next entry's key (an insert: bytes or a leaf)
-                ahead = _resolve(entries[i + 1][1])
-                yield ns, ahead[:item], use
+                after = entries[i + 1][1]
+                ahead = _resolve(after)
+                yield ns, ahead, item, use, _leaf(after)
                 continue
             key, ahead = (ahead, b"") if ahead else (_resolve(item), b"")
-            yield ns, key, use
-
-    def replay(self, keys: ShadowKeysView) -> Iterator[tuple[bytes, bytes, bool | None]]:
-        """As iteration, but `keys.of(key)` of each key yielded is ready (primed), from its leaf's path's
-        edges hashed once each (a kept key's bytes are left to `of`). Valid until the tree first evicts."""
-        if not keys.hashed:
-            yield from self
-            return
-        edges = _edge_hashes(keys, [item for _, item, _ in self.entries if not isinstance(item, (bytes, int))])
-        entries, ahead, shaped = self.entries, b"", b""
-        whole, pb = 4 * keys.page_size, keys.page_bytes
-        for i, (ns, item, use) in enumerate(entries):
-            if isinstance(item, int):  # a prefix of the next entry's key (an insert: bytes or a leaf)
-                ahead, shaped = _resolve(entries[i + 1][1]), _shaped(keys, entries[i + 1][1], edges)
-                key = ahead[:item]
-                keys.prime(key, shaped[:item // whole * pb])
-                yield ns, key, use
-                continue
-            if ahead:
-                key, ahead = ahead, b""
-            else:
-                key, shaped = _resolve(item), _shaped(keys, item, edges)
-            keys.prime(key, shaped)
-            yield ns, key, use
+            yield ns, key, len(key), use, _leaf(item)
 
 
-def _edge_hashes(keys: ShadowKeysView, leaves: list[Item]) -> dict[int, bytes]:
-    """id(node) -> its edge as the shadows hold it, for every node on the paths of `leaves`."""
-    nodes: list[NodeView] = []
-    seen: set[int] = set()
-    for leaf in leaves:
-        node: NodeView | None = leaf if not isinstance(leaf, (bytes, int)) else None
-        while node is not None and node.parent is not None and id(node) not in seen:
-            seen.add(id(node))
-            nodes.append(node)
-            node = node.parent
-    return dict(zip([id(n) for n in nodes], keys.real_edges(nodes)))
-
-
-def _shaped(keys: ShadowKeysView, item: Item, edges: dict[int, bytes]) -> bytes:
-    """The shadow form of an entry's key (bytes: hashed by `keys`; a leaf: its path's edges joined)."""
-    if isinstance(item, bytes):
-        return keys.of(item)
-    if isinstance(item, int):
-        raise AssertionError("history: a length follows a length")
-    parts, node = [], item
-    while node.parent is not None:
-        parts.append(edges[id(node)])
-        node = node.parent
-    return b"".join(reversed(parts))
+def _leaf(item: Item) -> NodeView | None:
+    return None if isinstance(item, (bytes, int)) else item
 
 
 def _resolve(item: Item) -> bytes:

@@ -51,14 +51,17 @@ def replay(tree: TreeView, history: History, own: EvictionPolicy, other: Evictio
            size: int) -> tuple[list[int], list[int]]:
     """Per lookup of the history replayed through both experts in shadows of `size` tokens: `other`'s
     match minus `own`'s, and the tokens asked."""
-    mine, theirs = tree.shadow(own), tree.shadow(other)
+    mine, theirs, keys = tree.shadow(own), tree.shadow(other), tree.shadow_keys
     leads: list[int] = []
     asked: list[int] = []
-    for ns, key, use in history.replay(tree.shadow_keys):  # keys hashed in bulk
+    for ns, key, end, use, leaf in history.replay():  # leaf: a real one whose key objects the shadows may share
         if use is not None:
-            mine.insert(ns, key, size, use)
-            theirs.insert(ns, key, size, use)
+            tail = leaf.key if leaf is not None else None
+            mine.insert(ns, key, size, use, tail)
+            theirs.insert(ns, key, size, use, tail)
             continue
-        asked.append(len(key) // 4)
-        leads.append(theirs.match(ns, key) - mine.match(ns, key))
+        if leaf is not None:
+            keys.along(key, leaf)
+        asked.append(end // 4)
+        leads.append(theirs.match(ns, key, end) - mine.match(ns, key, end))
     return leads, asked

@@ -9,7 +9,7 @@ Nothing in eviction/ imports radix/: the dependency runs one way, radix -> evict
 
 from __future__ import annotations
 
-from typing import Mapping, Protocol, Sequence
+from typing import Mapping, Protocol
 
 
 class NodeView(Protocol):
@@ -54,7 +54,7 @@ class FixedPolicyView(Protocol):
 class ShadowView(Protocol):
     """A metadata-only replay of a tree under one fixed policy (radix/shadow.py's ShadowTree)."""
 
-    def match(self, ns: bytes, key: bytes) -> int: ...  # tokens held of key (from the ns root); refreshes
+    def match(self, ns: bytes, key: bytes, end: int = -1) -> int: ...  # tokens held of key[:end]; refreshes
 
     def insert(self, ns: bytes, key: bytes, capacity: int, use: bool, tail: bytes | None = None,
                head: bytes | None = None, cut: int = 0) -> int: ...
@@ -63,21 +63,9 @@ class ShadowView(Protocol):
 
 
 class ShadowKeysView(Protocol):
-    """Keys as a tree's shadows hold them (radix/shadow_keys.py's ShadowKeys): token bytes, or a hash a page."""
+    """Where the real cache's last match ended, told to a tree's shadows (radix/shadow_keys.py's ShadowKeys)."""
 
-    page_size: int
-    page_bytes: int  # key bytes a page as the shadows hold it
-    hashed: bool  # a hash a page (from page 3 on), else the token bytes
-
-    def of(self, key: bytes) -> bytes: ...  # `key` (token bytes from a root) as the shadows hold it
-
-    def real_edges(self, nodes: Sequence[NodeView]) -> list[bytes]: ...  # real nodes' edges: kept, or hashed in bulk
-
-    def prime(self, key: bytes, shaped: bytes) -> None: ...  # the next of(key), computed by the caller
-
-    def along(self, key: bytes, node: NodeView) -> None: ...  # key starts with node's: of(key) from its path's edges
-
-    def remember(self, node: NodeView, key: bytes) -> None: ...  # keep node's edge's hashes (node ends in key)
+    def along(self, key: bytes, node: NodeView) -> None: ...  # node: key's real match end; shadows share its keys
 
 
 class TreeView(Protocol):

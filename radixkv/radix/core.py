@@ -6,7 +6,7 @@
                                            metadata-only replay (eviction/adaptive.py)
 
 A PrefixNode is what every tree's node has: its identity, its edge (`key`, int32 little-endian
-bytes, a whole number of pages; a shadow's from page 3 on: one int64 hash a page, radix/shadow.py),
+bytes, a whole number of pages, in a shadow too: radix/shadow.py),
 its place (`parent`, `children` by first page, `depth`) and the fields eviction policies order by
 (`last_access`, `created`, `hit_count`, `priority`). Policies read nodes through eviction/view.py's
 NodeView, which these fields satisfy. The core writes them; its subclasses add their own slots and
@@ -58,7 +58,7 @@ class TreeCore(Generic[N]):
 
     def __init__(self, page_size: int) -> None:
         self.page_size = page_size
-        self.page_bytes = 4 * page_size  # key bytes per page: int32 tokens (a hashing shadow sets 8)
+        self.page_bytes = 4 * page_size  # key bytes per page: int32 tokens
         self.tick = 0  # logical clock: +1 per match or insert that touches nodes
         self._next_id = 0
         self._matched_tick = -1  # the tick of the last match when nothing has ticked since, else -1
@@ -127,7 +127,7 @@ class TreeCore(Generic[N]):
     def split_edge(self, node: N, k: int) -> N:
         """Cut `node`'s edge after k tokens (whole pages): a new upper node takes the first k with
         node's times, hits and priority; `node` keeps the lower half and so its meaning."""
-        kb, parent = k // self.page_size * self.page_bytes, node.parent  # (a shadow's key may hold a hash a page)
+        kb, parent = 4 * k, node.parent
         assert parent is not None  # a root has no edge to cut
         upper = self.make_node(node.ns, parent, node.key[:kb])
         upper.last_access, upper.created = node.last_access, node.created

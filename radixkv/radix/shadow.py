@@ -12,15 +12,13 @@ reports, request for request, the hits the real cache would get under P
 Its nodes and its evictable leaves' heap are radix/shadow_heap.py's. The adaptive policy gets shadows from the tree
 it serves (RadixTree.shadow / shadow_copy) through eviction/view.py, and never imports this module.
 
-Keys: from page 3 on a shadow keeps one 64-bit hash a page instead of token bytes (radix/shadow_keys.py,
-shared by a tree's shadows), with the same shape, splits and matches as a tree of token bytes. At pages 1 and 2
-an edge is, where it can be, the real tree's own bytes object: told where the real match ended (ShadowKeys.along),
-a match gives the deepest edge of its walk that ends where a real edge of that match ends, and the lower half of
-an edge it split, the real node's key when the bytes are equal (`_share`): one copy for both trees.
+Keys: int32 token bytes, as the real tree's, at every page size. An edge is, where it can be, the real tree's own
+bytes object: told where the real match ended (radix/shadow_keys.py), a match gives the deepest edge of its walk
+that ends where a real edge of that match ends, and the lower half of an edge it split, the real node's key when
+the bytes are equal (`_share`); an insert's new leaf keeps the real new leaf's key (`tail`): one copy for both trees.
 
 Cost per call: one walk over the edges of the key, a split at most, and O(log n) heap work per
-leaf touched or evicted; from page 3 on, hashing the key's pages not hashed for the last call (a
-match: those past the pages known, only if its walk reaches them and could go on). Where the key and an
+leaf touched or evicted. Where the key and an
 edge part, a binary search of memcmps finds their common pages (`parting`; the core's numpy compare costs
 ~18k instructions a call). An insert that extends the last match walks on from where it ended; it may take its key
 as the match's key, a cut and the rest (head[:cut] + key: the adaptive policy's insert that the real tree walked on
@@ -50,13 +48,12 @@ class ShadowTree(LeafHeap):
 
     def __init__(self, policy: FixedPolicyView, page_size: int, keys: ShadowKeys | None = None) -> None:
         super().__init__(policy, page_size)
-        self.keys = keys if keys is not None else ShadowKeys(page_size)  # shared by a tree's shadows
-        self.page_bytes = self.keys.page_bytes
-        self._hashed = self.keys.hashed
+        self.keys = keys if keys is not None else ShadowKeys()  # shared by a tree's shadows
         self._counts_uses = policy.insert_is_use
         self.roots: dict[bytes, ShadowNode] = {}  # namespace key -> root, while it has children
         self.used = 0  # tokens held
         self._held: ShadowNode | None = None  # the path end an insert protects while it evicts
+        self._refreshed: ShadowNode | None = None  # a leaf the last match refreshed, re-keyed in the heap later
         self._version = 0  # bumped by every insert: a remembered walk is valid only within one version
         self._matched: tuple[bytes, bytes, list[ShadowNode], int, int] | None = None  # the last match's walk
 
@@ -78,36 +75,25 @@ class ShadowTree(LeafHeap):
                 hi = mid - 1
         return lo * pb
 
-    def match(self, ns: bytes, key: bytes) -> int:
-        """Tokens of `key` (int32 token bytes, whole pages) the shadow holds below namespace `ns`;
-        refreshes them."""
+    def match(self, ns: bytes, key: bytes, end: int = -1) -> int:
+        """Tokens of `key` (int32 token bytes; with `end` >= 0 its first `end` bytes only, not copied; a trailing
+        partial page matches nothing) the shadow holds below namespace `ns`; refreshes them."""
+        if self._refreshed is not None:
+            self._rekey_refreshed(None)
         root = self.roots.get(ns)
         self._matched_tick = -1
         if root is None:
             self.tick += 1
             return 0
-        pb, ps, whole = self.page_bytes, self.page_size, len(key) // (4 * self.page_size) * self.page_bytes
-        tokens, key = key, self.keys.head(key)  # maybe only the pages of the real match's path (ShadowKeys.along)
         path, pos = self.walk(key, root)
-        if pos == len(key) < whole:  # the pages known ran out: the rest is hashed only if it could match
-            node = path[-1] if path else root
-            inside = node.depth + node.size > pos // pb * ps  # the walk ended inside node's edge
-            if inside or node.children:
-                key = self.keys.of(tokens)
-                if inside:  # walk node's edge again, from its parent
-                    parent, start = node.parent, node.depth // ps * pb
-                    assert parent is not None  # (a root's edge is empty)
-                    path.pop()
-                    more, end = self.walk(key[start:], parent)
-                    pos = start + end
-                else:
-                    more, end = self.walk(key[pos:], node)
-                    pos += end
-                path.extend(more)
+        if 0 <= end < pos:  # the walk of key[:end] is this one's, cut at end's last whole page
+            pos = end // self.page_bytes * self.page_bytes
+            while path and 4 * path[-1].depth >= pos:
+                path.pop()
         if not path:
             self.tick += 1
             return 0
-        last, matched, lower = path[-1], pos // pb * ps, None
+        last, matched, lower = path[-1], pos // 4, None
         if last.depth + last.size > matched:  # the walk ended inside it: split where the match ends
             lower, last = last, self.split_edge(last, matched - last.depth)
             path[-1] = last
@@ -115,17 +101,16 @@ class ShadowTree(LeafHeap):
         for node in path:
             node.last_access = tick
             node.hit_count += 1
-        if last.hkey is not None:  # only the last node of a path can be a leaf
-            self._push(last)
-        if not self._hashed:
-            self._share(path, lower, self.keys.real_end(tokens))
+        if last.hkey is not None:  # only the last node of a path can be a leaf: re-keyed at the next call
+            self._refreshed = last
+        self._share(path, lower, self.keys.real_end(key))
         self._matched_tick = tick
         self._matched = (ns, key, path, pos, self._version)
         return matched
 
     def _share(self, path: list[ShadowNode], lower: ShadowNode | None, real: PrefixNode[Any] | None) -> None:
-        """Token-bytes keys: the deepest node of `path` (a walk's, from a root's child down) that ends where a
-        node on the path of `real` (a real node the same key's walk reached) ends takes that node's key object
+        """The deepest node of `path` (a walk's, from a root's child down) that ends where a node on the path
+        of `real` (a real node the same key's walk reached, or one below it) ends takes that node's key object
         if it spans the same tokens (bytes equal): one object for both trees, not a copy each, where they split
         an edge alike (the real tree's split makes new objects). A few steps up both paths, no more: an edge
         shared once stays shared while neither tree splits it. `lower`: the lower half of the path's last edge,
@@ -148,6 +133,14 @@ class ShadowTree(LeafHeap):
                     node.key = real.key
                 return
             i -= 1
+
+    def _rekey_refreshed(self, end: ShadowNode | None) -> None:
+        """Re-key the leaf the last match refreshed, unless it is `end`, the path end of the insert that follows
+        (a new leaf below it drops it from the heap, else the insert re-keys it): one heap push, not two. The
+        heap's order is by keys alone, so a push made later with the same key changes nothing."""
+        node, self._refreshed = self._refreshed, None
+        if node is not None and node is not end and node.hkey is not None:
+            self._push(node)
 
     def _walk_on(self, ns: bytes, key: bytes, root: ShadowNode, head: bytes | None, cut: int
                  ) -> tuple[list[ShadowNode], int, bytes, int]:
@@ -175,25 +168,26 @@ class ShadowTree(LeafHeap):
 
     def insert(self, ns: bytes, key: bytes, capacity: int, use: bool = True, tail: bytes | None = None,
                head: bytes | None = None, cut: int = 0) -> int:
-        """Cache `key` (int32 token bytes, whole pages; with `head`, head[:cut] + key, `cut` bytes of
-        whole pages) below `ns`, first evicting down to `capacity` tokens in all (never the path of the
-        key itself); `use` counts it as RadixTree.insert(use=True) does. A new leaf of a shadow that keeps
-        token bytes keeps `tail` as its key when it equals the end of the key it needs (the real tree's
-        new leaf's key: one bytes object for both trees instead of a copy each). Returns the tokens added."""
+        """Cache `key` (int32 token bytes, a trailing partial page dropped; with `head`, head[:cut] + key, `cut`
+        bytes of whole pages) below `ns`, first evicting down to `capacity` tokens in all (never the path of the
+        key itself); `use` counts it as RadixTree.insert(use=True) does. A new leaf keeps `tail` as its key
+        when it equals the end of the key it needs (the real tree's new leaf's key: one bytes object for both
+        trees instead of a copy each). Returns the tokens added."""
         root = self.roots.get(ns)
         if root is None:
             root = self._root(ns)
-        if head is not None and self._hashed:  # (the hashes of a key are made from the whole of it)
-            key, head = head[:cut] + key, None
-        key = self.keys.of(key)
+        if len(key) % self.page_bytes:  # a partial page matches nothing: it is not cached
+            key = key[:len(key) - len(key) % self.page_bytes]
         path, pos, left, off = self._walk_on(ns, key, root, head, cut)
         self._version += 1
-        node, pb, ps = root, self.page_bytes, self.page_size
-        if path:
+        node = root
+        if path:  # (pos: bytes of whole pages, 4 a token)
             node = path[-1]
-            if node.depth + node.size > pos // pb * ps:
-                node = path[-1] = self.split_edge(node, pos // pb * ps - node.depth)
-        excess = self.used + (len(left) - off) // pb * ps - capacity
+            if node.depth + node.size > pos // 4:
+                node = path[-1] = self.split_edge(node, pos // 4 - node.depth)
+        if self._refreshed is not None:
+            self._rekey_refreshed(node)
+        excess = self.used + (len(left) - off) // 4 - capacity
         if excess > 0:
             self._held = node
             if node.hkey is not None:
@@ -206,7 +200,7 @@ class ShadowTree(LeafHeap):
                 self.roots[ns] = root
         leaf = None
         if off < len(left):
-            share = tail is not None and not self._hashed and len(tail) == len(left) - off and left.endswith(tail)
+            share = tail is not None and len(tail) == len(left) - off and left.endswith(tail)
             leaf = self.add_leaf(node, tail if share and tail is not None else left[off:] if off else left)
             self.used += leaf.size
             path.append(leaf)
@@ -228,6 +222,8 @@ class ShadowTree(LeafHeap):
     def evict(self, num_tokens: int) -> int:
         """Drop at least `num_tokens` tokens if held, smallest key first, trimming a leaf's tail
         pages when fewer are needed than it holds. Returns tokens dropped."""
+        if self._refreshed is not None:
+            self._rekey_refreshed(None)
         ps, freed = self.page_size, 0
         while freed < num_tokens and self._live:
             got = self._entry(_heappop(self._heap))
@@ -238,7 +234,7 @@ class ShadowTree(LeafHeap):
             keep = leaf.size - -(-(num_tokens - freed) // ps) * ps
             if keep > 0:  # only its tail pages go: its head stays as the node a split would make (with the next id)
                 freed += leaf.size - keep
-                leaf.key = leaf.key[:keep // ps * self.page_bytes]
+                leaf.key = leaf.key[:4 * keep]
                 leaf.size = keep
                 leaf.id = self._next_id
                 self._next_id += 1
@@ -259,21 +255,16 @@ class ShadowTree(LeafHeap):
 
     def load(self, nodes: Iterable[TreeNode]) -> None:
         """Start from a copy of real device-resident nodes (parents before children): their keys,
-        recency, hits and priority. The shadow must be empty. Their edges are hashed in bulk, but for those
-        kept (ShadowKeys.real_edges: the prior's replay hashed them just before, at the first eviction)."""
+        recency, hits and priority, and their key objects themselves. The shadow must be empty."""
         copies: dict[int, ShadowNode] = {}
-        reals: list[TreeNode] = []
         for real in nodes:
             if real.parent is None:
                 copies[id(real)] = self._root(real.ns)
-            elif real.pages is not None:
-                reals.append(real)
-        keys = self.keys.real_edges(reals)
-        for real, key in zip(reals, keys):
-            parent = copies.get(id(real.parent))
-            if parent is None:
                 continue
-            node = copies[id(real)] = self.add_leaf(parent, key)
+            parent = copies.get(id(real.parent))
+            if parent is None or real.pages is None:
+                continue
+            node = copies[id(real)] = self.add_leaf(parent, real.key)
             node.last_access, node.created = real.last_access, real.created
             node.hit_count, node.priority = real.hit_count, real.priority
             self.used += node.size
@@ -289,7 +280,8 @@ def _past(m_key: bytes, pos: int, key: bytes, head: bytes | None, cut: int) -> t
     """(left, off), the key's (`key`, or head[:cut] + key) bytes from `pos` on being left[off:], if its first
     `pos` are `m_key`'s (a match's walk that reached `pos` is the key's walk there), else None."""
     if head is None:
-        if key.startswith(m_key) or pos < len(m_key) and key.startswith(m_key[:pos]):  # (no copy: the lifecycle's)
+        # (the lifecycle's insert extends its match's key: no copy)
+        if key is m_key or key.startswith(m_key) or pos < len(m_key) and key.startswith(m_key[:pos]):
             return key, pos
         return None
     if head is not m_key:

@@ -42,10 +42,8 @@ def _int_key(node: ShadowNode, kind: int, bits: int) -> int:
 class ShadowNode(PrefixNode["ShadowNode"]):
     __slots__ = ("hkey",)
 
-    def __init__(self, node_id: int, ns: bytes, parent: ShadowNode | None, key: bytes, tick: int,
-                 size: int) -> None:
+    def __init__(self, node_id: int, ns: bytes, parent: ShadowNode | None, key: bytes, tick: int) -> None:
         PrefixNode.__init__(self, node_id, ns, parent, key, tick)
-        self.size = size  # tokens (the key may hold a hash per page)
         self.hkey: object = None  # current key in the shadow's leaf heap (int or tuple); None: not a member
 
 
@@ -125,6 +123,6 @@ class LeafHeap(TreeCore[ShadowNode]):
         heapify(self._heap)
 
     def make_node(self, ns: bytes, parent: ShadowNode | None, key: bytes) -> ShadowNode:
-        node = ShadowNode(self._next_id, ns, parent, key, self.tick, len(key) // self.page_bytes * self.page_size)
+        node = ShadowNode(self._next_id, ns, parent, key, self.tick)
         self._next_id += 1
         return node

@@ -65,7 +65,7 @@ class RadixTree(residency.ResidentTree):
         self.learns = policy.learns
         self._insert_is_use = policy.insert_is_use
         self._epoch = policy.epoch  # the policy's order the indexes are keyed by
-        self.shadow_keys = ShadowKeys(page_size)  # one for all of this tree's shadows (radix/shadow.py)
+        self.shadow_keys = ShadowKeys()  # one for all of this tree's shadows (radix/shadow.py)
 
     # ------------------------------------------------------------------ structure
 
