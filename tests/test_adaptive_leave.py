@@ -22,6 +22,7 @@ from radixkv.bench.opt import build_segments
 from radixkv.bench.runner import replay
 from radixkv.eviction import POLICIES
 from radixkv.eviction.adaptive import Adaptive
+from radixkv.eviction.evidence import Evidence
 
 
 @pytest.fixture(scope="module")
@@ -101,3 +102,25 @@ def test_a_large_lead_leaves_lfu_only_over_many_lookups(grid: ModuleType, monkey
     monkeypatch.setattr(Adaptive, "LEAVE_COUNT", 0.0)
     hit_off, log_off, _ = _run(grid, "seed:3010", 0.25)
     assert len(log) < len(log_off) and hit > hit_off, (log, log_off, hit, hit_off)
+
+
+def test_evidence_adds_decays_flips_and_resets_every_sum() -> None:
+    """eviction/evidence.py, one horizon's sums for both the switch test (WINDOW) and the way out of LFU
+    (LEAVE_WINDOW): a lookup adds its lead, its square and its asked tokens, and to the sign count and
+    the count of differing lookups only when the lead is not 0; decay scales the squares by f * f and
+    the rest by f; a switch flips the lead and the sign only; reset clears all five."""
+    def sums(e: Evidence) -> tuple[float, ...]:
+        return e.lead, e.var, e.asked, e.sign, e.count
+
+    ev = Evidence()
+    for lead, asked in ((3, 10), (-2, 5), (0, 7), (4, 1)):
+        ev.add(lead, asked)
+    assert sums(ev) == (5.0, 29.0, 23.0, 1.0, 3.0)
+    ev.decay(0.5)
+    assert sums(ev) == (2.5, 7.25, 11.5, 0.5, 1.5)
+    ev.flip()
+    assert sums(ev) == (-2.5, 7.25, 11.5, -0.5, 1.5)
+    ev.reset()
+    assert sums(ev) == (0.0,) * 5
+    policy = Adaptive()  # both horizons start empty, each its own object
+    assert policy._long is not policy._short and sums(policy._long) == sums(policy._short) == (0.0,) * 5
