@@ -7,8 +7,10 @@ chat at 25% (a switch to LFU on a lead most lookups contradicted, back 155 reque
 on longchat at 25% (LFU's lead collapses at ~request 165; the lead it banked held the switch back to
 199); round 14 lost 0.99 on agent (seed 5) at 25% (three LFU spells on leads of 0.05-0.15 of the
 cache that most lookups contradicted); round 15 lost 0.78 there (LFU's collapse from ~request 500,
-left at 523 on a lead the sign count did not yet back). bench/RESULTS.md, rounds 14-16 (margin31-33),
-has the grids."""
+left at 523 on a lead the sign count did not yet back). A lead under MIN_LEAD also switches when every
+one of UNANIMOUS differing lookups favoured the other expert (round 16: tools at 10%, page 16, left the
+prior's LFU pick 3 requests after page 1 did, on a lead of 0.049 of the cache from 5 lookups out of 5).
+bench/RESULTS.md, rounds 14-17 (margin31-34), has the grids."""
 
 from __future__ import annotations
 
@@ -72,6 +74,16 @@ def test_agent_at_a_quarter_stays_within_half_a_point_of_lru(grid: ModuleType) -
     assert sum(x == "lfu" for _, x in log) <= 1, log
 
 
+def test_tools_at_a_tenth_undoes_the_priors_pick_within_half_a_point_of_lru(grid: ModuleType) -> None:
+    """tools (seed 0, page 16) at 10%: the prior follows LFU at the first eviction (request 42); every
+    lookup where the experts then differ favours LRU, and the fifth of them (request 90) switches back,
+    on a lead under MIN_LEAD, so the policy ends within 0.5 points of LRU (round 16: 0.55 below it,
+    0.7612 against 0.7667, back at request 93)."""
+    hit, log, lru = _run(grid, "wl:tools:16:0", 0.1)
+    assert hit >= lru - 0.005, (hit, lru, log)
+    assert log[:2] == [(42, "lfu"), (90, "lru")], log
+
+
 @pytest.mark.skipif(COMPILED_CORE, reason="patches class constants, which the compiled class reads as built")
 @pytest.mark.parametrize(("cell", "share", "off"), [
     ("wl:longchat:1:0", 0.25, {"LEAVE_SIGN": float("inf")}),  # the short horizon: back to LRU sooner
@@ -79,6 +91,7 @@ def test_agent_at_a_quarter_stays_within_half_a_point_of_lru(grid: ModuleType) -
     ("wl:chat:1:0", 0.25, {"SIGN_VETO": float("inf"), "SIGN_LEAD": float("-inf")}),  # the veto: to LFU later
     ("moon:12", 0.05, {"SIGN_LEAD": 0.0}),  # the veto while as many lookups favour LRU: to LFU later
     ("wl:agent:1:5", 0.25, {"LEAVE_LEAD": float("inf")}),  # a large short lead: out of LFU sooner
+    ("wl:tools:16:0", 0.1, {"UNANIMOUS": float("inf")}),  # five lookups, all for LRU: the prior's LFU undone sooner
 ])
 def test_each_rule_moves_its_switch_and_gains(grid: ModuleType, monkeypatch: pytest.MonkeyPatch, cell: str,
                                              share: float, off: dict[str, float]) -> None:

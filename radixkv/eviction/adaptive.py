@@ -12,17 +12,19 @@ occupancy (so in-flight reservations shrink both alike); it reproduces, request 
 real cache under that expert would match. Per lookup the policy takes the paired lead (tokens the
 other expert matched minus those the followed one matched) and keeps decayed sums of the leads,
 their squares and the asked tokens (decay horizon: WINDOW cache-sizes of newly cached tokens). It
-switches when the lead exceeds MARGIN of the asked tokens, MIN_LEAD of the cache's size, and Z
-standard deviations, to LFU only while fewer than SIGN_VETO more of the differing lookups favoured
-LRU, and, unless the lead is SIGN_LEAD of the cache's size, more of them favoured LFU (not on a few
-long lookups the others contradict: on agent traces such leads come and go faster than a switch's
-transient). Once the real cache stands for LFU, the same tests over LEAVE_WINDOW, with LEAVE_SIGN
-more lookups for LRU (or more of LEAVE_COUNT or more differing lookups, with a lead of LEAVE_LEAD of
-the cache's size), also leave it: on conversations LFU's lead collapses as old sessions' counts go
-stale, and the lead banked over WINDOW held the switch back. The tree then re-keys its index
-(`epoch`). The expert just left gets a shadow copied from the real cache (its steady state); the
-expert now followed keeps its shadow as its reference until the real cache has turned over once
-(WARMUP), so the comparison never pits a steady expert against one in transient.
+switches when the lead exceeds MARGIN of the asked tokens, MIN_LEAD of the cache's size (or, instead,
+every one of UNANIMOUS or more differing lookups favoured the other expert: over WINDOW that happens
+in the first turnovers after the first eviction, where it undoes sooner a prior's pick that the traffic
+at the real size contradicts), and Z standard deviations, to LFU only while fewer than SIGN_VETO more
+of the differing lookups favoured LRU, and, unless the lead is SIGN_LEAD of the cache's size, more of
+them favoured LFU (not on a few long lookups the others contradict: on agent traces such leads come
+and go faster than a switch's transient). Once the real cache stands for LFU, the same tests over
+LEAVE_WINDOW, with LEAVE_SIGN more lookups for LRU (or more of LEAVE_COUNT or more differing lookups,
+with a lead of LEAVE_LEAD of the cache's size), also leave it: on conversations LFU's lead collapses as
+old sessions' counts go stale, and the lead banked over WINDOW held the switch back. The tree then
+re-keys its index (`epoch`). The expert just left gets a shadow copied from the real cache (its steady
+state); the expert now followed keeps its shadow as its reference until the real cache has turned over
+once (WARMUP), so the comparison never pits a steady expert against one in transient.
 
 In steady state the other expert's shadow runs on every request, most of the policy's cost. Where
 it keeps losing it is stopped (freed) and later restarted as a copy of the real cache (eviction/duty.py
@@ -95,6 +97,8 @@ class Adaptive(EvictionPolicy):
     WARMUP = 1.0  # after a switch, turnovers before the real cache stands for its expert
     MARGIN = 0.002  # switch when the other expert matched this share of the asked tokens more (0.2 points)
     MIN_LEAD = 0.05  # ... by at least this share of the cache's size in tokens (a switch costs a transient)
+    UNANIMOUS = 4.0  # ... or, instead of MIN_LEAD, every one of at least this many differing lookups (decayed)
+    # favoured it: a sign test (k of k at even odds: 2^-k), no few long lookups that the rest contradict
     Z = 0.5  # ... and its lead is Z standard deviations of the paired per-lookup leads from zero
     GHOST_TWIN = True  # past the first turnover after a switch to LFU, keep ghost counts on while they pay:
     GHOST_KEEP = 0.0  # while the real cache matched more than a plain-LFU twin, by this share of the cache's size
@@ -216,9 +220,10 @@ class Adaptive(EvictionPolicy):
 
     def _clear(self, ev: Evidence) -> bool:
         """Whether `ev` makes the other expert's lead clear: MARGIN of the asked tokens, MIN_LEAD of the
-        cache's size, Z sd."""
+        cache's size (or UNANIMOUS differing lookups, all for it), Z sd."""
         lead = ev.lead
-        return (lead > self.MARGIN * ev.asked and lead > self.MIN_LEAD * self._capacity
+        return (lead > self.MARGIN * ev.asked
+                and (lead > self.MIN_LEAD * self._capacity or ev.sign >= ev.count >= self.UNANIMOUS)
                 and lead * lead > self.Z * self.Z * ev.var)
 
     def on_cache(self, start: CachedNodeView, key: bytes, cached: int, use: bool) -> None:
