@@ -11,7 +11,7 @@ same traffic on metadata only under the other expert, with a capacity that follo
 occupancy (so in-flight reservations shrink both alike); it reproduces, request for request, what a
 real cache under that expert would match. Per lookup the policy takes the paired lead (tokens the
 other expert matched minus those the followed one matched) and keeps decayed sums of the leads,
-their squares and the asked tokens (decay horizon: WINDOW cache-sizes of newly cached tokens). It
+their squares and the asked tokens (eviction/evidence.py; horizon: WINDOW cache-sizes of newly cached tokens). It
 switches when the lead exceeds MARGIN of the asked tokens, MIN_LEAD of the cache's size (or, instead,
 every one of UNANIMOUS or more differing lookups favoured the other expert: over WINDOW that happens
 in the first turnovers after the first eviction, where it undoes sooner a prior's pick that the traffic
