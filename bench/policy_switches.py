@@ -45,7 +45,6 @@ class Traced(Adaptive):
         if lfu_from:
             self._history = None  # no prior: LRU at the first eviction
         self.request = 0
-        self.wins = self.split = 0.0  # the sign count, decayed as the lead is
         self.off = 0  # lookups with the other expert's shadow stopped
         self.log: list[str] = []
 
@@ -62,33 +61,23 @@ class Traced(Adaptive):
                 self._switch()
                 self.log.append(f"request {self.request}: -> {self.leader} (forced)")
             return
-        lead_before, switches = self._lead, self.switches
+        switches = self.switches
         self.off += self._tree is not None and not self._shadows
         super().on_lookup(start, key, length)
-        if self.switches != switches:  # the lead was negated: undo that to read this lookup's lead
-            lead = -self._lead - lead_before
-        else:
-            lead = self._lead - lead_before
-        if self._shadows and lead:
-            self.wins += 1.0 if lead > 0 else -1.0
-            self.split += 1.0
-        if self.switches != switches:
-            self.log.append(f"request {self.request}: -> {self.leader}, lead {-self._lead:.0f} of "
-                            f"{self._asked:.0f} asked, sign {self.wins:+.1f} of {self.split:.1f}")
-            self.wins = -self.wins
+        if self.switches != switches:  # the evidence it switched on, flipped by the switch
+            ev = self._long
+            self.log.append(f"request {self.request}: -> {self.leader}, lead {-ev.lead:.0f} of {ev.asked:.0f} "
+                            f"asked, sign {-ev.sign:+.1f} of {ev.count:.1f}")
 
     def on_cache(self, start, key: bytes, cached: int, use: bool) -> None:  # noqa: ANN001
-        asked, ghosts, twin, on = self._asked, self._ghosts.active, self._twin, bool(self._shadows)
+        ghosts, twin, on = self._ghosts.active, self._twin, bool(self._shadows)
         super().on_cache(start, key, cached, use)
         if self._tree is not None and on != bool(self._shadows):
             self.log.append(f"request {self.request}: shadow " + ("restarted" if self._shadows else
-                            f"stopped, lead {self._lead:.0f} of {self._asked:.0f} asked"))
+                            f"stopped, lead {self._long.lead:.0f} of {self._long.asked:.0f} asked"))
         if ghosts and not self._ghosts.active:
             self.log.append(f"request {self.request}: ghost counts off" + (
                 f" (the plain-LFU twin's lead since the switch: {self._twin_lead} tokens)" if twin else ""))
-        if asked > 0.0 and self._asked < asked:  # decayed: the same factor
-            self.wins *= self._asked / asked
-            self.split *= self._asked / asked
 
 
 def trace(cell: str, lfu_from: int = 0) -> str:
@@ -115,7 +104,8 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     ap.add_argument("cells", nargs="+", metavar="NAME@SHARE", help="e.g. wl:chat:1:0@0.25, moon:1@0.05")
     ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="override an Adaptive constant")
-    ap.add_argument("--lfu-from", type=int, default=0, metavar="R", help="LRU until request R, then LFU (module docstring)")
+    ap.add_argument("--lfu-from", type=int, default=0, metavar="R",
+                    help="LRU until request R, then LFU (module docstring)")
     a = ap.parse_args(argv)
     if COMPILED_CORE:
         ap.error("needs the pure-Python core: run with RADIXKV_PURE_PYTHON=1")

@@ -29,7 +29,8 @@ import sys
 # Not the layer-group and host-tier halves of the facade (cache_groups, cache_windows, cache_host):
 # off the common path, they run interpreted.
 CORE = ("tokens", "results", "pools/allocator", "pools/ledger", "eviction/index", "eviction/view", "eviction/history",
-        "eviction/policies", "eviction/ghosts", "eviction/duty", "eviction/prior", "eviction/adaptive", "eviction/lrfu",
+        "eviction/policies", "eviction/ghosts", "eviction/duty", "eviction/evidence", "eviction/prior",
+        "eviction/adaptive", "eviction/lrfu",
         "radix/types", "radix/core", "radix/idle_roots", "radix/node", "radix/components", "radix/shadow_keys",
         "radix/shadow_heap", "radix/shadow", "radix/windows", "radix/residency", "radix/device_path", "radix/tree",
         "radix/lookup", "radix/locks", "radix/evict", "radix/pins", "radix/check", "runs", "sequences", "cache_thread",

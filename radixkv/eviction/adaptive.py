@@ -11,18 +11,20 @@ same traffic on metadata only under the other expert, with a capacity that follo
 occupancy (so in-flight reservations shrink both alike); it reproduces, request for request, what a
 real cache under that expert would match. Per lookup the policy takes the paired lead (tokens the
 other expert matched minus those the followed one matched) and keeps decayed sums of the leads,
-their squares and the asked tokens (decay horizon: WINDOW cache-sizes of newly cached tokens). It
-switches when the lead exceeds MARGIN of the asked tokens, MIN_LEAD of the cache's size, and Z
-standard deviations, to LFU only while fewer than SIGN_VETO more of the differing lookups favoured
-LRU, and, unless the lead is SIGN_LEAD of the cache's size, more of them favoured LFU (not on a few
-long lookups the others contradict: on agent traces such leads come and go faster than a switch's
-transient). Once the real cache stands for LFU, the same tests over LEAVE_WINDOW, with LEAVE_SIGN
-more lookups for LRU (or more of LEAVE_COUNT or more differing lookups, with a lead of LEAVE_LEAD of
-the cache's size), also leave it: on conversations LFU's lead collapses as old sessions' counts go
-stale, and the lead banked over WINDOW held the switch back. The tree then re-keys its index
-(`epoch`). The expert just left gets a shadow copied from the real cache (its steady state); the
-expert now followed keeps its shadow as its reference until the real cache has turned over once
-(WARMUP), so the comparison never pits a steady expert against one in transient.
+their squares and the asked tokens (eviction/evidence.py; horizon: WINDOW cache-sizes of newly cached tokens). It
+switches when the lead exceeds MARGIN of the asked tokens, MIN_LEAD of the cache's size (or, instead,
+every one of UNANIMOUS or more differing lookups favoured the other expert: over WINDOW that happens
+in the first turnovers after the first eviction, where it undoes sooner a prior's pick that the traffic
+at the real size contradicts), and Z standard deviations, to LFU only while fewer than SIGN_VETO more
+of the differing lookups favoured LRU, and, unless the lead is SIGN_LEAD of the cache's size, more of
+them favoured LFU (not on a few long lookups the others contradict: on agent traces such leads come
+and go faster than a switch's transient). Once the real cache stands for LFU, the same tests over
+LEAVE_WINDOW, with LEAVE_SIGN more lookups for LRU (or more of LEAVE_COUNT or more differing lookups,
+with a lead of LEAVE_LEAD of the cache's size), also leave it: on conversations LFU's lead collapses as
+old sessions' counts go stale, and the lead banked over WINDOW held the switch back. The tree then
+re-keys its index (`epoch`). The expert just left gets a shadow copied from the real cache (its steady
+state); the expert now followed keeps its shadow as its reference until the real cache has turned over
+once (WARMUP), so the comparison never pits a steady expert against one in transient.
 
 In steady state the other expert's shadow runs on every request, most of the policy's cost. Where
 it keeps losing it is stopped (freed) and later restarted as a copy of the real cache (eviction/duty.py
@@ -59,6 +61,7 @@ from typing import TYPE_CHECKING
 from mypy_extensions import mypyc_attr
 
 from radixkv.eviction.duty import DutyCycle
+from radixkv.eviction.evidence import Evidence
 from radixkv.eviction.ghosts import GhostLFU
 from radixkv.eviction.history import History, absolute_key
 from radixkv.eviction.policies import LFU, LRU, EvictionPolicy
@@ -94,6 +97,8 @@ class Adaptive(EvictionPolicy):
     WARMUP = 1.0  # after a switch, turnovers before the real cache stands for its expert
     MARGIN = 0.002  # switch when the other expert matched this share of the asked tokens more (0.2 points)
     MIN_LEAD = 0.05  # ... by at least this share of the cache's size in tokens (a switch costs a transient)
+    UNANIMOUS = 4.0  # ... or, instead of MIN_LEAD, every one of at least this many differing lookups (decayed)
+    # favoured it: a sign test (k of k at even odds: 2^-k), no few long lookups that the rest contradict
     Z = 0.5  # ... and its lead is Z standard deviations of the paired per-lookup leads from zero
     GHOST_TWIN = True  # past the first turnover after a switch to LFU, keep ghost counts on while they pay:
     GHOST_KEEP = 0.0  # while the real cache matched more than a plain-LFU twin, by this share of the cache's size
@@ -115,14 +120,10 @@ class Adaptive(EvictionPolicy):
         self.switches = 0
         self._tree: TreeView | None = None
         self._shadows: dict[int, ShadowView] = {}  # expert -> its shadow (none before the first eviction)
-        # Decayed paired statistics of lead = (other expert's hit - current expert's hit) per lookup,
-        # each expert's hit read from the real cache or its shadow, whichever is in steady state:
-        self._lead = 0.0  # sum of leads
-        self._var = 0.0  # sum of squared leads
-        self._asked = 0.0  # tokens asked
-        self._sign = 0.0  # lookups where the other expert matched more minus those where it matched less
-        # the four over LEAVE_WINDOW and the differing lookups, from the last switch (read while LFU is settled):
-        self._short_lead = self._short_var = self._short_asked = self._short_sign = self._short_count = 0.0
+        # The paired leads (other expert's hit - current expert's hit, each read from the real cache or its
+        # shadow, whichever is in steady state) over WINDOW, and over LEAVE_WINDOW from the last switch:
+        self._long = Evidence()
+        self._short = Evidence()  # (read while LFU is followed and settled)
         self._capacity = 1  # the most tokens the real cache has held
         self._settle = 0  # tokens the real cache must still cache after a switch before it counts
         # the traffic before the first eviction (eviction/history.py), and the leaf its last insert made:
@@ -193,20 +194,11 @@ class Adaptive(EvictionPolicy):
         duty = self._duty
         if duty.warm > 0:  # a restarted shadow in its transient
             return
-        self._lead += lead
-        self._var += lead * lead
         asked = len(key) // 4
         duty.lookup(lead, length, asked)
-        self._asked += asked
-        self._short_lead += lead
-        self._short_var += lead * lead
-        self._short_asked += asked
-        if lead:
-            sign = 1.0 if lead > 0 else -1.0
-            self._sign += sign
-            self._short_sign += sign
-            self._short_count += 1.0
-        if self._clear(self._lead, self._asked, self._var) and (mode == 1 or not self._vetoed()):
+        self._long.add(lead, asked)
+        self._short.add(lead, asked)
+        if self._clear(self._long) and (mode == 1 or not self._vetoed()):
             self._switch()
         elif mode == 1 and mode not in shadows and self._leaves():
             self._switch()
@@ -214,22 +206,25 @@ class Adaptive(EvictionPolicy):
     def _vetoed(self) -> bool:
         """Whether the sign count vetoes a switch to LFU: SIGN_VETO more of the differing lookups favoured
         LRU, or no fewer favoured it while the lead is under SIGN_LEAD of the cache's size."""
-        sign = self._sign
-        return sign <= -self.SIGN_VETO or (sign <= 0.0 and self._lead <= self.SIGN_LEAD * self._capacity)
+        sign = self._long.sign
+        return sign <= -self.SIGN_VETO or (sign <= 0.0 and self._long.lead <= self.SIGN_LEAD * self._capacity)
 
     def _leaves(self) -> bool:
         """Whether the statistics over LEAVE_WINDOW leave LFU: clear, with LEAVE_SIGN more of the differing
         lookups for LRU, or more of them and a lead of LEAVE_LEAD of the cache's size."""
-        sign = self._short_sign
-        return ((sign >= self.LEAVE_SIGN or (sign > 0.0 and self._short_lead > self.LEAVE_LEAD * self._capacity
-                                             and self._short_count >= self.LEAVE_COUNT))
-                and self._clear(self._short_lead, self._short_asked, self._short_var))
+        short = self._short
+        sign = short.sign
+        return ((sign >= self.LEAVE_SIGN or (sign > 0.0 and short.lead > self.LEAVE_LEAD * self._capacity
+                                             and short.count >= self.LEAVE_COUNT))
+                and self._clear(short))
 
-    def _clear(self, lead: float, asked: float, var: float) -> bool:
-        """Whether decayed sums of leads (`lead`, their squares `var`, the tokens `asked`) make the other
-        expert's lead clear: MARGIN of the asked tokens, MIN_LEAD of the cache's size, Z sd."""
-        return (lead > self.MARGIN * asked and lead > self.MIN_LEAD * self._capacity
-                and lead * lead > self.Z * self.Z * var)
+    def _clear(self, ev: Evidence) -> bool:
+        """Whether `ev` makes the other expert's lead clear: MARGIN of the asked tokens, MIN_LEAD of the
+        cache's size (or UNANIMOUS differing lookups, all for it), Z sd."""
+        lead = ev.lead
+        return (lead > self.MARGIN * ev.asked
+                and (lead > self.MIN_LEAD * self._capacity or ev.sign >= ev.count >= self.UNANIMOUS)
+                and lead * lead > self.Z * self.Z * ev.var)
 
     def on_cache(self, start: CachedNodeView, key: bytes, cached: int, use: bool) -> None:
         if cached > self._capacity:
@@ -294,22 +289,13 @@ class Adaptive(EvictionPolicy):
             self._copy_real(1 - self.mode)
 
     def _decay(self, added: int) -> None:
-        """`added` tokens newly cached: the lead's statistics decay over WINDOW cache sizes, their
-        short copies over LEAVE_WINDOW."""
+        """`added` tokens newly cached: the evidence decays over WINDOW cache sizes, its short copy over
+        LEAVE_WINDOW."""
         decay = 1.0 - added / (self.WINDOW * self._capacity)
         if decay < 1.0:
-            decay = decay if decay > 0.0 else 0.0
-            self._lead *= decay
-            self._var *= decay * decay
-            self._asked *= decay
-            self._sign *= decay
+            self._long.decay(decay if decay > 0.0 else 0.0)
             decay = 1.0 - added / (self.LEAVE_WINDOW * self._capacity)
-            decay = decay if decay > 0.0 else 0.0
-            self._short_lead *= decay
-            self._short_var *= decay * decay
-            self._short_asked *= decay
-            self._short_sign *= decay
-            self._short_count *= decay
+            self._short.decay(decay if decay > 0.0 else 0.0)
 
     def _switch(self) -> None:
         """Follow the other expert. Its shadow stays as its reference until the real cache has
@@ -317,10 +303,8 @@ class Adaptive(EvictionPolicy):
         old = self.mode
         self._follow(1 - old)
         self._ghosts.active = self.mode == 1
-        self._lead = -self._lead  # the same evidence, seen from the other side
-        self._sign = -self._sign
-        self._short_lead = self._short_var = self._short_asked = self._short_sign = 0.0  # from the switch on
-        self._short_count = 0.0
+        self._long.flip()  # the same evidence, seen from the other side
+        self._short.reset()  # from the switch on
         self._copy_real(old)
         assert self._tree is not None  # (_copy_real's)
         self._twin = self._tree.shadow_copy(self._shadowed[1]) if self.mode == 1 and self.GHOST_TWIN else None
