@@ -21,7 +21,9 @@ path's edges, each edge hashed once and all of them in a few numpy calls (not on
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Final, Iterator, Union
+from typing import TYPE_CHECKING, Final, Iterator, Union, cast
+
+from radixkv.eviction.view import NodeFields
 
 if TYPE_CHECKING:
     from radixkv.eviction.view import NodeView, ShadowKeysView
@@ -137,9 +139,10 @@ def _resolve(item: Item) -> bytes:
 
 def absolute_key(start: NodeView, key: bytes) -> bytes:
     """`key` below `start` as a key from its namespace's root."""
-    if start.parent is None:
+    node = cast(NodeFields, start)  # (its fields read natively, compiled: eviction/view.py)
+    if node.parent is None:
         return key
-    parts, node = [key], start
+    parts = [key]
     while node.parent is not None:
         parts.append(node.key)
         node = node.parent

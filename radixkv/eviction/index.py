@@ -14,9 +14,9 @@ import heapq
 from typing import TYPE_CHECKING, Callable, Final, Generic, TypeVar
 
 if TYPE_CHECKING:
-    from radixkv.eviction.view import NodeView
+    from radixkv.eviction.view import NodeFields
 
-V = TypeVar("V", bound="NodeView")  # the tree's node class
+V = TypeVar("V", bound="NodeFields")  # the tree's node class (compiled: `node.id` a field offset, not a getattr)
 _heappush: Final = heapq.heappush  # (Final: compiled, a C static, not a module-dict lookup and a getattr)
 _heappop: Final = heapq.heappop
 
