@@ -92,11 +92,12 @@ class TreeCore(Generic[N]):
             if child is None:
                 break
             path.append(child)
-            if key.startswith(child.key, pos):
-                pos += len(child.key)
+            edge = child.key  # (from a root, pos 0: startswith without a start is a C call compiled, with one generic)
+            if key.startswith(edge) if pos == 0 else key.startswith(edge, pos):
+                pos += len(edge)
                 node = child
             else:
-                pos += self.parting(child.key, key, pos)
+                pos += self.parting(edge, key, pos)
                 break
         return path, pos
 
