@@ -45,8 +45,8 @@ class NodeView(Protocol):
 
 
 class NodeFields(Generic[F]):
-    """The plain fields of a NodeView, as a class (module docstring): every tree's node extends it. Written by the
-    trees (radix/core.py); PrefixNode.__init__ sets them."""
+    """The plain fields of a NodeView, as a class (module docstring): every tree's node extends it (PrefixNode's
+    __init__ calls this one). Written by the trees (radix/core.py) only."""
 
     __slots__ = ("id", "ns", "parent", "key", "size", "depth", "last_access", "created", "hit_count", "priority")
 
