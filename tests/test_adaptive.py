@@ -354,26 +354,6 @@ def test_ghost_counts_give_a_reinserted_prefix_its_uses_back_within_its_extent(p
     assert len(ghosts.ghosts) <= ghosts.GHOSTS
 
 
-class _Victim:  # what GhostLFU.remember reads of an evicted node
-    def __init__(self, first: int, uses: int) -> None:
-        self.ns, self.depth, self.size, self.hit_count = b"", 0, 1, uses
-        self.key = np.array([first], dtype=np.int32).tobytes()
-
-
-def test_the_ghost_table_drops_its_oldest_ghost_and_a_rewritten_one_is_the_newest() -> None:
-    """GhostLFU keeps GHOSTS ghosts in a plain dict: past GHOSTS the oldest goes, where a ghost written
-    again (the same start evicted again) counts as new, as an OrderedDict's pop and re-insert did."""
-    ghosts = make_policy("adaptive")._ghosts  # type: ignore[attr-defined]
-    n = ghosts.GHOSTS
-    for i in range(n):
-        ghosts.remember(_Victim(i, 4))  # the n-th eviction halves them all: 2 uses each
-    ghosts.remember(_Victim(0, 4))  # start 0 again: 4 + 2 uses, now the newest
-    ghosts.remember(_Victim(n, 4))  # one ghost too many: start 1 is the oldest
-    table = ghosts.ghosts
-    assert len(table) == n and [g >> 40 for g in table.values()][-2:] == [6, 4]
-    assert ghosts._start(_Victim(1, 0), 0) not in table and ghosts._start(_Victim(0, 0), 0) in table
-
-
 @pytest.mark.parametrize("policy", ["lru", "lfu"])
 def test_a_shadows_int_keys_order_as_the_policys_tuples(policy: str) -> None:
     """Under LRU and LFU a shadow keys its heap by one int packing the policy's key tuple; it matches a

@@ -56,7 +56,7 @@ are always exact (`stable_keys`).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from mypy_extensions import mypyc_attr
 
@@ -66,6 +66,7 @@ from radixkv.eviction.ghosts import GhostLFU
 from radixkv.eviction.history import History, absolute_key
 from radixkv.eviction.policies import LFU, LRU, EvictionPolicy
 from radixkv.eviction.prior import leaves_start
+from radixkv.eviction.view import NodeFields
 
 if TYPE_CHECKING:
     from radixkv.eviction.view import CachedNodeView, NodeView, ShadowKeysView, ShadowView, TreeView
@@ -168,29 +169,30 @@ class Adaptive(EvictionPolicy):
 
     def on_lookup(self, start: CachedNodeView, key: bytes, length: int) -> None:
         shadows, hit, self._hit = self._shadows, self._hit, None
+        s = cast(NodeFields, start)  # its fields read natively, compiled (eviction/view.py)
         if not shadows:  # before the first eviction, or the shadow stopped
             if self._tree is not None:
                 self._duty.idle_lookup(length, len(key) // 4)
                 return
             history = self._history
             if history is not None:
-                full = key if start.parent is None else absolute_key(start, key)
+                full = key if s.parent is None else absolute_key(start, key)
                 self._looked, self._looked_at = full, hit
-                history.lookup(start.ns, full)
+                history.lookup(s.ns, full)
                 if history.bytes > self.HISTORY:
                     self._history = None
             return
-        full = key if start.parent is None else absolute_key(start, key)
+        full = key if s.parent is None else absolute_key(start, key)
         self._looked, self._looked_at = full, hit
         if hit is not None and self._keys is not None:  # the shadows share its path's key objects
             self._keys.along(full, hit)
-        mode, end = self.mode, start.end
-        other = shadows[1 - mode].match(start.ns, full) - end  # the expert left always has a shadow
-        own = shadows[mode].match(start.ns, full) - end if mode in shadows else length
+        mode, end, ns = self.mode, s.end, s.ns
+        other = shadows[1 - mode].match(ns, full) - end  # the expert left always has a shadow
+        own = shadows[mode].match(ns, full) - end if mode in shadows else length
         lead = (other if other > 0 else 0) - (own if own > 0 else 0)
         twin = self._twin
         if twin is not None:
-            self._twin_lead += twin.match(start.ns, full) - end - length
+            self._twin_lead += twin.match(ns, full) - end - length
         duty = self._duty
         if duty.warm > 0:  # a restarted shadow in its transient
             return
@@ -237,15 +239,15 @@ class Adaptive(EvictionPolicy):
             history = self._history
             if history is not None:
                 key, head, cut = self._split_key(start, key)
-                history.insert(start.ns, key, self._leaf, use, head, cut)
+                history.insert(cast(NodeFields, start).ns, key, self._leaf, use, head, cut)
                 self._leaf = None
                 if history.bytes > self.HISTORY:
                     self._history = None
             return
-        ns = start.ns
+        ns = cast(NodeFields, start).ns
         key, head, cut = self._split_key(start, key)
         mode, leaf = self.mode, self._leaf
-        tail = leaf.key if leaf is not None else None
+        tail = cast(NodeFields, leaf).key if leaf is not None else None
         self._leaf = None
         added = shadows[1 - mode].insert(ns, key, cached, use, tail, head, cut)
         if mode in shadows:
@@ -273,17 +275,18 @@ class Adaptive(EvictionPolicy):
         """An insert's `key` below `start` as (key, head, cut), the whole being head[:cut] + key: where the insert
         walked on from the last lookup's end, that lookup's key (it spells start's path), else the whole key from
         the root (history.py's absolute_key where `start` is not a root)."""
-        if start.parent is None:
+        s = cast(NodeFields, start)
+        if s.parent is None:
             return key, None, 0
         if start is self._looked_at:
-            return key, self._looked, 4 * start.end
+            return key, self._looked, 4 * s.end
         return absolute_key(start, key), None, 0
 
     def _idle(self) -> None:
         """An insert while the other expert's shadow is stopped: its new tokens (its new leaf's) count
         down to the restart, a copy of the real cache (warming: eviction/duty.py)."""
         leaf, self._leaf = self._leaf, None
-        added = leaf.size if leaf is not None else 0
+        added = cast(NodeFields, leaf).size if leaf is not None else 0
         self._decay(added)
         if self._duty.idle(added, self._capacity):
             self._copy_real(1 - self.mode)

@@ -7,10 +7,10 @@ are LFU's first victims again, so they never rebuild their counts (bench/RESULTS
 "lag" cells lose 78-100% of their points after the switch, not before). So every eviction of the
 real cache (but while adaptive.py's shadow is stopped and the ghosts are off) leaves a ghost: the
 victim's uses (its hit_count, plus its own ghost if it had one) and where its edge ended, keyed by
-where its edge starts (the namespace, the depth and the edge's first page: an edge re-inserted below
-the same cached parent, or the tail of a trimmed leaf, starts there again). While `active`, an edge
-that starts where a ghost's did and ends within that ghost's edge is ordered by its hit_count plus
-the ghost's uses:
+where its edge starts (the namespace, the depth and the edge's first page, as one int: `_start`; an
+edge re-inserted below the same cached parent, or the tail of a trimmed leaf, starts there again).
+While `active`, an edge that starts where a ghost's did and ends within that ghost's edge is ordered
+by its hit_count plus the ghost's uses:
 
     key = (hit_count [+ ghost uses], last_access, id)
 
@@ -32,14 +32,19 @@ written under a live edge that shares its start would move that edge's key: `sta
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, cast
+
+from mypy_extensions import i64
 
 from radixkv.eviction.policies import LFU
+from radixkv.eviction.view import NodeFields
 
 if TYPE_CHECKING:
     from radixkv.eviction.view import NodeView
 
 _END: Final = (1 << 40) - 1  # a ghost's value: uses << 40 | end (tokens)
+_MASK: Final = (1 << 62) - 1  # a start's bits: a short int compiled, never a boxed one
+_ODD: Final = 0x9E3779B97F4A7C15  # a namespace's hash times this, masked: a bijection of its low 62 bits
 
 
 class GhostLFU(LFU):
@@ -49,28 +54,41 @@ class GhostLFU(LFU):
     def __init__(self) -> None:
         self.page_bytes = 4  # key bytes of an edge's first page (the tree's: set at its first eviction)
         self.active = False  # False: plain LFU's key
-        self.ghosts: dict[int, int] = {}  # where an evicted edge started -> uses << 40 | end
+        self.ghosts: dict[int, int] = {}  # where an evicted edge started (_start) -> uses << 40 | end
         self._evictions = 0  # since the ghosts last halved
+        self._ns = b""  # the namespace _start saw last, and its hash mixed (_start)
+        self._ns_mix: i64 = hash(b"") * _ODD & _MASK
 
-    def _start(self, node: NodeView, depth: int) -> int:
-        return hash((node.ns, depth, node.key[:self.page_bytes]))
+    def _start(self, ns: bytes, depth: int, key: bytes) -> int:
+        """Where an edge starts (namespace `ns`, `depth` tokens, its first page `key[:page_bytes]`), as one int:
+        H(page) ^ M(ns) ^ depth, 62 bits, H the bytes' hash and M the namespace's times an odd constant (both
+        masked; M is computed once a namespace, not once a call). Two starts with the same first page at two
+        depths never collide; any other two distinct starts collide only where 62 bits of siphash values do
+        (about 2**-62 a pair), where the hash of the tuple (ns, depth, page) that it replaces collided where 64
+        bits did. No tuple is built or hashed: i64 operations, compiled, with identical values interpreted."""
+        if ns is not self._ns:
+            self._ns, self._ns_mix = ns, hash(ns) * _ODD & _MASK
+        page: i64 = hash(key[:self.page_bytes])
+        return (page & _MASK) ^ self._ns_mix ^ depth
 
     def key(self, node: NodeView) -> tuple:
+        n = cast(NodeFields, node)  # a real node (the shadows run plain LFU): native field reads, compiled
         if self.active:
-            depth = node.depth
-            ghost = self.ghosts.get(self._start(node, depth), 0)
-            if ghost and depth + node.size <= ghost & _END:
-                return (node.hit_count + (ghost >> 40), node.last_access, node.id)
-        return (node.hit_count, node.last_access, node.id)
+            depth = n.depth
+            ghost = self.ghosts.get(self._start(n.ns, depth, n.key), 0)
+            if ghost and depth + n.size <= ghost & _END:
+                return (n.hit_count + (ghost >> 40), n.last_access, n.id)
+        return (n.hit_count, n.last_access, n.id)
 
     def remember(self, victim: NodeView) -> None:
         """`victim` (a node of the real cache) is about to be evicted: keep its uses."""
-        ghosts, depth = self.ghosts, victim.depth
-        start, end = self._start(victim, depth), depth + victim.size
+        v = cast(NodeFields, victim)
+        ghosts, depth = self.ghosts, v.depth
+        start, end = self._start(v.ns, depth, v.key), depth + v.size
         old = ghosts.get(start, 0)  # (a ghost is never 0)
         if old:
             del ghosts[start]  # written again below, if at all, as the newest (dict.pop: a generic call, compiled)
-        uses = victim.hit_count + (old >> 40 if old and end <= old & _END else 0)
+        uses = v.hit_count + (old >> 40 if old and end <= old & _END else 0)
         if old >> 40 > uses:  # an edge past the old one's end, used less: the old ghost says more
             ghosts[start] = old
         elif uses:

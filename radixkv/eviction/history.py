@@ -21,7 +21,9 @@ replay's shadows then share instead of holding copies (radix/shadow_keys.py).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Final, Iterator, Union
+from typing import TYPE_CHECKING, Final, Iterator, Union, cast
+
+from radixkv.eviction.view import NodeFields
 
 if TYPE_CHECKING:
     from radixkv.eviction.view import NodeView
@@ -100,9 +102,10 @@ def _resolve(item: Item) -> bytes:
 
 def absolute_key(start: NodeView, key: bytes) -> bytes:
     """`key` below `start` as a key from its namespace's root."""
-    if start.parent is None:
+    node = cast(NodeFields, start)  # (its fields read natively, compiled: eviction/view.py)
+    if node.parent is None:
         return key
-    parts, node = [key], start
+    parts = [key]
     while node.parent is not None:
         parts.append(node.key)
         node = node.parent

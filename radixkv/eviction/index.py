@@ -14,9 +14,9 @@ import heapq
 from typing import TYPE_CHECKING, Callable, Final, Generic, TypeVar
 
 if TYPE_CHECKING:
-    from radixkv.eviction.view import NodeView
+    from radixkv.eviction.view import NodeFields
 
-V = TypeVar("V", bound="NodeView")  # the tree's node class
+V = TypeVar("V", bound="NodeFields")  # the tree's node class (compiled: `node.id` a field offset, not a getattr)
 _heappush: Final = heapq.heappush  # (Final: compiled, a C static, not a module-dict lookup and a getattr)
 _heappop: Final = heapq.heappop
 
@@ -42,8 +42,10 @@ class EvictableIndex(Generic[V]):
         _heappush(self._heap, key)
 
     def discard(self, node: V) -> None:
-        if self._nodes.pop(node.id, None) is not None:
-            del self._keys[node.id]
+        i = node.id
+        if i in self._nodes:  # (`in` and `del`: compiled, C calls; dict.pop is a generic method call)
+            del self._nodes[i]
+            del self._keys[i]
             if len(self._heap) > 2 * len(self._nodes) + 64:
                 self._compact()
 
@@ -77,8 +79,11 @@ class EvictableIndex(Generic[V]):
         key = _heappop(heap)
         while keys.get(key[-1]) is not key:  # a stale key: skipped, as peek does
             key = _heappop(heap)
-        del keys[key[-1]]
-        return self._nodes.pop(key[-1])
+        i = key[-1]
+        del keys[i]
+        node = self._nodes[i]
+        del self._nodes[i]  # (as in discard)
+        return node
 
     def rekey(self, key: Callable[[V], tuple]) -> None:
         """Order by a new key function: every member re-keyed, the heap rebuilt (O(n))."""

@@ -7,6 +7,8 @@ and `on_cache(start, key, cached, use)`, where a learning policy learns; `key()`
 policies have no state (`learns = False`, and the tree skips their hooks). Recency is an integer
 logical clock (`node.last_access`), never wall time.
 
+Keys read a node as eviction/view.py's NodeFields (`cast`: compiled, field offsets, not getattrs).
+
 A learning policy that changes its order wholesale (adaptive.py switches between experts) bumps
 `epoch`; the tree then re-keys its indexes with the policy's current `key`. `stable_keys = True`
 says that a stored key always equals `key(node)` (check_invariants verifies it).
@@ -14,9 +16,11 @@ says that a stored key always equals `key(node)` (check_invariants verifies it).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, ClassVar
+from typing import TYPE_CHECKING, Callable, ClassVar, cast
 
 from mypy_extensions import mypyc_attr
+
+from radixkv.eviction.view import NodeFields
 
 if TYPE_CHECKING:
     from radixkv.eviction.view import CachedNodeView, NodeView
@@ -56,7 +60,8 @@ class LRU(EvictionPolicy):
     name = "lru"
 
     def key(self, node: NodeView) -> tuple:
-        return (node.last_access, node.id)
+        n = cast(NodeFields, node)
+        return (n.last_access, n.id)
 
 
 class LFU(EvictionPolicy):
@@ -67,7 +72,8 @@ class LFU(EvictionPolicy):
     insert_is_use = True
 
     def key(self, node: NodeView) -> tuple:
-        return (node.hit_count, node.last_access, node.id)
+        n = cast(NodeFields, node)
+        return (n.hit_count, n.last_access, n.id)
 
 
 class MRU(EvictionPolicy):
@@ -76,14 +82,16 @@ class MRU(EvictionPolicy):
     name = "mru"
 
     def key(self, node: NodeView) -> tuple:
-        return (-node.last_access, node.id)
+        n = cast(NodeFields, node)
+        return (-n.last_access, n.id)
 
 
 class FIFO(EvictionPolicy):
     name = "fifo"
 
     def key(self, node: NodeView) -> tuple:
-        return (node.created, node.id)
+        n = cast(NodeFields, node)
+        return (n.created, n.id)
 
 
 class FILO(EvictionPolicy):
@@ -92,7 +100,8 @@ class FILO(EvictionPolicy):
     name = "filo"
 
     def key(self, node: NodeView) -> tuple:
-        return (-node.created, node.id)
+        n = cast(NodeFields, node)
+        return (-n.created, n.id)
 
 
 class Priority(EvictionPolicy):
@@ -101,7 +110,8 @@ class Priority(EvictionPolicy):
     name = "priority"
 
     def key(self, node: NodeView) -> tuple:
-        return (node.priority, node.last_access, node.id)
+        n = cast(NodeFields, node)
+        return (n.priority, n.last_access, n.id)
 
 
 class SLRU(EvictionPolicy):
@@ -115,7 +125,8 @@ class SLRU(EvictionPolicy):
         self.protected_threshold = protected_threshold
 
     def key(self, node: NodeView) -> tuple:
-        return (node.hit_count >= self.protected_threshold, node.last_access, node.id)
+        n = cast(NodeFields, node)
+        return (n.hit_count >= self.protected_threshold, n.last_access, n.id)
 
 
 def host_first(policy: EvictionPolicy, on_device: Callable[[NodeView], bool]):  # noqa: ANN201 - a key function

@@ -5,11 +5,20 @@ TreeNode satisfies CachedNodeView (a NodeView with its tree) and RadixTree TreeV
 ShadowNode (both are PrefixNodes, radix/core.py) satisfies NodeView: every field a key function
 reads, which is all a shadow's fixed policy asks of it. Hooks see CachedNodeViews, keys NodeViews.
 Nothing in eviction/ imports radix/: the dependency runs one way, radix -> eviction.
+
+Every node a policy is given is also a NodeFields: the class that holds the NodeView's plain fields
+(PrefixNode extends it), so a TreeNode and a ShadowNode both are one. Compiled (mypyc), a field read
+through the NodeView Protocol is a generic getattr (~235 instructions), one through NodeFields an
+offset; so the compiled policies read a node as `cast(NodeFields, node)` (interpreted, a no-op; compiled,
+a type check). NodeView stays a Protocol: a mypyc trait that real nodes implement crashes mypyc where an
+attribute overrides a Protocol property (bench/RESULTS.md, round 16, "prior33").
 """
 
 from __future__ import annotations
 
-from typing import Mapping, Protocol
+from typing import Generic, Mapping, Protocol, TypeVar
+
+F = TypeVar("F", bound="NodeFields")  # a tree's own node class: its parent is of it too
 
 
 class NodeView(Protocol):
@@ -33,6 +42,30 @@ class NodeView(Protocol):
 
     @property
     def end(self) -> int: ...  # depth + size
+
+
+class NodeFields(Generic[F]):
+    """The plain fields of a NodeView, as a class (module docstring): every tree's node extends it (PrefixNode's
+    __init__ calls this one). Written by the trees (radix/core.py) only."""
+
+    __slots__ = ("id", "ns", "parent", "key", "size", "depth", "last_access", "created", "hit_count", "priority")
+
+    def __init__(self, node_id: int, ns: bytes, parent: F | None, key: bytes, tick: int) -> None:
+        self.id = node_id
+        self.ns = ns  # canonical namespace key (radixkv.keys)
+        self.parent: F | None = parent
+        self.key = key  # int32 little-endian token ids of this edge, a whole number of pages
+        self.size: int = len(key) // 4  # tokens on this edge
+        self.depth: int = 0 if parent is None else parent.depth + parent.size  # tokens above this edge
+        self.last_access = tick  # logical clock of the last match/insert that touched it
+        self.created = tick
+        self.hit_count = 0  # uses: matches through it (and direct inserts where the policy counts them)
+        self.priority = 0  # max priority of the requests that inserted it
+
+    @property
+    def end(self) -> int:
+        """Tokens from the root to the end of this edge."""
+        return self.depth + self.size
 
 
 class CachedNodeView(NodeView, Protocol):

@@ -8,14 +8,17 @@
 A PrefixNode is what every tree's node has: its identity, its edge (`key`, int32 little-endian
 bytes, a whole number of pages, in a shadow too: radix/shadow.py),
 its place (`parent`, `children` by first page, `depth`) and the fields eviction policies order by
-(`last_access`, `created`, `hit_count`, `priority`). Policies read nodes through eviction/view.py's
-NodeView, which these fields satisfy. The core writes them; its subclasses add their own slots and
-write those.
+(`last_access`, `created`, `hit_count`, `priority`). All but `children` are eviction/view.py's
+NodeFields, which PrefixNode extends: policies read nodes through its NodeView (a Protocol these fields
+satisfy), compiled as NodeFields (a field offset, not a getattr). The core writes them; its subclasses
+add their own slots and write those.
 
 Cost: a walk is one dict lookup and one memcmp per edge; a split is O(1) (plus the subclass's part).
 Node creation is on every tree's hot path: subclasses call PrefixNode.__init__ directly (no super()
 object). Typed for mypyc (radixkv/build.py): a tree's nodes are of one class, `N`, so a walk of a
-RadixTree yields TreeNodes and one of a ShadowTree ShadowNodes, with no casts.
+RadixTree yields TreeNodes and one of a ShadowTree ShadowNodes, with no casts. (N's bound is PrefixNode[Any],
+so a node's `parent` and `children` read through N are Any to mypy: a local that holds one is typed N, or
+its fields would be read by generic getattrs, compiled.)
 """
 
 from __future__ import annotations
@@ -24,33 +27,22 @@ from typing import Generic, TypeVar
 
 import numpy as np
 
+from radixkv.eviction.view import NodeFields
+
 N = TypeVar("N", bound="PrefixNode")  # a tree's own node class: its parent and children are of it too
 
 
-class PrefixNode(Generic[N]):
-    __slots__ = ("id", "ns", "parent", "children", "key", "size", "depth", "last_access", "created",
-                 "hit_count", "priority")
+class PrefixNode(NodeFields[N]):
+    """A node of any tree: the fields policies read (eviction/view.py's NodeFields) and its children."""
+
+    __slots__ = ("children",)
 
     def __init__(self, node_id: int, ns: bytes, parent: N | None, key: bytes, tick: int) -> None:
-        self.id = node_id
-        self.ns = ns  # canonical namespace key (radixkv.keys)
-        self.parent: N | None = parent
+        NodeFields.__init__(self, node_id, ns, parent, key, tick)
         self.children: dict[bytes, N] = {}  # first page of the child's key -> child
-        self.key = key  # int32 little-endian token ids of this edge, a whole number of pages
-        self.size: int = len(key) // 4  # tokens on this edge
-        self.depth: int = 0 if parent is None else parent.depth + parent.size  # tokens above this edge
-        self.last_access = tick  # logical clock of the last match/insert that touched it
-        self.created = tick
-        self.hit_count = 0  # uses: matches through it (and direct inserts where the policy counts them)
-        self.priority = 0  # max priority of the requests that inserted it
 
     def __len__(self) -> int:
         return self.size
-
-    @property
-    def end(self) -> int:
-        """Tokens from the root to the end of this edge."""
-        return self.depth + self.size
 
 
 class TreeCore(Generic[N]):
@@ -96,15 +88,16 @@ class TreeCore(Generic[N]):
         pb, pos, end = self.page_bytes, 0, len(key)
         path: list[N] = []
         while pos < end:
-            child = node.children.get(key[pos:pos + pb])
+            child: N | None = node.children.get(key[pos:pos + pb])  # (typed: its reads native, compiled)
             if child is None:
                 break
             path.append(child)
-            if key.startswith(child.key, pos):
-                pos += len(child.key)
+            edge = child.key  # (from a root, pos 0: startswith without a start is a C call compiled, with one generic)
+            if key.startswith(edge) if pos == 0 else key.startswith(edge, pos):
+                pos += len(edge)
                 node = child
             else:
-                pos += self.parting(child.key, key, pos)
+                pos += self.parting(edge, key, pos)
                 break
         return path, pos
 
@@ -127,7 +120,8 @@ class TreeCore(Generic[N]):
     def split_edge(self, node: N, k: int) -> N:
         """Cut `node`'s edge after k tokens (whole pages): a new upper node takes the first k with
         node's times, hits and priority; `node` keeps the lower half and so its meaning."""
-        kb, parent = 4 * k, node.parent
+        kb = 4 * k
+        parent: N | None = node.parent  # (typed: N's own parameter is Any to mypy, so `node.parent` is Any)
         assert parent is not None  # a root has no edge to cut
         upper = self.make_node(node.ns, parent, node.key[:kb])
         upper.last_access, upper.created = node.last_access, node.created
