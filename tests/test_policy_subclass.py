@@ -6,6 +6,8 @@ that a subclass's class attribute does not override: eviction/policies.py declar
 
 from __future__ import annotations
 
+import types
+
 import pytest
 import torch
 
@@ -14,7 +16,7 @@ from radixkv.bench.runner import sim_config
 from radixkv.eviction import POLICIES, EvictionPolicy
 from radixkv.eviction.adaptive import Adaptive
 from radixkv.eviction.history import absolute_key
-from radixkv.eviction.policies import LFU, LRU
+from radixkv.eviction.policies import FIFO, FILO, LFU, LRU, MRU, SLRU, Priority
 from radixkv.eviction.view import CachedNodeView, NodeView
 from radixkv.insert_slots import RESUME_MIN
 
@@ -130,3 +132,17 @@ def test_an_insert_that_walks_on_hands_a_learning_policy_the_key_below_its_start
         cache.check_invariants()
     finally:
         del POLICIES["keys-test"]
+
+
+def test_fixed_keys_read_any_object_with_the_node_fields():
+    """A built-in policy's key takes a tree's node or any object with NodeView's fields, compiled as
+    pure (the compiled reads go native only for NodeFields)."""
+    fake = types.SimpleNamespace(id=7, ns=b"", parent=None, key=b"\0" * 4, size=1, depth=0, last_access=5,
+                                 created=2, hit_count=3, priority=1, end=1)
+    assert LRU().key(fake) == (5, 7)
+    assert LFU().key(fake) == (3, 5, 7)
+    assert MRU().key(fake) == (-5, 7)
+    assert FIFO().key(fake) == (2, 7)
+    assert FILO().key(fake) == (-2, 7)
+    assert Priority().key(fake) == (1, 5, 7)
+    assert SLRU().key(fake) == (True, 5, 7)

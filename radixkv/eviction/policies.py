@@ -7,7 +7,8 @@ and `on_cache(start, key, cached, use)`, where a learning policy learns; `key()`
 policies have no state (`learns = False`, and the tree skips their hooks). Recency is an integer
 logical clock (`node.last_access`), never wall time.
 
-Keys read a node as eviction/view.py's NodeFields (`cast`: compiled, field offsets, not getattrs).
+Keys read a tree's node as eviction/view.py's NodeFields (`cast`: compiled, field offsets, not getattrs);
+any other object with NodeView's fields is read through the Protocol, so compiled and pure Python answer alike.
 
 A learning policy that changes its order wholesale (adaptive.py switches between experts) bumps
 `epoch`; the tree then re-keys its indexes with the policy's current `key`. `stable_keys = True`
@@ -60,8 +61,10 @@ class LRU(EvictionPolicy):
     name = "lru"
 
     def key(self, node: NodeView) -> tuple:
-        n = cast(NodeFields, node)
-        return (n.last_access, n.id)
+        if isinstance(node, NodeFields):  # a tree's node: native reads, compiled (module docstring)
+            n = cast(NodeFields, node)
+            return (n.last_access, n.id)
+        return (node.last_access, node.id)
 
 
 class LFU(EvictionPolicy):
@@ -72,8 +75,10 @@ class LFU(EvictionPolicy):
     insert_is_use = True
 
     def key(self, node: NodeView) -> tuple:
-        n = cast(NodeFields, node)
-        return (n.hit_count, n.last_access, n.id)
+        if isinstance(node, NodeFields):  # a tree's node: native reads, compiled (module docstring)
+            n = cast(NodeFields, node)
+            return (n.hit_count, n.last_access, n.id)
+        return (node.hit_count, node.last_access, node.id)
 
 
 class MRU(EvictionPolicy):
@@ -82,16 +87,20 @@ class MRU(EvictionPolicy):
     name = "mru"
 
     def key(self, node: NodeView) -> tuple:
-        n = cast(NodeFields, node)
-        return (-n.last_access, n.id)
+        if isinstance(node, NodeFields):  # a tree's node: native reads, compiled (module docstring)
+            n = cast(NodeFields, node)
+            return (-n.last_access, n.id)
+        return (-node.last_access, node.id)
 
 
 class FIFO(EvictionPolicy):
     name = "fifo"
 
     def key(self, node: NodeView) -> tuple:
-        n = cast(NodeFields, node)
-        return (n.created, n.id)
+        if isinstance(node, NodeFields):  # a tree's node: native reads, compiled (module docstring)
+            n = cast(NodeFields, node)
+            return (n.created, n.id)
+        return (node.created, node.id)
 
 
 class FILO(EvictionPolicy):
@@ -100,8 +109,10 @@ class FILO(EvictionPolicy):
     name = "filo"
 
     def key(self, node: NodeView) -> tuple:
-        n = cast(NodeFields, node)
-        return (-n.created, n.id)
+        if isinstance(node, NodeFields):  # a tree's node: native reads, compiled (module docstring)
+            n = cast(NodeFields, node)
+            return (-n.created, n.id)
+        return (-node.created, node.id)
 
 
 class Priority(EvictionPolicy):
@@ -110,8 +121,10 @@ class Priority(EvictionPolicy):
     name = "priority"
 
     def key(self, node: NodeView) -> tuple:
-        n = cast(NodeFields, node)
-        return (n.priority, n.last_access, n.id)
+        if isinstance(node, NodeFields):  # a tree's node: native reads, compiled (module docstring)
+            n = cast(NodeFields, node)
+            return (n.priority, n.last_access, n.id)
+        return (node.priority, node.last_access, node.id)
 
 
 class SLRU(EvictionPolicy):
@@ -125,8 +138,10 @@ class SLRU(EvictionPolicy):
         self.protected_threshold = protected_threshold
 
     def key(self, node: NodeView) -> tuple:
-        n = cast(NodeFields, node)
-        return (n.hit_count >= self.protected_threshold, n.last_access, n.id)
+        if isinstance(node, NodeFields):  # a tree's node: native reads, compiled (module docstring)
+            n = cast(NodeFields, node)
+            return (n.hit_count >= self.protected_threshold, n.last_access, n.id)
+        return (node.hit_count >= self.protected_threshold, node.last_access, node.id)
 
 
 def host_first(policy: EvictionPolicy, on_device: Callable[[NodeView], bool]):  # noqa: ANN201 - a key function
