@@ -7,11 +7,13 @@ reads, which is all a shadow's fixed policy asks of it. Hooks see CachedNodeView
 Nothing in eviction/ imports radix/: the dependency runs one way, radix -> eviction.
 
 Every node a policy is given is also a NodeFields: the class that holds the NodeView's plain fields
-(PrefixNode extends it), so a TreeNode and a ShadowNode both are one. Compiled (mypyc), a field read
-through the NodeView Protocol is a generic getattr (~235 instructions), one through NodeFields an
-offset; so the compiled policies read a node as `cast(NodeFields, node)` (interpreted, a no-op; compiled,
-a type check). NodeView stays a Protocol: a mypyc trait that real nodes implement crashes mypyc where an
-attribute overrides a Protocol property (bench/RESULTS.md, round 16, "prior33").
+(PrefixNode extends it), so a TreeNode and a ShadowNode both are one. Compiled (mypyc), a field read through
+the NodeView Protocol is a generic getattr (~235 instructions), one through NodeFields an offset; so the
+compiled policies read a node as `cast(NodeFields, node)` (interpreted, a no-op; compiled, a type check). The
+built-in keys (policies.py) test `isinstance` first and read any other object with NodeView's fields through
+the Protocol, so they answer alike compiled and pure. NodeView stays a Protocol: a mypyc trait that real nodes
+implement crashes mypyc where an attribute overrides a Protocol property (bench/RESULTS.md, round 16,
+"prior33").
 """
 
 from __future__ import annotations
