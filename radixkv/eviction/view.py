@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from typing import Generic, Mapping, Protocol, TypeVar
 
+from mypy_extensions import trait
+
 F = TypeVar("F", bound="NodeFields")  # a tree's own node class: its parent is of it too
 
 
@@ -86,21 +88,29 @@ class FixedPolicyView(Protocol):
     def key(self, node: NodeView) -> tuple: ...  # eviction order: smallest first
 
 
-class ShadowView(Protocol):
-    """A metadata-only replay of a tree under one fixed policy (radix/shadow.py's ShadowTree)."""
+@trait
+class ShadowView:
+    """A metadata-only replay of a tree under one fixed policy (radix/shadow.py's ShadowTree inherits it). A mypyc
+    trait, not a Protocol: compiled, the policy's calls into its shadows are native (a vtable's), where a Protocol's
+    are generic method calls (arguments boxed and parsed by name); interpreted, a plain base class."""
 
-    def match(self, ns: bytes, key: bytes, end: int = -1) -> int: ...  # tokens held of key[:end]; refreshes
+    def match(self, ns: bytes, key: bytes, end: int = -1) -> int:  # tokens held of key[:end]; refreshes
+        raise NotImplementedError
 
     def insert(self, ns: bytes, key: bytes, capacity: int, use: bool, tail: bytes | None = None,
-               head: bytes | None = None, cut: int = 0) -> int: ...
-    # evict down to capacity, add; `tail`: an object equal to key's end that a new leaf may keep instead of a copy;
-    # with `head` the key is head[:cut] + key (never put together where the last match asked `head` itself)
+               head: bytes | None = None, cut: int = 0) -> int:
+        # evict down to capacity, add; `tail`: an object equal to key's end that a new leaf may keep instead of a
+        # copy; with `head` the key is head[:cut] + key (never put together where the last match asked `head` itself)
+        raise NotImplementedError
 
 
-class ShadowKeysView(Protocol):
-    """Where the real cache's last match ended, told to a tree's shadows (radix/shadow_keys.py's ShadowKeys)."""
+@trait
+class ShadowKeysView:
+    """Where the real cache's last match ended, told to a tree's shadows (radix/shadow_keys.py's ShadowKeys inherits
+    it; a trait, as ShadowView is)."""
 
-    def along(self, key: bytes, node: NodeView) -> None: ...  # node: key's real match end; shadows share its keys
+    def along(self, key: bytes, node: NodeView) -> None:  # node: key's real match end; shadows share its keys
+        raise NotImplementedError
 
 
 class TreeView(Protocol):

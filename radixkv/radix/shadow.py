@@ -29,8 +29,9 @@ node of a split would take (the same keys and order, no new node).
 from __future__ import annotations
 
 import heapq
-from typing import TYPE_CHECKING, Any, Final, Iterable
+from typing import TYPE_CHECKING, Any, Final, Iterable, cast
 
+from radixkv.eviction.view import NodeFields, ShadowView
 from radixkv.radix.core import PrefixNode
 from radixkv.radix.shadow_heap import LeafHeap, ShadowNode
 from radixkv.radix.shadow_keys import ShadowKeys
@@ -42,7 +43,7 @@ if TYPE_CHECKING:
 _heappop: Final = heapq.heappop  # (Final: compiled, a C static, not a module-dict lookup a call)
 
 
-class ShadowTree(LeafHeap):
+class ShadowTree(LeafHeap, ShadowView):
     """A metadata-only prefix cache under `policy` (a fixed policy: its key reads node fields only), its
     evictable leaves in LeafHeap's heap."""
 
@@ -117,20 +118,21 @@ class ShadowTree(LeafHeap):
         split by this walk, likewise against real's child."""
         if real is None:
             return
-        if lower is not None and real.depth + real.size == lower.depth:
-            below = real.children.get(lower.key[:self.page_bytes])
+        fields = cast("NodeFields[Any]", real)  # (its fields read natively, compiled: a PrefixNode's are not)
+        if lower is not None and fields.depth + fields.size == lower.depth:
+            below: NodeFields[Any] | None = real.children.get(lower.key[:self.page_bytes])
             if below is not None and below.size == lower.size and below.key == lower.key:
                 lower.key = below.key
-        i = len(path) - 1
-        while i >= 0 and real is not None and real.parent is not None:
+        i, r = len(path) - 1, cast("NodeFields[Any] | None", fields)
+        while i >= 0 and r is not None and r.parent is not None:
             node = path[i]
-            end, real_end = node.depth + node.size, real.depth + real.size
+            end, real_end = node.depth + node.size, r.depth + r.size
             if end < real_end:
-                real = real.parent
+                r = r.parent
                 continue
             if end == real_end:
-                if node.depth == real.depth and node.key is not real.key and node.key == real.key:
-                    node.key = real.key
+                if node.depth == r.depth and node.key is not r.key and node.key == r.key:
+                    node.key = r.key
                 return
             i -= 1
 
