@@ -28,6 +28,7 @@ node of a split would take (the same keys and order, no new node).
 
 from __future__ import annotations
 
+import heapq
 from typing import TYPE_CHECKING, Any, Final, Iterable, cast
 
 from radixkv.eviction.view import NodeFields, ShadowView
@@ -39,6 +40,7 @@ if TYPE_CHECKING:
     from radixkv.eviction.view import FixedPolicyView
     from radixkv.radix.node import TreeNode
 
+_heappop: Final = heapq.heappop  # (Final: compiled, a C static, not a module-dict lookup a call)
 
 
 class ShadowTree(LeafHeap, ShadowView):
@@ -52,6 +54,7 @@ class ShadowTree(LeafHeap, ShadowView):
         self.roots: dict[bytes, ShadowNode] = {}  # namespace key -> root, while it has children
         self.used = 0  # tokens held
         self._held: ShadowNode | None = None  # the path end an insert protects while it evicts
+        self._refreshed: ShadowNode | None = None  # a leaf the last match refreshed, re-keyed in the heap later
         self._version = 0  # bumped by every insert: a remembered walk is valid only within one version
         self._matched: tuple[bytes, bytes, list[ShadowNode], int, int] | None = None  # the last match's walk
 
@@ -76,6 +79,8 @@ class ShadowTree(LeafHeap, ShadowView):
     def match(self, ns: bytes, key: bytes, end: int = -1) -> int:
         """Tokens of `key` (int32 token bytes; with `end` >= 0 its first `end` bytes only, not copied; a trailing
         partial page matches nothing) the shadow holds below namespace `ns`; refreshes them."""
+        if self._refreshed is not None:
+            self._rekey_refreshed(None)
         root = self.roots.get(ns)
         self._matched_tick = -1
         if root is None:
@@ -97,8 +102,8 @@ class ShadowTree(LeafHeap, ShadowView):
         for node in path:
             node.last_access = tick
             node.hit_count += 1
-        if last.hkey is not None:  # only the last node of a path can be a leaf
-            self._touched(last)
+        if last.hkey is not None:  # only the last node of a path can be a leaf: re-keyed at the next call
+            self._refreshed = last
         self._share(path, lower, self.keys.real_end(key))
         self._matched_tick = tick
         self._matched = (ns, key, path, pos, self._version)
@@ -130,6 +135,14 @@ class ShadowTree(LeafHeap, ShadowView):
                     node.key = r.key
                 return
             i -= 1
+
+    def _rekey_refreshed(self, end: ShadowNode | None) -> None:
+        """Re-key the leaf the last match refreshed, unless it is `end`, the path end of the insert that follows
+        (a new leaf below it drops it from the heap, else the insert re-keys it): one heap push, not two. The
+        heap's order is by keys alone, so a push made later with the same key changes nothing."""
+        node, self._refreshed = self._refreshed, None
+        if node is not None and node is not end and node.hkey is not None:
+            self._push(node)
 
     def _walk_on(self, ns: bytes, key: bytes, root: ShadowNode, head: bytes | None, cut: int
                  ) -> tuple[list[ShadowNode], int, bytes, int]:
@@ -174,6 +187,8 @@ class ShadowTree(LeafHeap, ShadowView):
             node = path[-1]
             if node.depth + node.size > pos // 4:
                 node = path[-1] = self.split_edge(node, pos // 4 - node.depth)
+        if self._refreshed is not None:
+            self._rekey_refreshed(node)
         excess = self.used + (len(left) - off) // 4 - capacity
         if excess > 0:
             self._held = node
@@ -200,7 +215,7 @@ class ShadowTree(LeafHeap, ShadowView):
             for n in path:
                 n.last_access = tick
             if leaf is None and node.hkey is not None:
-                self._touched(node)
+                self._push(node)
         if leaf is None:
             return 0
         self._push(leaf)
@@ -209,9 +224,11 @@ class ShadowTree(LeafHeap, ShadowView):
     def evict(self, num_tokens: int) -> int:
         """Drop at least `num_tokens` tokens if held, smallest key first, trimming a leaf's tail
         pages when fewer are needed than it holds. Returns tokens dropped."""
+        if self._refreshed is not None:
+            self._rekey_refreshed(None)
         ps, freed = self.page_size, 0
         while freed < num_tokens and self._live:
-            leaf = self._least()
+            leaf = self._least()  # its entry is the heap's first: popped or replaced below
             self._drop(leaf)
             keep = leaf.size - -(-(num_tokens - freed) // ps) * ps
             if keep > 0:  # only its tail pages go: its head stays as the node a split would make (with the next id)
@@ -220,18 +237,18 @@ class ShadowTree(LeafHeap, ShadowView):
                 leaf.size = keep
                 leaf.id = self._next_id
                 self._next_id += 1
-                self._push(leaf)
+                self._push(leaf, True)
                 break
             freed += leaf.size
             parent = leaf.parent
             assert parent is not None  # a leaf in the heap is never a root
             del parent.children[leaf.key[:self.page_bytes]]
-            if parent.children:
-                continue
-            if parent.parent is None:
+            if parent.parent is None and not parent.children:
                 del self.roots[parent.ns]
-            elif parent is not self._held:
-                self._push(parent)
+            if parent.children or parent.parent is None or parent is self._held:
+                _heappop(self._heap)
+            else:
+                self._push(parent, True)  # a leaf now
         self.used -= freed
         return freed
 

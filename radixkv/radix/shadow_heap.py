@@ -1,15 +1,12 @@
 """LeafHeap: a shadow tree's evictable leaves in policy order (radix/shadow.py's ShadowTree is one).
 
 Its nodes (ShadowNode) carry the fields the fixed policies' keys read (PrefixNode), so the registry's
-key functions work on them unchanged. The evictable leaves sit in a heap with lazy deletion, the key of a
-member's live entry kept on the node itself (`hkey`; None: not a member). Under LRU or LFU (the adaptive policy's
+key functions work on them unchanged. The evictable leaves sit in a heap with lazy deletion, the current
+key kept on the node itself (`hkey`; None: not a member). Under LRU or LFU (the adaptive policy's
 experts) the key is their key tuple packed into one int in the same order, ending in the node's id
 (`_int_key`), and the heap holds the ints alone: a heap comparison is one int comparison (not two levels
 of tuple comparison), and a popped key finds its node by id (`_leaves`: the heap's members). Other
-policies' heaps hold (key tuple, node). An int-keyed member is also re-keyed lazily: a match or an insert that
-refreshes it leaves its entry in place (its key when pushed, a lower bound of its key now), and the entry is
-brought up to date only when it reaches the top (`_least`), once however often it was refreshed meanwhile
-(eagerly, a push a refresh and a stale entry popped for each); a heap of tuples is re-keyed at once.
+policies' heaps hold (key tuple, node).
 """
 
 from __future__ import annotations
@@ -32,6 +29,7 @@ LRU_KEY: Final = 1  # ... LRU's as one int
 LFU_KEY: Final = 2  # ... or LFU's as one int
 _heappush: Final = heapq.heappush  # (Final: compiled, a C static, not a module-dict lookup a call)
 _heappop: Final = heapq.heappop
+_heapreplace: Final = heapq.heapreplace
 
 
 def _int_key(node: ShadowNode, kind: int, bits: int) -> int:
@@ -48,7 +46,7 @@ class ShadowNode(PrefixNode["ShadowNode"]):
 
     def __init__(self, node_id: int, ns: bytes, parent: ShadowNode | None, key: bytes, tick: int) -> None:
         PrefixNode.__init__(self, node_id, ns, parent, key, tick)
-        self.hkey: object = None  # its live entry's key in the leaf heap (int or tuple); None: not a member
+        self.hkey: object = None  # current key in the shadow's leaf heap (int or tuple); None: not a member
 
 
 class LeafHeap(TreeCore[ShadowNode]):
@@ -68,12 +66,13 @@ class LeafHeap(TreeCore[ShadowNode]):
     def __len__(self) -> int:
         return self._live  # evictable leaves
 
-    def _push(self, node: ShadowNode) -> None:
-        """(Re-)key leaf `node` in the heap."""
+    def _push(self, node: ShadowNode, top: bool = False) -> None:
+        """(Re-)key leaf `node` in the heap; `top`: in place of the heap's first entry, which the caller is done
+        with (one sift, where a pop and a push make two)."""
         kind = self._kind
         if kind != TUPLE_KEY and (node.last_access | node.id) >> self._bits:
-            self._rekey()  # an int key would no longer keep the order
-            kind = self._kind
+            self._rekey()  # an int key would no longer keep the order (the rebuilt heap's first entry is live)
+            kind, top = self._kind, False
         if node.hkey is None:
             self._live += 1
             if kind != TUPLE_KEY:
@@ -82,36 +81,25 @@ class LeafHeap(TreeCore[ShadowNode]):
         if kind != TUPLE_KEY:
             k: object = _int_key(node, kind, self._bits)  # one object: the heap's entry and node.hkey (`is`)
             node.hkey = k
-            _heappush(heap, k)
         else:
             node.hkey = t = self._key(node)
-            _heappush(heap, (t, node))
+            k = (t, node)
+        if top:
+            _heapreplace(heap, k)
+        else:
+            _heappush(heap, k)
         if len(heap) > 2 * self._live + 64:
             self._heap = [e for e in heap if self._entry(e) is not None]
             heapify(self._heap)
 
-    def _touched(self, node: ShadowNode) -> None:
-        """Member `node`'s key grew (a match or an insert refreshed it): re-keyed now in a heap of tuples. An int
-        key's heap keeps its entry, a lower bound of its key, and re-keys it when it is popped (`_least`)."""
-        if self._kind == TUPLE_KEY:
-            self._push(node)
-
     def _least(self) -> ShadowNode:
-        """Pop the member with the smallest key (there must be one); it stays a member (`_drop` takes it out).
-        Stale entries are skipped; a member whose int key grew since its entry was pushed is re-keyed and the
-        search goes on. Exact: a member's key never shrinks (LRU's and LFU's fields only grow; a trim's new id
-        is re-pushed at once), so every member's entry is at most its key, and an entry equal to its member's
-        key is the smallest key of all (keys end in the unique id: no ties)."""
+        """The member with the smallest key (there must be one), its entry the heap's first: the caller pops or
+        replaces that entry (`_push(..., top=True)`). Stale entries before it are popped."""
         while True:
-            e = _heappop(self._heap)
-            node = self._entry(e)
-            if node is None:
-                continue
-            kind = self._kind
-            if kind == TUPLE_KEY or (not (node.last_access | node.id) >> self._bits
-                                     and _int_key(node, kind, self._bits) == cast(int, e)):
+            node = self._entry(self._heap[0])
+            if node is not None:
                 return node
-            self._push(node)
+            _heappop(self._heap)
 
     def _entry(self, e: object) -> ShadowNode | None:
         """The node of heap entry `e` if the entry is live, else None."""
