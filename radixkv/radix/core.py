@@ -77,7 +77,8 @@ class TreeCore(Generic[N]):
         """A direct insert is a use of `path` (as in SGLang), but a request's match followed by its own
         insert counts once: from the end, the nodes the last match already counted are a prefix."""
         seen = self.tick if self._matched_tick == self.tick else -1
-        for n in path[::-1]:  # (not reversed(): mypyc 2.4 fails on reversed() over a list of a TypeVar)
+        for i in range(len(path) - 1, -1, -1):  # (not path[::-1]: a generic slice compiled; not reversed(): mypyc
+            n = path[i]  # 2.4 fails on reversed() over a list of a TypeVar)
             if n.last_access == seen and n is not leaf:
                 break
             n.hit_count += 1
