@@ -196,7 +196,7 @@ class ShadowTree(LeafHeap, ShadowView):
                 self._drop(node)
             self.evict(excess)
             self._held = None
-            if node.parent is not None and not node.children:
+            if node.parent is not None and not node.children and off >= len(left):  # (else a new leaf's parent)
                 self._push(node)
             if ns not in self.roots:  # eviction drops emptied roots, this one included
                 self.roots[ns] = root

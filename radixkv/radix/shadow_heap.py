@@ -84,8 +84,12 @@ class LeafHeap(TreeCore[ShadowNode]):
         else:
             node.hkey = t = self._key(node)
             k = (t, node)
-        if top:
-            _heapreplace(heap, k)
+        if top:  # a trimmed victim's key is mostly still the least: then its place is the first, no sift
+            n = len(heap)
+            if (n < 2 or not heap[1] < k) and (n < 3 or not heap[2] < k):
+                heap[0] = k
+            else:
+                _heapreplace(heap, k)
         else:
             _heappush(heap, k)
         if len(heap) > 2 * self._live + 64:
