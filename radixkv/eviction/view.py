@@ -4,7 +4,9 @@ Policies order nodes and learn from the tree's hooks; they never change a node. 
 TreeNode satisfies CachedNodeView (a NodeView with its tree) and RadixTree TreeView; a shadow's
 ShadowNode (both are PrefixNodes, radix/core.py) satisfies NodeView: every field a key function
 reads, which is all a shadow's fixed policy asks of it. Hooks see CachedNodeViews, keys NodeViews.
-Nothing in eviction/ imports radix/: the dependency runs one way, radix -> eviction.
+A shadow itself (radix/shadow.py's ShadowTree) and the keys it shares (ShadowKeys) inherit ShadowView and
+ShadowKeysView, mypyc traits declared here. Nothing in eviction/ imports radix/: the dependency runs one way,
+radix -> eviction.
 
 Every node a policy is given is also a NodeFields: the class that holds the NodeView's plain fields
 (PrefixNode extends it), so a TreeNode and a ShadowNode both are one. Compiled (mypyc), a field read through
