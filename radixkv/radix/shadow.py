@@ -17,10 +17,8 @@ bytes object: told where the real match ended (radix/shadow_keys.py), a match gi
 that ends where a real edge of that match ends, and the lower half of an edge it split, the real node's key when
 the bytes are equal (`_share`); an insert's new leaf keeps the real new leaf's key (`tail`): one copy for both trees.
 
-Cost per call: one walk over the edges of the key, a split at most, and O(log n) heap work per
-leaf touched or evicted. Where the key and an
-edge part, a binary search of memcmps finds their common pages (`parting`; the core's numpy compare costs
-~18k instructions a call). An insert that extends the last match walks on from where it ended; it may take its key
+Cost per call: one walk over the edges of the key (the core's: where the key and an edge part, a binary search
+of memcmps, `parting`), a split at most, and O(log n) heap work per leaf touched or evicted. An insert that extends the last match walks on from where it ended; it may take its key
 as the match's key, a cut and the rest (head[:cut] + key: the adaptive policy's insert that the real tree walked on
 from its lookup's end), never put together then. A trim keeps the victim's head in place under the id the upper
 node of a split would take (the same keys and order, no new node).
@@ -61,20 +59,6 @@ class ShadowTree(LeafHeap, ShadowView):
     def _root(self, ns: bytes) -> ShadowNode:
         root = self.roots[ns] = self.make_node(ns, None, b"")
         return root
-
-    def parting(self, edge: bytes, key: bytes, pos: int) -> int:
-        """TreeCore.parting by a binary search of memcmps, not numpy (core.common_bytes: ~18k instructions
-        a call). The first `lo` pages are known equal, so a step slices and compares only pages [lo, mid):
-        the slices halve, ~one edge's bytes copied in all (not a slice from the edge's start a step)."""
-        pb = self.page_bytes
-        lo, hi = 1, min(len(edge), len(key) - pos) // pb
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            if key.startswith(edge[lo * pb:mid * pb], pos + lo * pb):
-                lo = mid
-            else:
-                hi = mid - 1
-        return lo * pb
 
     def match(self, ns: bytes, key: bytes, end: int = -1) -> int:
         """Tokens of `key` (int32 token bytes; with `end` >= 0 its first `end` bytes only, not copied; a trailing
