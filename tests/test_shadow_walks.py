@@ -9,7 +9,6 @@ import torch
 
 from radixkv.bench.workloads import agent
 from radixkv.eviction import make_policy
-from radixkv.radix.core import common_bytes
 from radixkv.radix.shadow import ShadowTree
 
 def _state(shadow: ShadowTree) -> list[tuple]:
@@ -53,9 +52,17 @@ def test_a_match_of_a_keys_first_bytes_is_the_match_of_their_copy(page_size: int
 
 
 
+def _common_pages(a: bytes, b: bytes, pos: int, page_bytes: int) -> int:
+    """Bytes of whole pages of `a` equal to `b[pos:]` from the start (numpy: the reference)."""
+    n = min(len(a), len(b) - pos) // 4
+    diff = np.frombuffer(a, np.int32, n) != np.frombuffer(b, np.int32, n, pos)
+    same = int(np.argmax(diff)) if diff.any() else n
+    return same * 4 // page_bytes * page_bytes
+
+
 def test_common_pages_by_binary_search() -> None:
-    """A shadow's `parting` (a binary search) gives the whole pages an edge and a key share, as the core's
-    numpy `common_bytes` does, for every place they can part, and when one ends."""
+    """The core's `parting` (a binary search, every tree's: the real one's and a shadow's) gives the whole pages
+    an edge and a key share, as a numpy compare does, for every place they can part, and when one ends."""
     shadow = ShadowTree(make_policy("lru"), 2)  # 8-byte pages
     pb = shadow.page_bytes
     rng = np.random.default_rng(5)
@@ -65,10 +72,10 @@ def test_common_pages_by_binary_search() -> None:
         key[2 * part + int(rng.integers(0, 2))] += 1
         prefix = rng.integers(0, 2**31 - 1, size=4, dtype=np.int32)  # 2 pages before the walk's position
         full = np.concatenate([prefix, key]).tobytes()
-        assert shadow.parting(edge.tobytes(), full, 16) == pb * part == common_bytes(edge.tobytes(), full, 16, pb)
+        assert shadow.parting(edge.tobytes(), full, 16) == pb * part == _common_pages(edge.tobytes(), full, 16, pb)
     for a, b, pages in ((edge, edge[:2 * 5], 5), (edge[:2 * 3], edge, 3)):  # the key ends first; the edge does
         x, y = a.tobytes(), b.tobytes()
-        assert shadow.parting(x, y, 0) == pb * pages == common_bytes(x, y, 0, pb)
+        assert shadow.parting(x, y, 0) == pb * pages == _common_pages(x, y, 0, pb)
 
 
 @pytest.mark.parametrize("policy", ["lru", "lfu"])

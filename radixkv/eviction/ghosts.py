@@ -54,7 +54,7 @@ class GhostLFU(LFU):
     def __init__(self) -> None:
         self.page_bytes = 4  # key bytes of an edge's first page (the tree's: set at its first eviction)
         self.active = False  # False: plain LFU's key
-        self.ghosts: dict[int, int] = {}  # where an evicted edge started (_start) -> uses << 40 | end
+        self.ghosts: dict[object, int] = {}  # where an evicted edge started (_start, an int) -> uses << 40 | end
         self._evictions = 0  # since the ghosts last halved
         self._ns = b""  # the namespace _start saw last, and its hash mixed (_start)
         self._ns_mix: i64 = hash(b"") * _ODD & _MASK
@@ -84,7 +84,8 @@ class GhostLFU(LFU):
         """`victim` (a node of the real cache) is about to be evicted: keep its uses."""
         v = cast(NodeFields, victim)
         ghosts, depth = self.ghosts, v.depth
-        start, end = self._start(v.ns, depth, v.key), depth + v.size
+        start: object = self._start(v.ns, depth, v.key)  # (an int boxed once for the dict's calls, not once each)
+        end = depth + v.size
         old = ghosts.get(start, 0)  # (a ghost is never 0)
         if old:
             del ghosts[start]  # written again below, if at all, as the newest (dict.pop: a generic call, compiled)

@@ -4,7 +4,9 @@ Policies order nodes and learn from the tree's hooks; they never change a node. 
 TreeNode satisfies CachedNodeView (a NodeView with its tree) and RadixTree TreeView; a shadow's
 ShadowNode (both are PrefixNodes, radix/core.py) satisfies NodeView: every field a key function
 reads, which is all a shadow's fixed policy asks of it. Hooks see CachedNodeViews, keys NodeViews.
-Nothing in eviction/ imports radix/: the dependency runs one way, radix -> eviction.
+A shadow itself (radix/shadow.py's ShadowTree) and the keys it shares (ShadowKeys) inherit ShadowView and
+ShadowKeysView, mypyc traits declared here. Nothing in eviction/ imports radix/: the dependency runs one way,
+radix -> eviction.
 
 Every node a policy is given is also a NodeFields: the class that holds the NodeView's plain fields
 (PrefixNode extends it), so a TreeNode and a ShadowNode both are one. Compiled (mypyc), a field read through
@@ -19,6 +21,8 @@ implement crashes mypyc where an attribute overrides a Protocol property (bench/
 from __future__ import annotations
 
 from typing import Generic, Mapping, Protocol, TypeVar
+
+from mypy_extensions import trait
 
 F = TypeVar("F", bound="NodeFields")  # a tree's own node class: its parent is of it too
 
@@ -86,21 +90,29 @@ class FixedPolicyView(Protocol):
     def key(self, node: NodeView) -> tuple: ...  # eviction order: smallest first
 
 
-class ShadowView(Protocol):
-    """A metadata-only replay of a tree under one fixed policy (radix/shadow.py's ShadowTree)."""
+@trait
+class ShadowView:
+    """A metadata-only replay of a tree under one fixed policy (radix/shadow.py's ShadowTree inherits it). A mypyc
+    trait, not a Protocol: compiled, the policy's calls into its shadows are native (a vtable's), where a Protocol's
+    are generic method calls (arguments boxed and parsed by name); interpreted, a plain base class."""
 
-    def match(self, ns: bytes, key: bytes, end: int = -1) -> int: ...  # tokens held of key[:end]; refreshes
+    def match(self, ns: bytes, key: bytes, end: int = -1) -> int:  # tokens held of key[:end]; refreshes
+        raise NotImplementedError
 
     def insert(self, ns: bytes, key: bytes, capacity: int, use: bool, tail: bytes | None = None,
-               head: bytes | None = None, cut: int = 0) -> int: ...
-    # evict down to capacity, add; `tail`: an object equal to key's end that a new leaf may keep instead of a copy;
-    # with `head` the key is head[:cut] + key (never put together where the last match asked `head` itself)
+               head: bytes | None = None, cut: int = 0) -> int:
+        # evict down to capacity, add; `tail`: an object equal to key's end that a new leaf may keep instead of a
+        # copy; with `head` the key is head[:cut] + key (never put together where the last match asked `head` itself)
+        raise NotImplementedError
 
 
-class ShadowKeysView(Protocol):
-    """Where the real cache's last match ended, told to a tree's shadows (radix/shadow_keys.py's ShadowKeys)."""
+@trait
+class ShadowKeysView:
+    """Where the real cache's last match ended, told to a tree's shadows (radix/shadow_keys.py's ShadowKeys inherits
+    it; a trait, as ShadowView is)."""
 
-    def along(self, key: bytes, node: NodeView) -> None: ...  # node: key's real match end; shadows share its keys
+    def along(self, key: bytes, node: NodeView) -> None:  # node: key's real match end; shadows share its keys
+        raise NotImplementedError
 
 
 class TreeView(Protocol):

@@ -17,10 +17,8 @@ bytes object: told where the real match ended (radix/shadow_keys.py), a match gi
 that ends where a real edge of that match ends, and the lower half of an edge it split, the real node's key when
 the bytes are equal (`_share`); an insert's new leaf keeps the real new leaf's key (`tail`): one copy for both trees.
 
-Cost per call: one walk over the edges of the key, a split at most, and O(log n) heap work per
-leaf touched or evicted. Where the key and an
-edge part, a binary search of memcmps finds their common pages (`parting`; the core's numpy compare costs
-~18k instructions a call). An insert that extends the last match walks on from where it ended; it may take its key
+Cost per call: one walk over the edges of the key (the core's: where the key and an edge part, a binary search
+of memcmps, `parting`), a split at most, and O(log n) heap work per leaf touched or evicted. An insert that extends the last match walks on from where it ended; it may take its key
 as the match's key, a cut and the rest (head[:cut] + key: the adaptive policy's insert that the real tree walked on
 from its lookup's end), never put together then. A trim keeps the victim's head in place under the id the upper
 node of a split would take (the same keys and order, no new node).
@@ -29,8 +27,9 @@ node of a split would take (the same keys and order, no new node).
 from __future__ import annotations
 
 import heapq
-from typing import TYPE_CHECKING, Any, Final, Iterable
+from typing import TYPE_CHECKING, Any, Final, Iterable, cast
 
+from radixkv.eviction.view import NodeFields, ShadowView
 from radixkv.radix.core import PrefixNode
 from radixkv.radix.shadow_heap import LeafHeap, ShadowNode
 from radixkv.radix.shadow_keys import ShadowKeys
@@ -42,7 +41,7 @@ if TYPE_CHECKING:
 _heappop: Final = heapq.heappop  # (Final: compiled, a C static, not a module-dict lookup a call)
 
 
-class ShadowTree(LeafHeap):
+class ShadowTree(LeafHeap, ShadowView):
     """A metadata-only prefix cache under `policy` (a fixed policy: its key reads node fields only), its
     evictable leaves in LeafHeap's heap."""
 
@@ -60,20 +59,6 @@ class ShadowTree(LeafHeap):
     def _root(self, ns: bytes) -> ShadowNode:
         root = self.roots[ns] = self.make_node(ns, None, b"")
         return root
-
-    def parting(self, edge: bytes, key: bytes, pos: int) -> int:
-        """TreeCore.parting by a binary search of memcmps, not numpy (core.common_bytes: ~18k instructions
-        a call). The first `lo` pages are known equal, so a step slices and compares only pages [lo, mid):
-        the slices halve, ~one edge's bytes copied in all (not a slice from the edge's start a step)."""
-        pb = self.page_bytes
-        lo, hi = 1, min(len(edge), len(key) - pos) // pb
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            if key.startswith(edge[lo * pb:mid * pb], pos + lo * pb):
-                lo = mid
-            else:
-                hi = mid - 1
-        return lo * pb
 
     def match(self, ns: bytes, key: bytes, end: int = -1) -> int:
         """Tokens of `key` (int32 token bytes; with `end` >= 0 its first `end` bytes only, not copied; a trailing
@@ -117,20 +102,21 @@ class ShadowTree(LeafHeap):
         split by this walk, likewise against real's child."""
         if real is None:
             return
-        if lower is not None and real.depth + real.size == lower.depth:
-            below = real.children.get(lower.key[:self.page_bytes])
+        fields = cast("NodeFields[Any]", real)  # (its fields read natively, compiled: a PrefixNode's are not)
+        if lower is not None and fields.depth + fields.size == lower.depth:
+            below: NodeFields[Any] | None = real.children.get(lower.key[:self.page_bytes])
             if below is not None and below.size == lower.size and below.key == lower.key:
                 lower.key = below.key
-        i = len(path) - 1
-        while i >= 0 and real is not None and real.parent is not None:
+        i, r = len(path) - 1, cast("NodeFields[Any] | None", fields)
+        while i >= 0 and r is not None and r.parent is not None:
             node = path[i]
-            end, real_end = node.depth + node.size, real.depth + real.size
+            end, real_end = node.depth + node.size, r.depth + r.size
             if end < real_end:
-                real = real.parent
+                r = r.parent
                 continue
             if end == real_end:
-                if node.depth == real.depth and node.key is not real.key and node.key == real.key:
-                    node.key = real.key
+                if node.depth == r.depth and node.key is not r.key and node.key == r.key:
+                    node.key = r.key
                 return
             i -= 1
 
@@ -194,7 +180,7 @@ class ShadowTree(LeafHeap):
                 self._drop(node)
             self.evict(excess)
             self._held = None
-            if node.parent is not None and not node.children:
+            if node.parent is not None and not node.children and off >= len(left):  # (else a new leaf's parent)
                 self._push(node)
             if ns not in self.roots:  # eviction drops emptied roots, this one included
                 self.roots[ns] = root
@@ -226,10 +212,7 @@ class ShadowTree(LeafHeap):
             self._rekey_refreshed(None)
         ps, freed = self.page_size, 0
         while freed < num_tokens and self._live:
-            got = self._entry(_heappop(self._heap))
-            if got is None:  # a stale entry
-                continue
-            leaf = got
+            leaf = self._least()  # its entry is the heap's first: popped or replaced below
             self._drop(leaf)
             keep = leaf.size - -(-(num_tokens - freed) // ps) * ps
             if keep > 0:  # only its tail pages go: its head stays as the node a split would make (with the next id)
@@ -238,18 +221,18 @@ class ShadowTree(LeafHeap):
                 leaf.size = keep
                 leaf.id = self._next_id
                 self._next_id += 1
-                self._push(leaf)
+                self._push(leaf, True)
                 break
             freed += leaf.size
             parent = leaf.parent
             assert parent is not None  # a leaf in the heap is never a root
             del parent.children[leaf.key[:self.page_bytes]]
-            if parent.children:
-                continue
-            if parent.parent is None:
+            if parent.parent is None and not parent.children:
                 del self.roots[parent.ns]
-            elif parent is not self._held:
-                self._push(parent)
+            if parent.children or parent.parent is None or parent is self._held:
+                _heappop(self._heap)
+            else:
+                self._push(parent, True)  # a leaf now
         self.used -= freed
         return freed
 

@@ -28,6 +28,8 @@ TUPLE_KEY: Final = 0  # how a shadow keys its heap: the policy's own key tuple,
 LRU_KEY: Final = 1  # ... LRU's as one int
 LFU_KEY: Final = 2  # ... or LFU's as one int
 _heappush: Final = heapq.heappush  # (Final: compiled, a C static, not a module-dict lookup a call)
+_heappop: Final = heapq.heappop
+_heapreplace: Final = heapq.heapreplace
 
 
 def _int_key(node: ShadowNode, kind: int, bits: int) -> int:
@@ -64,12 +66,13 @@ class LeafHeap(TreeCore[ShadowNode]):
     def __len__(self) -> int:
         return self._live  # evictable leaves
 
-    def _push(self, node: ShadowNode) -> None:
-        """(Re-)key leaf `node` in the heap."""
+    def _push(self, node: ShadowNode, top: bool = False) -> None:
+        """(Re-)key leaf `node` in the heap; `top`: in place of the heap's first entry, which the caller is done
+        with (one sift, where a pop and a push make two)."""
         kind = self._kind
         if kind != TUPLE_KEY and (node.last_access | node.id) >> self._bits:
-            self._rekey()  # an int key would no longer keep the order
-            kind = self._kind
+            self._rekey()  # an int key would no longer keep the order (the rebuilt heap's first entry is live)
+            kind, top = self._kind, False
         if node.hkey is None:
             self._live += 1
             if kind != TUPLE_KEY:
@@ -78,13 +81,29 @@ class LeafHeap(TreeCore[ShadowNode]):
         if kind != TUPLE_KEY:
             k: object = _int_key(node, kind, self._bits)  # one object: the heap's entry and node.hkey (`is`)
             node.hkey = k
-            _heappush(heap, k)
         else:
             node.hkey = t = self._key(node)
-            _heappush(heap, (t, node))
+            k = (t, node)
+        if top:  # a trimmed victim's key is mostly still the least: then its place is the first, no sift
+            n = len(heap)
+            if (n < 2 or not heap[1] < k) and (n < 3 or not heap[2] < k):
+                heap[0] = k
+            else:
+                _heapreplace(heap, k)
+        else:
+            _heappush(heap, k)
         if len(heap) > 2 * self._live + 64:
             self._heap = [e for e in heap if self._entry(e) is not None]
             heapify(self._heap)
+
+    def _least(self) -> ShadowNode:
+        """The member with the smallest key (there must be one), its entry the heap's first: the caller pops or
+        replaces that entry (`_push(..., top=True)`). Stale entries before it are popped."""
+        while True:
+            node = self._entry(self._heap[0])
+            if node is not None:
+                return node
+            _heappop(self._heap)
 
     def _entry(self, e: object) -> ShadowNode | None:
         """The node of heap entry `e` if the entry is live, else None."""

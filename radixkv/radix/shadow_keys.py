@@ -13,13 +13,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, cast
 
+from radixkv.eviction.view import ShadowKeysView
 from radixkv.radix.core import PrefixNode
 
 if TYPE_CHECKING:
     from radixkv.eviction.view import NodeView
 
 
-class ShadowKeys:
+class ShadowKeys(ShadowKeysView):
     """The last key a shadow was told about and the real node its real match reached (module docstring)."""
 
     def __init__(self) -> None:
