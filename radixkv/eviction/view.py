@@ -96,6 +96,8 @@ class ShadowView(Protocol):
     # evict down to capacity, add; `tail`: an object equal to key's end that a new leaf may keep instead of a copy;
     # with `head` the key is head[:cut] + key (never put together where the last match asked `head` itself)
 
+    def fork(self, policy: FixedPolicyView) -> ShadowView: ...  # a copy under policy (before its first eviction)
+
 
 class ShadowKeysView(Protocol):
     """Where the real cache's last match ended, told to a tree's shadows (radix/shadow_keys.py's ShadowKeys)."""
