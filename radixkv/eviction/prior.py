@@ -9,10 +9,11 @@ followed expert by PRIOR_VETO standard deviations: the whole history's lead at o
 alone, followed LFU where LRU won at the real size (bench/RESULTS.md, round 9). The constants are the
 policy's (eviction/adaptive.py), so a subclass tunes them in one place.
 
-The replays are most of the prior's cost, so the second is made only when the first says to leave, and a
-replay runs one shadow for both experts until its caches could first evict (they hold the same until then),
-then forks it. The second replay's size, PRIOR_CHECK 0.75 (0.5 until round 18), vetoes the same grid cells
-(one of 608: bench/RESULTS.md, round 18) and evicts only in the history's last quarter: one shadow until then.
+The replays are most of the prior's cost, so the second is made only when the first says to leave; a replay
+runs one shadow for both experts until its caches could first evict (they hold the same until then), then forks
+it, and the second goes on from a copy of the first's one shadow where that one forked. Its size, PRIOR_CHECK
+0.75 (0.5 until round 18), vetoes the same grid cells as 0.5 did (one of 584: bench/RESULTS.md, round 18); a
+cache of 0.75 first evicts once three quarters of the history's new tokens are in.
 """
 
 from __future__ import annotations
