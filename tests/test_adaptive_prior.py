@@ -16,9 +16,12 @@ from radixkv import RadixCache
 from radixkv.bench.opt import build_segments
 from radixkv.bench.runner import sim_config
 from radixkv.eviction.adaptive import Adaptive
+from radixkv.eviction.history import History
 from radixkv.eviction.policies import LFU, LRU, EvictionPolicy
 from radixkv.eviction.prior import replay
 from radixkv.radix.shadow import ShadowTree
+from radixkv.radix.tree import RadixTree
+from radixkv.radix.shadow_heap import ShadowNode
 from test_adaptive import SESSIONS, _serve
 
 
@@ -78,7 +81,7 @@ def test_the_priors_replay_shares_the_real_leaves_keys_and_decides_as_copies_do(
             return made[-1]
 
     size = total // 16 // page_size * page_size  # the experts part: 133 of 288 lookups differ
-    leads, asked = replay(Keeping(), policy._history, LRU(), LFU(), size)  # type: ignore[arg-type]
+    leads, asked, _ = replay(Keeping(), policy._history, LRU(), LFU(), size)  # type: ignore[arg-type]
     mine, theirs = real.shadow(LRU()), real.shadow(LFU())
     plain: list[int] = []
     for ns, key, use in policy._history:
@@ -88,10 +91,68 @@ def test_the_priors_replay_shares_the_real_leaves_keys_and_decides_as_copies_do(
         else:
             plain.append(theirs.match(ns, key) - mine.match(ns, key))
     assert leads == plain and len(asked) == len(reqs) and any(leads)
+    assert len(made) == 1  # LFU's: LRU's is forked from it before the first eviction (below)
     real_keys = {id(n.key) for n in real.nodes()}
-    for shadow, least in zip(made, (0.2, 0.6)):  # LRU's, LFU's
-        nodes = [n for root in shadow.roots.values() for n in root.children.values()]
-        for n in nodes:
-            nodes.extend(n.children.values())
-        held = sum(len(n.key) for n in nodes)
-        assert shadow.used == size and sum(len(n.key) for n in nodes if id(n.key) in real_keys) > least * held
+    held = sum(len(n.key) for n in _nodes(made[0]))
+    assert made[0].used == size and sum(len(n.key) for n in _nodes(made[0]) if id(n.key) in real_keys) > 0.6 * held
+
+
+def _nodes(shadow: ShadowTree) -> list[ShadowNode]:
+    nodes = list(shadow.roots.values())
+    for n in nodes:
+        nodes.extend(n.children.values())
+    return nodes
+
+
+def _fields(shadow: ShadowTree) -> list[tuple]:
+    """Every node's fields but hit counts (LFU's inserts count uses, LRU's do not), its parent's id and children."""
+    return sorted((n.ns, n.id, n.key, n.depth, n.last_access, n.created, n.priority,
+                   -1 if n.parent is None else n.parent.id, sorted(n.children)) for n in _nodes(shadow))
+
+
+@pytest.mark.parametrize("page_size", [1, 16])
+def test_a_shadow_forked_before_its_first_eviction_runs_as_one_fed_the_traffic_from_the_start(page_size: int) -> None:
+    """The prior's replay runs one shadow (LFU's: it counts insert uses) until one of its size could first evict,
+    then forks it for LRU (whose key reads no hit counts): from there on the fork holds, matches and evicts what
+    an LRU shadow fed the whole traffic does (the replay's leads: the test above)."""
+    total, real, history = _whole_history("agent", page_size)
+    entries = list(history)
+    size = total // 8 // page_size * page_size
+    one, lru = real.shadow(LFU()), real.shadow(LRU())
+    fork: ShadowTree | None = None
+    for ns, key, use in entries:
+        if fork is None and use is not None and one.used + len(key) // 4 > size:  # as replay() forks
+            fork = one.fork(LRU())
+            assert _fields(fork) == _fields(lru) and (fork.used, fork.tick) == (lru.used, lru.tick)
+        ahead = one if fork is None else fork
+        if use is None:
+            assert ahead.match(ns, key) == lru.match(ns, key)
+        else:
+            assert ahead.insert(ns, key, size, use) == lru.insert(ns, key, size, use)
+    assert fork is not None and _fields(fork) == _fields(lru) and lru.used == size
+
+
+@pytest.mark.parametrize("page_size", [1, 16])
+def test_the_second_replay_goes_on_from_the_first_ones_fork_with_its_own_leads(page_size: int) -> None:
+    """leaves_start's second replay (a larger size) starts from a copy of the first's one shadow where it forked,
+    not from the history's start: the same leads and asked tokens as a replay of its size from the start."""
+    total, real, history = _whole_history("chat", page_size)
+    small, large = (total // d // page_size * page_size for d in (16, 8))
+    _, _, fork = replay(real, history, LRU(), LFU(), small, None, True)  # type: ignore[arg-type]
+    assert fork is not None and 0 < fork.entry < len(history) and fork.held <= small
+    leads, asked, _ = replay(real, history, LRU(), LFU(), large)  # type: ignore[arg-type]
+    assert replay(real, history, LRU(), LFU(), large, fork)[:2] == (leads, asked)  # type: ignore[arg-type]
+    assert any(leads) and not any(leads[:len(fork.asked)])
+
+
+def _whole_history(sessions: str, page_size: int) -> tuple[int, RadixTree, History]:
+    """SESSIONS[sessions] served by the bench lifecycle in a cache that holds it all: its tokens, the tree, and
+    the adaptive policy's history of it (whole: no eviction)."""
+    reqs = SESSIONS[sessions]
+    total = sum(len(r.tokens) for r in reqs)
+    cache = RadixCache(sim_config(total, page_size, "adaptive", 4096))
+    for r in reqs:
+        _serve(cache, r)
+    policy = cache.tree.policy
+    assert isinstance(policy, Adaptive) and policy._history is not None
+    return total, cache.tree, policy._history

@@ -7,8 +7,13 @@ follows only on the evidence it would switch on (MARGIN and Z) from the later lo
 small caches warm), and only if a second replay, at PRIOR_CHECK x the size, does not favour the
 followed expert by PRIOR_VETO standard deviations: the whole history's lead at one small size, MARGIN
 alone, followed LFU where LRU won at the real size (bench/RESULTS.md, round 9). The constants are the
-policy's (eviction/adaptive.py), so a subclass tunes them in one place; the replays are most of the
-prior's cost, so the second is made only when the first says to leave.
+policy's (eviction/adaptive.py), so a subclass tunes them in one place.
+
+The replays are most of the prior's cost, so the second is made only when the first says to leave; a replay
+runs one shadow for both experts until its caches could first evict (they hold the same until then), then forks
+it, and the second goes on from a copy of the first's one shadow where that one forked. Its size, PRIOR_CHECK
+0.75 (0.5 until round 18), vetoes the same grid cells as 0.5 did (one of 584: bench/RESULTS.md, round 18); a
+cache of 0.75 first evicts once three quarters of the history's new tokens are in.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from typing import TYPE_CHECKING, Protocol
 if TYPE_CHECKING:
     from radixkv.eviction.history import History
     from radixkv.eviction.policies import EvictionPolicy
-    from radixkv.eviction.view import TreeView
+    from radixkv.eviction.view import ShadowView, TreeView
 
 
 class Rule(Protocol):
@@ -36,32 +41,66 @@ def leaves_start(rule: Rule, tree: TreeView, history: History, own: EvictionPoli
                  capacity: int) -> bool:
     """Whether the history, replayed in small caches, says to follow `other` instead of `own` (the
     expert followed now): the test of the module docstring, with `rule`'s constants."""
-    leads, asked = replay(tree, history, own, other, int(rule.PRIOR_SIZE * capacity))
+    resume = rule.PRIOR_CHECK >= rule.PRIOR_SIZE  # the second replay goes on from where the first forked
+    leads, asked, fork = replay(tree, history, own, other, int(rule.PRIOR_SIZE * capacity), None, resume)
     first = int(rule.PRIOR_FROM * len(leads))
     late = leads[first:]
     lead = sum(late)
     if lead <= rule.MARGIN * sum(asked[first:]) or lead * lead <= rule.Z * rule.Z * sum(x * x for x in late):
         return False
-    checks, asked = replay(tree, history, own, other, int(rule.PRIOR_CHECK * capacity))
+    checks, asked, _ = replay(tree, history, own, other, int(rule.PRIOR_CHECK * capacity), fork, False)
     check = sum(checks)
     return not (-check > rule.MARGIN * sum(asked) and check * check > rule.PRIOR_VETO ** 2 * sum(x * x for x in checks))
 
 
-def replay(tree: TreeView, history: History, own: EvictionPolicy, other: EvictionPolicy,
-           size: int) -> tuple[list[int], list[int]]:
+class Fork:
+    """Where a replay's one shadow forked: a copy of it then, the history entry (an insert) it forked before, the
+    tokens it held and the tokens asked by the lookups before that entry (their leads were 0)."""
+
+    def __init__(self, shadow: ShadowView, entry: int, held: int, asked: list[int]) -> None:
+        self.shadow, self.entry, self.held, self.asked = shadow, entry, held, asked
+
+
+def replay(tree: TreeView, history: History, own: EvictionPolicy, other: EvictionPolicy, size: int,
+           start: Fork | None = None, keep: bool = False) -> tuple[list[int], list[int], Fork | None]:
     """Per lookup of the history replayed through both experts in shadows of `size` tokens: `other`'s
-    match minus `own`'s, and the tokens asked."""
-    mine, theirs, keys = tree.shadow(own), tree.shadow(other), tree.shadow_keys
-    leads: list[int] = []
-    asked: list[int] = []
-    for ns, key, end, use, leaf in history.replay():  # leaf: a real one whose key objects the shadows may share
+    match minus `own`'s, and the tokens asked. Until a shadow of `size` could first evict, both experts hold
+    the same (their leads are 0): one shadow runs for both, under the expert that counts insert uses if one
+    does (the other's key reads no hit counts: policies.py), and is forked for the other before that insert.
+    `start`: go on from another replay's fork (at a size no larger, so this one's leads were 0 up to there too);
+    `keep`: also return this one's (a copy), else None."""
+    keys = tree.shadow_keys
+    first = other if other.insert_is_use else own
+    if start is None:
+        one, i, held, asked = tree.shadow(first), -1, 0, []
+    else:
+        one, i, held, asked = start.shadow, start.entry - 1, start.held, list(start.asked)
+    leads = [0] * len(asked)
+    mine = theirs = one
+    alone: ShadowView | None = one
+    kept: Fork | None = None
+    for ns, key, end, use, leaf in history.replay(i + 1):  # leaf: a real one whose key objects the shadows may share
+        i += 1
         if use is not None:
             tail = leaf.key if leaf is not None else None
+            if alone is not None:
+                if held + len(key) // 4 <= size:  # (no eviction: at most the key is new)
+                    held += alone.insert(ns, key, size, use, tail)
+                    continue
+                if keep:
+                    kept = Fork(alone.fork(first), i, held, list(asked))
+                twin = alone.fork(own if first is other else other)
+                mine, theirs = (twin, alone) if first is other else (alone, twin)
+                alone = None
             mine.insert(ns, key, size, use, tail)
             theirs.insert(ns, key, size, use, tail)
             continue
         if leaf is not None:
             keys.along(key, leaf)
         asked.append(end // 4)
-        leads.append(theirs.match(ns, key, end) - mine.match(ns, key, end))
-    return leads, asked
+        if alone is not None:
+            alone.match(ns, key, end)
+            leads.append(0)
+        else:
+            leads.append(theirs.match(ns, key, end) - mine.match(ns, key, end))
+    return leads, asked, kept

@@ -105,6 +105,9 @@ class ShadowView:
         # copy; with `head` the key is head[:cut] + key (never put together where the last match asked `head` itself)
         raise NotImplementedError
 
+    def fork(self, policy: FixedPolicyView) -> ShadowView:  # a copy under `policy` (before its first eviction)
+        raise NotImplementedError
+
 
 @trait
 class ShadowKeysView:

@@ -236,6 +236,14 @@ class ShadowTree(LeafHeap, ShadowView):
         self.used -= freed
         return freed
 
+    def fork(self, policy: FixedPolicyView) -> ShadowTree:
+        """A copy of this shadow under `policy` (LeafHeap.copy_nodes): what it would hold had it run `policy` so
+        far, if it has not evicted yet and `policy` reads no hit counts that this one's inserts counted."""
+        twin = ShadowTree(policy, self.page_size, self.keys)
+        twin.copy_nodes(self)
+        twin.used = self.used
+        return twin
+
     def load(self, nodes: Iterable[TreeNode]) -> None:
         """Start from a copy of real device-resident nodes (parents before children): their keys,
         recency, hits and priority, and their key objects themselves. The shadow must be empty."""

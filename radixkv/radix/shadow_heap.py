@@ -141,6 +141,23 @@ class LeafHeap(TreeCore[ShadowNode]):
                 self._heap.append((t, node))
         heapify(self._heap)
 
+    def copy_nodes(self, src: LeafHeap) -> None:
+        """Become a copy of `src`'s nodes (this heap empty): the same ids, edges (the same bytes objects), times,
+        hits and priorities, and clocks; its evictable leaves keyed by this heap's policy."""
+        self.tick, self._next_id, self._matched_tick = src.tick, src._next_id, src._matched_tick
+        stack: list[tuple[ShadowNode, ShadowNode | None, bytes]] = [(r, None, ns) for ns, r in src.roots.items()]
+        while stack:
+            node, parent, first = stack.pop()
+            twin = ShadowNode(node.id, node.ns, parent, node.key, node.created)
+            twin.last_access, twin.hit_count, twin.priority = node.last_access, node.hit_count, node.priority
+            if parent is None:
+                self.roots[first] = twin
+            else:
+                parent.children[first] = twin
+            if node.hkey is not None:
+                self._push(twin)
+            stack += [(child, twin, k) for k, child in node.children.items()]
+
     def make_node(self, ns: bytes, parent: ShadowNode | None, key: bytes) -> ShadowNode:
         node = ShadowNode(self._next_id, ns, parent, key, self.tick)
         self._next_id += 1
