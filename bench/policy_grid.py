@@ -21,6 +21,10 @@ at 5/10/25/50% of each trace's unique tokens. The grids:
          (48 cells; the page-1 ones but longchat are tune's too): what `radixkv bench --workloads
          agent,tools,rag,chat,longchat,gsp` gives, without its timings
 
+`--classes T` sorts the cells below T points by where the loss is: the best fixed policy, the part no
+switch between the two experts reaches (the better of LRU and LFU against the best fixed policy) and the part
+the switching loses (adaptive against that better expert), with a line a class (bench/RESULTS.md, round 18).
+
 `--set NAME=VALUE` overrides a constant of the Adaptive class before the runs (a sweep; the class
 attribute must exist). The fixed policies' hit rates do not depend on it: `--fixed-cache FILE` keeps
 them between runs. `--jobs N` runs traces in N processes. Hit rates are deterministic. `--set` needs
@@ -111,6 +115,26 @@ def summary(label: str, rows: list[tuple[str, float, float]]) -> str:
             f"below -0.5: {int((m < -0.5).sum())}, below -1: {int((m < -1).sum())}")
 
 
+def classify(rows: list[tuple[str, float, float]], hits: dict[str, dict[str, float]], below: float) -> str:
+    """The cells of `rows` below `below` points, each with its best fixed policy, the gap of the better expert
+    (LRU or LFU) to it and adaptive's to that expert (points), then per class: cells and both gaps summed."""
+    lines, classes = ["| cell | share | best | best - expert | expert | adaptive - expert | margin |"], {}
+    for n, f, margin in sorted(rows, key=lambda r: r[2]):
+        if margin >= below:
+            continue
+        hit = hits[f"{n}|{f}"]
+        best, expert = max(FIXED, key=lambda p: hit[p]), max(("lru", "lfu"), key=lambda p: hit[p])
+        reach, switching = 100 * (hit[best] - hit[expert]), 100 * (hit["adaptive"] - hit[expert])
+        lines.append(f"| {n} | {f:.0%} | {best} | {reach:.2f} | {expert} | {switching:+.2f} | {margin:+.2f} |")
+        label = (f"{best} best, beyond the experts" if -reach < below else
+                 f"{best} best, {expert} within {-below:g}" if best != expert else f"{best} best")
+        c = classes.setdefault(label, [0, 0.0, 0.0])
+        c[0], c[1], c[2] = c[0] + 1, c[1] - reach, c[2] + switching
+    lines += [f"{label}: {c[0]} cells, better expert vs best {c[1]:+.2f}, adaptive vs better expert {c[2]:+.2f}"
+              for label, c in sorted(classes.items(), key=lambda kv: -kv[1][0])]
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     ap.add_argument("grid", choices=["tune", "check", "held", "both", "bench"])
@@ -119,6 +143,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--fixed-cache", help="JSON file keeping the fixed policies' hit rates between runs")
     ap.add_argument("--jobs", type=int, default=1, help="processes")
     ap.add_argument("--cells", action="store_true", help="print every cell")
+    ap.add_argument("--classes", type=float, metavar="T", help="classify the cells below T points (docstring)")
     ap.add_argument("--only", default="", help="keep the grid entries whose name contains this")
     a = ap.parse_args(argv)
     overrides = {k: ast.literal_eval(v) for k, _, v in (s.partition("=") for s in a.set)}
@@ -145,11 +170,12 @@ def main(argv: list[str] | None = None) -> None:
     if a.fixed_cache:
         with open(a.fixed_cache, "w") as f:
             json.dump(fixed, f)
-    rows = []
+    rows, hits = [], {}
     for n in names:
         for f in FRACS:
             hit = {p: fixed[f"{n}|{f}|{p}"] for p in FIXED}
             rows.append((n, f, 100 * (got[f"{n}|{f}|adaptive"] - max(hit.values()))))
+            hits[f"{n}|{f}"] = {**hit, "adaptive": got[f"{n}|{f}|adaptive"]}
             if a.cells:
                 print(f"| {n} | {f:.0%} | " + " | ".join(f"{hit[p]:.4f}" for p in FIXED)
                       + f" | {got[f'{n}|{f}|adaptive']:.4f} | {rows[-1][2]:+.2f} |")
@@ -157,6 +183,8 @@ def main(argv: list[str] | None = None) -> None:
     for label, part in ((label, [r for r in rows if r[0] in grid]) for label, grid in grids):
         if part:
             print(summary(label, part))
+            if a.classes is not None:
+                print(classify(part, hits, a.classes))
     print(f"overrides {overrides}; {time.perf_counter() - t0:.0f} s")
 
 
