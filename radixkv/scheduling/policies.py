@@ -157,6 +157,7 @@ class Auto(Policy):
     WARMUP = 1.0  # tokens wait, the due share is SHARE_OVER
     OVER = 3.0
     SHARE_OVER = 0.05
+    THIN_ALWAYS = 1.0  # 0: K_THIN too only while OVER caches wait
 
     def __init__(self, estimates: PrefixEstimates, full_cache: int) -> None:
         super().__init__(estimates, full_cache)
@@ -215,9 +216,9 @@ class Auto(Policy):
         if not due:
             self.contested_tokens = self.bound_tokens = 0  # the next contended period starts afresh
         thin = self.thin()
-        length, k = self.estimates.length, self.K_THIN if thin else self.SLOWDOWN
         backlog = self.arrived_tokens - self.admitted_tokens
         over = thin and backlog >= self.OVER * self.estimates.cache.config.num_slots
+        length, k = self.estimates.length, self.K_THIN if (over if self.THIN_ALWAYS == 0 else thin) else self.SLOWDOWN
         self.share = self.SHARE_OVER if over else self.SHARE
         self.lengths = lengths = {r: length(r) for r in window}
         by_deadline = sorted((r for r in window if r in turn),
