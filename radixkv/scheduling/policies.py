@@ -134,12 +134,6 @@ class ResponseRatio(Policy):
 
 
 class Auto(Policy):
-    """Thin traces (round 18): where the cache holds fewer than PROMPTS admitted prompts of their mean length, at
-    most REUSE of the admitted prompt tokens were cached and arrivals are not bursty (the gaps' coefficient of
-    variation at most BURSTY), judged on what was admitted so far, K is K_THIN (12, not 48), and while OVER caches
-    of prompt tokens wait S is SHARE_OVER (0.05, not 0.15). There the tree holds a few prompts whose prefixes few
-    others share: a long deadline buys little reuse and costs throughput (a quarter H100 at load 1.2 is critical
-    at lpm's hit rate); traces that reuse much or come in bursts keep K and S for their tails."""
     name = "auto"
     matches = True
     SLOWDOWN = 48.0  # K: prefill-token times of deadline per token of (uncached - cached) work
@@ -150,14 +144,6 @@ class Auto(Policy):
     STAND = 4.0  # ... the queue has stood above one cache for under this many cache-times, or ...
     RISE = 7.0  # ... rose from under RISE_LOW full caches to above one within this many full cache-times
     RISE_LOW = 0.5
-    K_THIN = 12.0  # K where the trace is thin (thin()): the cache holds fewer than PROMPTS admitted prompts of
-    PROMPTS = 12.0  # their mean length, at most REUSE of the admitted prompt tokens were cached when ordered
-    REUSE = 0.33  # (< 0: never thin), the gaps between arrivals' coefficient of variation is at most BURSTY,
-    BURSTY = 2.0  # once WARMUP caches of prompt tokens were admitted; and there, while OVER caches of prompt
-    WARMUP = 1.0  # tokens wait, the due share is SHARE_OVER
-    OVER = 3.0
-    SHARE_OVER = 0.05
-    THIN_ALWAYS = 1.0  # 0: K_THIN too only while OVER caches wait
 
     def __init__(self, estimates: PrefixEstimates, full_cache: int) -> None:
         super().__init__(estimates, full_cache)
@@ -175,11 +161,6 @@ class Auto(Policy):
         self.above_since: float | None = None  # when the queue last rose above one cache (None: under it)
         self.low_at = 0.0  # when it was last under RISE_LOW full caches
         self.rise = 0.0  # full cache-times from low_at to above_since
-        self.lengths: dict[Queued, int] = {}  # the last order()'s window: each request's cached prefix
-        self.seen = [0, 0, 0]  # prompt tokens admitted (first admissions), of them those cached when ordered; count
-        self.gaps = [0, 0.0, 0.0]  # gaps between arrivals: count, sum, sum of squares
-        self.last_arrival: float | None = None
-        self.share = self.SHARE  # the due share of the last order() (SHARE_OVER in a thin trace's backlog)
 
     def arrived(self, req: Queued, now: float) -> None:
         backlog = self.arrived_tokens - self.admitted_tokens
@@ -188,25 +169,6 @@ class Auto(Policy):
         self.seq[req] = self.arrivals
         self.passed[req] = 0
         self.arrivals += 1
-        if self.last_arrival is not None:
-            gap = now - self.last_arrival
-            self.gaps[0] += 1
-            self.gaps[1] += gap
-            self.gaps[2] += gap * gap
-        self.last_arrival = now
-
-    def thin(self) -> bool:
-        """Whether the trace so far is thin for this cache (the constants above): K_THIN, and SHARE_OVER in a
-        backlog, instead of SLOWDOWN and SHARE."""
-        seen, cached, prompts = self.seen
-        n, total, squares = self.gaps
-        slots = self.estimates.cache.config.num_slots
-        if seen < self.WARMUP * slots or total <= 0 or cached > self.REUSE * seen:
-            return False
-        if slots >= self.PROMPTS * seen / prompts:
-            return False
-        mean = total / n
-        return max(0.0, squares / n - mean * mean) ** 0.5 <= self.BURSTY * mean
 
     def order(self, window: list[Queued], now: float) -> list[Queued]:
         turn, done = self.turn, self.admitted_tokens
@@ -215,14 +177,9 @@ class Auto(Policy):
         self.contended = bool(due)
         if not due:
             self.contested_tokens = self.bound_tokens = 0  # the next contended period starts afresh
-        thin = self.thin()
-        backlog = self.arrived_tokens - self.admitted_tokens
-        over = thin and backlog >= self.OVER * self.estimates.cache.config.num_slots
-        length, k = self.estimates.length, self.K_THIN if (over if self.THIN_ALWAYS == 0 else thin) else self.SLOWDOWN
-        self.share = self.SHARE_OVER if over else self.SHARE
-        self.lengths = lengths = {r: length(r) for r in window}
+        length, k = self.estimates.length, self.SLOWDOWN
         by_deadline = sorted((r for r in window if r in turn),
-                             key=lambda r: (max(now, r.arrival + k * (len(r.tokens) - 2 * lengths[r])), -lengths[r]))
+                             key=lambda r: (max(now, r.arrival + k * (len(r.tokens) - 2 * length(r))), -length(r)))
         first = [r for r in window if r in self.aged and r in turn] if self._aging_first(now) else []
         if first:
             due = [r for r in due if r not in self.aged]
@@ -256,7 +213,7 @@ class Auto(Policy):
         taken: set[Queued] = set()
         spent, total, i, j = self.bound_tokens, self.contested_tokens, 0, 0
         while i < len(due) and j < len(by_deadline):
-            if spent <= self.share * total:
+            if spent <= self.SHARE * total:
                 req, i = due[i], i + 1
                 if req in taken:
                     continue
@@ -291,9 +248,6 @@ class Auto(Policy):
             self.aged.add(r)
         n = len(req.tokens)
         self.admitted_tokens += n
-        self.seen[0] += n
-        self.seen[1] += self.lengths.get(req, 0)
-        self.seen[2] += 1
         if self.contended:
             self.contested_tokens += n
             self.bound_tokens += n if req in self.picked else 0
