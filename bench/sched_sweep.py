@@ -15,8 +15,9 @@ Per cell (trace, capacity, load) it prints auto's ratios and which goals hold:
 fcfs and lpm runs are kept in `--cache` (keyed by trace, capacity, load, requests) so that trying
 a variant of auto reruns only auto; `--set NAME=VALUE` overrides a constant of policies.Auto. The
 cache holds runs of one version of radixkv's sources (`code_version`: the simulator runs the real
-Scheduler and the default eviction, so any change there changes fcfs's and lpm's runs too); runs
-of other sources are dropped at load, with a line saying so (round 15 found baselines a round old).
+Scheduler and the default eviction, so any change there changes fcfs's and lpm's runs too), less
+`class Auto`'s own lines, which those runs never execute: an edited Auto keeps the baselines, an edit anywhere
+else drops them at load, with a line saying so (round 15 found baselines a round old).
 
     python bench/sched_sweep.py --half tune --jobs 2
     python bench/sched_sweep.py --half tune --set SHARE=0.3          # a variant: only auto reruns
@@ -39,6 +40,7 @@ runs, cached like fcfs's and lpm's): which cells any ordering reaches at all, e.
 from __future__ import annotations
 
 import argparse
+import ast
 import hashlib
 import json
 import os
@@ -80,16 +82,37 @@ CAPACITIES = {"1": None, "1/4": 100_000}  # None: the cost model's KV of one H10
 
 
 def code_version(package: str = os.path.dirname(os.path.dirname(os.path.abspath(policies.__file__)))) -> str:
-    """A digest of every .py file of the radixkv package (sorted paths and contents)."""
+    """A digest of every .py file of the radixkv package (sorted paths and contents), with `policies.Auto`'s
+    class (its lines, decorators included) left out of scheduling/policies.py: the key of the cached runs, which
+    never execute Auto (`cached`), so that a variant of Auto reuses them."""
     digest = hashlib.sha256()
     for top, dirs, files in sorted(os.walk(package)):
         dirs.sort()
         for name in sorted(f for f in files if f.endswith(".py")):
             path = os.path.join(top, name)
-            digest.update(os.path.relpath(path, package).encode() + b"\0")
+            rel = os.path.relpath(path, package)
             with open(path, "rb") as f:
-                digest.update(f.read())
+                source = f.read()
+            digest.update(rel.encode() + b"\0")
+            digest.update(without_auto(source) if rel == os.path.join("scheduling", "policies.py") else source)
     return digest.hexdigest()[:16]
+
+
+def without_auto(source: bytes) -> bytes:
+    """policies.py's source less the lines of its top-level `class Auto` (a line of its own in their place)."""
+    lines = source.splitlines(keepends=True)
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.ClassDef) and node.name == "Auto":
+            first = min([node.lineno] + [d.lineno for d in node.decorator_list]) - 1
+            lines[first:node.end_lineno] = [b"class Auto: left out\n"]
+            break
+    return b"".join(lines)
+
+
+def cached(schedule: str) -> bool:
+    """Whether runs of `schedule` go in the cache: those of a policy that is not Auto and does not derive from it
+    (its code is not in `code_version`)."""
+    return not issubclass(policies.POLICIES[schedule], policies.Auto)
 
 
 def load_cache(path: str, version: str) -> dict[str, dict]:
@@ -180,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
             for load in (r for x in loads for r in replicate_loads(x, a.replicates)):
                 for sched in ("fcfs", "lpm", a.schedule):
                     key = f"{name}|{cap}|{load:g}|{a.requests}|{sched}"
-                    if sched != "auto" and key in cache:
+                    if cached(sched) and key in cache:
                         results[key] = cache[key]
                     else:
                         jobs.append((key, path, cap, load, sched, overrides))
@@ -191,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
             results[key] = summary
             cpu += sec
             print(f"{done}/{len(jobs)} {key} {sec:.1f} s", file=sys.stderr, flush=True)
-            if not key.endswith("|auto"):
+            if cached(key.rsplit("|", 1)[1]):
                 cache[key] = summary
                 with open(a.cache + ".tmp", "w") as f:
                     json.dump(cache, f, indent=1, sort_keys=True)
