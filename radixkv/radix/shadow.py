@@ -18,10 +18,11 @@ that ends where a real edge of that match ends, and the lower half of an edge it
 the bytes are equal (`_share`); an insert's new leaf keeps the real new leaf's key (`tail`): one copy for both trees.
 
 Cost per call: one walk over the edges of the key (the core's: where the key and an edge part, a binary search
-of memcmps, `parting`), a split at most, and O(log n) heap work per leaf touched or evicted. An insert that extends the last match walks on from where it ended; it may take its key
-as the match's key, a cut and the rest (head[:cut] + key: the adaptive policy's insert that the real tree walked on
-from its lookup's end), never put together then. A trim keeps the victim's head in place under the id the upper
-node of a split would take (the same keys and order, no new node).
+of memcmps, `parting`), a split at most, and O(log n) heap work per leaf touched or evicted. An insert that
+extends the last match walks on from where it ended; it may take its key as the match's key, a cut and the rest
+(head[:cut] + key: the adaptive policy's insert that the real tree walked on from its lookup's end), never put
+together then. A trim keeps the victim's head in place under the id the upper node of a split would take (the
+same keys and order, no new node).
 """
 
 from __future__ import annotations
