@@ -25,6 +25,10 @@ at 5/10/25/50% of each trace's unique tokens. The grids:
 switch between the two experts reaches (the better of LRU and LFU against the best fixed policy) and the part
 the switching loses (adaptive against that better expert), with a line a class (bench/RESULTS.md, round 18).
 
+`--first lru|lfu` forces the prior's verdict (eviction/prior.py): every cell follows that expert from its first
+eviction, whatever its history says, and decides as the policy does from then on. The prior's verdict is its only
+output, so with a run of each a prior rule's margins follow from its verdicts alone (bench/prior_rules.py).
+
 `--set NAME=VALUE` overrides a constant of the Adaptive class before the runs (a sweep; the class
 attribute must exist). The fixed policies' hit rates do not depend on it: `--fixed-cache FILE` keeps
 them between runs. `--jobs N` runs traces in N processes. Hit rates are deterministic. `--set` needs
@@ -59,7 +63,9 @@ from radixkv.bench.runner import capacity, replay  # noqa: E402
 from radixkv.bench.traces import read_trace  # noqa: E402
 from radixkv.bench.workloads import DEFAULT_WORKLOADS, Request, make_workload  # noqa: E402
 from radixkv.cli_args import HelpFormatter  # noqa: E402
+from radixkv.eviction import POLICIES  # noqa: E402
 from radixkv.eviction.adaptive import Adaptive  # noqa: E402
+from radixkv.eviction.view import CachedNodeView  # noqa: E402
 
 FRACS = (0.05, 0.1, 0.25, 0.5)
 FIXED = ("lru", "lfu", "fifo", "slru")
@@ -93,19 +99,37 @@ def load(name: str) -> tuple[list[Request], int]:
     return read_trace(path), int(page)
 
 
-def run(job: tuple[str, dict[str, object], tuple[str, ...]]) -> dict[str, float]:
-    name, overrides, policies = job
+class FirstExpert(Adaptive):
+    """Adaptive whose prior's verdict is forced: it follows `first` (0: LRU, 1: LFU) from the first eviction on."""
+
+    first = 0
+
+    def on_evict(self, victim: CachedNodeView) -> None:
+        if self._tree is None:  # no replay: the verdict is `first`
+            self._history = None
+            if self.mode != self.first:
+                self._follow(self.first)
+        super().on_evict(victim)
+
+
+def run(job: tuple[str, dict[str, object], tuple[str, ...], int | None]) -> dict[str, float]:
+    name, overrides, policies, first = job
     for key, value in overrides.items():
         setattr(Adaptive, key, value)
-    reqs, page = load(name)
-    unique = build_segments(reqs, page).total_pages * page
-    longest = max(len(r.tokens) for r in reqs)
-    out = {}
-    for f in FRACS:
-        cap = capacity(f, unique, longest, page)
-        for p in policies:
-            out[f"{name}|{f}|{p}"] = replay(reqs, cap, p, page).hit_rate
-    return out
+    FirstExpert.first = 0 if first is None else first
+    POLICIES["adaptive"] = Adaptive if first is None else FirstExpert
+    try:
+        reqs, page = load(name)
+        unique = build_segments(reqs, page).total_pages * page
+        longest = max(len(r.tokens) for r in reqs)
+        out = {}
+        for f in FRACS:
+            cap = capacity(f, unique, longest, page)
+            for p in policies:
+                out[f"{name}|{f}|{p}"] = replay(reqs, cap, p, page).hit_rate
+        return out
+    finally:
+        POLICIES["adaptive"] = Adaptive
 
 
 def summary(label: str, rows: list[tuple[str, float, float]]) -> str:
@@ -144,6 +168,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--jobs", type=int, default=1, help="processes")
     ap.add_argument("--cells", action="store_true", help="print every cell")
     ap.add_argument("--classes", type=float, metavar="T", help="classify the cells below T points (docstring)")
+    ap.add_argument("--first", choices=("lru", "lfu"), help="force the prior's verdict (docstring)")
     ap.add_argument("--only", default="", help="keep the grid entries whose name contains this")
     a = ap.parse_args(argv)
     overrides = {k: ast.literal_eval(v) for k, _, v in (s.partition("=") for s in a.set)}
@@ -160,13 +185,16 @@ def main(argv: list[str] | None = None) -> None:
         with open(a.fixed_cache) as f:
             fixed = json.load(f)
     t0 = time.perf_counter()
-    with Pool(a.jobs) as pool:
-        todo = [(n, {}, FIXED) for n in names if f"{n}|{FRACS[0]}|lru" not in fixed]
-        for r in pool.imap_unordered(run, todo):
-            fixed.update(r)
-        got: dict[str, float] = {}
-        for r in pool.imap_unordered(run, [(n, overrides, ("adaptive",)) for n in names]):
-            got.update(r)
+    pool = Pool(a.jobs) if a.jobs > 1 else None  # (one job: in this process)
+    each = map if pool is None else pool.imap_unordered
+    for r in each(run, [(n, {}, FIXED, None) for n in names if f"{n}|{FRACS[0]}|lru" not in fixed]):
+        fixed.update(r)
+    got: dict[str, float] = {}
+    first = None if a.first is None else ("lru", "lfu").index(a.first)
+    for r in each(run, [(n, overrides, ("adaptive",), first) for n in names]):
+        got.update(r)
+    if pool is not None:
+        pool.close()
     if a.fixed_cache:
         with open(a.fixed_cache, "w") as f:
             json.dump(fixed, f)
@@ -185,7 +213,8 @@ def main(argv: list[str] | None = None) -> None:
             print(summary(label, part))
             if a.classes is not None:
                 print(classify(part, hits, a.classes))
-    print(f"overrides {overrides}; {time.perf_counter() - t0:.0f} s")
+    forced = f", first {a.first}" if a.first else ""
+    print(f"overrides {overrides}{forced}; {time.perf_counter() - t0:.0f} s")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,183 @@
+"""The default policy's prior under other rules: each grid cell's verdict, what it replays, and the margins.
+
+    .venv/bin/python bench/policy_grid.py tune --cells --first lru > L.txt    # every cell's margin, each verdict
+    .venv/bin/python bench/policy_grid.py tune --cells --first lfu > F.txt
+    .venv/bin/python bench/prior_rules.py tune --lru L.txt --lfu F.txt --rules base,0.25/0.5/-/0.5
+
+The prior's verdict (eviction/prior.py) is its only output, so a cell's margin under a rule is the margin of
+the run forced to that rule's verdict (policy_grid.py `--first`), one of the two files'. Per cell, the real
+cache serves the bench lifecycle up to its first eviction; there each rule judges the history, and its replays'
+shadow work is counted: history entries replayed, twice where two shadows run (after a replay's fork). Per rule:
+the grid's summary (policy_grid.py's, from the verdicts' margins), the entries replayed summed over the cells,
+and every cell whose verdict differs from the first rule's, with both margins. Verdicts are deterministic;
+the counts stand in for the replays' instructions (bench/events_instructions.py measures those). A rule is
+`base` (the policy's) or SIZE/FROM/CHECK/Z (`rule`), e.g. 0.25/0.5/-/0.5: the policy's without its veto
+replay (bench/RESULTS.md, round 19, has the rules measured).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from multiprocessing import Pool
+from typing import Callable
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # policy_grid, beside this file
+
+from policy_grid import BENCH, CHECK, FRACS, HELD, TUNE, load, summary  # noqa: E402
+
+from radixkv import RadixCache  # noqa: E402
+from radixkv.bench.opt import build_segments  # noqa: E402
+from radixkv.bench.runner import capacity, sim_config  # noqa: E402
+from radixkv.cli_args import HelpFormatter  # noqa: E402
+from radixkv.eviction import POLICIES  # noqa: E402
+from radixkv.eviction.adaptive import Adaptive  # noqa: E402
+from radixkv.eviction.history import History  # noqa: E402
+from radixkv.eviction.policies import EvictionPolicy  # noqa: E402
+from radixkv.eviction.prior import replay  # noqa: E402
+from radixkv.eviction.view import CachedNodeView, TreeView  # noqa: E402
+
+Judge = Callable[[TreeView, History, EvictionPolicy, EvictionPolicy, int], tuple[bool, int]]
+
+
+K = Adaptive()  # the constants (compiled, they are an instance's fields)
+
+
+def clear(leads: list[int], asked: list[int], z: float) -> bool:
+    """The prior's test of a replay's leads: MARGIN of the asked tokens and `z` sd (eviction/prior.py)."""
+    lead = sum(leads)
+    return lead > K.MARGIN * sum(asked) and lead * lead > z * z * sum(x * x for x in leads)
+
+
+def work(history: History, fork: int, start: int = 0) -> int:
+    """History entries a replay from `start` runs through its shadows: once before `fork`, twice from it."""
+    return (fork - start) + 2 * (len(history) - fork)
+
+
+def rule(spec: str) -> Judge:
+    """A rule from SIZE/FROM/CHECK/Z: eviction/prior.py's with PRIOR_SIZE, PRIOR_FROM, PRIOR_CHECK (- for no veto
+    replay) and Z (PRIOR_VETO and MARGIN are the policy's)."""
+    size, late, check, z = (float(x) if x != "-" else -1.0 for x in spec.split("/"))
+
+    def judge(tree: TreeView, history: History, own: EvictionPolicy, other: EvictionPolicy,
+              cap: int) -> tuple[bool, int]:
+        leads, asked, fork = replay(tree, history, own, other, int(size * cap), None, True)
+        entry = fork.entry if fork is not None else len(history)
+        cost = work(history, entry)
+        first = int(late * len(leads))
+        leaves = clear(leads[first:], asked[first:], z)
+        if not leaves or check < 0:
+            return leaves, cost
+        resume = fork if check >= size else None  # (a smaller replay forks sooner: it cannot go on from this one's)
+        checks, asked, kept = replay(tree, history, own, other, int(check * cap), resume, True)
+        cost += work(history, kept.entry if kept is not None else len(history), resume.entry if resume else 0)
+        return not clear([-x for x in checks], asked, K.PRIOR_VETO), cost
+    return judge
+
+
+BASE = f"{K.PRIOR_SIZE}/{K.PRIOR_FROM}/{K.PRIOR_CHECK}/{K.Z}"
+
+
+class Stop(Exception):
+    """The first eviction came: the verdicts are in."""
+
+
+class Judged(Adaptive):
+    """Adaptive that, at the first eviction, judges its history by each of `rules` and stops the run."""
+
+    rules: list[str] = []
+
+    def on_evict(self, victim: CachedNodeView) -> None:
+        if self._tree is None:
+            history, tree, mode = self._history, victim.tree, self.mode
+            if history is None:  # past HISTORY: no prior
+                raise Stop({})
+            cap = tree.evictable_size + tree.protected_size
+            own, other = self._shadowed[mode], self._shadowed[1 - mode]
+            raise Stop({r: rule(BASE if r == "base" else r)(tree, history, own, other, cap) for r in self.rules})
+        super().on_evict(victim)
+
+
+def verdicts(job: tuple[str, list[str]]) -> dict[tuple[str, float], dict[str, tuple[bool, int]]]:
+    """(cell, share) -> rule -> (leaves LRU, entries replayed); {} where the cell never evicts or has no prior."""
+    name, rules = job
+    Judged.rules = rules
+    reqs, page = load(name)
+    unique = build_segments(reqs, page).total_pages * page
+    longest = max(len(r.tokens) for r in reqs)
+    out = {}
+    POLICIES["prior-rules"] = Judged
+    try:
+        for f in FRACS:
+            cache = RadixCache(sim_config(capacity(f, unique, longest, page), page, "prior-rules", longest))
+            got: dict[str, tuple[bool, int]] = {}
+            try:
+                for r in reqs:  # the bench lifecycle (radixkv/bench/runner.py)
+                    m = cache.match_prefix(r.tokens[:r.prompt_len])
+                    cache.lock(m.node)
+                    cache.insert(r.tokens, torch.cat([m.slots, cache.alloc(len(r.tokens) - m.length)]))
+                    cache.unlock(m.node)
+            except Stop as s:
+                got = s.args[0]
+            out[(name, f)] = got
+    finally:
+        del POLICIES["prior-rules"]
+    return out
+
+
+def margins(path: str) -> dict[tuple[str, float], float]:
+    """(cell, share) -> margin, from policy_grid.py's `--cells` lines."""
+    out = {}
+    with open(path) as f:
+        for line in f:
+            parts = [p.strip() for p in line.strip().strip("|").split("|")]
+            if line.startswith("| ") and len(parts) == 8:
+                out[(parts[0], float(parts[1].rstrip("%")) / 100)] = float(parts[7])
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
+    ap.add_argument("grid", choices=["tune", "check", "held", "bench"])
+    ap.add_argument("--lru", required=True, help="policy_grid.py GRID --cells --first lru's output")
+    ap.add_argument("--lfu", required=True, help="... --first lfu's")
+    ap.add_argument("--rules", default="base", help="comma-separated: base or SIZE/FROM/CHECK/Z (`rule`); "
+                    "the first is the reference")
+    ap.add_argument("--trace", action="append", default=[], metavar="FILE:PAGE", help="add a trace to the held grid")
+    ap.add_argument("--jobs", type=int, default=1, help="processes")
+    ap.add_argument("--only", default="", help="keep the grid entries whose name contains this")
+    ap.add_argument("--cells", action="store_true", help="print every cell's verdicts and entries replayed")
+    a = ap.parse_args(argv)
+    rules = a.rules.split(",")
+    for r in rules:
+        if r != "base" and (len(r.split("/")) != 4 or not all(x == "-" or x.replace(".", "", 1).isdigit()
+                                                               for x in r.split("/"))):
+            ap.error(f"a rule is base or SIZE/FROM/CHECK/Z, not {r}")
+    names = {"tune": TUNE, "check": CHECK, "held": HELD + [f"file:{t}" for t in a.trace], "bench": BENCH}[a.grid]
+    names = [n for n in names if a.only in n]
+    by = {False: margins(a.lru), True: margins(a.lfu)}
+    got: dict[tuple[str, float], dict[str, tuple[bool, int]]] = {}
+    pool = Pool(a.jobs) if a.jobs > 1 else None  # (one job: in this process)
+    for r in (map if pool is None else pool.imap_unordered)(verdicts, [(n, rules) for n in names]):
+        got.update(r)
+    if pool is not None:
+        pool.close()
+    cells = [(n, f) for n in names for f in FRACS]
+    verdict = {c: [got[c].get(r, (False, 0)) for r in rules] for c in cells}  # (no prior: START, LRU)
+    for c in cells if a.cells else []:
+        print(f"| {c[0]} | {c[1]:.0%} | " + " | ".join(f"{'LFU' if v else 'LRU'} {e:,}" for v, e in verdict[c]) + " |")
+    for i, r in enumerate(rules):
+        rows = [(n, f, by[verdict[(n, f)][i][0]][(n, f)]) for n, f in cells]
+        print(summary(r, rows) + f", entries replayed {sum(verdict[c][i][1] for c in cells):,}")
+        for n, f in cells:
+            ref, mine = verdict[(n, f)][0][0], verdict[(n, f)][i][0]
+            if mine != ref:
+                print(f"  {n} {f:.0%}: {'LFU' if mine else 'LRU'}, margin {by[ref][(n, f)]:+.2f} -> "
+                      f"{by[mine][(n, f)]:+.2f}")
+
+
+if __name__ == "__main__":
+    main()
