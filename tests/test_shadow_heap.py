@@ -4,6 +4,8 @@ live entries are exactly the evictable leaves, one each, keyed as the policy key
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 import pytest
 
@@ -49,3 +51,17 @@ def test_the_heap_holds_each_evictable_leaf_once_at_its_key(policy: str, page_si
             _check(shadow)
             evicting += shadow.used < before + added
     assert evicting > 50
+
+
+def test_a_leaf_emptied_by_eviction_holds_a_new_dict() -> None:
+    """A parent whose last child was evicted gets a new children dict: an emptied one keeps its table (~160 bytes
+    more a leaf, round 19)."""
+    shadow = ShadowTree(make_policy("lfu"), 4)
+    for r in REQS:
+        shadow.match(b"", r.tokens[:r.prompt_len].tobytes())
+        shadow.insert(b"", r.tokens.tobytes(), 4000)
+    nodes = list(shadow.roots.values())
+    for node in nodes:
+        nodes.extend(node.children.values())
+    leaves = [n for n in nodes if not n.children]
+    assert len(leaves) > 10 and all(sys.getsizeof(n.children) == sys.getsizeof({}) for n in leaves)

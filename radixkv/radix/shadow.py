@@ -227,9 +227,12 @@ class ShadowTree(LeafHeap, ShadowView):
             freed += leaf.size
             parent = leaf.parent
             assert parent is not None  # a leaf in the heap is never a root
-            del parent.children[leaf.key[:self.page_bytes]]
-            if parent.parent is None and not parent.children:
-                del self.roots[parent.ns]
+            children = parent.children
+            del children[leaf.key[:self.page_bytes]]
+            if not children:  # (a dict emptied keeps its table: ~160 bytes more than a new one)
+                parent.children = {}
+                if parent.parent is None:
+                    del self.roots[parent.ns]
             if parent.children or parent.parent is None or parent is self._held:
                 _heappop(self._heap)
             else:
