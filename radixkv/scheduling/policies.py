@@ -140,11 +140,12 @@ class Auto(Policy):
     """Thin traces (rounds 18-19): where the cache holds fewer than PROMPTS admitted prompts of their mean length, at
     most REUSE of the admitted prompt tokens were cached and arrivals are not bursty (the gaps' coefficient of
     variation at most BURSTY), judged once WARMUP caches of prompt tokens were admitted, K is K_THIN (12) while the
-    server does not keep up (`TraceShape.busy`, the share of the clock some request waited, at least BUSY) and K_LIGHT (24)
-    while it does; and while OVER caches of prompt tokens wait S is SHARE_OVER (0.05). There the tree holds a few
-    prompts whose prefixes few others share: under load a long deadline buys little reuse and costs throughput (a
-    quarter H100 at load 1.2 is critical at lpm's hit rate), and at a light load K 48 lets later, shorter prompts
-    pass a cold long one for longer than its tail allows. Traces that reuse much or come in bursts keep K and S."""
+    server does not keep up (`TraceShape.busy`, the share of the clock some request waited, at least BUSY) and
+    K_LIGHT (24) while it does; and while OVER caches of prompt tokens wait S is SHARE_OVER (0.05). There the tree
+    holds a few prompts whose prefixes few others share: under load a long deadline buys little reuse and costs
+    throughput (a quarter H100 at load 1.2 is critical at lpm's hit rate), and at a light load K 48 lets later,
+    shorter prompts pass a cold long one for longer than its tail allows. Traces that reuse much or come in bursts
+    keep K and S."""
     name = "auto"
     matches = True
     SLOWDOWN = 48.0  # K: prefill-token times of deadline per token of (uncached - cached) work
