@@ -1,9 +1,11 @@
 """Who is in a sweep cell's TTFT tail, and what passed them: one run per schedule of one bench/sched_sweep.py cell
 (trace, capacity, load), its k longest TTFTs with the prompt's size and cached part (in the trace's 512-token
 blocks), the wait to admission, and how many later arrivals were admitted before it (and their blocks; one admitted
-in the same step does not count).
+in the same step does not count). `--profile` says instead where the mean comes from: per tenth of the arrivals,
+the mean TTFT, the cached share of its prompts and the largest backlog (prompt tokens waiting, in caches), and the
+request at which the backlog first reached 1, 2, 3, 4 caches.
 
-    python bench/sched_tail.py base-s2 1 1.2 --schedules fcfs,lpm,auto [--set OVERTAKEN=8] [--k 35]
+    python bench/sched_tail.py base-s2 1 1.2 --schedules fcfs,lpm,auto [--set OVERTAKEN=8] [--k 35] [--profile]
 (from a git worktree, prefix `PYTHONPATH=.`.)
 """
 
@@ -50,6 +52,26 @@ def tail(sim: Simulation, out: Outcome, k: int) -> list[dict[str, float | int]]:
     return rows
 
 
+def profile(sim: Simulation, out: Outcome) -> tuple[list[dict[str, float]], list[int | None]]:
+    """Per tenth of the arrivals: mean TTFT, cached share of its prompts, the largest backlog at an arrival (prompt
+    blocks arrived and not admitted, in caches); and the request whose arrival first saw 1, 2, 3, 4 caches wait."""
+    reqs, slots = sim.reqs, sim.cache.config.num_slots
+    events = sorted([(r.arrive_s, 0, r.prompt_len) for r in reqs] + [(r.admitted_s, 1, -r.prompt_len) for r in reqs])
+    backlog, at_arrival = 0, []
+    for _, kind, n in events:  # an admission at the instant of an arrival counts first (kind 1 sorts after 0)
+        backlog += n
+        if kind == 0:
+            at_arrival.append(backlog / slots)
+    first = [next((i for i, b in enumerate(at_arrival) if b >= level), None) for level in (1, 2, 3, 4)]
+    rows, n = [], len(reqs)
+    for d in range(10):
+        part = range(d * n // 10, (d + 1) * n // 10)
+        rows.append({"ttft_s": float(out.ttft_s[list(part)].mean()),
+                     "cached": sum(reqs[i].reused_tokens for i in part) / sum(reqs[i].prompt_len for i in part),
+                     "backlog": max(at_arrival[i] for i in part)})
+    return rows, first
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -59,6 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--schedules", default="fcfs,lpm,auto")
     p.add_argument("--requests", type=int, default=3000)
     p.add_argument("--k", type=int, default=35, help="rows per schedule (3000 requests: the 30th is the p99)")
+    p.add_argument("--profile", action="store_true", help="mean TTFT, cached share and backlog per tenth instead")
     p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="override a policies.Auto constant")
     p.add_argument("--traces-dir", default=os.path.join("bench", "out", "sweep_traces"))
     a = p.parse_args(argv)
@@ -73,6 +96,13 @@ def main(argv: list[str] | None = None) -> int:
         t = out.ttft_s
         print(f"## {schedule}: hit {out.reused_tokens / out.prompt_tokens:.4f}, mean TTFT {t.mean():.3f} s, "
               f"p99 {np.percentile(t, 99):.2f} s")
+        if a.profile:
+            rows, first = profile(sim, out)
+            print(f"backlog first at 1, 2, 3, 4 caches: requests {first}")
+            print("| tenth | mean TTFT s | cached | most caches waiting |\n|---:|---:|---:|---:|")
+            for d, r in enumerate(rows):
+                print(f"| {d} | {r['ttft_s']:.2f} | {r['cached']:.3f} | {r['backlog']:.2f} |")
+            continue
         print("| request | TTFT s | wait s | blocks | cached | passed by | their blocks |")
         print("|---:|---:|---:|---:|---:|---:|---:|")
         for r in tail(sim, out, a.k):

@@ -46,6 +46,8 @@ so a wait and a prefill length can be compared:
                 absolute work, not in this cache's size: at a quarter H100, where half a cache is a
                 few prompts, a queue under 3 of its caches is under one full cache and only the
                 standing rule applies (issue 20, rounds 11-13).
+                Thin traces (few prompts per cache, little reuse, steady arrivals): K 12 while the
+                server does not keep up, 24 while it does, S 0.05 in a backlog (Auto's docstring).
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 from radixkv.errors import InvalidArgumentError
 from radixkv.scheduling.cost_model import CostModel
+from radixkv.scheduling.shape import TraceShape
 
 if TYPE_CHECKING:
     from radixkv.results import LockHandle
@@ -134,6 +137,15 @@ class ResponseRatio(Policy):
 
 
 class Auto(Policy):
+    """Thin traces (rounds 18-19): where the cache holds fewer than PROMPTS admitted prompts of their mean length, at
+    most REUSE of the admitted prompt tokens were cached and arrivals are not bursty (the gaps' coefficient of
+    variation at most BURSTY), judged once WARMUP caches of prompt tokens were admitted, K is K_THIN (12) while the
+    server does not keep up (`TraceShape.busy`, the share of the clock some request waited, at least BUSY) and
+    K_LIGHT (24) while it does; and while OVER caches of prompt tokens wait S is SHARE_OVER (0.05). There the tree
+    holds a few prompts whose prefixes few others share: under load a long deadline buys little reuse and costs
+    throughput (a quarter H100 at load 1.2 is critical at lpm's hit rate), and at a light load K 48 lets later,
+    shorter prompts pass a cold long one for longer than its tail allows. Traces that reuse much or come in bursts
+    keep K and S."""
     name = "auto"
     matches = True
     SLOWDOWN = 48.0  # K: prefill-token times of deadline per token of (uncached - cached) work
@@ -144,6 +156,15 @@ class Auto(Policy):
     STAND = 4.0  # ... the queue has stood above one cache for under this many cache-times, or ...
     RISE = 7.0  # ... rose from under RISE_LOW full caches to above one within this many full cache-times
     RISE_LOW = 0.5
+    K_THIN = 12.0  # K on a thin trace (thin()) while shape.busy() >= BUSY, ...
+    K_LIGHT = 24.0  # ... and while not
+    BUSY = 0.6
+    PROMPTS = 12.0  # thin: the cache holds fewer than PROMPTS admitted prompts of their mean length, at most REUSE
+    REUSE = 0.33  # of their tokens were cached when ordered (< 0: never thin), the arrival gaps' coefficient of
+    BURSTY = 2.0  # variation is at most BURSTY; judged once WARMUP caches of prompt tokens were admitted
+    WARMUP = 1.0
+    OVER = 3.0  # on a thin trace, while OVER caches of prompt tokens wait, the due share is SHARE_OVER
+    SHARE_OVER = 0.05
 
     def __init__(self, estimates: PrefixEstimates, full_cache: int) -> None:
         super().__init__(estimates, full_cache)
@@ -161,14 +182,29 @@ class Auto(Policy):
         self.above_since: float | None = None  # when the queue last rose above one cache (None: under it)
         self.low_at = 0.0  # when it was last under RISE_LOW full caches
         self.rise = 0.0  # full cache-times from low_at to above_since
+        self.lengths: dict[Queued, int] = {}  # the last order()'s window: each request's cached prefix
+        self.shape = TraceShape()  # what the thin-trace rule reads
+        self.share = self.SHARE  # the due share of the last order() (SHARE_OVER in a thin trace's backlog)
 
     def arrived(self, req: Queued, now: float) -> None:
         backlog = self.arrived_tokens - self.admitted_tokens
+        self.shape.arrived(now, backlog > 0)
         self.turn[req] = self.admitted_tokens + (1 + self.SLACK) * backlog
         self.arrived_tokens += len(req.tokens)
         self.seq[req] = self.arrivals
         self.passed[req] = 0
         self.arrivals += 1
+
+    def thin(self) -> bool:
+        """Whether the trace so far is thin for this cache (the constants above)."""
+        shape, slots = self.shape, self.estimates.cache.config.num_slots
+        seen, (n, total, squares) = shape.admitted, shape.gaps
+        if seen < self.WARMUP * slots or total <= 0 or shape.cached > self.REUSE * seen:
+            return False
+        if slots >= self.PROMPTS * seen / shape.prompts:
+            return False
+        mean = total / n
+        return max(0.0, squares / n - mean * mean) ** 0.5 <= self.BURSTY * mean
 
     def order(self, window: list[Queued], now: float) -> list[Queued]:
         turn, done = self.turn, self.admitted_tokens
@@ -177,9 +213,16 @@ class Auto(Policy):
         self.contended = bool(due)
         if not due:
             self.contested_tokens = self.bound_tokens = 0  # the next contended period starts afresh
-        length, k = self.estimates.length, self.SLOWDOWN
+        thin = self.thin()
+        backlog = self.arrived_tokens - self.admitted_tokens
+        slots = self.estimates.cache.config.num_slots
+        over = thin and backlog >= self.OVER * slots
+        heavy = thin and self.shape.busy(now, backlog > 0) >= self.BUSY
+        length, k = self.estimates.length, self.K_THIN if heavy else self.K_LIGHT if thin else self.SLOWDOWN
+        self.share = self.SHARE_OVER if over else self.SHARE
+        self.lengths = lengths = {r: length(r) for r in window}
         by_deadline = sorted((r for r in window if r in turn),
-                             key=lambda r: (max(now, r.arrival + k * (len(r.tokens) - 2 * length(r))), -length(r)))
+                             key=lambda r: (max(now, r.arrival + k * (len(r.tokens) - 2 * lengths[r])), -lengths[r]))
         first = [r for r in window if r in self.aged and r in turn] if self._aging_first(now) else []
         if first:
             due = [r for r in due if r not in self.aged]
@@ -213,7 +256,7 @@ class Auto(Policy):
         taken: set[Queued] = set()
         spent, total, i, j = self.bound_tokens, self.contested_tokens, 0, 0
         while i < len(due) and j < len(by_deadline):
-            if spent <= self.SHARE * total:
+            if spent <= self.share * total:
                 req, i = due[i], i + 1
                 if req in taken:
                     continue
@@ -229,6 +272,7 @@ class Auto(Policy):
         return out + [r for r in by_deadline[j:] if r not in taken]
 
     def admitted(self, req: Queued, now: float) -> None:
+        self.shape.busy(now, self.arrived_tokens > self.admitted_tokens)
         if self.turn.pop(req, None) is None:
             return
         mine, seq = self.seq.pop(req), self.seq
@@ -248,6 +292,7 @@ class Auto(Policy):
             self.aged.add(r)
         n = len(req.tokens)
         self.admitted_tokens += n
+        self.shape.admitted_one(n, self.lengths.get(req, 0))
         if self.contended:
             self.contested_tokens += n
             self.bound_tokens += n if req in self.picked else 0

@@ -1,0 +1,45 @@
+"""What `auto` has seen of a trace so far, for its thin-trace rule (policies.py, `Auto.thin`): how much of the
+admitted prompt tokens was cached when ordered, how irregular the gaps between arrivals are, and for what share of
+the clock some request waited, which is near 1 where the server does not keep up at the hit rate it gets and
+0.2-0.5 at a load of 0.8 on the sweep's thin traces (bench/RESULTS.md, issue 20, round 19). All of it cumulative
+from the first arrival, so that a rule reading it settles instead of flapping."""
+
+from __future__ import annotations
+
+
+class TraceShape:
+    def __init__(self) -> None:
+        self.admitted = 0  # prompt tokens of first admissions ...
+        self.cached = 0  # ... of them those cached when last ordered
+        self.prompts = 0  # first admissions
+        self.gaps = [0, 0.0, 0.0]  # gaps between arrivals: count, sum, sum of squares
+        self.last_arrival: float | None = None
+        self.first: float | None = None  # the clock at the first arrival
+        self.waited = 0.0  # clock time since then during which some request waited ...
+        self.seen_at = 0.0  # ... counted up to this clock
+
+    def arrived(self, now: float, waiting: bool) -> None:
+        """A request arrived at `now`; `waiting`: some request was waiting just before."""
+        self.busy(now, waiting)
+        if self.first is None:
+            self.first = now
+        if self.last_arrival is not None:
+            gap = now - self.last_arrival
+            self.gaps[0] += 1
+            self.gaps[1] += gap
+            self.gaps[2] += gap * gap
+        self.last_arrival = now
+
+    def admitted_one(self, tokens: int, cached: int) -> None:
+        """A first admission of a prompt of `tokens`, `cached` of them cached when it was last ordered."""
+        self.admitted += tokens
+        self.cached += cached
+        self.prompts += 1
+
+    def busy(self, now: float, waiting: bool) -> float:
+        """The share of the clock from the first arrival to `now` during which some request waited; `waiting`: some
+        request waited since the last call (the caller calls at every arrival and admission)."""
+        if waiting:
+            self.waited += now - self.seen_at
+        self.seen_at = now
+        return self.waited / (now - self.first) if self.first is not None and now > self.first else 0.0
