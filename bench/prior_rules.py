@@ -37,19 +37,13 @@ from radixkv.eviction import POLICIES  # noqa: E402
 from radixkv.eviction.adaptive import Adaptive  # noqa: E402
 from radixkv.eviction.history import History  # noqa: E402
 from radixkv.eviction.policies import EvictionPolicy  # noqa: E402
-from radixkv.eviction.prior import replay  # noqa: E402
+from radixkv.eviction.prior import clear, replay  # noqa: E402
 from radixkv.eviction.view import CachedNodeView, TreeView  # noqa: E402
 
 Judge = Callable[[TreeView, History, EvictionPolicy, EvictionPolicy, int], tuple[bool, int]]
 
 
 K = Adaptive()  # the constants (compiled, they are an instance's fields)
-
-
-def clear(leads: list[int], asked: list[int], z: float) -> bool:
-    """The prior's test of a replay's leads: MARGIN of the asked tokens and `z` sd (eviction/prior.py)."""
-    lead = sum(leads)
-    return lead > K.MARGIN * sum(asked) and lead * lead > z * z * sum(x * x for x in leads)
 
 
 def work(history: History, fork: int, start: int = 0) -> int:
@@ -68,13 +62,13 @@ def rule(spec: str) -> Judge:
         entry = fork.entry if fork is not None else len(history)
         cost = work(history, entry)
         first = int(late * len(leads))
-        leaves = clear(leads[first:], asked[first:], z)
+        leaves = clear(leads[first:], asked[first:], K.MARGIN, z)
         if not leaves or check < 0:
             return leaves, cost
         resume = fork if check >= size else None  # (a smaller replay forks sooner: it cannot go on from this one's)
         checks, asked, kept = replay(tree, history, own, other, int(check * cap), resume, True)
         cost += work(history, kept.entry if kept is not None else len(history), resume.entry if resume else 0)
-        return not clear([-x for x in checks], asked, K.PRIOR_VETO), cost
+        return not clear([-x for x in checks], asked, K.MARGIN, K.PRIOR_VETO), cost
     return judge
 
 

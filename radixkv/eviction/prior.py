@@ -44,13 +44,17 @@ def leaves_start(rule: Rule, tree: TreeView, history: History, own: EvictionPoli
     resume = rule.PRIOR_CHECK >= rule.PRIOR_SIZE  # the second replay goes on from where the first forked
     leads, asked, fork = replay(tree, history, own, other, int(rule.PRIOR_SIZE * capacity), None, resume)
     first = int(rule.PRIOR_FROM * len(leads))
-    late = leads[first:]
-    lead = sum(late)
-    if lead <= rule.MARGIN * sum(asked[first:]) or lead * lead <= rule.Z * rule.Z * sum(x * x for x in late):
+    if not clear(leads[first:], asked[first:], rule.MARGIN, rule.Z):
         return False
     checks, asked, _ = replay(tree, history, own, other, int(rule.PRIOR_CHECK * capacity), fork, False)
-    check = sum(checks)
-    return not (-check > rule.MARGIN * sum(asked) and check * check > rule.PRIOR_VETO ** 2 * sum(x * x for x in checks))
+    return not clear([-x for x in checks], asked, rule.MARGIN, rule.PRIOR_VETO)  # the veto: own leads by VETO sd
+
+
+def clear(leads: list[int], asked: list[int], margin: float, z: float) -> bool:
+    """Whether a replay's per-lookup leads favour the other expert: their sum above `margin` of the tokens asked
+    and above `z` standard deviations (the sum's square above z^2 x the sum of their squares)."""
+    lead = sum(leads)
+    return lead > margin * sum(asked) and lead * lead > z * z * sum(x * x for x in leads)
 
 
 class Fork:
