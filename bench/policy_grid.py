@@ -48,6 +48,7 @@ import sys
 import tempfile
 import time
 from multiprocessing import Pool
+from typing import Callable, TypeVar
 
 import numpy as np
 
@@ -68,6 +69,8 @@ from radixkv.eviction.adaptive import Adaptive  # noqa: E402
 from radixkv.eviction.view import CachedNodeView  # noqa: E402
 
 FRACS = (0.05, 0.1, 0.25, 0.5)
+J = TypeVar("J")  # a job (`each`)
+R = TypeVar("R")  # its result
 FIXED = ("lru", "lfu", "fifo", "slru")
 TUNE = ([f"wl:{w}:1:0" for w in DEFAULT_WORKLOADS] + ["wl:longchat:16:0", "wl:longdoc:16:0"]
         + [f"moon:{s}" for s in (11, 12, 13)] + [f"seed:{s}" for s in (3012, 3021, 3077)])
@@ -132,6 +135,25 @@ def run(job: tuple[str, dict[str, object], tuple[str, ...], int | None]) -> dict
         POLICIES["adaptive"] = Adaptive
 
 
+def held_names(traces: list[str]) -> list[str]:
+    """The held grid's traces with `traces` (FILE:PAGE, `--trace`) added."""
+    return HELD + [f"file:{t}" for t in traces]
+
+
+def grid_names(grid: str, held: list[str], only: str) -> list[str]:
+    """The trace names of `grid` (`held`: the held grid's, held_names) that contain `only`."""
+    chosen = {"tune": TUNE, "check": CHECK, "held": held, "both": TUNE + held, "bench": BENCH}[grid]
+    return [n for n in chosen if only in n]
+
+
+def each(fn: Callable[[J], R], jobs: list[J], processes: int) -> list[R]:
+    """`fn` of every job, in `processes` processes, in the order they finish (one: in this process, in order)."""
+    if processes <= 1:
+        return [fn(job) for job in jobs]
+    with Pool(processes) as pool:
+        return list(pool.imap_unordered(fn, jobs))
+
+
 def summary(label: str, rows: list[tuple[str, float, float]]) -> str:
     m = np.array([r[2] for r in rows])
     worst = min(rows, key=lambda r: r[2])
@@ -177,24 +199,19 @@ def main(argv: list[str] | None = None) -> None:
             ap.error(f"Adaptive has no constant {key}")
     if overrides and COMPILED_CORE:  # the compiled class reads its constants as built: a --set would do nothing
         ap.error("--set needs the pure-Python core: run with RADIXKV_PURE_PYTHON=1")
-    held = HELD + [f"file:{t}" for t in a.trace]
-    chosen = {"tune": TUNE, "check": CHECK, "held": held, "both": TUNE + held, "bench": BENCH}[a.grid]
-    names = [n for n in chosen if a.only in n]
+    held = held_names(a.trace)
+    names = grid_names(a.grid, held, a.only)
     fixed: dict[str, float] = {}
     if a.fixed_cache and os.path.exists(a.fixed_cache):
         with open(a.fixed_cache) as f:
             fixed = json.load(f)
     t0 = time.perf_counter()
-    pool = Pool(a.jobs) if a.jobs > 1 else None  # (one job: in this process)
-    each = map if pool is None else pool.imap_unordered
-    for r in each(run, [(n, {}, FIXED, None) for n in names if f"{n}|{FRACS[0]}|lru" not in fixed]):
+    for r in each(run, [(n, {}, FIXED, None) for n in names if f"{n}|{FRACS[0]}|lru" not in fixed], a.jobs):
         fixed.update(r)
     got: dict[str, float] = {}
     first = None if a.first is None else ("lru", "lfu").index(a.first)
-    for r in each(run, [(n, overrides, ("adaptive",), first) for n in names]):
+    for r in each(run, [(n, overrides, ("adaptive",), first) for n in names], a.jobs):
         got.update(r)
-    if pool is not None:
-        pool.close()
     if a.fixed_cache:
         with open(a.fixed_cache, "w") as f:
             json.dump(fixed, f)

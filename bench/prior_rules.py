@@ -20,14 +20,13 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from multiprocessing import Pool
 from typing import Callable
 
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # policy_grid, beside this file
 
-from policy_grid import BENCH, CHECK, FRACS, HELD, TUNE, load, summary  # noqa: E402
+from policy_grid import FRACS, each, grid_names, held_names, load, summary  # noqa: E402
 
 from radixkv import RadixCache  # noqa: E402
 from radixkv.bench.opt import build_segments  # noqa: E402
@@ -150,15 +149,11 @@ def main(argv: list[str] | None = None) -> None:
         if r != "base" and (len(r.split("/")) != 4 or not all(x == "-" or x.replace(".", "", 1).isdigit()
                                                                for x in r.split("/"))):
             ap.error(f"a rule is base or SIZE/FROM/CHECK/Z, not {r}")
-    names = {"tune": TUNE, "check": CHECK, "held": HELD + [f"file:{t}" for t in a.trace], "bench": BENCH}[a.grid]
-    names = [n for n in names if a.only in n]
+    names = grid_names(a.grid, held_names(a.trace), a.only)
     by = {False: margins(a.lru), True: margins(a.lfu)}
     got: dict[tuple[str, float], dict[str, tuple[bool, int]]] = {}
-    pool = Pool(a.jobs) if a.jobs > 1 else None  # (one job: in this process)
-    for r in (map if pool is None else pool.imap_unordered)(verdicts, [(n, rules) for n in names]):
+    for r in each(verdicts, [(n, rules) for n in names], a.jobs):
         got.update(r)
-    if pool is not None:
-        pool.close()
     cells = [(n, f) for n in names for f in FRACS]
     verdict = {c: [got[c].get(r, (False, 0)) for r in rules] for c in cells}  # (no prior: START, LRU)
     for c in cells if a.cells else []:
