@@ -1,8 +1,9 @@
-"""The default policy's prior (eviction/prior.py): at the first eviction it leaves
-LRU for LFU only on evidence it would switch on (MARGIN and Z) from the later half of the replayed
-history, and only when a replay at half the size does not favour LRU by PRIOR_VETO standard deviations.
-One tune-grid cell (bench/policy_grid.py) per branch; round 8's prior (the whole history's lead at a
-quarter of the size, MARGIN only) followed LFU in the first three, where LRU won (bench/RESULTS.md)."""
+"""The default policy's prior (eviction/prior.py): at the first eviction it keeps LRU, with no replay, where
+PRIOR_REUSE of the tokens inserted so far were cached already; else it leaves LRU for LFU only on evidence it
+would switch on (MARGIN and Z) from the later half of the replayed history, and only when a replay at
+PRIOR_CHECK x the size does not favour LRU by PRIOR_VETO standard deviations. One tune-grid cell
+(bench/policy_grid.py) per branch; round 8's prior (the whole history's lead at a quarter of the size, MARGIN
+only) followed LFU in the first three, where LRU won, round 19's in the fourth (bench/RESULTS.md)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from radixkv.bench.runner import sim_config
 from radixkv.eviction.adaptive import Adaptive
 from radixkv.eviction.history import History
 from radixkv.eviction.policies import LFU, LRU, EvictionPolicy
-from radixkv.eviction.prior import replay
+from radixkv.eviction.prior import leaves_start, replay
 from radixkv.radix.shadow import ShadowTree
 from radixkv.radix.tree import RadixTree
 from radixkv.radix.shadow_heap import ShadowNode
@@ -35,8 +36,9 @@ def grid() -> ModuleType:
     ("seed:3021", 0.5, "lru"),  # the later lookups favour LFU (1.2 sd); the half-size replay LRU by 2.2 sd
     ("wl:agent:1:0", 0.5, "lru"),  # the later lookups favour LFU by MARGIN, at 0.13 sd only
     ("seed:3077", 0.25, "lru"),  # the whole history favours LFU, its later half LRU
-    ("moon:12", 0.25, "lfu"),  # LFU on all counts (LFU wins this cell by 2.5 points)
-    ("wl:tot:1:0", 0.25, "lfu"),
+    ("wl:tools:1:0", 0.1, "lru"),  # reuse 0.73, no replay (it favours LFU by 2.1 sd; LRU wins by 0.37 points)
+    ("moon:12", 0.25, "lfu"),  # reuse 0.45; LFU on all counts (LFU wins this cell by 2.5 points)
+    ("wl:rag:1:0", 0.25, "lfu"),  # reuse 0.36 (LFU wins by 1.3 points)
 ])
 def test_the_prior_leaves_lru_on_late_confident_evidence_a_larger_replay_does_not_contradict(
         grid: ModuleType, cell: str, share: float, leader: str) -> None:
@@ -156,3 +158,22 @@ def _whole_history(sessions: str, page_size: int) -> tuple[int, RadixTree, Histo
     policy = cache.tree.policy
     assert isinstance(policy, Adaptive) and policy._history is not None
     return total, cache.tree, policy._history
+
+
+@pytest.mark.parametrize("page_size", [1, 16])
+def test_dense_reuse_keeps_the_expert_followed_without_a_replay(page_size: int) -> None:
+    """The history counts the tokens its inserts held, new or not; where the real cache holds no more than
+    (1 - PRIOR_REUSE) of them at its first eviction, leaves_start says stay before it replays anything."""
+    _, real, history = _whole_history("chat", page_size)
+    assert history.inserted == sum(len(key) // 4 for _, key, use in history if use is not None)
+
+    class NoReplay:  # a tree whose shadows the replay would ask for first
+        @property
+        def shadow_keys(self) -> None:
+            raise AssertionError("replayed")
+
+    rule = Adaptive()
+    edge = int((1.0 - rule.PRIOR_REUSE) * history.inserted)
+    assert not leaves_start(rule, NoReplay(), history, LRU(), LFU(), edge)  # type: ignore[arg-type]
+    with pytest.raises(AssertionError, match="replayed"):
+        leaves_start(rule, NoReplay(), history, LRU(), LFU(), edge + 1)  # type: ignore[arg-type]

@@ -39,6 +39,7 @@ class History:
     def __init__(self) -> None:
         self.entries: list[tuple[bytes, Item, bool | None]] = []  # (ns, item, None: a lookup | the insert's use)
         self.bytes = 0
+        self.inserted = 0  # tokens the inserts' keys held, new or not (the prior's reuse: eviction/prior.py)
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -53,6 +54,7 @@ class History:
         """`key` (from the root of `ns`; with `head`, head[:cut] + key, put together only if kept as bytes) is
         cached now; `leaf` is the leaf this insert made, if any."""
         entries = self.entries
+        self.inserted += (cut + len(key)) // 4
         if entries:
             last_ns, last, last_use = entries[-1]
             if last_use is None and isinstance(last, bytes) and last_ns == ns and (

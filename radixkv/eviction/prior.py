@@ -1,6 +1,14 @@
 """The default policy's prior: which expert to follow first, chosen once, at the first eviction.
 
-Before the first eviction both experts hold exactly what the real cache holds, so no shadow runs;
+Where the traffic reuses most of what it caches within one cache size, the policy keeps the expert it
+follows (START: LRU) with no replay: when the inserts' keys held at least 1 / (1 - PRIOR_REUSE) tokens for
+each token the real cache holds at its first eviction (their reuse, the share already cached, PRIOR_REUSE or
+more). Reuse that dense is sessions (chat, agents, tool calls, the random traces' conversations), which
+recency serves at the real size, while the small replays below, where it no longer fits, favour LFU more
+often than the real size bears out. LFU's clear wins on the tune grid (RAG and Mooncake-shaped traffic) reuse
+less: 0.24-0.49 (bench/RESULTS.md, round 20, has the rule scored on the four grids, fit on tune and bench).
+
+Otherwise: before the first eviction both experts hold exactly what the real cache holds, so no shadow runs;
 that traffic is kept (eviction/history.py) and, at the first eviction, replayed through both experts
 in caches of PRIOR_SIZE x the real size, where they already differ. The policy leaves the expert it
 follows only on the evidence it would switch on (MARGIN and Z) from the later lookups (PRIOR_FROM: the
@@ -33,6 +41,7 @@ class Rule(Protocol):
     PRIOR_FROM: float
     PRIOR_CHECK: float
     PRIOR_VETO: float
+    PRIOR_REUSE: float
     MARGIN: float
     Z: float
 
@@ -41,6 +50,8 @@ def leaves_start(rule: Rule, tree: TreeView, history: History, own: EvictionPoli
                  capacity: int) -> bool:
     """Whether the history, replayed in small caches, says to follow `other` instead of `own` (the
     expert followed now): the test of the module docstring, with `rule`'s constants."""
+    if capacity <= (1.0 - rule.PRIOR_REUSE) * history.inserted:  # dense reuse: stay, no replay
+        return False
     resume = rule.PRIOR_CHECK >= rule.PRIOR_SIZE  # the second replay goes on from where the first forked
     leads, asked, fork = replay(tree, history, own, other, int(rule.PRIOR_SIZE * capacity), None, resume)
     first = int(rule.PRIOR_FROM * len(leads))
