@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/policy_grid.py tune --cells --first lru > L.txt    # every cell's margin, each verdict
     .venv/bin/python bench/policy_grid.py tune --cells --first lfu > F.txt
-    .venv/bin/python bench/prior_rules.py tune --lru L.txt --lfu F.txt --rules base,0.25/0.5/-/0.5
+    .venv/bin/python bench/prior_rules.py tune --lru L.txt --lfu F.txt --rules base,round19,0.25/0.5/-/0.5
 
 The prior's verdict (eviction/prior.py) is its only output, so a cell's margin under a rule is the margin of
 the run forced to that rule's verdict (policy_grid.py `--first`), one of the two files'. Per cell, the real
@@ -11,9 +11,10 @@ shadow work is counted: history entries replayed, twice where two shadows run (a
 the grid's summary (policy_grid.py's, from the verdicts' margins), the entries replayed summed over the cells,
 and every cell whose verdict differs from the first rule's, with both margins. Verdicts are deterministic;
 the counts stand in for the replays' instructions (bench/events_instructions.py measures those). A rule is
-`base` (the policy's) or SIZE/FROM/CHECK/Z[/REUSE] (`rule`), e.g. 0.25/0.5/-/0.5: round 19's policy without its
-veto replay; with REUSE, no replay where the history's reuse (`--cells` prints it) is REUSE or more
-(bench/RESULTS.md, rounds 19 and 20, have the rules measured).
+`base` (the policy's), `round19` (its prior before round 20: 0.25/0.5/0.75/0.5) or SIZE/FROM/CHECK/Z[/REUSE]
+(`rule`): a replay at SIZE judged from FROM of the lookups by Z, a veto replay at CHECK (- for none) and no
+replay where the history's reuse (`--cells` prints it) is REUSE or more (bench/RESULTS.md, rounds 19 and 20,
+have the rules measured).
 """
 
 from __future__ import annotations
@@ -45,11 +46,12 @@ Verdicts = dict[tuple[str, float], tuple[dict[str, tuple[bool, int]], float]]
 
 
 K = Adaptive()  # the constants (compiled, they are an instance's fields)
+VETO = 2.0  # a veto replay's sd (round 19's PRIOR_VETO)
 
 
-def work(history: History, fork: int, start: int = 0) -> int:
-    """History entries a replay from `start` runs through its shadows: once before `fork`, twice from it."""
-    return (fork - start) + 2 * (len(history) - fork)
+def work(history: History, fork: int) -> int:
+    """History entries a replay runs through its shadows: once before `fork`, twice from it."""
+    return fork + 2 * (len(history) - fork)
 
 
 def reuse(history: History, cap: int) -> float:
@@ -59,29 +61,29 @@ def reuse(history: History, cap: int) -> float:
 
 
 def rule(spec: str) -> Judge:
-    """A rule from SIZE/FROM/CHECK/Z[/REUSE]: eviction/prior.py's with PRIOR_SIZE, PRIOR_FROM, PRIOR_CHECK (- for no
-    veto replay), Z and PRIOR_REUSE (none: no such test, round 19's prior); PRIOR_VETO and MARGIN are the policy's."""
+    """A rule from SIZE/FROM/CHECK/Z[/REUSE]: eviction/prior.py's with PRIOR_SIZE, PRIOR_FROM, Z and PRIOR_REUSE
+    (none: no such test) and, unless CHECK is -, round 19's veto: a second replay, at CHECK x the size, keeps the
+    expert followed where it favours it by VETO sd (counted as a replay from the start: round 19's went on from
+    the first one's fork). MARGIN is the policy's."""
     size, late, check, z, dense = (float(x) if x != "-" else -1.0 for x in (spec + "/-").split("/")[:5])
 
     def judge(tree: TreeView, history: History, own: EvictionPolicy, other: EvictionPolicy,
               cap: int) -> tuple[bool, int]:
         if 0 <= dense and cap <= (1.0 - dense) * history.inserted:  # as leaves_start: stay, no replay
             return False, 0
-        leads, asked, fork = replay(tree, history, own, other, int(size * cap), None, True)
-        entry = fork.entry if fork is not None else len(history)
-        cost = work(history, entry)
+        leads, asked, fork = replay(tree, history, own, other, int(size * cap))
+        cost = work(history, fork)
         first = int(late * len(leads))
         leaves = clear(leads[first:], asked[first:], K.MARGIN, z)
         if not leaves or check < 0:
             return leaves, cost
-        resume = fork if check >= size else None  # (a smaller replay forks sooner: it cannot go on from this one's)
-        checks, asked, kept = replay(tree, history, own, other, int(check * cap), resume, True)
-        cost += work(history, kept.entry if kept is not None else len(history), resume.entry if resume else 0)
-        return not clear([-x for x in checks], asked, K.MARGIN, K.PRIOR_VETO), cost
+        checks, asked, fork = replay(tree, history, own, other, int(check * cap))
+        return not clear([-x for x in checks], asked, K.MARGIN, VETO), cost + work(history, fork)
     return judge
 
 
-BASE = f"{K.PRIOR_SIZE}/{K.PRIOR_FROM}/{K.PRIOR_CHECK}/{K.Z}/{K.PRIOR_REUSE}"
+BASE = f"{K.PRIOR_SIZE}/{K.PRIOR_FROM}/-/{K.Z}/{K.PRIOR_REUSE}"
+ROUND19 = f"{K.PRIOR_SIZE}/{K.PRIOR_FROM}/0.75/{K.Z}"  # round 19's prior: a veto replay, no reuse test
 
 
 class Stop(Exception):
@@ -100,7 +102,8 @@ class Judged(Adaptive):
                 raise Stop({}, 0.0)
             cap = tree.evictable_size + tree.protected_size
             own, other = self._shadowed[mode], self._shadowed[1 - mode]
-            raise Stop({r: rule(BASE if r == "base" else r)(tree, history, own, other, cap) for r in self.rules},
+            named = {"base": BASE, "round19": ROUND19}
+            raise Stop({r: rule(named.get(r, r))(tree, history, own, other, cap) for r in self.rules},
                        reuse(history, cap))
         super().on_evict(victim)
 
@@ -149,7 +152,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("grid", choices=["tune", "check", "held", "bench"])
     ap.add_argument("--lru", required=True, help="policy_grid.py GRID --cells --first lru's output")
     ap.add_argument("--lfu", required=True, help="... --first lfu's")
-    ap.add_argument("--rules", default="base", help="comma-separated: base or SIZE/FROM/CHECK/Z[/REUSE] (`rule`); "
+    ap.add_argument("--rules", default="base", help="comma-separated: base, round19 or SIZE/FROM/CHECK/Z[/REUSE]; "
                     "the first is the reference")
     ap.add_argument("--trace", action="append", default=[], metavar="FILE:PAGE", help="add a trace to the held grid")
     ap.add_argument("--jobs", type=int, default=1, help="processes")
@@ -158,9 +161,10 @@ def main(argv: list[str] | None = None) -> None:
     a = ap.parse_args(argv)
     rules = a.rules.split(",")
     for r in rules:
-        if r != "base" and (len(r.split("/")) not in (4, 5) or not all(x == "-" or x.replace(".", "", 1).isdigit()
-                                                                       for x in r.split("/"))):
-            ap.error(f"a rule is base or SIZE/FROM/CHECK/Z[/REUSE], not {r}")
+        fields = r.split("/")
+        if r not in ("base", "round19") and (len(fields) not in (4, 5) or not all(
+                x == "-" or x.replace(".", "", 1).isdigit() for x in fields)):
+            ap.error(f"a rule is base, round19 or SIZE/FROM/CHECK/Z[/REUSE], not {r}")
     names = grid_names(a.grid, held_names(a.trace), a.only)
     by = {False: margins(a.lru), True: margins(a.lfu)}
     got: Verdicts = {}

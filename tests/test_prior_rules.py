@@ -1,7 +1,7 @@
 """bench/policy_grid.py's `--first` (the prior's verdict forced) and bench/prior_rules.py (a prior rule's verdicts
-scored by the two forced runs' margins), on tune's seed 3021: its prior leaves LRU at 5%, keeps it at 25% on its
-reuse (0.67: no replay; round 19's prior left it there) and at 50% on its reuse and, without that test, on the veto
-replay alone (without the veto LFU hits 0.8080 there, LRU 0.8215: bench/RESULTS.md, round 18)."""
+scored by the two forced runs' margins), on tune's seed 3021: its prior leaves LRU at 5% and keeps it, with no
+replay, at 25% and 50% on its reuse (0.67, 0.76); round 19's left it at 25% and kept it at 50% on its veto replay
+alone (without it LFU hits 0.8080 there, LRU 0.8215: bench/RESULTS.md, round 18)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from radixkv.eviction import POLICIES
 from radixkv.eviction.adaptive import Adaptive
 
 CELL = "seed:3021"
-NO_VETO = "0.25/0.5/-/0.5"  # round 19's prior without its veto replay (and no reuse test)
+NO_VETO = "0.25/0.5/-/0.5"  # round 19's prior without its veto replay: the policy's without its reuse test
 
 
 @pytest.fixture(scope="module")
@@ -38,14 +38,14 @@ def test_first_forces_the_priors_verdict_and_nothing_else(grid: ModuleType) -> N
 
 def test_a_rules_verdicts_pick_each_cells_margin_from_the_forced_runs(
         grid: ModuleType, rules: ModuleType, tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
-    gated = f"{NO_VETO}/{rules.K.PRIOR_REUSE}"  # with the policy's reuse test
-    got = rules.verdicts((CELL, ["base", NO_VETO, gated]))
+    got = rules.verdicts((CELL, ["base", "round19", NO_VETO]))
     assert "prior-rules" not in POLICIES
     assert [got[(CELL, f)][0]["base"][0] for f in grid.FRACS] == [True, False, False, False]  # 5%, 10%, 25%, 50%
     assert [round(got[(CELL, f)][1], 2) for f in grid.FRACS] == [0.49, 0.57, 0.67, 0.76]  # the reuse
-    assert got[(CELL, 0.25)][0]["base"] == got[(CELL, 0.5)][0][gated] == (False, 0)  # no replay
-    no_veto = got[(CELL, 0.5)][0][NO_VETO]
-    assert no_veto[0] and no_veto[1] > 0  # leaves LRU
+    assert got[(CELL, 0.25)][0]["base"] == got[(CELL, 0.5)][0]["base"] == (False, 0)  # no replay
+    assert [got[(CELL, f)][0]["round19"][0] for f in grid.FRACS] == [True, False, True, False]
+    round19, no_veto = got[(CELL, 0.5)][0]["round19"], got[(CELL, 0.5)][0][NO_VETO]
+    assert no_veto[0] and 0 < no_veto[1] < round19[1]  # leaves LRU without the veto replay, with less replayed
     files, fixed = {}, str(tmp_path / "fixed.json")
     for first in ("lru", "lfu"):
         grid.main(["tune", "--only", CELL, "--cells", "--first", first, "--fixed-cache", fixed])

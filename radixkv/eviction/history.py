@@ -75,12 +75,12 @@ class History:
         for ns, key, end, use, _ in self.replay():
             yield ns, key if end == len(key) else key[:end], use
 
-    def replay(self, start: int = 0) -> Iterator[tuple[bytes, bytes, int, bool | None, NodeView | None]]:
-        """As iteration (from entry `start` on), but each entry's key as `key[:end]` (a lookup that the next insert
+    def replay(self) -> Iterator[tuple[bytes, bytes, int, bool | None, NodeView | None]]:
+        """As iteration, but each entry's key as `key[:end]` (a lookup that the next insert
         extends: that insert's key, not copied) and with the real leaf whose path spells the key (an insert that
         made it) or goes on from it (that insert's leaf), None for a key kept as bytes: (ns, key, end, use, leaf)."""
         entries, ahead = self.entries, b""
-        for i in range(start, len(entries)):
+        for i in range(len(entries)):
             ns, item, use = entries[i]
             if isinstance(item, int):  # a prefix of the next entry's key (an insert: bytes or a leaf)
                 after = entries[i + 1][1]
