@@ -5,8 +5,9 @@ follows (START: LRU) with no replay: when the inserts' keys held at least 1 / (1
 each token the real cache holds at its first eviction (their reuse, the share already cached, PRIOR_REUSE or
 more). Reuse that dense is sessions (chat, agents, tool calls, the random traces' conversations), which
 recency serves at the real size, while the small replay below, where it no longer fits, favours LFU more
-often than the real size bears out. LFU's clear wins on the tune grid (RAG and Mooncake-shaped traffic) reuse
-less: 0.24-0.49 (bench/RESULTS.md, round 20, has the rule scored on the four grids, fit on tune and bench).
+often than the real size bears out. The tune grid's clear LFU wins where a replay finds a lead (RAG and
+Mooncake-shaped traffic) reuse 0.24-0.49 (bench/RESULTS.md, round 20: the rule fit on tune and bench, scored on
+all four grids).
 
 Otherwise: before the first eviction both experts hold exactly what the real cache holds, so no shadow runs;
 that traffic is kept (eviction/history.py) and, at the first eviction, replayed through both experts
