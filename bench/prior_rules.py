@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/policy_grid.py tune --cells --first lru > L.txt    # every cell's margin, each verdict
     .venv/bin/python bench/policy_grid.py tune --cells --first lfu > F.txt
-    .venv/bin/python bench/prior_rules.py tune --lru L.txt --lfu F.txt --rules base,0.25/0.5/-/0.5
+    .venv/bin/python bench/prior_rules.py tune --lru L.txt --lfu F.txt --rules base,round19,0.25/0.5/-/0.5
 
 The prior's verdict (eviction/prior.py) is its only output, so a cell's margin under a rule is the margin of
 the run forced to that rule's verdict (policy_grid.py `--first`), one of the two files'. Per cell, the real
@@ -11,8 +11,10 @@ shadow work is counted: history entries replayed, twice where two shadows run (a
 the grid's summary (policy_grid.py's, from the verdicts' margins), the entries replayed summed over the cells,
 and every cell whose verdict differs from the first rule's, with both margins. Verdicts are deterministic;
 the counts stand in for the replays' instructions (bench/events_instructions.py measures those). A rule is
-`base` (the policy's) or SIZE/FROM/CHECK/Z (`rule`), e.g. 0.25/0.5/-/0.5: the policy's without its veto
-replay (bench/RESULTS.md, round 19, has the rules measured).
+`base` (the policy's), `round19` (its prior before round 20: 0.25/0.5/0.75/0.5) or SIZE/FROM/CHECK/Z[/REUSE]
+(`rule`): a replay at SIZE judged from FROM of the lookups by Z, a veto replay at CHECK (- for none) and no
+replay where the history's reuse (`--cells` prints it) is REUSE or more (bench/RESULTS.md, rounds 19 and 20,
+have the rules measured).
 """
 
 from __future__ import annotations
@@ -40,38 +42,48 @@ from radixkv.eviction.prior import clear, replay  # noqa: E402
 from radixkv.eviction.view import CachedNodeView, TreeView  # noqa: E402
 
 Judge = Callable[[TreeView, History, EvictionPolicy, EvictionPolicy, int], tuple[bool, int]]
+Verdicts = dict[tuple[str, float], tuple[dict[str, tuple[bool, int]], float]]
 
 
 K = Adaptive()  # the constants (compiled, they are an instance's fields)
+VETO = 2.0  # a veto replay's sd (round 19's PRIOR_VETO)
 
 
-def work(history: History, fork: int, start: int = 0) -> int:
-    """History entries a replay from `start` runs through its shadows: once before `fork`, twice from it."""
-    return (fork - start) + 2 * (len(history) - fork)
+def work(history: History, fork: int) -> int:
+    """History entries a replay runs through its shadows: once before `fork`, twice from it."""
+    return fork + 2 * (len(history) - fork)
+
+
+def reuse(history: History, cap: int) -> float:
+    """The share of the tokens the history's inserts held that were cached already (eviction/prior.py), with the
+    real cache holding `cap` tokens at its first eviction."""
+    return 1.0 - cap / max(history.inserted, 1)
 
 
 def rule(spec: str) -> Judge:
-    """A rule from SIZE/FROM/CHECK/Z: eviction/prior.py's with PRIOR_SIZE, PRIOR_FROM, PRIOR_CHECK (- for no veto
-    replay) and Z (PRIOR_VETO and MARGIN are the policy's)."""
-    size, late, check, z = (float(x) if x != "-" else -1.0 for x in spec.split("/"))
+    """A rule from SIZE/FROM/CHECK/Z[/REUSE]: eviction/prior.py's with PRIOR_SIZE, PRIOR_FROM, Z and PRIOR_REUSE
+    (none: no such test) and, unless CHECK is -, round 19's veto: a second replay, at CHECK x the size, keeps the
+    expert followed where it favours it by VETO sd (counted as a replay from the start: round 19's went on from
+    the first one's fork). MARGIN is the policy's."""
+    size, late, check, z, dense = (float(x) if x != "-" else -1.0 for x in (spec + "/-").split("/")[:5])
 
     def judge(tree: TreeView, history: History, own: EvictionPolicy, other: EvictionPolicy,
               cap: int) -> tuple[bool, int]:
-        leads, asked, fork = replay(tree, history, own, other, int(size * cap), None, True)
-        entry = fork.entry if fork is not None else len(history)
-        cost = work(history, entry)
+        if 0 <= dense and cap <= (1.0 - dense) * history.inserted:  # as leaves_start: stay, no replay
+            return False, 0
+        leads, asked, fork = replay(tree, history, own, other, int(size * cap))
+        cost = work(history, fork)
         first = int(late * len(leads))
         leaves = clear(leads[first:], asked[first:], K.MARGIN, z)
         if not leaves or check < 0:
             return leaves, cost
-        resume = fork if check >= size else None  # (a smaller replay forks sooner: it cannot go on from this one's)
-        checks, asked, kept = replay(tree, history, own, other, int(check * cap), resume, True)
-        cost += work(history, kept.entry if kept is not None else len(history), resume.entry if resume else 0)
-        return not clear([-x for x in checks], asked, K.MARGIN, K.PRIOR_VETO), cost
+        checks, asked, fork = replay(tree, history, own, other, int(check * cap))
+        return not clear([-x for x in checks], asked, K.MARGIN, VETO), cost + work(history, fork)
     return judge
 
 
-BASE = f"{K.PRIOR_SIZE}/{K.PRIOR_FROM}/{K.PRIOR_CHECK}/{K.Z}"
+BASE = f"{K.PRIOR_SIZE}/{K.PRIOR_FROM}/-/{K.Z}/{K.PRIOR_REUSE}"
+ROUND19 = f"{K.PRIOR_SIZE}/{K.PRIOR_FROM}/0.75/{K.Z}"  # round 19's prior: a veto replay, no reuse test
 
 
 class Stop(Exception):
@@ -87,15 +99,18 @@ class Judged(Adaptive):
         if self._tree is None:
             history, tree, mode = self._history, victim.tree, self.mode
             if history is None:  # past HISTORY: no prior
-                raise Stop({})
+                raise Stop({}, 0.0)
             cap = tree.evictable_size + tree.protected_size
             own, other = self._shadowed[mode], self._shadowed[1 - mode]
-            raise Stop({r: rule(BASE if r == "base" else r)(tree, history, own, other, cap) for r in self.rules})
+            named = {"base": BASE, "round19": ROUND19}
+            raise Stop({r: rule(named.get(r, r))(tree, history, own, other, cap) for r in self.rules},
+                       reuse(history, cap))
         super().on_evict(victim)
 
 
-def verdicts(job: tuple[str, list[str]]) -> dict[tuple[str, float], dict[str, tuple[bool, int]]]:
-    """(cell, share) -> rule -> (leaves LRU, entries replayed); {} where the cell never evicts or has no prior."""
+def verdicts(job: tuple[str, list[str]]) -> Verdicts:
+    """(cell, share) -> (rule -> (leaves LRU, entries replayed), the history's reuse); ({}, 0) where the cell never
+    evicts or has no prior."""
     name, rules = job
     Judged.rules = rules
     reqs, page = load(name)
@@ -106,7 +121,7 @@ def verdicts(job: tuple[str, list[str]]) -> dict[tuple[str, float], dict[str, tu
     try:
         for f in FRACS:
             cache = RadixCache(sim_config(capacity(f, unique, longest, page), page, "prior-rules", longest))
-            got: dict[str, tuple[bool, int]] = {}
+            got: tuple[dict[str, tuple[bool, int]], float] = ({}, 0.0)
             try:
                 for r in reqs:  # the bench lifecycle (radixkv/bench/runner.py)
                     m = cache.match_prefix(r.tokens[:r.prompt_len])
@@ -114,7 +129,7 @@ def verdicts(job: tuple[str, list[str]]) -> dict[tuple[str, float], dict[str, tu
                     cache.insert(r.tokens, torch.cat([m.slots, cache.alloc(len(r.tokens) - m.length)]))
                     cache.unlock(m.node)
             except Stop as s:
-                got = s.args[0]
+                got = (s.args[0], s.args[1])
             out[(name, f)] = got
     finally:
         del POLICIES["prior-rules"]
@@ -137,7 +152,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("grid", choices=["tune", "check", "held", "bench"])
     ap.add_argument("--lru", required=True, help="policy_grid.py GRID --cells --first lru's output")
     ap.add_argument("--lfu", required=True, help="... --first lfu's")
-    ap.add_argument("--rules", default="base", help="comma-separated: base or SIZE/FROM/CHECK/Z (`rule`); "
+    ap.add_argument("--rules", default="base", help="comma-separated: base, round19 or SIZE/FROM/CHECK/Z[/REUSE]; "
                     "the first is the reference")
     ap.add_argument("--trace", action="append", default=[], metavar="FILE:PAGE", help="add a trace to the held grid")
     ap.add_argument("--jobs", type=int, default=1, help="processes")
@@ -146,18 +161,20 @@ def main(argv: list[str] | None = None) -> None:
     a = ap.parse_args(argv)
     rules = a.rules.split(",")
     for r in rules:
-        if r != "base" and (len(r.split("/")) != 4 or not all(x == "-" or x.replace(".", "", 1).isdigit()
-                                                               for x in r.split("/"))):
-            ap.error(f"a rule is base or SIZE/FROM/CHECK/Z, not {r}")
+        fields = r.split("/")
+        if r not in ("base", "round19") and (len(fields) not in (4, 5) or not all(
+                x == "-" or x.replace(".", "", 1).isdigit() for x in fields)):
+            ap.error(f"a rule is base, round19 or SIZE/FROM/CHECK/Z[/REUSE], not {r}")
     names = grid_names(a.grid, held_names(a.trace), a.only)
     by = {False: margins(a.lru), True: margins(a.lfu)}
-    got: dict[tuple[str, float], dict[str, tuple[bool, int]]] = {}
+    got: Verdicts = {}
     for r in each(verdicts, [(n, rules) for n in names], a.jobs):
         got.update(r)
     cells = [(n, f) for n in names for f in FRACS]
-    verdict = {c: [got[c].get(r, (False, 0)) for r in rules] for c in cells}  # (no prior: START, LRU)
+    verdict = {c: [got[c][0].get(r, (False, 0)) for r in rules] for c in cells}  # (no prior: START, LRU)
     for c in cells if a.cells else []:
-        print(f"| {c[0]} | {c[1]:.0%} | " + " | ".join(f"{'LFU' if v else 'LRU'} {e:,}" for v, e in verdict[c]) + " |")
+        print(f"| {c[0]} | {c[1]:.0%} | {got[c][1]:.3f} | "
+              + " | ".join(f"{'LFU' if v else 'LRU'} {e:,}" for v, e in verdict[c]) + " |")
     for i, r in enumerate(rules):
         rows = [(n, f, by[verdict[(n, f)][i][0]][(n, f)]) for n, f in cells]
         print(summary(r, rows) + f", entries replayed {sum(verdict[c][i][1] for c in cells):,}")

@@ -33,12 +33,16 @@ def grid() -> ModuleType:
     return load_script(ROOT / "bench" / "policy_grid.py")
 
 
-def _run(grid: ModuleType, cell: str, share: float) -> tuple[float, list[tuple[int, str]], float]:
+def _run(grid: ModuleType, cell: str, share: float, first: int | None = None) -> tuple[float, list[tuple[int, str]],
+                                                                                     float]:
     """The policy on a grid cell (radixkv bench's replay): its token hit rate, its switches (request,
-    expert followed from then on; the prior's pick at the first eviction counts) and LRU's hit rate."""
+    expert followed from then on; the prior's pick at the first eviction counts) and LRU's hit rate.
+    `first`: the prior's pick forced (policy_grid.py's FirstExpert: 0 LRU, 1 LFU)."""
     reqs, page = grid.load(cell)
     cap = grid.capacity(share, build_segments(reqs, page).total_pages * page, max(len(r.tokens) for r in reqs), page)
-    policy, log, seen = Adaptive(), [], [0, 0]  # requests, switches
+    policy = Adaptive() if first is None else type("Forced", (grid.FirstExpert,), {"first": first})()
+    log: list[tuple[int, str]] = []
+    seen = [0, 0]  # requests, switches
 
     def step() -> None:
         if policy.switches != seen[1]:
@@ -75,32 +79,32 @@ def test_agent_at_a_quarter_stays_within_half_a_point_of_lru(grid: ModuleType) -
 
 
 def test_tools_at_a_tenth_undoes_the_priors_pick_within_half_a_point_of_lru(grid: ModuleType) -> None:
-    """tools (seed 0, page 16) at 10%: the prior follows LFU at the first eviction (request 42); every
-    lookup where the experts then differ favours LRU, and the fifth of them (request 90) switches back,
-    on a lead under MIN_LEAD, so the policy ends within 0.5 points of LRU (round 16: 0.55 below it,
-    0.7612 against 0.7667, back at request 93)."""
-    hit, log, lru = _run(grid, "wl:tools:16:0", 0.1)
+    """tools (seed 0, page 16) at 10%, the prior's pick forced to LFU at the first eviction (request 42; round
+    19's prior made it, round 20's keeps LRU there on its reuse); every lookup where the experts then differ
+    favours LRU, and the fifth of them (request 90) switches back, on a lead under MIN_LEAD, so the policy ends
+    within 0.5 points of LRU (round 16: 0.55 below it, 0.7612 against 0.7667, back at request 93)."""
+    hit, log, lru = _run(grid, "wl:tools:16:0", 0.1, first=1)
     assert hit >= lru - 0.005, (hit, lru, log)
     assert log[:2] == [(42, "lfu"), (90, "lru")], log
 
 
 @pytest.mark.skipif(COMPILED_CORE, reason="patches class constants, which the compiled class reads as built")
-@pytest.mark.parametrize(("cell", "share", "off"), [
-    ("wl:longchat:1:0", 0.25, {"LEAVE_SIGN": float("inf")}),  # the short horizon: back to LRU sooner
-    ("wl:gsp:1:0", 0.05, {"LEAVE_SIGN": 5.0}),  # ... and on 4 lookups, not round 14's 5: sooner again
-    ("wl:chat:1:0", 0.25, {"SIGN_VETO": float("inf"), "SIGN_LEAD": float("-inf")}),  # the veto: to LFU later
-    ("moon:12", 0.05, {"SIGN_LEAD": 0.0}),  # the veto while as many lookups favour LRU: to LFU later
-    ("wl:agent:1:5", 0.25, {"LEAVE_LEAD": float("inf")}),  # a large short lead: out of LFU sooner
-    ("wl:tools:16:0", 0.1, {"UNANIMOUS": float("inf")}),  # five lookups, all for LRU: the prior's LFU undone sooner
+@pytest.mark.parametrize(("cell", "share", "off", "first"), [
+    ("wl:longchat:1:0", 0.25, {"LEAVE_SIGN": float("inf")}, None),  # the short horizon: back to LRU sooner
+    ("wl:gsp:1:0", 0.05, {"LEAVE_SIGN": 5.0}, None),  # ... and on 4 lookups, not round 14's 5: sooner again
+    ("wl:chat:1:0", 0.25, {"SIGN_VETO": float("inf"), "SIGN_LEAD": float("-inf")}, None),  # the veto: to LFU later
+    ("moon:12", 0.05, {"SIGN_LEAD": 0.0}, None),  # the veto while as many lookups favour LRU: to LFU later
+    ("wl:agent:1:5", 0.25, {"LEAVE_LEAD": float("inf")}, None),  # a large short lead: out of LFU sooner
+    ("wl:tools:16:0", 0.1, {"UNANIMOUS": float("inf")}, 1),  # five lookups, all for LRU: a forced LFU pick undone
 ])
 def test_each_rule_moves_its_switch_and_gains(grid: ModuleType, monkeypatch: pytest.MonkeyPatch, cell: str,
-                                             share: float, off: dict[str, float]) -> None:
+                                             share: float, off: dict[str, float], first: int | None) -> None:
     """Without the rule (its constants off, or at round 14's value) the cell's LFU spell lasts longer
-    and hits less."""
-    hit, log, _ = _run(grid, cell, share)
+    and hits less (`first`: the prior's pick forced, as above)."""
+    hit, log, _ = _run(grid, cell, share, first)
     for constant, value in off.items():
         monkeypatch.setattr(Adaptive, constant, value)
-    hit_off, log_off, _ = _run(grid, cell, share)
+    hit_off, log_off, _ = _run(grid, cell, share, first)
     spell, spell_off = (sum(b - a for (a, x), (b, _) in zip(lg, lg[1:] + [(10**9, "")]) if x == "lfu")
                         for lg in (log, log_off))
     assert spell < spell_off and hit > hit_off, (log, log_off, hit, hit_off)

@@ -1,8 +1,7 @@
-"""The default policy's prior (eviction/prior.py): at the first eviction it leaves
-LRU for LFU only on evidence it would switch on (MARGIN and Z) from the later half of the replayed
-history, and only when a replay at half the size does not favour LRU by PRIOR_VETO standard deviations.
-One tune-grid cell (bench/policy_grid.py) per branch; round 8's prior (the whole history's lead at a
-quarter of the size, MARGIN only) followed LFU in the first three, where LRU won (bench/RESULTS.md)."""
+"""The default policy's prior (eviction/prior.py): at the first eviction it keeps LRU, with no replay, where
+PRIOR_REUSE of the tokens inserted so far were cached already; else it leaves LRU for LFU only on evidence it
+would switch on (MARGIN and Z) from the later half of the history replayed in a small cache. One tune-grid cell
+(bench/policy_grid.py) per branch, with its margins forced either way (bench/RESULTS.md, round 20)."""
 
 from __future__ import annotations
 
@@ -18,7 +17,7 @@ from radixkv.bench.runner import sim_config
 from radixkv.eviction.adaptive import Adaptive
 from radixkv.eviction.history import History
 from radixkv.eviction.policies import LFU, LRU, EvictionPolicy
-from radixkv.eviction.prior import replay
+from radixkv.eviction.prior import leaves_start, replay
 from radixkv.radix.shadow import ShadowTree
 from radixkv.radix.tree import RadixTree
 from radixkv.radix.shadow_heap import ShadowNode
@@ -32,13 +31,13 @@ def grid() -> ModuleType:
 
 
 @pytest.mark.parametrize(("cell", "share", "leader"), [
-    ("seed:3021", 0.5, "lru"),  # the later lookups favour LFU (1.2 sd); the half-size replay LRU by 2.2 sd
-    ("wl:agent:1:0", 0.5, "lru"),  # the later lookups favour LFU by MARGIN, at 0.13 sd only
-    ("seed:3077", 0.25, "lru"),  # the whole history favours LFU, its later half LRU
-    ("moon:12", 0.25, "lfu"),  # LFU on all counts (LFU wins this cell by 2.5 points)
-    ("wl:tot:1:0", 0.25, "lfu"),
+    ("seed:3021", 0.5, "lru"),  # reuse 0.76: no replay (it favours LFU, 1.2 sd; LRU wins by 1.34 points)
+    ("wl:tools:1:0", 0.1, "lru"),  # reuse 0.73: no replay (it favours LFU, 2.1 sd; LRU wins by 0.37 points)
+    ("wl:longchat:16:0", 0.5, "lru"),  # reuse 0.39; the later lookups favour LRU (LRU wins by 0.62 points)
+    ("moon:12", 0.25, "lfu"),  # reuse 0.45; LFU on all counts (LFU wins by 2.5 points)
+    ("wl:rag:1:0", 0.25, "lfu"),  # reuse 0.36 (LFU wins by 1.3 points)
 ])
-def test_the_prior_leaves_lru_on_late_confident_evidence_a_larger_replay_does_not_contradict(
+def test_the_prior_leaves_lru_on_late_confident_evidence_where_the_traffic_reuses_less(
         grid: ModuleType, cell: str, share: float, leader: str) -> None:
     reqs, page = grid.load(cell)
     longest = max(len(r.tokens) for r in reqs)
@@ -120,9 +119,9 @@ def test_a_shadow_forked_before_its_first_eviction_runs_as_one_fed_the_traffic_f
     size = total // 8 // page_size * page_size
     one, lru = real.shadow(LFU()), real.shadow(LRU())
     fork: ShadowTree | None = None
-    for ns, key, use in entries:
+    for i, (ns, key, use) in enumerate(entries):
         if fork is None and use is not None and one.used + len(key) // 4 > size:  # as replay() forks
-            fork = one.fork(LRU())
+            fork, at = one.fork(LRU()), i
             assert _fields(fork) == _fields(lru) and (fork.used, fork.tick) == (lru.used, lru.tick)
         ahead = one if fork is None else fork
         if use is None:
@@ -130,19 +129,7 @@ def test_a_shadow_forked_before_its_first_eviction_runs_as_one_fed_the_traffic_f
         else:
             assert ahead.insert(ns, key, size, use) == lru.insert(ns, key, size, use)
     assert fork is not None and _fields(fork) == _fields(lru) and lru.used == size
-
-
-@pytest.mark.parametrize("page_size", [1, 16])
-def test_the_second_replay_goes_on_from_the_first_ones_fork_with_its_own_leads(page_size: int) -> None:
-    """leaves_start's second replay (a larger size) starts from a copy of the first's one shadow where it forked,
-    not from the history's start: the same leads and asked tokens as a replay of its size from the start."""
-    total, real, history = _whole_history("chat", page_size)
-    small, large = (total // d // page_size * page_size for d in (16, 8))
-    _, _, fork = replay(real, history, LRU(), LFU(), small, None, True)  # type: ignore[arg-type]
-    assert fork is not None and 0 < fork.entry < len(history) and fork.held <= small
-    leads, asked, _ = replay(real, history, LRU(), LFU(), large)  # type: ignore[arg-type]
-    assert replay(real, history, LRU(), LFU(), large, fork)[:2] == (leads, asked)  # type: ignore[arg-type]
-    assert any(leads) and not any(leads[:len(fork.asked)])
+    assert replay(real, history, LRU(), LFU(), size)[2] == at  # type: ignore[arg-type]
 
 
 def _whole_history(sessions: str, page_size: int) -> tuple[int, RadixTree, History]:
@@ -156,3 +143,22 @@ def _whole_history(sessions: str, page_size: int) -> tuple[int, RadixTree, Histo
     policy = cache.tree.policy
     assert isinstance(policy, Adaptive) and policy._history is not None
     return total, cache.tree, policy._history
+
+
+@pytest.mark.parametrize("page_size", [1, 16])
+def test_dense_reuse_keeps_the_expert_followed_without_a_replay(page_size: int) -> None:
+    """The history counts the tokens its inserts held, new or not; where the real cache holds no more than
+    (1 - PRIOR_REUSE) of them at its first eviction, leaves_start says stay before it replays anything."""
+    _, real, history = _whole_history("chat", page_size)
+    assert history.inserted == sum(len(key) // 4 for _, key, use in history if use is not None)
+
+    class NoReplay:  # a tree whose shadows the replay would ask for first
+        @property
+        def shadow_keys(self) -> None:
+            raise AssertionError("replayed")
+
+    rule = Adaptive()
+    edge = int((1.0 - rule.PRIOR_REUSE) * history.inserted)
+    assert not leaves_start(rule, NoReplay(), history, LRU(), LFU(), edge)  # type: ignore[arg-type]
+    with pytest.raises(AssertionError, match="replayed"):
+        leaves_start(rule, NoReplay(), history, LRU(), LFU(), edge + 1)  # type: ignore[arg-type]

@@ -83,8 +83,7 @@ class Adaptive(EvictionPolicy):
     PRIOR = True  # choose the first expert by replaying the traffic before the first eviction in small caches
     PRIOR_SIZE = 0.25  # ... of this share of the real cache's size, judged as a switch is (MARGIN and Z)
     PRIOR_FROM = 0.5  # ... on the lookups from this share of the history on (the small caches warm)
-    PRIOR_CHECK = 0.75  # ... unless a replay at this share of the size favours START by PRIOR_VETO
-    PRIOR_VETO = 2.0  # ... standard deviations of its paired per-lookup leads (and MARGIN)
+    PRIOR_REUSE = 0.55  # no replay, START, where this share of the tokens inserted before then was cached already
     HISTORY = 1 << 24  # bytes that replay's history (eviction/history.py) may take (16 MiB, freed at the
     # first eviction); past it, START. A request of the bench lifecycle costs two entries, 224 bytes
     START = 0  # the expert followed until the evidence says otherwise: LRU (SGLang's default)

@@ -39,6 +39,7 @@ class History:
     def __init__(self) -> None:
         self.entries: list[tuple[bytes, Item, bool | None]] = []  # (ns, item, None: a lookup | the insert's use)
         self.bytes = 0
+        self.inserted = 0  # tokens the inserts' keys held, new or not (the prior's reuse: eviction/prior.py)
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -53,6 +54,7 @@ class History:
         """`key` (from the root of `ns`; with `head`, head[:cut] + key, put together only if kept as bytes) is
         cached now; `leaf` is the leaf this insert made, if any."""
         entries = self.entries
+        self.inserted += (cut + len(key)) // 4
         if entries:
             last_ns, last, last_use = entries[-1]
             if last_use is None and isinstance(last, bytes) and last_ns == ns and (
@@ -73,12 +75,12 @@ class History:
         for ns, key, end, use, _ in self.replay():
             yield ns, key if end == len(key) else key[:end], use
 
-    def replay(self, start: int = 0) -> Iterator[tuple[bytes, bytes, int, bool | None, NodeView | None]]:
-        """As iteration (from entry `start` on), but each entry's key as `key[:end]` (a lookup that the next insert
+    def replay(self) -> Iterator[tuple[bytes, bytes, int, bool | None, NodeView | None]]:
+        """As iteration, but each entry's key as `key[:end]` (a lookup that the next insert
         extends: that insert's key, not copied) and with the real leaf whose path spells the key (an insert that
         made it) or goes on from it (that insert's leaf), None for a key kept as bytes: (ns, key, end, use, leaf)."""
         entries, ahead = self.entries, b""
-        for i in range(start, len(entries)):
+        for i in range(len(entries)):
             ns, item, use = entries[i]
             if isinstance(item, int):  # a prefix of the next entry's key (an insert: bytes or a leaf)
                 after = entries[i + 1][1]
