@@ -1,4 +1,4 @@
-"""auto on thin traces (radixkv/scheduling/policies.py, `Auto.thin`; shape.py, `TraceShape.busy`): K_THIN instead
+"""auto on thin traces (radixkv/scheduling/auto.py, `Auto.thin`; shape.py, `TraceShape.busy`): K_THIN instead
 of K while the server does not keep up (some request waited for BUSY of the clock since the first arrival) and K_LIGHT
 while it does, and SHARE_OVER in a backlog of OVER caches, only where the cache holds few prompts, the admitted
 prompts' cached share is low and arrivals are not bursty, judged once WARMUP caches of prompt tokens were admitted."""
@@ -10,6 +10,7 @@ import torch
 
 from radixkv import CacheConfig, RadixCache
 from radixkv.scheduling.scheduler import Request, Scheduler
+from radixkv.scheduling.shape import TraceShape
 
 SLOTS = 400
 
@@ -129,3 +130,18 @@ def test_a_thin_trace_the_server_does_not_keep_up_with_orders_by_k_thin() -> Non
     names = {len(r.tokens): name for r, name in zip(policy.turn, ("longer", "short"))}
     assert [names[len(r.tokens)] for r in policy.order(list(policy.turn), 210.0)] == ["short", "longer"]
     assert policy.share == 0.15
+
+
+def test_busy_reads_the_same_whenever_it_is_called() -> None:
+    """Reading the busy share between events changes nothing: a shape read at every clock unit with a guessed
+    `waiting` ends where one never read does (round 19's Auto read it only on thin traces)."""
+    read, unread = TraceShape(), TraceShape()
+    for shape in (read, unread):
+        shape.arrived(0.0, False)
+    for now, waiting in [(10.0, False), (14.0, True), (30.0, False), (41.0, True)]:  # arrivals and admissions
+        for t in range(int(now) - 9, int(now)):
+            assert read.busy(float(t), True) == read.busy(float(t), True)
+            read.busy(float(t), t % 2 == 0)
+        for shape in (read, unread):
+            shape.note(now, waiting)
+    assert read.busy(50.0, False) == unread.busy(50.0, False) == pytest.approx((4.0 + 11.0) / 50.0)
