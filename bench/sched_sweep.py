@@ -28,7 +28,7 @@ auto's mean by up to ~8% and p99 by up to ~19% in a cell, and main's auto scored
 32 cells at three such loads (bench/RESULTS.md, issue 20, eighth round; bench/sched_compare.py compares two runs):
 compare variants over such replicates, not by one run per cell: `--replicates K` runs every cell at K such loads
 (load x (1 + j x 1e-4), j < K) and judges each goal on each policy's median over them (hit rate, mean and p99
-TTFT), printing beside each missed goal in how many of the K runs it held.
+TTFT), printing beside each missed goal in how many of the K runs it held, and in how many runs every goal held.
 
     python bench/sched_sweep.py --half tune --replicates 3 --json bench/out/sweep_tune_r3.json
 
@@ -225,6 +225,8 @@ def main(argv: list[str] | None = None) -> int:
                 g = goals(f, lpm, au, load)
                 held = {k: sum(goals(*rep, load)[k] is not False for rep in reps) for k in g}
                 miss = [k + (f" ({held[k]}/{len(reps)})" if len(reps) > 1 else "") for k, v in g.items() if v is False]
+                met = sum(all(v is not False for v in goals(*rep, load).values()) for rep in reps)  # every goal
+                miss += [f"[{met}/{len(reps)} runs meet all]"] if len(reps) > 1 else []
                 for k, v in g.items():
                     missed[k] += v is False
                 r_l, r_f = au["ttft_mean_s"] / lpm["ttft_mean_s"], au["ttft_mean_s"] / f["ttft_mean_s"]
@@ -235,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
                       f"{au['hit_rate']:.3f} / {au['ttft_mean_s']:.2f} / {au['ttft_p99_s']:.1f} | {r_l:.3f} | "
                       f"{r_f:.3f} | {r_p:.3f} | {', '.join(miss) or '-'} |")
                 cells.append({"trace": name, "capacity": cap, "load": load, "fcfs": f, "lpm": lpm, "auto": au,
-                              "goals": g, "replicates_held": held})
+                              "goals": g, "replicates_held": held, "replicates_met": met})
     n_all = sum(all(v is not False for v in c["goals"].values()) for c in cells)
     print(f"\n{n_all} of {len(cells)} cells meet every goal; cells missing each goal: "
           + ", ".join(f"{k} {v}" for k, v in missed.items())
