@@ -13,11 +13,11 @@ Per cell (trace, capacity, load) it prints auto's ratios and which goals hold:
     p99   auto's p99 TTFT <= fcfs's and lpm's
 
 fcfs and lpm runs are kept in `--cache` (keyed by trace, capacity, load, requests) so that trying
-a variant of auto reruns only auto; `--set NAME=VALUE` overrides a constant of policies.Auto. The
+a variant of auto reruns only auto; `--set NAME=VALUE` overrides a constant of auto.Auto. The
 cache holds runs of one version of radixkv's sources (`code_version`: the simulator runs the real
 Scheduler and the default eviction, so any change there changes fcfs's and lpm's runs too), less
-`class Auto`'s own lines, which those runs never execute: an edited Auto keeps the baselines, an edit anywhere
-else drops them at load, with a line saying so (round 15 found baselines a round old).
+Auto's own files (scheduling/auto.py, shape.py), which those runs never execute: an edited Auto keeps the
+baselines, an edit anywhere else drops them at load, with a line saying so (round 15 found baselines a round old).
 
     python bench/sched_sweep.py --half tune --jobs 2
     python bench/sched_sweep.py --half tune --set SHARE=0.3          # a variant: only auto reruns
@@ -28,7 +28,7 @@ auto's mean by up to ~8% and p99 by up to ~19% in a cell, and main's auto scored
 32 cells at three such loads (bench/RESULTS.md, issue 20, eighth round; bench/sched_compare.py compares two runs):
 compare variants over such replicates, not by one run per cell: `--replicates K` runs every cell at K such loads
 (load x (1 + j x 1e-4), j < K) and judges each goal on each policy's median over them (hit rate, mean and p99
-TTFT), printing beside each missed goal in how many of the K runs it held.
+TTFT), printing beside each missed goal in how many of the K runs it held, and in how many runs every goal held.
 
     python bench/sched_sweep.py --half tune --replicates 3 --json bench/out/sweep_tune_r3.json
 
@@ -40,7 +40,6 @@ runs, cached like fcfs's and lpm's): which cells any ordering reaches at all, e.
 from __future__ import annotations
 
 import argparse
-import ast
 import hashlib
 import json
 import os
@@ -49,7 +48,8 @@ import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
 
-from radixkv.scheduling import policies
+from radixkv.scheduling import schedules
+from radixkv.scheduling.auto import Auto
 from radixkv.scheduling.cost_model import CostModel
 from radixkv.scheduling.sim_report import Run
 from radixkv.scheduling.sim_trace import read_sim_trace
@@ -79,40 +79,30 @@ TRACES: dict[str, dict[str, dict]] = {
 TRACES["fresh"] = {f"{name.split('-')[0]}-s{seed}": {**spec, "seed": seed}
                    for (name, spec), seed in zip(TRACES["held"].items(), (31, 32, 33, 41, 42, 43, 44, 45))}
 CAPACITIES = {"1": None, "1/4": 100_000}  # None: the cost model's KV of one H100
+AUTO_FILES = ("scheduling/auto.py", "scheduling/shape.py")  # Auto and what only it reads: not in the runs' key
 
 
-def code_version(package: str = os.path.dirname(os.path.dirname(os.path.abspath(policies.__file__)))) -> str:
-    """A digest of every .py file of the radixkv package (sorted paths and contents), with `policies.Auto`'s
-    class (its lines, decorators included) left out of scheduling/policies.py: the key of the cached runs, which
-    never execute Auto (`cached`), so that a variant of Auto reuses them."""
+def code_version(package: str = os.path.dirname(os.path.dirname(os.path.abspath(schedules.__file__)))) -> str:
+    """A digest of every .py file of the radixkv package (sorted paths and contents) but `Auto`'s own (AUTO_FILES):
+    the key of the cached runs, which never execute Auto (`cached`), so that a variant of Auto reuses them."""
     digest = hashlib.sha256()
     for top, dirs, files in sorted(os.walk(package)):
         dirs.sort()
         for name in sorted(f for f in files if f.endswith(".py")):
             path = os.path.join(top, name)
             rel = os.path.relpath(path, package)
-            with open(path, "rb") as f:
-                source = f.read()
+            if rel.replace(os.sep, "/") in AUTO_FILES:
+                continue
             digest.update(rel.encode() + b"\0")
-            digest.update(without_auto(source) if rel == os.path.join("scheduling", "policies.py") else source)
+            with open(path, "rb") as f:
+                digest.update(f.read())
     return digest.hexdigest()[:16]
-
-
-def without_auto(source: bytes) -> bytes:
-    """policies.py's source less the lines of its top-level `class Auto` (a line of its own in their place)."""
-    lines = source.splitlines(keepends=True)
-    for node in ast.parse(source).body:
-        if isinstance(node, ast.ClassDef) and node.name == "Auto":
-            first = min([node.lineno] + [d.lineno for d in node.decorator_list]) - 1
-            lines[first:node.end_lineno] = [b"class Auto: left out\n"]
-            break
-    return b"".join(lines)
 
 
 def cached(schedule: str) -> bool:
     """Whether runs of `schedule` go in the cache: those of a policy that is not Auto and does not derive from it
     (its code is not in `code_version`)."""
-    return not issubclass(policies.POLICIES[schedule], policies.Auto)
+    return not issubclass(schedules.POLICIES[schedule], Auto)
 
 
 def load_cache(path: str, version: str) -> dict[str, dict]:
@@ -139,7 +129,7 @@ def trace_path(out: str, name: str, spec: dict, requests: int) -> str:
 def run_one(job: tuple[str, str, str, float, str, dict[str, float]]) -> tuple[str, dict, float]:
     key, path, cap, load, schedule, overrides = job
     for name, value in overrides.items():
-        setattr(policies.Auto, name, value)
+        setattr(Auto, name, value)
     cost = CostModel()
     trace = read_sim_trace(path, os.path.basename(path))
     capacity = CAPACITIES[cap] or cost.kv_capacity_tokens
@@ -178,17 +168,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--capacities", default="1,1/4", help=f"of {','.join(CAPACITIES)}")
     p.add_argument("--only", default="", help="comma-separated trace names (default: the whole half)")
     p.add_argument("--jobs", type=int, default=2)
-    p.add_argument("--schedule", default="auto", choices=list(policies.POLICIES),
+    p.add_argument("--schedule", default="auto", choices=list(schedules.POLICIES),
                    help="the policy judged in auto's place (default auto)")
-    p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="override a policies.Auto constant")
+    p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="override an Auto constant")
     p.add_argument("--traces-dir", default=os.path.join("bench", "out", "sweep_traces"))
     p.add_argument("--cache", default=os.path.join("bench", "out", "sweep_baselines.json"))
     p.add_argument("--json", default=None, help="write every cell's summaries and goals here")
     a = p.parse_args(argv)
     overrides = {k: float(v) for k, v in (s.split("=", 1) for s in a.set)}
     for k in overrides:
-        if not hasattr(policies.Auto, k):
-            p.error(f"policies.Auto has no constant {k}")
+        if not hasattr(Auto, k):
+            p.error(f"Auto has no constant {k}")
     halves = ["tune", "held"] if a.half == "all" else [a.half]
     specs = {n: s for h in halves for n, s in TRACES[h].items() if not a.only or n in a.only.split(",")}
     loads = [float(x) for x in a.loads.split(",")]
@@ -235,6 +225,8 @@ def main(argv: list[str] | None = None) -> int:
                 g = goals(f, lpm, au, load)
                 held = {k: sum(goals(*rep, load)[k] is not False for rep in reps) for k in g}
                 miss = [k + (f" ({held[k]}/{len(reps)})" if len(reps) > 1 else "") for k, v in g.items() if v is False]
+                met = sum(all(v is not False for v in goals(*rep, load).values()) for rep in reps)  # every goal
+                miss += [f"[{met}/{len(reps)} runs meet all]"] if len(reps) > 1 else []
                 for k, v in g.items():
                     missed[k] += v is False
                 r_l, r_f = au["ttft_mean_s"] / lpm["ttft_mean_s"], au["ttft_mean_s"] / f["ttft_mean_s"]
@@ -245,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
                       f"{au['hit_rate']:.3f} / {au['ttft_mean_s']:.2f} / {au['ttft_p99_s']:.1f} | {r_l:.3f} | "
                       f"{r_f:.3f} | {r_p:.3f} | {', '.join(miss) or '-'} |")
                 cells.append({"trace": name, "capacity": cap, "load": load, "fcfs": f, "lpm": lpm, "auto": au,
-                              "goals": g, "replicates_held": held})
+                              "goals": g, "replicates_held": held, "replicates_met": met})
     n_all = sum(all(v is not False for v in c["goals"].values()) for c in cells)
     print(f"\n{n_all} of {len(cells)} cells meet every goal; cells missing each goal: "
           + ", ".join(f"{k} {v}" for k, v in missed.items())

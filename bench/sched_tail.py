@@ -20,7 +20,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import sched_sweep  # noqa: E402  (bench/ is no package)
 
-from radixkv.scheduling import policies  # noqa: E402
+from radixkv.scheduling.auto import Auto  # noqa: E402
 from radixkv.scheduling.cost_model import CostModel  # noqa: E402
 from radixkv.scheduling.sim_trace import read_sim_trace  # noqa: E402
 from radixkv.scheduling.simulate import Outcome, Simulation  # noqa: E402
@@ -82,13 +82,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--requests", type=int, default=3000)
     p.add_argument("--k", type=int, default=35, help="rows per schedule (3000 requests: the 30th is the p99)")
     p.add_argument("--profile", action="store_true", help="mean TTFT, cached share and backlog per tenth instead")
-    p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="override a policies.Auto constant")
+    p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="override an Auto constant")
     p.add_argument("--traces-dir", default=os.path.join("bench", "out", "sweep_traces"))
     a = p.parse_args(argv)
     for name, value in (s.split("=", 1) for s in a.set):
-        if not hasattr(policies.Auto, name):
-            p.error(f"policies.Auto has no constant {name}")
-        setattr(policies.Auto, name, float(value))
+        if not hasattr(Auto, name):
+            p.error(f"Auto has no constant {name}")
+        setattr(Auto, name, float(value))
     if not any(a.trace in specs for specs in sched_sweep.TRACES.values()):
         p.error(f"no trace {a.trace!r} in bench/sched_sweep.py")
     for schedule in a.schedules.split(","):

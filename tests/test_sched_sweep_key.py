@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 from scripts import ROOT, load_script
 
-from radixkv.scheduling import policies
+from radixkv.scheduling import schedules
+from radixkv.scheduling.auto import Auto
 
 sweep = load_script(ROOT / "bench" / "sched_sweep.py")
 
@@ -30,14 +31,16 @@ def edit(path: Path, old: str, new: str) -> None:
 
 
 def test_an_edited_auto_keeps_the_baselines_key(package: Path) -> None:
-    """Auto's constants, methods and decorators changed, a method added: the same key."""
+    """Auto's constants, methods and decorators changed, a method added, what it reads of the trace changed: the
+    same key."""
     before = sweep.code_version(str(package))
     assert before == sweep.code_version(str(ROOT / "radixkv"))
-    source = package / "scheduling" / "policies.py"
+    source = package / "scheduling" / "auto.py"
     edit(source, "    SLOWDOWN = 48.0", "    SLOWDOWN = 12.0\n    EXTRA = 3")
     edit(source, "        return not standing or", "        return standing or")
     edit(source, "class Auto(Policy):", "@dataclass_like\nclass Auto(Policy):\n    def extra(self) -> int:\n"
                                           "        return 1\n")
+    edit(package / "scheduling" / "shape.py", "", "\nDEBUG = 1\n")
     assert sweep.code_version(str(package)) == before
 
 
@@ -45,7 +48,7 @@ def test_an_edited_auto_keeps_the_baselines_key(package: Path) -> None:
     ("scheduling/policies.py", "return sorted(window, key=lambda r: -length(r))",
      "return sorted(window, key=lambda r: length(r))"),  # lpm
     ("scheduling/policies.py", "class FcfsMatch(Policy):", "class FcfsMatch(LongestPrefix):"),
-    ("scheduling/policies.py", "ResponseRatio, Auto)}", "ResponseRatio, Auto, LongestPrefix)}"),  # after Auto
+    ("scheduling/schedules.py", "ResponseRatio, Auto)}", "ResponseRatio, Auto, LongestPrefix)}"),  # registry
     ("scheduling/policies.py", "        return window\n", "        return window[::-1]\n"),  # Policy: fcfs
     ("scheduling/scheduler.py", "window: int = 256", "window: int = 128"),
     ("scheduling/simulate.py", "", "\nDEBUG = 1\n"),
@@ -59,10 +62,10 @@ def test_an_edit_the_baselines_execute_changes_the_key(package: Path, rel: str, 
 
 
 def test_only_runs_of_policies_outside_auto_are_cached(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert [s for s in policies.POLICIES if sweep.cached(s)] == ["fcfs", "fcfs-match", "lpm", "dfs-weight", "hrrn"]
+    assert [s for s in schedules.POLICIES if sweep.cached(s)] == ["fcfs", "fcfs-match", "lpm", "dfs-weight", "hrrn"]
 
-    class Variant(policies.Auto):  # runs Auto's code: its runs are not keyed by it, so never cached
+    class Variant(Auto):  # runs Auto's code: its runs are not keyed by it, so never cached
         name = "auto-variant"
 
-    monkeypatch.setitem(policies.POLICIES, Variant.name, Variant)
+    monkeypatch.setitem(schedules.POLICIES, Variant.name, Variant)
     assert not sweep.cached("auto-variant")

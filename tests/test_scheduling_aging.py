@@ -1,4 +1,4 @@
-"""auto's aging (radixkv/scheduling/policies.py): a request that 16 later arrivals were admitted
+"""auto's aging (radixkv/scheduling/auto.py): a request that 16 later arrivals were admitted
 before goes strictly first, while fewer than 3 caches wait and the queue has stood above one cache
 for under 4 cache-times or rose there as a burst, measured in caches of max(this cache, the full
 H100 cache that the Scheduler passes in). The same queue is a burst beside a full H100's cache and

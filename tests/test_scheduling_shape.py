@@ -1,4 +1,4 @@
-"""auto on thin traces (radixkv/scheduling/policies.py, `Auto.thin`; shape.py, `TraceShape.busy`): K_THIN instead
+"""auto on thin traces (radixkv/scheduling/auto.py, `Auto.thin`; shape.py, `TraceShape.busy`): K_THIN instead
 of K while the server does not keep up (some request waited for BUSY of the clock since the first arrival) and K_LIGHT
 while it does, and SHARE_OVER in a backlog of OVER caches, only where the cache holds few prompts, the admitted
 prompts' cached share is low and arrivals are not bursty, judged once WARMUP caches of prompt tokens were admitted."""
@@ -10,6 +10,7 @@ import torch
 
 from radixkv import CacheConfig, RadixCache
 from radixkv.scheduling.scheduler import Request, Scheduler
+from radixkv.scheduling.shape import TraceShape
 
 SLOTS = 400
 
@@ -129,3 +130,39 @@ def test_a_thin_trace_the_server_does_not_keep_up_with_orders_by_k_thin() -> Non
     names = {len(r.tokens): name for r, name in zip(policy.turn, ("longer", "short"))}
     assert [names[len(r.tokens)] for r in policy.order(list(policy.turn), 210.0)] == ["short", "longer"]
     assert policy.share == 0.15
+
+
+def test_busy_reads_the_same_whenever_it_is_called() -> None:
+    """Reading the busy share between events changes nothing: a shape read at every clock unit with a guessed
+    `waiting` ends where one never read does (round 19's Auto read it only on thin traces)."""
+    read, unread = TraceShape(), TraceShape()
+    for shape in (read, unread):
+        shape.arrived(0.0, False)
+    for now, waiting in [(10.0, False), (14.0, True), (30.0, False), (41.0, True)]:  # arrivals and admissions
+        for t in range(int(now) - 9, int(now)):
+            assert read.busy(float(t), True) == read.busy(float(t), True)
+            read.busy(float(t), t % 2 == 0)
+        for shape in (read, unread):
+            shape.note(now, waiting)
+    assert read.busy(50.0, False) == unread.busy(50.0, False) == pytest.approx((4.0 + 11.0) / 50.0)
+
+
+@pytest.mark.parametrize("delay, reuse, aged", [(0.0, 0.33, True), (9.0, 0.33, False), (0.0, -1.0, False)])
+def test_a_thin_trace_the_server_keeps_up_with_ages_after_overtaken_light(delay: float, reuse: float,
+                                                                           aged: bool) -> None:
+    """A request that OVERTAKEN_LIGHT (4) later arrivals were admitted before is aged on a thin trace while the server
+    keeps up; where it does not (0.9 of the clock waited), or on a trace that is not thin, after OVERTAKEN (16)."""
+    sched, thin = run([10.0] * 20, cached=8, delay=delay, REUSE=reuse, **SMALL)
+    policy, now = sched.policy, 201.0 + delay
+    sched.clock = lambda: now
+    assert thin[-1] is (reuse > 0) and policy.OVERTAKEN_LIGHT == 4 and policy.OVERTAKEN == 16
+    old, *later = (Request(100 + i, [(300 + i) * 1000 + j for j in range(40)], 40, 1) for i in range(5))
+    for req in [old] + later:
+        sched.add(req)
+    sched.estimates.refresh([old] + later)
+    policy.order([old] + later, now)
+    for req in later:  # admitted before old: 4 overtakes
+        sched.waiting.remove(req)
+        sched.estimates.drop(req)
+        policy.admitted(req, now)
+    assert (old in policy.aged) is aged and policy.passed.get(old, 0) == (0 if aged else 4)

@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 from radixkv.cli_args import csv_of, fraction, one_of, positive_float, positive_int
 from radixkv.errors import RadixKVError
-from radixkv.scheduling.policies import POLICIES
+from radixkv.scheduling.schedules import POLICIES
 
 DEFAULT_SCHEDULES = ",".join(POLICIES)
 

@@ -17,7 +17,7 @@ Policy (nano-vllm / SGLang style):
 1. Running requests that decode are planned first, oldest first, then running requests that are
    still prefilling take chunks from the remaining budget.
 2. Waiting requests are admitted in the order of the schedule policy (policies.py: fcfs,
-   lpm, dfs-weight, hrrn, auto) over the oldest `window` of them, then the rest oldest first,
+   lpm, dfs-weight, hrrn; auto.py) over the oldest `window` of them, then the rest oldest first,
    while the budget, free rows and slots last; a
    request is admitted only if the slots still available afterwards cover one new page per
    running request, so that admitting it does not force a preemption at the next decode.
@@ -44,7 +44,8 @@ from typing import TYPE_CHECKING
 from radixkv import ContextLengthError, InvalidTokensError, OutOfRowsError, OutOfSlotsError, RadixCache
 from radixkv.errors import InvalidArgumentError
 from radixkv.scheduling.matcher import PrefixEstimates
-from radixkv.scheduling.policies import Policy, make_policy
+from radixkv.scheduling.policies import Policy
+from radixkv.scheduling.schedules import make_policy
 
 if TYPE_CHECKING:
     import torch
@@ -105,7 +106,7 @@ class Scheduler:
         match_per_step: how many waiting requests are matched against the tree each step, at most.
         full_cache: one H100's KV cache beside an 8B model's weights, in the cache's slots: auto's
             burst gate measures the queue in caches of max(num_slots, full_cache), so that a burst
-            is a fixed amount of work whatever this cache's size (policies.py). None: the cost
+            is a fixed amount of work whatever this cache's size (auto.py). None: the cost
             model's `kv_capacity_tokens` (400k), right where a slot is a token (the Engine);
             `radixkv simulate` passes it in its 512-token blocks (781).
     """

@@ -1,4 +1,4 @@
-"""What `auto` has seen of a trace so far, for its thin-trace rule (policies.py, `Auto.thin`): how much of the
+"""What `auto` has seen of a trace so far, for its thin-trace rule (auto.py, `Auto.thin`): how much of the
 admitted prompt tokens was cached when ordered, how irregular the gaps between arrivals are, and for what share of
 the clock some request waited, which is near 1 where the server does not keep up at the hit rate it gets and
 0.2-0.5 at a load of 0.8 on the sweep's thin traces (bench/RESULTS.md, issue 20, round 19). All of it cumulative
@@ -20,7 +20,7 @@ class TraceShape:
 
     def arrived(self, now: float, waiting: bool) -> None:
         """A request arrived at `now`; `waiting`: some request was waiting just before."""
-        self.busy(now, waiting)
+        self.note(now, waiting)
         if self.first is None:
             self.first = now
         if self.last_arrival is not None:
@@ -36,10 +36,15 @@ class TraceShape:
         self.cached += cached
         self.prompts += 1
 
-    def busy(self, now: float, waiting: bool) -> float:
-        """The share of the clock from the first arrival to `now` during which some request waited; `waiting`: some
-        request waited since the last call (the caller calls at every arrival and admission)."""
+    def note(self, now: float, waiting: bool) -> None:
+        """Counts the clock up to `now`; `waiting`: some request waited since the last note (the caller notes every
+        arrival and admission, between which the queue does not change)."""
         if waiting:
             self.waited += now - self.seen_at
         self.seen_at = now
-        return self.waited / (now - self.first) if self.first is not None and now > self.first else 0.0
+
+    def busy(self, now: float, waiting: bool) -> float:
+        """The share of the clock from the first arrival to `now` during which some request waited; `waiting`: some
+        request waited since the last note. It changes nothing, so it reads the same whenever it is called."""
+        waited = self.waited + (now - self.seen_at if waiting else 0.0)
+        return waited / (now - self.first) if self.first is not None and now > self.first else 0.0

@@ -1,0 +1,212 @@
+"""`auto`, the default order of the waiting queue (a Policy: policies.py; on the Scheduler's clock, whose unit is
+the time to prefill one token).
+
+Earliest virtual deadline first, late requests by cached prefix, and a share for the oldest:
+  deadline = arrival + K * (uncached - cached)   (K = 48; tokens of the prompt)
+Among requests that arrived together this is shortest remaining work first (the
+order that minimizes mean TTFT), with what the tree holds counted twice: it shrinks
+the work, and it is work lost if the prefix is evicted while the request waits (LPM's
+reason). Every request ages at the same rate. A request whose deadline has passed is
+*late*; late requests go first, longest cached prefix first (lpm's order), then in
+arrival order. Under overload every deadline passes and EDF alone would degrade into
+arrival order; what drains a backlog is throughput, and on a small cache that is the
+hit rate, which lpm's order maximizes.
+Bound: a request is *due* once the prompt tokens admitted since it arrived exceed
+(1 + C) times those waiting ahead of it then (C = 0.5): FCFS would have started it by
+then. While any request is due, due requests get a share S = 0.15 of the prompt tokens
+admitted, oldest first (a deficit counter over the contended period, reset when none
+is due); the other 85% follow the order above. So the oldest always progress (no
+stream of cached requests starves a cold one), and a backlog that keeps growing, in
+which every waiting request is due, does not turn the queue into FCFS
+(bench/RESULTS.md, issue 20, third round; S was 1/4 until the ninth round).
+Aging: a request that 16 later arrivals were admitted before is *aged* (and due). Aged
+requests go strictly first, oldest first, while fewer than 3 caches' slots of prompt
+tokens wait and either the queue has stood above one cache for under 4 cache-times
+(a cache-time: the clock time to prefill one cache's slots) or it is a burst: it rose
+from under half a *full* cache to above one within 7 full cache-times, where a full
+cache is max(this cache, `full_cache`: one H100's KV beside the cost model's 8B
+weights, passed in by the Scheduler in the cache's units). So a burst is judged in
+absolute work, not in this cache's size: at a quarter H100, where half a cache is a
+few prompts, a queue under 3 of its caches is under one full cache and only the
+standing rule applies (issue 20, rounds 11-13).
+Thin traces (few prompts per cache, little reuse, steady arrivals): K 12 while the
+server does not keep up, 24 and aging after 4 overtakes while it does, S 0.05 in a backlog (the class's
+docstring).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from radixkv.scheduling.policies import Policy
+from radixkv.scheduling.shape import TraceShape
+
+if TYPE_CHECKING:
+    from radixkv.scheduling.matcher import PrefixEstimates, Queued
+
+
+class Auto(Policy):
+    """Thin traces (rounds 18-19): where the cache holds fewer than PROMPTS admitted prompts of their mean length, at
+    most REUSE of the admitted prompt tokens were cached and arrivals are not bursty (the gaps' coefficient of
+    variation at most BURSTY), judged once WARMUP caches of prompt tokens were admitted, K is K_THIN (12) while the
+    server does not keep up (`TraceShape.busy`, the share of the clock some request waited, at least BUSY) and
+    K_LIGHT (24) while it does, with a request aged once OVERTAKEN_LIGHT (4) later arrivals were admitted before it
+    (round 20); and while OVER caches of prompt tokens wait S is SHARE_OVER (0.05). There the tree holds a few
+    prompts whose prefixes few others share: under load a long deadline buys little reuse and costs throughput (a
+    quarter H100 at load 1.2 is critical at lpm's hit rate), and at a light load K 48 lets later, shorter prompts pass
+    a cold long one for longer than its tail allows (its tail is passed by 2-9 later arrivals, never the 16 that age
+    it elsewhere). Traces that reuse much or come in bursts keep K, S and OVERTAKEN."""
+    name = "auto"
+    matches = True
+    SLOWDOWN = 48.0  # K: prefill-token times of deadline per token of (uncached - cached) work
+    SLACK = 0.5  # C: a request may be overtaken until (1 + C) x the work ahead of it at arrival is admitted
+    SHARE = 0.15  # S: while any request is due, due ones get this share of the tokens admitted, oldest first
+    OVERTAKEN = 16  # a request that this many later arrivals were admitted before is aged (and due) ...
+    AGED_MAX = 3.0  # ... and goes strictly first while fewer than this many caches' slots wait, and ...
+    STAND = 4.0  # ... the queue has stood above one cache for under this many cache-times, or ...
+    RISE = 7.0  # ... rose from under RISE_LOW full caches to above one within this many full cache-times
+    RISE_LOW = 0.5
+    K_THIN = 12.0  # K on a thin trace (thin()) while shape.busy() >= BUSY, ...
+    K_LIGHT = 24.0  # ... and while not
+    BUSY = 0.6
+    PROMPTS = 12.0  # thin: the cache holds fewer than PROMPTS admitted prompts of their mean length, at most REUSE
+    REUSE = 0.33  # of their tokens were cached when ordered (< 0: never thin), the arrival gaps' coefficient of
+    BURSTY = 2.0  # variation is at most BURSTY; judged once WARMUP caches of prompt tokens were admitted
+    WARMUP = 1.0
+    OVER = 3.0  # on a thin trace, while OVER caches of prompt tokens wait, the due share is SHARE_OVER
+    SHARE_OVER = 0.05
+    OVERTAKEN_LIGHT = 4  # OVERTAKEN on a thin trace while the server keeps up (busy < BUSY)
+
+    def __init__(self, estimates: PrefixEstimates, full_cache: int) -> None:
+        super().__init__(estimates, full_cache)
+        self.arrived_tokens = 0  # prompt tokens of every request that arrived so far
+        self.admitted_tokens = 0  # ... and of every request admitted so far (first admission)
+        self.turn: dict[Queued, float] = {}  # admitted_tokens at which a waiting request is due
+        self.contended = False  # some request in the window was due when it was last ordered
+        self.contested_tokens = 0  # prompt tokens admitted while contended, since contention began
+        self.bound_tokens = 0  # ... of them, those the oldest-first side picked
+        self.picked: set[Queued] = set()  # the oldest-first side's picks in the last order()
+        self.seq: dict[Queued, int] = {}  # waiting requests' arrival numbers
+        self.passed: dict[Queued, int] = {}  # those not aged yet, in arrival order: later arrivals admitted first
+        self.aged: set[Queued] = set()
+        self.arrivals = 0
+        self.above_since: float | None = None  # when the queue last rose above one cache (None: under it)
+        self.low_at = 0.0  # when it was last under RISE_LOW full caches
+        self.rise = 0.0  # full cache-times from low_at to above_since
+        self.lengths: dict[Queued, int] = {}  # the last order()'s window: each request's cached prefix
+        self.shape = TraceShape()  # what the thin-trace rule reads
+        self.share = self.SHARE  # the due share of the last order() (SHARE_OVER in a thin trace's backlog)
+        self.overtaken = self.OVERTAKEN  # the last order()'s OVERTAKEN (OVERTAKEN_LIGHT on a light thin trace)
+
+    def arrived(self, req: Queued, now: float) -> None:
+        backlog = self.arrived_tokens - self.admitted_tokens
+        self.shape.arrived(now, backlog > 0)
+        self.turn[req] = self.admitted_tokens + (1 + self.SLACK) * backlog
+        self.arrived_tokens += len(req.tokens)
+        self.seq[req] = self.arrivals
+        self.passed[req] = 0
+        self.arrivals += 1
+
+    def thin(self) -> bool:
+        """Whether the trace so far is thin for this cache (the constants above)."""
+        shape, slots = self.shape, self.estimates.cache.config.num_slots
+        seen, (n, total, squares) = shape.admitted, shape.gaps
+        if seen < self.WARMUP * slots or total <= 0 or shape.cached > self.REUSE * seen:
+            return False
+        if slots >= self.PROMPTS * seen / shape.prompts:
+            return False
+        mean = total / n
+        return max(0.0, squares / n - mean * mean) ** 0.5 <= self.BURSTY * mean
+
+    def order(self, window: list[Queued], now: float) -> list[Queued]:
+        turn, done = self.turn, self.admitted_tokens
+        resumed = [r for r in window if r not in turn]  # preempted: no turn, first
+        due = [r for r in window if r in turn and turn[r] <= done]
+        self.contended = bool(due)
+        if not due:
+            self.contested_tokens = self.bound_tokens = 0  # the next contended period starts afresh
+        thin = self.thin()
+        backlog = self.arrived_tokens - self.admitted_tokens
+        slots = self.estimates.cache.config.num_slots
+        over = thin and backlog >= self.OVER * slots
+        light = thin and self.shape.busy(now, backlog > 0) < self.BUSY
+        heavy = thin and not light
+        self.overtaken = self.OVERTAKEN_LIGHT if light else self.OVERTAKEN
+        length, k = self.estimates.length, self.K_THIN if heavy else self.K_LIGHT if thin else self.SLOWDOWN
+        self.share = self.SHARE_OVER if over else self.SHARE
+        self.lengths = lengths = {r: length(r) for r in window}
+        by_deadline = sorted((r for r in window if r in turn),
+                             key=lambda r: (max(now, r.arrival + k * (len(r.tokens) - 2 * lengths[r])), -lengths[r]))
+        first = [r for r in window if r in self.aged and r in turn] if self._aging_first(now) else []
+        if first:
+            due = [r for r in due if r not in self.aged]
+            by_deadline = [r for r in by_deadline if r not in self.aged]
+        return resumed + first + self._interleave(due, by_deadline)
+
+    def _aging_first(self, now: float) -> bool:
+        """Whether aged requests go strictly first now: fewer than AGED_MAX caches wait, and the queue
+        has stood above one cache for under STAND cache-times or rose there as a burst (in full caches)."""
+        slots = self.estimates.cache.config.num_slots
+        full = max(slots, self.full_cache)
+        backlog = self.arrived_tokens - self.admitted_tokens
+        if backlog < self.RISE_LOW * full:
+            self.low_at = now
+        if backlog > slots:
+            if self.above_since is None:
+                self.above_since = now
+                self.rise = (now - self.low_at) / full
+        elif backlog < slots:  # at exactly one cache the standing clock neither starts nor stops
+            self.above_since = None
+        if backlog >= self.AGED_MAX * slots:
+            return False
+        standing = self.above_since is not None and (now - self.above_since) / slots >= self.STAND
+        return not standing or (self.rise < self.RISE and backlog > full)
+
+    def _interleave(self, due: list[Queued], by_deadline: list[Queued]) -> list[Queued]:
+        """Both orders merged: the oldest due request whenever the oldest-first side's picks so far
+        (this contended period, then this order if all were admitted) are within SHARE of the tokens."""
+        out: list[Queued] = []
+        self.picked = picked = set()
+        taken: set[Queued] = set()
+        spent, total, i, j = self.bound_tokens, self.contested_tokens, 0, 0
+        while i < len(due) and j < len(by_deadline):
+            if spent <= self.share * total:
+                req, i = due[i], i + 1
+                if req in taken:
+                    continue
+                spent += len(req.tokens)
+                picked.add(req)
+            else:
+                req, j = by_deadline[j], j + 1
+                if req in taken:
+                    continue
+            taken.add(req)
+            total += len(req.tokens)
+            out.append(req)
+        return out + [r for r in by_deadline[j:] if r not in taken]
+
+    def admitted(self, req: Queued, now: float) -> None:
+        self.shape.note(now, self.arrived_tokens > self.admitted_tokens)
+        if self.turn.pop(req, None) is None:
+            return
+        mine, seq = self.seq.pop(req), self.seq
+        self.passed.pop(req, None)
+        self.aged.discard(req)
+        newly = []
+        for r, n in self.passed.items():  # arrival order: those that arrived before req come first
+            if seq[r] > mine:
+                break
+            if n + 1 >= self.overtaken:
+                newly.append(r)
+            else:
+                self.passed[r] = n + 1
+        for r in newly:  # aged: no longer counted (each request is counted at most OVERTAKEN times)
+            del self.passed[r]
+            self.turn[r] = min(self.turn[r], self.admitted_tokens)
+            self.aged.add(r)
+        n = len(req.tokens)
+        self.admitted_tokens += n
+        self.shape.admitted_one(n, self.lengths.get(req, 0))
+        if self.contended:
+            self.contested_tokens += n
+            self.bound_tokens += n if req in self.picked else 0
