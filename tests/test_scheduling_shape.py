@@ -145,24 +145,3 @@ def test_busy_reads_the_same_whenever_it_is_called() -> None:
         for shape in (read, unread):
             shape.note(now, waiting)
     assert read.busy(50.0, False) == unread.busy(50.0, False) == pytest.approx((4.0 + 11.0) / 50.0)
-
-
-@pytest.mark.parametrize("delay, reuse, aged", [(0.0, 0.33, True), (9.0, 0.33, False), (0.0, -1.0, False)])
-def test_a_thin_trace_the_server_keeps_up_with_ages_after_overtaken_light(delay: float, reuse: float,
-                                                                           aged: bool) -> None:
-    """A request that OVERTAKEN_LIGHT (4) later arrivals were admitted before is aged on a thin trace while the server
-    keeps up; where it does not (0.9 of the clock waited), or on a trace that is not thin, after OVERTAKEN (16)."""
-    sched, thin = run([10.0] * 20, cached=8, delay=delay, REUSE=reuse, **SMALL)
-    policy, now = sched.policy, 201.0 + delay
-    sched.clock = lambda: now
-    assert thin[-1] is (reuse > 0) and policy.OVERTAKEN_LIGHT == 4 and policy.OVERTAKEN == 16
-    old, *later = (Request(100 + i, [(300 + i) * 1000 + j for j in range(40)], 40, 1) for i in range(5))
-    for req in [old] + later:
-        sched.add(req)
-    sched.estimates.refresh([old] + later)
-    policy.order([old] + later, now)
-    for req in later:  # admitted before old: 4 overtakes
-        sched.waiting.remove(req)
-        sched.estimates.drop(req)
-        policy.admitted(req, now)
-    assert (old in policy.aged) is aged and policy.passed.get(old, 0) == (0 if aged else 4)

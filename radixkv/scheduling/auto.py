@@ -30,8 +30,7 @@ absolute work, not in this cache's size: at a quarter H100, where half a cache i
 few prompts, a queue under 3 of its caches is under one full cache and only the
 standing rule applies (issue 20, rounds 11-13).
 Thin traces (few prompts per cache, little reuse, steady arrivals): K 12 while the
-server does not keep up, 24 and aging after 4 overtakes while it does, S 0.05 in a backlog (the class's
-docstring).
+server does not keep up, 24 while it does, S 0.05 in a backlog (the class's docstring).
 """
 
 from __future__ import annotations
@@ -50,12 +49,11 @@ class Auto(Policy):
     most REUSE of the admitted prompt tokens were cached and arrivals are not bursty (the gaps' coefficient of
     variation at most BURSTY), judged once WARMUP caches of prompt tokens were admitted, K is K_THIN (12) while the
     server does not keep up (`TraceShape.busy`, the share of the clock some request waited, at least BUSY) and
-    K_LIGHT (24) while it does, with a request aged once OVERTAKEN_LIGHT (4) later arrivals were admitted before it
-    (round 20); and while OVER caches of prompt tokens wait S is SHARE_OVER (0.05). There the tree holds a few
-    prompts whose prefixes few others share: under load a long deadline buys little reuse and costs throughput (a
-    quarter H100 at load 1.2 is critical at lpm's hit rate), and at a light load K 48 lets later, shorter prompts pass
-    a cold long one for longer than its tail allows (its tail is passed by 2-9 later arrivals, never the 16 that age
-    it elsewhere). Traces that reuse much or come in bursts keep K, S and OVERTAKEN."""
+    K_LIGHT (24) while it does; and while OVER caches of prompt tokens wait S is SHARE_OVER (0.05). There the tree
+    holds a few prompts whose prefixes few others share: under load a long deadline buys little reuse and costs
+    throughput (a quarter H100 at load 1.2 is critical at lpm's hit rate), and at a light load K 48 lets later,
+    shorter prompts pass a cold long one for longer than its tail allows. Traces that reuse much or come in bursts
+    keep K and S."""
     name = "auto"
     matches = True
     SLOWDOWN = 48.0  # K: prefill-token times of deadline per token of (uncached - cached) work
@@ -75,7 +73,6 @@ class Auto(Policy):
     WARMUP = 1.0
     OVER = 3.0  # on a thin trace, while OVER caches of prompt tokens wait, the due share is SHARE_OVER
     SHARE_OVER = 0.05
-    OVERTAKEN_LIGHT = 4  # OVERTAKEN on a thin trace while the server keeps up (busy < BUSY)
 
     def __init__(self, estimates: PrefixEstimates, full_cache: int) -> None:
         super().__init__(estimates, full_cache)
@@ -96,7 +93,6 @@ class Auto(Policy):
         self.lengths: dict[Queued, int] = {}  # the last order()'s window: each request's cached prefix
         self.shape = TraceShape()  # what the thin-trace rule reads
         self.share = self.SHARE  # the due share of the last order() (SHARE_OVER in a thin trace's backlog)
-        self.overtaken = self.OVERTAKEN  # the last order()'s OVERTAKEN (OVERTAKEN_LIGHT on a light thin trace)
 
     def arrived(self, req: Queued, now: float) -> None:
         backlog = self.arrived_tokens - self.admitted_tokens
@@ -129,9 +125,7 @@ class Auto(Policy):
         backlog = self.arrived_tokens - self.admitted_tokens
         slots = self.estimates.cache.config.num_slots
         over = thin and backlog >= self.OVER * slots
-        light = thin and self.shape.busy(now, backlog > 0) < self.BUSY
-        heavy = thin and not light
-        self.overtaken = self.OVERTAKEN_LIGHT if light else self.OVERTAKEN
+        heavy = thin and self.shape.busy(now, backlog > 0) >= self.BUSY
         length, k = self.estimates.length, self.K_THIN if heavy else self.K_LIGHT if thin else self.SLOWDOWN
         self.share = self.SHARE_OVER if over else self.SHARE
         self.lengths = lengths = {r: length(r) for r in window}
@@ -196,7 +190,7 @@ class Auto(Policy):
         for r, n in self.passed.items():  # arrival order: those that arrived before req come first
             if seq[r] > mine:
                 break
-            if n + 1 >= self.overtaken:
+            if n + 1 >= self.OVERTAKEN:
                 newly.append(r)
             else:
                 self.passed[r] = n + 1
