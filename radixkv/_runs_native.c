@@ -1,11 +1,17 @@
-/* Runs of page ids (radixkv/runs.py) to slots, in C: built beside the mypyc core by radixkv/build.py and used only
- * while the compiled core runs (radixkv/core_loader.py); runs.py's numpy form computes the same, interpreted.
+/* Runs of page ids (radixkv/runs.py) to slots, and two scans of the request path, in C: built beside the mypyc core by
+ * radixkv/build.py and used only while the compiled core runs (radixkv/core_loader.py); the Python forms beside their
+ * callers compute the same, interpreted.
  *
- *     slots(runs, n, page_size)       int64 [n], a fresh array: the first n slots of the pages of `runs`
- *     starts(runs, page_size, given)  whether int64 [m] `given` are the first m of those slots
+ *     slots(runs, n, page_size)         int64 [n], a fresh array: the first n slots of the pages of `runs`
+ *     starts(runs, page_size, given)    whether int64 [m] `given` are the first m of those slots
+ *     negative(tokens)                  whether int32 [n] `tokens` holds a value below 0 (radixkv/tokens.py)
+ *     shared(key, edge, pos, page_bytes)  bytes of whole pages `edge` and key[pos:] share (radix/core.py's walk)
  *
  * Page p holds slots [p * page_size, (p + 1) * page_size), so a run of pages is a run of slots. One call where
  * numpy takes one to four (2-7k instructions each): a loop of ~2-3 instructions a slot, no copy of `given`.
+ * `negative` is one pass with no numpy call (argmin and `item` cost ~2.5k instructions a call besides the scan);
+ * `shared` one memcmp with no argument parsing (bytes.startswith at an offset is a generic call, compiled: a tuple
+ * and PyArg_ParseTuple, ~1.2k instructions).
  */
 #define PY_SSIZE_T_CLEAN
 #define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
@@ -144,14 +150,78 @@ static PyObject *starts(PyObject *module, PyObject *const *args, Py_ssize_t narg
     Py_RETURN_TRUE;
 }
 
+/* The first index in [0, n) where a and b differ, n if none: memcmp by 256-byte blocks, then bytes. */
+static Py_ssize_t first_difference(const char *a, const char *b, Py_ssize_t n) {
+    Py_ssize_t i = 0;
+    while (i + 256 <= n && memcmp(a + i, b + i, 256) == 0) {
+        i += 256;
+    }
+    while (i < n && a[i] == b[i]) {
+        i++;
+    }
+    return i;
+}
+
+static PyObject *negative(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    (void)module;
+    if (nargs != 1 || !PyArray_Check(args[0]) || PyArray_NDIM((PyArrayObject *)args[0]) != 1
+            || PyArray_TYPE((PyArrayObject *)args[0]) != NPY_INT32) {
+        PyErr_SetString(PyExc_TypeError, "negative(tokens: a 1-d int32 ndarray)");
+        return NULL;
+    }
+    PyArrayObject *arr = (PyArrayObject *)args[0];
+    Py_ssize_t n = PyArray_DIM(arr, 0);
+    npy_intp stride = PyArray_STRIDE(arr, 0);
+    const char *data = PyArray_BYTES(arr);
+    npy_uint32 any = 0;  /* (an OR of the values: the sign bit says; no branch a value, the loop vectorizes) */
+    if (stride == sizeof(npy_int32)) {
+        const npy_int32 *values = (const npy_int32 *)data;
+#pragma GCC unroll 4
+        for (Py_ssize_t i = 0; i < n; i++) {
+            any |= (npy_uint32)values[i];
+        }
+    } else {
+        for (Py_ssize_t i = 0; i < n; i++) {
+            any |= (npy_uint32)*(const npy_int32 *)(data + i * stride);
+        }
+    }
+    return PyBool_FromLong(any >> 31);
+}
+
+static PyObject *shared(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    (void)module;
+    if (nargs != 4 || !PyBytes_Check(args[0]) || !PyBytes_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "shared(key: bytes, edge: bytes, pos: int, page_bytes: int)");
+        return NULL;
+    }
+    Py_ssize_t pos = PyLong_AsSsize_t(args[2]), page_bytes = PyLong_AsSsize_t(args[3]);
+    if ((pos == -1 || page_bytes == -1) && PyErr_Occurred()) {
+        return NULL;
+    }
+    Py_ssize_t key_len = PyBytes_GET_SIZE(args[0]), edge_len = PyBytes_GET_SIZE(args[1]);
+    if (pos < 0 || pos > key_len || page_bytes < 1) {
+        PyErr_SetString(PyExc_ValueError, "shared: 0 <= pos <= len(key) and page_bytes >= 1");
+        return NULL;
+    }
+    const char *key = PyBytes_AS_STRING(args[0]) + pos, *edge = PyBytes_AS_STRING(args[1]);
+    Py_ssize_t n = key_len - pos < edge_len ? key_len - pos : edge_len;
+    if (n == edge_len && memcmp(key, edge, n) == 0) {
+        return PyLong_FromSsize_t(edge_len);
+    }
+    Py_ssize_t same = first_difference(key, edge, n);
+    return PyLong_FromSsize_t(same - same % page_bytes);
+}
+
 static PyMethodDef methods[] = {
     {"slots", (PyCFunction)(void (*)(void))slots, METH_FASTCALL, "int64 [n]: the first n slots of runs' pages."},
     {"starts", (PyCFunction)(void (*)(void))starts, METH_FASTCALL, "Whether `given` are the first slots of runs."},
+    {"negative", (PyCFunction)(void (*)(void))negative, METH_FASTCALL, "Whether int32 `tokens` holds a value < 0."},
+    {"shared", (PyCFunction)(void (*)(void))shared, METH_FASTCALL, "Bytes of whole pages edge and key[pos:] share."},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module_def = {
-    PyModuleDef_HEAD_INIT, "_runs_native", "Runs of page ids to slots, in C (radixkv/runs.py).", -1, methods,
+    PyModuleDef_HEAD_INIT, "_runs_native", "Runs to slots, and two scans, in C (radixkv/runs.py).", -1, methods,
 };
 
 PyMODINIT_FUNC PyInit__runs_native(void) {
