@@ -40,8 +40,8 @@ WIDE static void fill(npy_int64 *at, long long first, long long length) {
 WIDE static unsigned long long differ(const npy_int64 *values, long long want, long long length) {
     unsigned long long d = 0;
 #pragma GCC unroll 8
-    for (long long i = 0; i < length; i++) {
-        d |= (unsigned long long)(values[i] ^ (want + i));
+    for (long long i = 0; i < length; i++, want++) {  /* (`want + i` instead: ~18% more instructions, either build) */
+        d |= (unsigned long long)(values[i] ^ want);
     }
     return d;
 }
