@@ -1,16 +1,60 @@
-/* Runs of page ids (radixkv/runs.py) to slots, in C: built beside the mypyc core by radixkv/build.py and used only
- * while the compiled core runs (radixkv/core_loader.py); runs.py's numpy form computes the same, interpreted.
+/* Runs of page ids (radixkv/runs.py) to slots, and two scans of the request path, in C: built beside the mypyc core by
+ * radixkv/build.py and used only while the compiled core runs (radixkv/core_loader.py); the Python forms beside their
+ * callers compute the same, interpreted.
  *
- *     slots(runs, n, page_size)       int64 [n], a fresh array: the first n slots of the pages of `runs`
- *     starts(runs, page_size, given)  whether int64 [m] `given` are the first m of those slots
+ *     slots(runs, n, page_size)         int64 [n], a fresh array: the first n slots of the pages of `runs`
+ *     starts(runs, page_size, given)    whether int64 [m] `given` are the first m of those slots
+ *     negative(tokens)                  whether int32 [n] `tokens` holds a value below 0 (radixkv/tokens.py)
+ *     shared(key, edge, pos, page_bytes)  bytes of whole pages `edge` and key[pos:] share (radix/core.py's walk)
  *
  * Page p holds slots [p * page_size, (p + 1) * page_size), so a run of pages is a run of slots. One call where
- * numpy takes one to four (2-7k instructions each): a loop of ~2-3 instructions a slot, no copy of `given`.
+ * numpy takes one to four (2-7k instructions each): a loop of ~1-3 instructions a slot, no copy of `given`.
+ * `negative` is one pass with no numpy call (argmin and `item` cost ~2.5k instructions a call besides the scan);
+ * `shared` one memcmp with no argument parsing (bytes.startswith at an offset is a generic call, compiled: a tuple
+ * and PyArg_ParseTuple, ~1.2k instructions).
  */
 #define PY_SSIZE_T_CLEAN
 #define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
 #include <Python.h>
 #include <numpy/arrayobject.h>
+
+/* The loops over every slot or token, each in its own function. Where GCC can pick a function's build when the
+ * module loads (an ifunc: glibc on x86-64), each is built twice, for AVX2 (4 slots or 8 tokens a vector) and for the
+ * baseline (SSE2: 2 or 4), and the CPU's own is taken: half the instructions a slot where AVX2 runs. Elsewhere one
+ * build. The same results either way: integer loops, no rounding. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__GLIBC__)
+#define WIDE __attribute__((target_clones("avx2", "default")))
+#else
+#define WIDE
+#endif
+
+/* at[i] = first + i for i in [0, length). */
+WIDE static void fill(npy_int64 *at, long long first, long long length) {
+#pragma GCC unroll 8
+    for (long long i = 0; i < length; i++) {
+        at[i] = first + i;
+    }
+}
+
+/* Nonzero iff values[i] != want + i for some i in [0, length) (an OR of differences: no branch a slot). */
+WIDE static unsigned long long differ(const npy_int64 *values, long long want, long long length) {
+    unsigned long long d = 0;
+#pragma GCC unroll 8
+    for (long long i = 0; i < length; i++, want++) {  /* (`want + i` instead: ~18% more instructions, either build) */
+        d |= (unsigned long long)(values[i] ^ want);
+    }
+    return d;
+}
+
+/* The OR of n int32 values (its sign bit: whether any is negative). */
+WIDE static npy_uint32 or_all(const npy_int32 *values, Py_ssize_t n) {
+    npy_uint32 any = 0;
+#pragma GCC unroll 4
+    for (Py_ssize_t i = 0; i < n; i++) {
+        any |= (npy_uint32)values[i];
+    }
+    return any;
+}
 
 /* Run j of `runs` in slots: its first slot and its length, both >= 0; -1 with an exception set otherwise. */
 static int run_slots(PyObject *runs, Py_ssize_t j, long long page_size, long long *first, long long *length) {
@@ -80,10 +124,7 @@ static PyObject *slots(PyObject *module, PyObject *const *args, Py_ssize_t nargs
         if (length > left) {
             length = left;
         }
-#pragma GCC unroll 8
-        for (long long i = 0; i < length; i++) {  /* (unrolled: ~2.2 instructions a slot where ~3.5 was) */
-            at[i] = first + i;
-        }
+        fill(at, first, length);
         at += length;
         left -= length;
     }
@@ -111,7 +152,7 @@ static PyObject *starts(PyObject *module, PyObject *const *args, Py_ssize_t narg
     long long left = PyArray_DIM(arr, 0);
     npy_intp stride = PyArray_STRIDE(arr, 0);
     const char *data = PyArray_BYTES(arr);
-    unsigned long long differ = 0;  /* (an OR of differences, no branch a slot: the loop vectorizes) */
+    unsigned long long wrong = 0;  /* (an OR of differences, no branch a slot: the loop vectorizes) */
     for (Py_ssize_t j = 0; left > 0 && j + 1 < PyList_GET_SIZE(runs); j += 2) {
         long long first, length;
         if (run_slots(runs, j, page_size, &first, &length) < 0) {
@@ -120,19 +161,14 @@ static PyObject *starts(PyObject *module, PyObject *const *args, Py_ssize_t narg
         if (length > left) {
             length = left;
         }
-        long long want = first;
         if (stride == sizeof(npy_int64)) {
-            const npy_int64 *values = (const npy_int64 *)data;
-#pragma GCC unroll 8
-            for (long long i = 0; i < length; i++, want++) {  /* (~2.7 instructions a slot) */
-                differ |= (unsigned long long)(values[i] ^ want);
-            }
+            wrong |= differ((const npy_int64 *)data, first, length);
         } else {
-            for (long long i = 0; i < length; i++, want++) {
-                differ |= (unsigned long long)(*(const npy_int64 *)(data + i * stride) ^ want);
+            for (long long i = 0; i < length; i++) {
+                wrong |= (unsigned long long)(*(const npy_int64 *)(data + i * stride) ^ (first + i));
             }
         }
-        if (differ) {
+        if (wrong) {
             Py_RETURN_FALSE;
         }
         data += length * stride;
@@ -144,14 +180,74 @@ static PyObject *starts(PyObject *module, PyObject *const *args, Py_ssize_t narg
     Py_RETURN_TRUE;
 }
 
+/* The first index in [0, n) where a and b differ, n if none: memcmp by 256-byte blocks, then bytes. */
+static Py_ssize_t first_difference(const char *a, const char *b, Py_ssize_t n) {
+    Py_ssize_t i = 0;
+    while (i + 256 <= n && memcmp(a + i, b + i, 256) == 0) {
+        i += 256;
+    }
+    while (i < n && a[i] == b[i]) {
+        i++;
+    }
+    return i;
+}
+
+static PyObject *negative(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    (void)module;
+    if (nargs != 1 || !PyArray_Check(args[0]) || PyArray_NDIM((PyArrayObject *)args[0]) != 1
+            || PyArray_TYPE((PyArrayObject *)args[0]) != NPY_INT32) {
+        PyErr_SetString(PyExc_TypeError, "negative(tokens: a 1-d int32 ndarray)");
+        return NULL;
+    }
+    PyArrayObject *arr = (PyArrayObject *)args[0];
+    Py_ssize_t n = PyArray_DIM(arr, 0);
+    npy_intp stride = PyArray_STRIDE(arr, 0);
+    const char *data = PyArray_BYTES(arr);
+    npy_uint32 any = 0;  /* (an OR of the values: the sign bit says) */
+    if (stride == sizeof(npy_int32)) {
+        any = or_all((const npy_int32 *)data, n);
+    } else {
+        for (Py_ssize_t i = 0; i < n; i++) {
+            any |= (npy_uint32)*(const npy_int32 *)(data + i * stride);
+        }
+    }
+    return PyBool_FromLong(any >> 31);
+}
+
+static PyObject *shared(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    (void)module;
+    if (nargs != 4 || !PyBytes_Check(args[0]) || !PyBytes_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "shared(key: bytes, edge: bytes, pos: int, page_bytes: int)");
+        return NULL;
+    }
+    Py_ssize_t pos = PyLong_AsSsize_t(args[2]), page_bytes = PyLong_AsSsize_t(args[3]);
+    if ((pos == -1 || page_bytes == -1) && PyErr_Occurred()) {
+        return NULL;
+    }
+    Py_ssize_t key_len = PyBytes_GET_SIZE(args[0]), edge_len = PyBytes_GET_SIZE(args[1]);
+    if (pos < 0 || pos > key_len || page_bytes < 1) {
+        PyErr_SetString(PyExc_ValueError, "shared: 0 <= pos <= len(key) and page_bytes >= 1");
+        return NULL;
+    }
+    const char *key = PyBytes_AS_STRING(args[0]) + pos, *edge = PyBytes_AS_STRING(args[1]);
+    Py_ssize_t n = key_len - pos < edge_len ? key_len - pos : edge_len;
+    if (n == edge_len && memcmp(key, edge, n) == 0) {
+        return PyLong_FromSsize_t(edge_len);
+    }
+    Py_ssize_t same = first_difference(key, edge, n);
+    return PyLong_FromSsize_t(same - same % page_bytes);
+}
+
 static PyMethodDef methods[] = {
     {"slots", (PyCFunction)(void (*)(void))slots, METH_FASTCALL, "int64 [n]: the first n slots of runs' pages."},
     {"starts", (PyCFunction)(void (*)(void))starts, METH_FASTCALL, "Whether `given` are the first slots of runs."},
+    {"negative", (PyCFunction)(void (*)(void))negative, METH_FASTCALL, "Whether int32 `tokens` holds a value < 0."},
+    {"shared", (PyCFunction)(void (*)(void))shared, METH_FASTCALL, "Bytes of whole pages edge and key[pos:] share."},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module_def = {
-    PyModuleDef_HEAD_INIT, "_runs_native", "Runs of page ids to slots, in C (radixkv/runs.py).", -1, methods,
+    PyModuleDef_HEAD_INIT, "_runs_native", "Runs to slots, and two scans, in C (radixkv/runs.py).", -1, methods,
 };
 
 PyMODINIT_FUNC PyInit__runs_native(void) {

@@ -14,7 +14,8 @@ satisfy), compiled as NodeFields (a field offset, not a getattr). The core write
 add their own slots and write those.
 
 Cost: a walk is one dict lookup and one memcmp per edge (a binary search of them on the edge where it ends
-inside); a split is O(1) (plus the subclass's part).
+inside; compiled, one C call an edge does both: radixkv/_runs_native.c's `shared`); a split is O(1) (plus the
+subclass's part).
 Node creation is on every tree's hot path: subclasses call PrefixNode.__init__ directly (no super()
 object). Typed for mypyc (radixkv/build.py): a tree's nodes are of one class, `N`, so a walk of a
 RadixTree yields TreeNodes and one of a ShadowTree ShadowNodes, with no casts. (N's bound is PrefixNode[Any],
@@ -24,11 +25,24 @@ its fields would be read by generic getattrs, compiled.)
 
 from __future__ import annotations
 
-from typing import Generic, TypeVar
+from typing import Callable, Final, Generic, TypeVar
 
 from radixkv.eviction.view import NodeFields
 
 N = TypeVar("N", bound="PrefixNode")  # a tree's own node class: its parent and children are of it too
+
+
+def _c_shared_of() -> Callable[[bytes, bytes, int, int], int] | None:
+    """radixkv/_runs_native.c's `shared` while the compiled core runs; None otherwise (core_loader.py hides the
+    module): then the walk compares with `startswith` and `parting`, which give the same."""
+    try:
+        from radixkv._runs_native import shared
+    except ImportError:
+        return None
+    return shared
+
+
+_c_shared: Final = _c_shared_of()  # (Final: compiled, a C static)
 
 
 class PrefixNode(NodeFields[N]):
@@ -92,13 +106,17 @@ class TreeCore(Generic[N]):
             if child is None:
                 break
             path.append(child)
-            edge = child.key  # (from a root, pos 0: startswith without a start is a C call compiled, with one generic)
-            if key.startswith(edge) if pos == 0 else key.startswith(edge, pos):
-                pos += len(edge)
-                node = child
+            edge = child.key
+            if _c_shared is not None:  # compiled: one C call (a startswith at an offset is a generic call)
+                same = _c_shared(key, edge, pos, pb)
+            elif key.startswith(edge, pos):
+                same = len(edge)
             else:
-                pos += self.parting(edge, key, pos)
+                same = self.parting(edge, key, pos)
+            pos += same
+            if same < len(edge):
                 break
+            node = child
         return path, pos
 
     def ancestry(self, node: N, start: N) -> list[N]:
@@ -115,9 +133,8 @@ class TreeCore(Generic[N]):
     def parting(self, edge: bytes, key: bytes, pos: int) -> int:
         """Bytes of whole pages that `edge` and `key[pos:]` share from the start, their first page equal: where
         a walk leaves an edge. A binary search: the first `lo` pages are known equal, so a step compares only
-        pages [lo, mid) of both, sliced (~two edges' bytes copied in all). Compiled, the slices and the compare
-        are native calls (numpy's compare of the whole edge cost ~20k instructions a call, a `startswith` at an
-        offset is a generic call)."""
+        pages [lo, mid) of both, sliced (~two edges' bytes copied in all). The interpreted walk's; the compiled
+        one calls radixkv/_runs_native.c's `shared`, which gives the same (tests/test_shadow_walks.py)."""
         pb = self.page_bytes
         lo, hi = 1, min(len(edge), len(key) - pos) // pb
         while lo < hi:
