@@ -38,7 +38,7 @@ from radixkv.eviction import POLICIES  # noqa: E402
 from radixkv.eviction.adaptive import Adaptive  # noqa: E402
 from radixkv.eviction.history import History  # noqa: E402
 from radixkv.eviction.policies import EvictionPolicy  # noqa: E402
-from radixkv.eviction.prior import clear, replay  # noqa: E402
+from radixkv.eviction.prior import clear, dense, replay  # noqa: E402
 from radixkv.eviction.view import CachedNodeView, TreeView  # noqa: E402
 
 Judge = Callable[[TreeView, History, EvictionPolicy, EvictionPolicy, int], tuple[bool, int]]
@@ -65,11 +65,11 @@ def rule(spec: str) -> Judge:
     (none: no such test) and, unless CHECK is -, round 19's veto: a second replay, at CHECK x the size, keeps the
     expert followed where it favours it by VETO sd (counted as a replay from the start: round 19's went on from
     the first one's fork). MARGIN is the policy's."""
-    size, late, check, z, dense = (float(x) if x != "-" else -1.0 for x in (spec + "/-").split("/")[:5])
+    size, late, check, z, reuse_at = (float(x) if x != "-" else -1.0 for x in (spec + "/-").split("/")[:5])
 
     def judge(tree: TreeView, history: History, own: EvictionPolicy, other: EvictionPolicy,
               cap: int) -> tuple[bool, int]:
-        if 0 <= dense and cap <= (1.0 - dense) * history.inserted:  # as leaves_start: stay, no replay
+        if 0 <= reuse_at and dense(history, cap, reuse_at):  # as leaves_start: stay, no replay
             return False, 0
         leads, asked, fork = replay(tree, history, own, other, int(size * cap))
         cost = work(history, fork)

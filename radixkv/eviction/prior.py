@@ -47,11 +47,17 @@ def leaves_start(rule: Rule, tree: TreeView, history: History, own: EvictionPoli
                  capacity: int) -> bool:
     """Whether the history says to follow `other` instead of `own` (the expert followed now): the test of the
     module docstring, with `rule`'s constants; `capacity`: the tokens the real cache holds."""
-    if capacity <= (1.0 - rule.PRIOR_REUSE) * history.inserted:  # dense reuse: stay, no replay
+    if dense(history, capacity, rule.PRIOR_REUSE):  # stay, no replay
         return False
     leads, asked, _ = replay(tree, history, own, other, int(rule.PRIOR_SIZE * capacity))
     first = int(rule.PRIOR_FROM * len(leads))
     return clear(leads[first:], asked[first:], rule.MARGIN, rule.Z)
+
+
+def dense(history: History, capacity: int, reuse: float) -> bool:
+    """Whether the history's inserts held at least 1 / (1 - `reuse`) tokens for each of the `capacity` the real
+    cache holds: their reuse, the share of those tokens cached already, is `reuse` or more (the module docstring)."""
+    return capacity <= (1.0 - reuse) * history.inserted
 
 
 def clear(leads: list[int], asked: list[int], margin: float, z: float) -> bool:
