@@ -94,8 +94,13 @@ class Auto(Policy):
         self.shape = TraceShape()  # what the thin-trace rule reads
         self.share = self.SHARE  # the due share of the last order() (SHARE_OVER in a thin trace's backlog)
 
+    @property
+    def backlog(self) -> int:
+        """Prompt tokens of requests that arrived and were not admitted yet."""
+        return self.arrived_tokens - self.admitted_tokens
+
     def arrived(self, req: Queued, now: float) -> None:
-        backlog = self.arrived_tokens - self.admitted_tokens
+        backlog = self.backlog
         self.shape.arrived(now, backlog > 0)
         self.turn[req] = self.admitted_tokens + (1 + self.SLACK) * backlog
         self.arrived_tokens += len(req.tokens)
@@ -122,7 +127,7 @@ class Auto(Policy):
         if not due:
             self.contested_tokens = self.bound_tokens = 0  # the next contended period starts afresh
         thin = self.thin()
-        backlog = self.arrived_tokens - self.admitted_tokens
+        backlog = self.backlog
         slots = self.estimates.cache.config.num_slots
         over = thin and backlog >= self.OVER * slots
         heavy = thin and self.shape.busy(now, backlog > 0) >= self.BUSY
@@ -142,7 +147,7 @@ class Auto(Policy):
         has stood above one cache for under STAND cache-times or rose there as a burst (in full caches)."""
         slots = self.estimates.cache.config.num_slots
         full = max(slots, self.full_cache)
-        backlog = self.arrived_tokens - self.admitted_tokens
+        backlog = self.backlog
         if backlog < self.RISE_LOW * full:
             self.low_at = now
         if backlog > slots:
@@ -180,7 +185,7 @@ class Auto(Policy):
         return out + [r for r in by_deadline[j:] if r not in taken]
 
     def admitted(self, req: Queued, now: float) -> None:
-        self.shape.note(now, self.arrived_tokens > self.admitted_tokens)
+        self.shape.note(now, self.backlog > 0)
         if self.turn.pop(req, None) is None:
             return
         mine, seq = self.seq.pop(req), self.seq
