@@ -223,9 +223,10 @@ def main(argv: list[str] | None = None) -> int:
                         for r in replicate_loads(load, a.replicates)]
                 f, lpm, au = reps[0] if len(reps) == 1 else [median_run([rep[i] for rep in reps]) for i in range(3)]
                 g = goals(f, lpm, au, load)
-                held = {k: sum(goals(*rep, load)[k] is not False for rep in reps) for k in g}
+                each = [goals(*rep, load) for rep in reps]
+                held = {k: sum(e[k] is not False for e in each) for k in g}
                 miss = [k + (f" ({held[k]}/{len(reps)})" if len(reps) > 1 else "") for k, v in g.items() if v is False]
-                met = sum(all(v is not False for v in goals(*rep, load).values()) for rep in reps)  # every goal
+                met = sum(all(v is not False for v in e.values()) for e in each)  # every goal
                 miss += [f"[{met}/{len(reps)} runs meet all]"] if len(reps) > 1 else []
                 for k, v in g.items():
                     missed[k] += v is False
