@@ -130,6 +130,17 @@ def measure(workload: str, policy: str, page_size: int, tokens: int, turnovers: 
             "peak_per_token": (peak - before) / cached, "garbage_per_token": (uncollected - after) / cached}
 
 
+def fresh(workload: str, policy: str, page_size: int, tokens: int, turnovers: int, method: str,
+          warm: bool = True, inserted: int = 0) -> dict[str, float]:
+    """`measure` in a child process: in this one, objects an earlier cell freed would serve the next from
+    Python's free lists, which tracemalloc does not see (adaptive after lru, pure: 1.1 B/token low)."""
+    out = subprocess.run([sys.executable, __file__, "--workload", workload, "--tokens", str(tokens),
+                          "--turnovers", str(turnovers), "--inserted", str(inserted),
+                          "--one", f"{policy}:{page_size}:{method}", *([] if warm else ["--cold"])],
+                         check=True, capture_output=True, text=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=HelpFormatter)
     p.add_argument("--policies", type=csv_of(str), default="lru,adaptive")
@@ -150,14 +161,8 @@ def main(argv: list[str] | None = None) -> int:
     print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for ps in a.page_sizes:
         for pol in a.policies:
-            row = {}
-            for method in ("traced", "rss"):
-                out = subprocess.run([sys.executable, __file__, "--workload", a.workload, "--tokens", str(a.tokens),
-                                      "--turnovers", str(a.turnovers), "--inserted", str(a.inserted),
-                                      "--one", f"{pol}:{ps}:{method}", *(["--cold"] if a.cold else [])],
-                                     check=True, capture_output=True, text=True).stdout
-                row[method] = json.loads(out.strip().splitlines()[-1])
-            t, r = row["traced"], row["rss"]
+            t, r = (fresh(a.workload, pol, ps, a.tokens, a.turnovers, method, not a.cold, a.inserted)
+                    for method in ("traced", "rss"))
             print(f"| {pol} | {ps} | {t['requests']:,} | {t['cached']:,} | {t['bytes_per_token']:.1f} | "
                   f"{r['bytes_per_token']:.1f} | {t['peak_per_token']:.1f} | {t['garbage_per_token']:.1f} |",
                   flush=True)
