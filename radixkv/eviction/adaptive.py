@@ -84,8 +84,6 @@ class Adaptive(EvictionPolicy):
     PRIOR_SIZE = 0.25  # ... of this share of the real cache's size, judged as a switch is (MARGIN and Z)
     PRIOR_FROM = 0.5  # ... on the lookups from this share of the history on (the small caches warm)
     PRIOR_REUSE = 0.55  # no replay, START, where this share of the tokens inserted before then was cached already
-    PRIOR_HITS = 0.61  # ... or where at least this share of the lookups before then matched a cached token
-    PRIOR_REPEATS = 0.565  # ... and under this share of the tokens they matched had been matched before
     HISTORY = 1 << 24  # bytes that replay's history (eviction/history.py) may take (16 MiB, freed at the
     # first eviction); past it, START. A request of the bench lifecycle costs two entries, 224 bytes
     START = 0  # the expert followed until the evidence says otherwise: LRU (SGLang's default)

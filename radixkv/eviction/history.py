@@ -40,7 +40,6 @@ class History:
         self.entries: list[tuple[bytes, Item, bool | None]] = []  # (ns, item, None: a lookup | the insert's use)
         self.bytes = 0
         self.inserted = 0  # tokens the inserts' keys held, new or not (the prior's reuse: eviction/prior.py)
-        self.lookups = 0  # lookups recorded (the share of them that matched: eviction/prior.py's reuse_shape)
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -49,7 +48,6 @@ class History:
         """A lookup of `key` (from the root of namespace `ns`)."""
         self.entries.append((ns, key, None))
         self.bytes += self.ENTRY_BYTES + len(key)
-        self.lookups += 1
 
     def insert(self, ns: bytes, key: bytes, leaf: NodeView | None, use: bool, head: bytes | None = None,
                cut: int = 0) -> None:

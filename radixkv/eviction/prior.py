@@ -9,14 +9,6 @@ often than the real size bears out. The tune grid's clear LFU wins where a repla
 Mooncake-shaped traffic) reuse 0.24-0.49 (bench/RESULTS.md, round 20: the rule fit on tune and bench, scored on
 all four grids).
 
-It keeps START with no replay too where the reuse is by sessions, not by frequency: where at least PRIOR_HITS of
-the lookups before the first eviction matched a cached token but under PRIOR_REPEATS of the tokens they matched
-had been matched before (`reuse_shape`: most requests go on from an earlier one, each token reused once or twice,
-as conversations and a long document's questions do). The small replay, where those sessions no longer fit,
-favours LFU; recency serves them at the real size (bench/RESULTS.md, round 21: longchat, longdoc and chat traces
-on a fit grid of fresh random traces). Frequency-shaped reuse (a few documents or prompts matched by many
-requests: RAG's, 0.7-0.9 repeats) or rare hits (shared prompts of many groups, shuffled) still replay.
-
 Otherwise: before the first eviction both experts hold exactly what the real cache holds, so no shadow runs;
 that traffic is kept (eviction/history.py) and, at the first eviction, replayed through both experts
 in caches of PRIOR_SIZE x the real size, where they already differ. The policy leaves the expert it
@@ -33,9 +25,7 @@ grid cells (bench/RESULTS.md, round 20), so it is gone (bench/prior_rules.py sti
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol, cast
-
-from radixkv.eviction.view import NodeFields
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from radixkv.eviction.history import History
@@ -49,8 +39,6 @@ class Rule(Protocol):
     PRIOR_SIZE: float
     PRIOR_FROM: float
     PRIOR_REUSE: float
-    PRIOR_HITS: float
-    PRIOR_REPEATS: float
     MARGIN: float
     Z: float
 
@@ -61,9 +49,6 @@ def leaves_start(rule: Rule, tree: TreeView, history: History, own: EvictionPoli
     module docstring, with `rule`'s constants; `capacity`: the tokens the real cache holds."""
     if dense(history, capacity, rule.PRIOR_REUSE):  # stay, no replay
         return False
-    hits, repeats = reuse_shape(history)
-    if hits >= rule.PRIOR_HITS and repeats < rule.PRIOR_REPEATS:  # sessions: stay, no replay
-        return False
     leads, asked, _ = replay(tree, history, own, other, int(rule.PRIOR_SIZE * capacity))
     first = int(rule.PRIOR_FROM * len(leads))
     return clear(leads[first:], asked[first:], rule.MARGIN, rule.Z)
@@ -73,32 +58,6 @@ def dense(history: History, capacity: int, reuse: float) -> bool:
     """Whether the history's inserts held at least 1 / (1 - `reuse`) tokens for each of the `capacity` the real
     cache holds: their reuse, the share of those tokens cached already, is `reuse` or more (the module docstring)."""
     return capacity <= (1.0 - reuse) * history.inserted
-
-
-def reuse_shape(history: History) -> tuple[float, float]:
-    """How the history's lookups reused the cache, read from the real tree's hit counts at the first eviction: (the
-    share of the lookups that matched a cached token, the share of the tokens they matched that an earlier lookup
-    had matched too). Until then each request counted one use of every node on its path, match and insert
-    together (radix/core.py count_insert_use), the first the request that made it: a node was matched
-    hit_count - 1 times, and a lookup that matched passed one child of its namespace's root. The nodes: the
-    history's leaves and their ancestors (O(nodes), once; none removed before the first eviction)."""
-    seen: set[int] = set()
-    hits = matched = repeated = 0
-    for _, item, _ in history.entries:
-        if isinstance(item, (bytes, int)):
-            continue
-        node = cast(NodeFields, item)  # (its fields read natively, compiled: eviction/view.py)
-        parent = node.parent
-        while parent is not None and node.id not in seen:
-            seen.add(node.id)
-            uses = node.hit_count - 1
-            if uses > 0:
-                matched += uses * node.size
-                repeated += (uses - 1) * node.size
-                if parent.parent is None:
-                    hits += uses
-            node, parent = parent, parent.parent
-    return hits / max(history.lookups, 1), repeated / max(matched, 1)
 
 
 def clear(leads: list[int], asked: list[int], margin: float, z: float) -> bool:
