@@ -17,6 +17,9 @@ at 5/10/25/50% of each trace's unique tokens. The grids:
          Mooncake-shaped traces (radixkv/scheduling/synth.py, 400 requests, seeds 1-3, page 16),
          tools/agent/longchat/chat at other seeds (5 at page 1, 6 at page 16), and any `--trace
          FILE:PAGE` (JSON lines, radixkv/bench/traces.py's formats)
+  fit    bench/policy_margins.py's random traces at seeds 4000-4069 (280 cells): a fit grid for the prior's
+         rules (round 21) where tune and bench hold too few cells of a kind; no other grid uses these seeds
+  val    the same at seeds 5000-5069 (280 cells): to check a rule fit on fit before held and check see it
   bench  issue 23's bench cells: agent, tools, rag, chat, longchat and gsp (seed 0) at pages 1 and 16
          (48 cells; the page-1 ones but longchat are tune's too): what `radixkv bench --workloads
          agent,tools,rag,chat,longchat,gsp` gives, without its timings
@@ -75,6 +78,8 @@ FIXED = ("lru", "lfu", "fifo", "slru")
 TUNE = ([f"wl:{w}:1:0" for w in DEFAULT_WORKLOADS] + ["wl:longchat:16:0", "wl:longdoc:16:0"]
         + [f"moon:{s}" for s in (11, 12, 13)] + [f"seed:{s}" for s in (3012, 3021, 3077)])
 CHECK = [f"seed:{s}" for s in range(3000, 3070) if f"seed:{s}" not in TUNE]
+FIT = [f"seed:{s}" for s in range(4000, 4070)]
+VAL = [f"seed:{s}" for s in range(5000, 5070)]
 BENCH = [f"wl:{w}:{p}:0" for p in (1, 16) for w in ("agent", "tools", "rag", "chat", "longchat", "gsp")]
 HELD = ([f"seed:{s}" for s in range(2000, 2040)] + [f"moon:{s}" for s in (1, 2, 3)]
         + [f"wl:{w}:{p}:{s}" for w in ("tools", "agent", "longchat", "chat") for p, s in ((1, 5), (16, 6))])
@@ -142,7 +147,8 @@ def held_names(traces: list[str]) -> list[str]:
 
 def grid_names(grid: str, held: list[str], only: str) -> list[str]:
     """The trace names of `grid` (`held`: the held grid's, held_names) that contain `only`."""
-    chosen = {"tune": TUNE, "check": CHECK, "held": held, "both": TUNE + held, "bench": BENCH}[grid]
+    chosen = {"tune": TUNE, "check": CHECK, "held": held, "both": TUNE + held, "bench": BENCH,
+              "fit": FIT, "val": VAL}[grid]
     return [n for n in chosen if only in n]
 
 
@@ -183,7 +189,7 @@ def classify(rows: list[tuple[str, float, float]], hits: dict[str, dict[str, flo
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
-    ap.add_argument("grid", choices=["tune", "check", "held", "both", "bench"])
+    ap.add_argument("grid", choices=["tune", "check", "held", "both", "bench", "fit", "val"])
     ap.add_argument("--trace", action="append", default=[], metavar="FILE:PAGE", help="add a trace to the held grid")
     ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="override an Adaptive constant")
     ap.add_argument("--fixed-cache", help="JSON file keeping the fixed policies' hit rates between runs")
@@ -224,7 +230,8 @@ def main(argv: list[str] | None = None) -> None:
             if a.cells:
                 print(f"| {n} | {f:.0%} | " + " | ".join(f"{hit[p]:.4f}" for p in FIXED)
                       + f" | {got[f'{n}|{f}|adaptive']:.4f} | {rows[-1][2]:+.2f} |")
-    grids = (("bench", BENCH),) if a.grid == "bench" else (("tune", TUNE), ("check", CHECK), ("held", held))
+    grids = {"bench": (("bench", BENCH),), "fit": (("fit", FIT),), "val": (("val", VAL),)}.get(
+        a.grid, (("tune", TUNE), ("check", CHECK), ("held", held)))
     for label, part in ((label, [r for r in rows if r[0] in grid]) for label, grid in grids):
         if part:
             print(summary(label, part))

@@ -11,10 +11,13 @@ shadow work is counted: history entries replayed, twice where two shadows run (a
 the grid's summary (policy_grid.py's, from the verdicts' margins), the entries replayed summed over the cells,
 and every cell whose verdict differs from the first rule's, with both margins. Verdicts are deterministic;
 the counts stand in for the replays' instructions (bench/events_instructions.py measures those). A rule is
-`base` (the policy's), `round19` (its prior before round 20: 0.25/0.5/0.75/0.5) or SIZE/FROM/CHECK/Z[/REUSE]
-(`rule`): a replay at SIZE judged from FROM of the lookups by Z, a veto replay at CHECK (- for none) and no
-replay where the history's reuse (`--cells` prints it) is REUSE or more (bench/RESULTS.md, rounds 19 and 20,
-have the rules measured).
+`base` (the policy's), `round19` (its prior before round 20: 0.25/0.5/0.75/0.5) or
+SIZE/FROM/CHECK/Z[/REUSE[/HITS/REPEATS]] (`rule`): a replay at SIZE judged from FROM of the lookups by Z, a veto
+replay at CHECK (- for none), no replay where the history's reuse is REUSE or more, nor where HITS or more of its
+lookups matched and under REPEATS of the tokens they matched were matched before (`reuse_shape`, round 21's test,
+not the policy's). `--cells` prints per cell the history's reuse, its lookups, their hits and repeats, how many
+of them differ in the policy's replay (0: its leads are all 0), then each rule's verdict and entries.
+bench/RESULTS.md, rounds 19-21, have the rules measured.
 """
 
 from __future__ import annotations
@@ -42,7 +45,7 @@ from radixkv.eviction.prior import clear, dense, replay  # noqa: E402
 from radixkv.eviction.view import CachedNodeView, TreeView  # noqa: E402
 
 Judge = Callable[[TreeView, History, EvictionPolicy, EvictionPolicy, int], tuple[bool, int]]
-Verdicts = dict[tuple[str, float], tuple[dict[str, tuple[bool, int]], float]]
+Verdicts = dict[tuple[str, float], tuple[dict[str, tuple[bool, int]], tuple[float, ...]]]
 
 
 K = Adaptive()  # the constants (compiled, they are an instance's fields)
@@ -60,16 +63,46 @@ def reuse(history: History, cap: int) -> float:
     return 1.0 - cap / max(history.inserted, 1)
 
 
+def reuse_shape(history: History) -> tuple[int, float, float]:
+    """How the history's lookups reused the cache, read from the real tree's hit counts at the first eviction: (the
+    lookups, the share of them that matched a cached token, the share of the tokens they matched that an earlier
+    lookup had matched too). Until then each request counted one use of every node on its path, match and insert
+    together (radix/core.py count_insert_use), the first the request that made it: a node was matched
+    hit_count - 1 times, and a lookup that matched passed one child of its namespace's root. The nodes: the
+    history's leaves and their ancestors (none is removed before the first eviction)."""
+    seen: set[int] = set()
+    lookups = hits = matched = repeated = 0
+    for _, item, use in history.entries:
+        lookups += use is None
+        if isinstance(item, (bytes, int)):
+            continue
+        node, parent = item, item.parent
+        while parent is not None and node.id not in seen:
+            seen.add(node.id)
+            uses = node.hit_count - 1
+            if uses > 0:
+                matched += uses * node.size
+                repeated += (uses - 1) * node.size
+                hits += uses if parent.parent is None else 0
+            node, parent = parent, parent.parent
+    return lookups, hits / max(lookups, 1), repeated / max(matched, 1)
+
+
 def rule(spec: str) -> Judge:
-    """A rule from SIZE/FROM/CHECK/Z[/REUSE]: eviction/prior.py's with PRIOR_SIZE, PRIOR_FROM, Z and PRIOR_REUSE
-    (none: no such test) and, unless CHECK is -, round 19's veto: a second replay, at CHECK x the size, keeps the
-    expert followed where it favours it by VETO sd (counted as a replay from the start: round 19's went on from
-    the first one's fork). MARGIN is the policy's."""
-    size, late, check, z, reuse_at = (float(x) if x != "-" else -1.0 for x in (spec + "/-").split("/")[:5])
+    """A rule from SIZE/FROM/CHECK/Z[/REUSE[/HITS/REPEATS]]: eviction/prior.py's with PRIOR_SIZE, PRIOR_FROM, Z and
+    PRIOR_REUSE (none: no such test); with HITS and REPEATS also no replay where `reuse_shape` finds HITS or more of
+    the lookups hit and under REPEATS of their tokens matched before (round 21's test); and, unless CHECK is -,
+    round 19's veto: a second replay, at CHECK x the size, keeps the expert followed where it favours it by VETO
+    sd (counted as a replay from the start: round 19's went on from the first one's fork). MARGIN is the policy's."""
+    size, late, check, z, reuse_at, hits_at, repeats_at = (
+        float(x) if x != "-" else -1.0 for x in (spec + "/-/-/-").split("/")[:7])
 
     def judge(tree: TreeView, history: History, own: EvictionPolicy, other: EvictionPolicy,
               cap: int) -> tuple[bool, int]:
         if 0 <= reuse_at and dense(history, cap, reuse_at):  # as leaves_start: stay, no replay
+            return False, 0
+        _, hits, repeats = reuse_shape(history)
+        if 0 <= hits_at and hits >= hits_at and repeats < repeats_at:  # sessions (round 21's test): no replay
             return False, 0
         leads, asked, fork = replay(tree, history, own, other, int(size * cap))
         cost = work(history, fork)
@@ -82,8 +115,8 @@ def rule(spec: str) -> Judge:
     return judge
 
 
-BASE = f"{K.PRIOR_SIZE}/{K.PRIOR_FROM}/-/{K.Z}/{K.PRIOR_REUSE}"
-ROUND19 = f"{K.PRIOR_SIZE}/{K.PRIOR_FROM}/0.75/{K.Z}"  # round 19's prior: a veto replay, no reuse test
+NAMED = {"base": f"{K.PRIOR_SIZE}/{K.PRIOR_FROM}/-/{K.Z}/{K.PRIOR_REUSE}",
+         "round19": f"{K.PRIOR_SIZE}/{K.PRIOR_FROM}/0.75/{K.Z}"}  # round 19's prior: a veto replay, no reuse test
 
 
 class Stop(Exception):
@@ -99,18 +132,19 @@ class Judged(Adaptive):
         if self._tree is None:
             history, tree, mode = self._history, victim.tree, self.mode
             if history is None:  # past HISTORY: no prior
-                raise Stop({}, 0.0)
+                raise Stop({}, (0.0, 0, 0.0, 0.0, 0))
             cap = tree.evictable_size + tree.protected_size
             own, other = self._shadowed[mode], self._shadowed[1 - mode]
-            named = {"base": BASE, "round19": ROUND19}
-            raise Stop({r: rule(named.get(r, r))(tree, history, own, other, cap) for r in self.rules},
-                       reuse(history, cap))
+            differ = sum(x != 0 for x in replay(tree, history, own, other, int(K.PRIOR_SIZE * cap))[0])
+            raise Stop({r: rule(NAMED.get(r, r))(tree, history, own, other, cap) for r in self.rules},
+                       (reuse(history, cap), *reuse_shape(history), differ))
         super().on_evict(victim)
 
 
 def verdicts(job: tuple[str, list[str]]) -> Verdicts:
-    """(cell, share) -> (rule -> (leaves LRU, entries replayed), the history's reuse); ({}, 0) where the cell never
-    evicts or has no prior."""
+    """(cell, share) -> (rule -> (leaves LRU, entries replayed), the history's (reuse, *reuse_shape, the lookups
+    whose leads differ in the policy's replay at PRIOR_SIZE, `replay`)); ({}, 0s) where the cell never evicts or
+    has no prior."""
     name, rules = job
     Judged.rules = rules
     reqs, page = load(name)
@@ -121,7 +155,7 @@ def verdicts(job: tuple[str, list[str]]) -> Verdicts:
     try:
         for f in FRACS:
             cache = RadixCache(sim_config(capacity(f, unique, longest, page), page, "prior-rules", longest))
-            got: tuple[dict[str, tuple[bool, int]], float] = ({}, 0.0)
+            got: tuple[dict[str, tuple[bool, int]], tuple[float, ...]] = ({}, (0.0, 0, 0.0, 0.0, 0))
             try:
                 for r in reqs:  # the bench lifecycle (radixkv/bench/runner.py)
                     m = cache.match_prefix(r.tokens[:r.prompt_len])
@@ -149,22 +183,23 @@ def margins(path: str) -> dict[tuple[str, float], float]:
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
-    ap.add_argument("grid", choices=["tune", "check", "held", "bench"])
+    ap.add_argument("grid", choices=["tune", "check", "held", "bench", "fit", "val"])
     ap.add_argument("--lru", required=True, help="policy_grid.py GRID --cells --first lru's output")
     ap.add_argument("--lfu", required=True, help="... --first lfu's")
-    ap.add_argument("--rules", default="base", help="comma-separated: base, round19 or SIZE/FROM/CHECK/Z[/REUSE]; "
-                    "the first is the reference")
+    ap.add_argument("--rules", default="base", help="comma-separated: base, round19 or "
+                    "SIZE/FROM/CHECK/Z[/REUSE[/HITS/REPEATS]]; the first is the reference")
     ap.add_argument("--trace", action="append", default=[], metavar="FILE:PAGE", help="add a trace to the held grid")
     ap.add_argument("--jobs", type=int, default=1, help="processes")
     ap.add_argument("--only", default="", help="keep the grid entries whose name contains this")
-    ap.add_argument("--cells", action="store_true", help="print every cell's verdicts and entries replayed")
+    ap.add_argument("--cells", action="store_true", help="print every cell's reuse, lookups, hits, repeats and "
+                    "differing lookups, verdicts and entries replayed")
     a = ap.parse_args(argv)
     rules = a.rules.split(",")
     for r in rules:
         fields = r.split("/")
-        if r not in ("base", "round19") and (len(fields) not in (4, 5) or not all(
+        if r not in NAMED and (len(fields) not in (4, 5, 7) or not all(
                 x == "-" or x.replace(".", "", 1).isdigit() for x in fields)):
-            ap.error(f"a rule is base, round19 or SIZE/FROM/CHECK/Z[/REUSE], not {r}")
+            ap.error(f"a rule is base, round19 or SIZE/FROM/CHECK/Z[/REUSE[/HITS/REPEATS]], not {r}")
     names = grid_names(a.grid, held_names(a.trace), a.only)
     by = {False: margins(a.lru), True: margins(a.lfu)}
     got: Verdicts = {}
@@ -173,7 +208,8 @@ def main(argv: list[str] | None = None) -> None:
     cells = [(n, f) for n in names for f in FRACS]
     verdict = {c: [got[c][0].get(r, (False, 0)) for r in rules] for c in cells}  # (no prior: START, LRU)
     for c in cells if a.cells else []:
-        print(f"| {c[0]} | {c[1]:.0%} | {got[c][1]:.3f} | "
+        print(f"| {c[0]} | {c[1]:.0%} | " + " | ".join(f"{x:.3f}" if isinstance(x, float) else f"{x}"
+                                                  for x in got[c][1]) + " | "
               + " | ".join(f"{'LFU' if v else 'LRU'} {e:,}" for v, e in verdict[c]) + " |")
     for i, r in enumerate(rules):
         rows = [(n, f, by[verdict[(n, f)][i][0]][(n, f)]) for n, f in cells]
