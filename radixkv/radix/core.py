@@ -96,10 +96,11 @@ class TreeCore(Generic[N]):
                 break
             n.hit_count += 1
 
-    def walk(self, key: bytes, node: N) -> tuple[list[N], int]:
+    def walk(self, key: bytes, node: N, pos: int = 0) -> tuple[list[N], int]:
         """Read-only: the nodes a match of `key` (whole pages) below `node` passes through and the
-        matched bytes (whole pages; the last node may be matched only in part)."""
-        pb, pos, end = self.page_bytes, 0, len(key)
+        matched bytes (whole pages; the last node may be matched only in part). With `pos`, of key[pos:] (`node`
+        ends there), not copied: the bytes are then counted from key's start."""
+        pb, end = self.page_bytes, len(key)
         path: list[N] = []
         while pos < end:
             child: N | None = node.children.get(key[pos:pos + pb])  # (typed: its reads native, compiled)
@@ -118,6 +119,13 @@ class TreeCore(Generic[N]):
                 break
             node = child
         return path, pos
+
+    def common(self, key: bytes, edge: bytes, pos: int) -> int:
+        """Bytes of whole pages that `edge` and key[pos:] share, len(edge) when key holds all of it (their first
+        page equal): one edge of `walk`, whose loop compares inline (no call an edge for the real tree)."""
+        if _c_shared is not None:
+            return _c_shared(key, edge, pos, self.page_bytes)
+        return len(edge) if key.startswith(edge, pos) else self.parting(edge, key, pos)
 
     def ancestry(self, node: N, start: N) -> list[N]:
         """The nodes from just below `start` (an ancestor of `node`) down to `node`: a walk's path there."""

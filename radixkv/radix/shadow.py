@@ -18,7 +18,8 @@ that ends where a real edge of that match ends, and the lower half of an edge it
 the bytes are equal (`_share`); an insert's new leaf keeps the real new leaf's key (`tail`): one copy for both trees.
 
 Cost per call: one walk over the edges of the key (the core's: where the key and an edge part, a binary search
-of memcmps, `parting`), a split at most, and O(log n) heap work per leaf touched or evicted. An insert that
+of memcmps, `parting`; a match told the real end takes the edges that are the real path's own key objects without
+a compare, `_walk_along`), a split at most, and O(log n) heap work per leaf touched or evicted. An insert that
 extends the last match walks on from where it ended; it may take its key as the match's key, a cut and the rest
 (head[:cut] + key: the adaptive policy's insert that the real tree walked on from its lookup's end), never put
 together then. A trim keeps the victim's head in place under the id the upper node of a split would take (the
@@ -71,7 +72,8 @@ class ShadowTree(LeafHeap, ShadowView):
         if root is None:
             self.tick += 1
             return 0
-        path, pos = self.walk(key, root)
+        real = self.keys.real_end(key)
+        path, pos = self.walk(key, root) if real is None else self._walk_along(key, root, real)
         if 0 <= end < pos:  # the walk of key[:end] is this one's, cut at end's last whole page
             pos = end // self.page_bytes * self.page_bytes
             while path and 4 * path[-1].depth >= pos:
@@ -89,10 +91,44 @@ class ShadowTree(LeafHeap, ShadowView):
             node.hit_count += 1
         if last.hkey is not None:  # only the last node of a path can be a leaf: re-keyed at the next call
             self._refreshed = last
-        self._share(path, lower, self.keys.real_end(key))
+        self._share(path, lower, real)
         self._matched_tick = tick
         self._matched = (ns, key, path, pos, self._version)
         return matched
+
+    def _walk_along(self, key: bytes, root: ShadowNode, real: PrefixNode[Any]) -> tuple[list[ShadowNode], int]:
+        """The walk of `key` from `root`, where `real` is a real node on the real walk of that key (or below its end,
+        on a path that goes on from it): while the shadow's edges are the very key objects of the real path's nodes
+        at the same depths (shared: `_share`, `tail`) and end within the key, they are matched whole without a
+        compare (the real walk compared them); from the first that is not, the core's walk."""
+        chain: list[NodeFields[Any]] = []  # the real path, deepest first
+        r = cast("NodeFields[Any]", real)
+        while r.parent is not None:
+            chain.append(r)
+            r = r.parent
+        pb, end, pos, node = self.page_bytes, len(key), 0, root
+        path: list[ShadowNode] = []
+        for i in range(len(chain) - 1, -1, -1):
+            r = chain[i]
+            edge = r.key
+            if pos + len(edge) > end or 4 * r.depth != pos:
+                break
+            child: ShadowNode | None = node.children.get(key[pos:pos + pb])
+            if child is None:
+                return path, pos
+            path.append(child)
+            if child.key is not edge:  # compared: the core walk goes on below it if it holds all of its edge
+                same = self.common(key, child.key, pos)
+                pos += same
+                if same < len(child.key):
+                    return path, pos
+                node = child
+                break
+            pos += len(edge)
+            node = child
+        more, pos = self.walk(key, node, pos)
+        path += more
+        return path, pos
 
     def _share(self, path: list[ShadowNode], lower: ShadowNode | None, real: PrefixNode[Any] | None) -> None:
         """The deepest node of `path` (a walk's, from a root's child down) that ends where a node on the path
@@ -145,8 +181,8 @@ class ShadowTree(LeafHeap, ShadowView):
                     left, off = past
                     node, pb = path[-1], self.page_bytes
                     if off < len(left) and left[off:off + pb] in node.children:
-                        more, end = self.walk(left[off:], node)
-                        return path + more, pos + end, left, off + end
+                        more, end = self.walk(left, node, off)
+                        return path + more, pos + end - off, left, end
                     return path, pos, left, off
         if head is not None:
             key = head[:cut] + key
@@ -157,9 +193,9 @@ class ShadowTree(LeafHeap, ShadowView):
                head: bytes | None = None, cut: int = 0) -> int:
         """Cache `key` (int32 token bytes, a trailing partial page dropped; with `head`, head[:cut] + key, `cut`
         bytes of whole pages) below `ns`, first evicting down to `capacity` tokens in all (never the path of the
-        key itself); `use` counts it as RadixTree.insert(use=True) does. A new leaf keeps `tail` as its key
-        when it equals the end of the key it needs (the real tree's new leaf's key: one bytes object for both
-        trees instead of a copy each). Returns the tokens added."""
+        key itself); `use` counts it as RadixTree.insert(use=True) does. `tail`, the key's last bytes (the
+        caller's promise: the real tree's new leaf's key), is a new leaf's key when the leaf needs that many
+        (one bytes object for both trees instead of a copy each; not compared). Returns the tokens added."""
         root = self.roots.get(ns)
         if root is None:
             root = self._root(ns)
@@ -187,7 +223,7 @@ class ShadowTree(LeafHeap, ShadowView):
                 self.roots[ns] = root
         leaf = None
         if off < len(left):
-            share = tail is not None and len(tail) == len(left) - off and left.endswith(tail)
+            share = tail is not None and len(tail) == len(left) - off  # (tail is the key's end: left's)
             leaf = self.add_leaf(node, tail if share and tail is not None else left[off:] if off else left)
             self.used += leaf.size
             path.append(leaf)
@@ -248,23 +284,32 @@ class ShadowTree(LeafHeap, ShadowView):
         twin.used = self.used
         return twin
 
-    def load(self, nodes: Iterable[TreeNode]) -> None:
-        """Start from a copy of real device-resident nodes (parents before children): their keys,
-        recency, hits and priority, and their key objects themselves. The shadow must be empty."""
-        copies: dict[int, ShadowNode] = {}
-        for real in nodes:
-            if real.parent is None:
-                copies[id(real)] = self._root(real.ns)
-                continue
-            parent = copies.get(id(real.parent))
-            if parent is None or real.pages is None:
-                continue
-            node = copies[id(real)] = self.add_leaf(parent, real.key)
-            node.last_access, node.created = real.last_access, real.created
-            node.hit_count, node.priority = real.hit_count, real.priority
-            self.used += node.size
-            self.tick = max(self.tick, real.last_access)
-        for node in copies.values():
+    def load(self, roots: Iterable[TreeNode]) -> None:
+        """Start from a copy of the device-resident nodes below real roots `roots`: their keys, recency, hits and
+        priority, and their key objects themselves (and, as the dict keys of the copies' children, the real
+        children dicts' own first-page objects: no slice, their hash kept). The shadow must be empty. Breadth
+        first, children in the real dicts' order: the order and so the ids RadixTree.nodes() would give."""
+        made: list[ShadowNode] = []
+        reals: list[TreeNode] = []
+        for real in roots:
+            made.append(self._root(real.ns))
+            reals.append(real)
+        i = 0
+        while i < len(reals):  # (both lists grow as it goes)
+            parent, i = made[i], i + 1
+            for first, real in reals[i - 1].children.items():
+                if real.pages is None:  # host-only, and so is every node below it
+                    continue
+                node = self.make_node(parent.ns, parent, real.key)
+                parent.children[first] = node
+                node.last_access, node.created = real.last_access, real.created
+                node.hit_count, node.priority = real.hit_count, real.priority
+                self.used += node.size
+                if real.last_access > self.tick:
+                    self.tick = real.last_access
+                made.append(node)
+                reals.append(real)
+        for node in made:
             if node.parent is not None and not node.children:
                 self._push(node)
         for ns in [ns for ns, r in self.roots.items() if not r.children]:

@@ -255,7 +255,7 @@ class RadixTree(residency.ResidentTree):
     def shadow_copy(self, policy: FixedPolicyView) -> ShadowTree:
         """A shadow under `policy` that starts from what this tree holds on the device now."""
         shadow = ShadowTree(policy, self.page_size, self.shadow_keys)
-        shadow.load(self.nodes())
+        shadow.load(self.roots.values())
         return shadow
 
     def _learn_lookup(self, start: TreeNode, key: bytes, length: int) -> None:
