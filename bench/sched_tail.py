@@ -3,9 +3,13 @@
 blocks), the wait to admission, and how many later arrivals were admitted before it (and their blocks; one admitted
 in the same step does not count). `--profile` says instead where the mean comes from: per tenth of the arrivals,
 the mean TTFT, the cached share of its prompts and the largest backlog (prompt tokens waiting, in caches), and the
-request at which the backlog first reached 1, 2, 3, 4 caches.
+request at which the backlog first reached 1, 2, 3, 4 caches. `--episodes N` says it per congestion episode (a
+run of arrivals each of which found some request waiting, cut where the first schedule's queue emptied): the N
+episodes holding the first schedule's longest TTFTs, and on the same arrivals under every schedule the mean and
+longest TTFT, the cached share, and the longest one's blocks and the blocks of later arrivals admitted before it.
 
     python bench/sched_tail.py base-s2 1 1.2 --schedules fcfs,lpm,auto [--set OVERTAKEN=8] [--k 35] [--profile]
+    python bench/sched_tail.py base-s3 1/4 0.8 --schedules auto,fcfs,lpm --episodes 8
 (from a git worktree, prefix `PYTHONPATH=.`.)
 """
 
@@ -72,6 +76,47 @@ def profile(sim: Simulation, out: Outcome) -> tuple[list[dict[str, float]], list
     return rows, first
 
 
+def episodes(sim: Simulation) -> list[range]:
+    """Arrival ranges, each starting at an arrival that found no request waiting (admitted at the same instant:
+    not waiting)."""
+    reqs, starts, last = sim.reqs, [0], sim.reqs[0].admitted_s
+    for i in range(1, len(reqs)):
+        if last <= reqs[i].arrive_s:  # every earlier arrival was admitted by now
+            starts.append(i)
+        last = max(last, reqs[i].admitted_s)
+    return [range(a, b) for a, b in zip(starts, starts[1:] + [len(reqs)])]
+
+
+def episode_row(sim: Simulation, out: Outcome, part: range) -> dict[str, float | int]:
+    """Mean and longest TTFT over `part`'s arrivals, their cached share, and the longest one's blocks, cached blocks
+    and the blocks of later arrivals (any, not only `part`'s) admitted before it."""
+    reqs = sim.reqs
+    worst = max(part, key=lambda i: out.ttft_s[i])
+    w = reqs[worst]
+    passed = sum(r.prompt_len for r in reqs[worst + 1:] if (r.admitted_s, r.index) < (w.admitted_s, w.index))
+    return {"requests": len(part), "mean_s": float(out.ttft_s[list(part)].mean()),
+            "max_s": float(out.ttft_s[worst]), "worst": worst, "blocks": w.prompt_len, "cached": w.reused_tokens,
+            "passed_blocks": passed,
+            "share": sum(reqs[i].reused_tokens for i in part) / sum(reqs[i].prompt_len for i in part)}
+
+
+def print_episodes(runs: list[tuple[str, Simulation, Outcome]], n: int) -> None:
+    name, sim, out = runs[0]
+    parts = episodes(sim)
+    top = sorted(parts, key=lambda p: -float(out.ttft_s[list(p)].max()))[:n]
+    print(f"## episodes (of {name}'s run: {len(parts)}, {sum(len(p) > 1 for p in parts)} of more than one "
+          "request); per schedule: mean / longest TTFT s, cached share, the longest one: request, blocks, cached, "
+          "blocks of later arrivals admitted before it")
+    print("| arrivals | " + " | ".join(s for s, _, _ in runs) + " |\n|---|" + "---|" * len(runs))
+    for part in sorted(top, key=lambda p: p.start):
+        cells = []
+        for _, s, o in runs:
+            e = episode_row(s, o, part)
+            cells.append(f"{e['mean_s']:.2f} / {e['max_s']:.2f}, {e['share']:.2f}, #{e['worst']} "
+                         f"{e['blocks']} {e['cached']} {e['passed_blocks']}")
+        print(f"| {part.start}-{part.stop - 1} ({len(part)}) | " + " | ".join(cells) + " |")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -82,6 +127,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--requests", type=int, default=3000)
     p.add_argument("--k", type=int, default=35, help="rows per schedule (3000 requests: the 30th is the p99)")
     p.add_argument("--profile", action="store_true", help="mean TTFT, cached share and backlog per tenth instead")
+    p.add_argument("--episodes", type=int, default=0, metavar="N",
+                   help="the N congestion episodes of the first schedule's longest TTFTs instead")
     p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="override an Auto constant")
     p.add_argument("--traces-dir", default=os.path.join("bench", "out", "sweep_traces"))
     a = p.parse_args(argv)
@@ -91,11 +138,15 @@ def main(argv: list[str] | None = None) -> int:
         setattr(Auto, name, float(value))
     if not any(a.trace in specs for specs in sched_sweep.TRACES.values()):
         p.error(f"no trace {a.trace!r} in bench/sched_sweep.py")
+    runs = []
     for schedule in a.schedules.split(","):
         sim, out = simulate(a.trace, a.capacity, a.load, schedule, a.requests, a.traces_dir)
+        runs.append((schedule, sim, out))
         t = out.ttft_s
         print(f"## {schedule}: hit {out.reused_tokens / out.prompt_tokens:.4f}, mean TTFT {t.mean():.3f} s, "
               f"p99 {np.percentile(t, 99):.2f} s")
+        if a.episodes:
+            continue
         if a.profile:
             rows, first = profile(sim, out)
             print(f"backlog first at 1, 2, 3, 4 caches: requests {first}")
@@ -108,6 +159,8 @@ def main(argv: list[str] | None = None) -> int:
         for r in tail(sim, out, a.k):
             print(f"| {r['request']} | {r['ttft_s']:.2f} | {r['wait_s']:.2f} | {r['blocks']} | {r['cached']} | "
                   f"{r['passed_by']} | {r['passed_blocks']} |")
+    if a.episodes:
+        print_episodes(runs, a.episodes)
     return 0
 
 
