@@ -168,16 +168,15 @@ def test_the_work_found_waiting_is_counted_in_bins_of_a_32nd_cache() -> None:
 ])
 def test_a_request_at_risk_goes_first_on_a_thin_trace_the_server_keeps_up_with(delay, earlier, reuse,
                                                                                 risky) -> None:
-    """41 arrivals admitted as they come found no work waiting, so the 0.96 quantile is the first bin's edge (1/32
-    cache): a request is at risk once max(the work it found, 12.5 tokens) were admitted since it arrived (read once
-    TAIL_AFTER, here 40, requests arrived). The longer request (40 tokens), passed by the shorter one's deadline,
-    goes first once at risk, and only then."""
-    policy, order = deadline_order(delay, earlier, gaps=40, TAIL_AFTER=40)
+    """40 arrivals admitted as they come found no work waiting, so the 0.97 quantile is the first bin's edge (1/32
+    cache): a request is at risk once max(the work it found, 12.5 tokens) were admitted since it arrived. The
+    longer request (40 tokens), passed by the shorter one's deadline, goes first once at risk, and only then."""
+    policy, order = deadline_order(delay, earlier, gaps=40)
     assert order == ["short", "longer"]  # nobody at risk yet: the deadline order
     policy.REUSE = reuse
     longer, short = policy.turn
     done = policy.admitted_tokens
-    assert policy.TAIL == 0.96 and policy.shape.ahead_quantile(policy.TAIL) == 1 / 32
+    assert policy.TAIL == 0.97 and policy.shape.ahead_quantile(policy.TAIL) == 1 / 32
     assert (policy.risk[longer], policy.risk[short]) == (done + SLOTS / 32, done + 40)  # short found longer waiting
     policy.admitted_tokens += 13  # past the longer one's risk, not the shorter one's
     policy.arrived_tokens += 13

@@ -60,10 +60,8 @@ class Auto(Policy):
     risk* once the prompt tokens admitted since it arrived reach max(the work waiting when it arrived, the TAIL
     quantile of the work every arrival so far found waiting): FCFS would have started it by then, or it waited
     longer than all but the last 1 - TAIL of arrivals would under FCFS. At-risk requests go first, oldest first,
-    with the aged ones and whatever the aging gate says. Below the tail level the deadline order reorders freely;
-    above it, the order is FCFS's. Read once TAIL_AFTER requests arrived: the quantile has samples, and at a load of
-    1.2 the server stopped keeping up by then (the rule acting in a run's first arrivals moved the 1.2 cells by
-    chance, rounds 20-21)."""
+    with the aged ones and whatever the aging gate says (read once TAIL_AFTER requests arrived). Below the tail
+    level the deadline order reorders freely; above it, the order is FCFS's."""
     name = "auto"
     matches = True
     SLOWDOWN = 48.0  # K: prefill-token times of deadline per token of (uncached - cached) work
@@ -83,8 +81,8 @@ class Auto(Policy):
     WARMUP = 1.0
     OVER = 3.0  # on a thin trace, while OVER caches of prompt tokens wait, the due share is SHARE_OVER
     SHARE_OVER = 0.05
-    TAIL = 0.96  # at risk: once max(work ahead at arrival, this quantile of it over all arrivals) was admitted
-    TAIL_AFTER = 300  # ... read on a thin trace the server keeps up with, once this many requests arrived
+    TAIL = 0.97  # at risk: once max(work ahead at arrival, this quantile of it over all arrivals) was admitted
+    TAIL_AFTER = 32  # ... read on a thin trace the server keeps up with, once this many requests arrived
 
     def __init__(self, estimates: PrefixEstimates, full_cache: int) -> None:
         super().__init__(estimates, full_cache)
