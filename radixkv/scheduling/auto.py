@@ -30,8 +30,7 @@ absolute work, not in this cache's size: at a quarter H100, where half a cache i
 few prompts, a queue under 3 of its caches is under one full cache and only the
 standing rule applies (issue 20, rounds 11-13).
 Thin traces (few prompts per cache, little reuse, steady arrivals): K 12 while the
-server does not keep up, 24 while it does, S 0.05 in a backlog, and while it keeps up a
-bound on the tail (the class's docstring).
+server does not keep up, 24 while it does, S 0.05 in a backlog (the class's docstring).
 """
 
 from __future__ import annotations
@@ -54,14 +53,7 @@ class Auto(Policy):
     holds a few prompts whose prefixes few others share: under load a long deadline buys little reuse and costs
     throughput (a quarter H100 at load 1.2 is critical at lpm's hit rate), and at a light load K 48 lets later,
     shorter prompts pass a cold long one for longer than its tail allows. Traces that reuse much or come in bursts
-    keep K and S.
-    At risk (round 21): on a thin trace the server keeps up with, the slowest requests are cold long prompts that
-    a few later, shorter ones passed within a congestion episode, where FCFS passes nobody. So there a request is *at
-    risk* once the prompt tokens admitted since it arrived reach max(the work waiting when it arrived, the TAIL
-    quantile of the work every arrival so far found waiting): FCFS would have started it by then, or it waited
-    longer than all but the last 1 - TAIL of arrivals would under FCFS. At-risk requests go first, oldest first,
-    with the aged ones and whatever the aging gate says (read once TAIL_AFTER requests arrived). Below the tail
-    level the deadline order reorders freely; above it, the order is FCFS's."""
+    keep K and S."""
     name = "auto"
     matches = True
     SLOWDOWN = 48.0  # K: prefill-token times of deadline per token of (uncached - cached) work
@@ -81,8 +73,6 @@ class Auto(Policy):
     WARMUP = 1.0
     OVER = 3.0  # on a thin trace, while OVER caches of prompt tokens wait, the due share is SHARE_OVER
     SHARE_OVER = 0.05
-    TAIL = 0.97  # at risk: once max(work ahead at arrival, this quantile of it over all arrivals) was admitted
-    TAIL_AFTER = 32  # ... read on a thin trace the server keeps up with, once this many requests arrived
 
     def __init__(self, estimates: PrefixEstimates, full_cache: int) -> None:
         super().__init__(estimates, full_cache)
@@ -103,7 +93,6 @@ class Auto(Policy):
         self.lengths: dict[Queued, int] = {}  # the last order()'s window: each request's cached prefix
         self.shape = TraceShape()  # what the thin-trace rule reads
         self.share = self.SHARE  # the due share of the last order() (SHARE_OVER in a thin trace's backlog)
-        self.risk: dict[Queued, float] = {}  # admitted_tokens at which a waiting request is at risk
 
     @property
     def backlog(self) -> int:
@@ -114,9 +103,6 @@ class Auto(Policy):
         backlog = self.backlog
         self.shape.arrived(now, backlog > 0)
         self.turn[req] = self.admitted_tokens + (1 + self.SLACK) * backlog
-        slots = self.estimates.cache.config.num_slots
-        self.shape.found(backlog / slots)
-        self.risk[req] = self.admitted_tokens + max(backlog, self.shape.ahead_quantile(self.TAIL) * slots)
         self.arrived_tokens += len(req.tokens)
         self.seq[req] = self.arrivals
         self.passed[req] = 0
@@ -150,13 +136,10 @@ class Auto(Policy):
         self.lengths = lengths = {r: length(r) for r in window}
         by_deadline = sorted((r for r in window if r in turn),
                              key=lambda r: (max(now, r.arrival + k * (len(r.tokens) - 2 * lengths[r])), -lengths[r]))
-        aging = self._aging_first(now)
-        risky = thin and not heavy and self.arrivals >= self.TAIL_AFTER
-        first = [r for r in window if r in turn and (aging and r in self.aged or risky and self.risk[r] <= done)]
+        first = [r for r in window if r in self.aged and r in turn] if self._aging_first(now) else []
         if first:
-            chosen = set(first)
-            due = [r for r in due if r not in chosen]
-            by_deadline = [r for r in by_deadline if r not in chosen]
+            due = [r for r in due if r not in self.aged]
+            by_deadline = [r for r in by_deadline if r not in self.aged]
         return resumed + first + self._interleave(due, by_deadline)
 
     def _aging_first(self, now: float) -> bool:
@@ -205,7 +188,6 @@ class Auto(Policy):
         self.shape.note(now, self.backlog > 0)
         if self.turn.pop(req, None) is None:
             return
-        del self.risk[req]
         mine, seq = self.seq.pop(req), self.seq
         self.passed.pop(req, None)
         self.aged.discard(req)
