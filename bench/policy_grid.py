@@ -32,6 +32,9 @@ the switching loses (adaptive against that better expert), with a line a class (
 eviction, whatever its history says, and decides as the policy does from then on. The prior's verdict is its only
 output, so with a run of each a prior rule's margins follow from its verdicts alone (bench/prior_rules.py).
 
+`--against FILE` compares with an earlier run's `--cells` output (FILE, the same grid): the cells whose margin
+moved by more than 0.05 points, before and after, and those that fell below -1 (a `--set` scan's bar).
+
 `--set NAME=VALUE` overrides a constant of the Adaptive class before the runs (a sweep; the class
 attribute must exist). The fixed policies' hit rates do not depend on it: `--fixed-cache FILE` keeps
 them between runs. `--jobs N` runs traces in N processes. Hit rates are deterministic. `--set` needs
@@ -187,6 +190,28 @@ def classify(rows: list[tuple[str, float, float]], hits: dict[str, dict[str, flo
     return "\n".join(lines)
 
 
+def read_cells(path: str) -> dict[tuple[str, str], float]:
+    """(name, share as printed) -> margin, from a `--cells` output (the classes' table and summaries skipped)."""
+    out = {}
+    with open(path) as f:
+        for line in f:
+            p = [x.strip() for x in line.strip().strip("|").split("|")]
+            if line.startswith("| ") and len(p) == len(FIXED) + 4 and p[1].endswith("%"):
+                out[(p[0], p[1])] = float(p[-1])
+    return out
+
+
+def against(rows: list[tuple[str, float, float]], before: dict[tuple[str, str], float], moved: float = 0.05) -> str:
+    """`rows`' cells against `before` (read_cells; margins compared as printed): those new below -1, then every
+    cell that moved by more than `moved` points, worst move first."""
+    pairs = [(n, f"{f:.0%}", before[(n, f"{f:.0%}")], round(m, 2)) for n, f, m in rows if (n, f"{f:.0%}") in before]
+    fell = [f"{n} {s} {b:+.2f} -> {a:+.2f}" for n, s, b, a in pairs if a < -1 <= b]
+    move = sorted((p for p in pairs if abs(p[3] - p[2]) > moved + 1e-9), key=lambda p: p[3] - p[2])
+    lines = [f"against: {len(pairs)} cells, {len(move)} moved by more than {moved:g} "
+             f"({sum(a > b for _, _, b, a in move)} better), new below -1: {', '.join(fell) or 'none'}"]
+    return "\n".join(lines + [f"| {n} | {s} | {b:+.2f} | {a:+.2f} |" for n, s, b, a in move])
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     ap.add_argument("grid", choices=["tune", "check", "held", "both", "bench", "fit", "val"])
@@ -196,6 +221,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--jobs", type=int, default=1, help="processes")
     ap.add_argument("--cells", action="store_true", help="print every cell")
     ap.add_argument("--classes", type=float, metavar="T", help="classify the cells below T points (docstring)")
+    ap.add_argument("--against", metavar="FILE", help="an earlier --cells output to compare with (docstring)")
     ap.add_argument("--first", choices=("lru", "lfu"), help="force the prior's verdict (docstring)")
     ap.add_argument("--only", default="", help="keep the grid entries whose name contains this")
     a = ap.parse_args(argv)
@@ -237,6 +263,8 @@ def main(argv: list[str] | None = None) -> None:
             print(summary(label, part))
             if a.classes is not None:
                 print(classify(part, hits, a.classes))
+            if a.against:
+                print(against(part, read_cells(a.against)))
     forced = f", first {a.first}" if a.first else ""
     print(f"overrides {overrides}{forced}; {time.perf_counter() - t0:.0f} s")
 

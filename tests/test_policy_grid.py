@@ -1,8 +1,11 @@
 """bench/policy_grid.py's `--classes`: where a grid cell's margin is lost, split into the part no switch
 between the adaptive policy's two experts reaches (the better of LRU and LFU against the best fixed
-policy) and the part the switching loses (adaptive against that better expert)."""
+policy) and the part the switching loses (adaptive against that better expert); `--against`: what a
+scan moved against an earlier run."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 from scripts import ROOT, load_script
 
@@ -29,3 +32,24 @@ def test_classes_split_each_cells_loss_between_the_experts_reach_and_the_switchi
         "slru best, lfu within 1: 1 cells, better expert vs best -0.40, adaptive vs better expert -1.20",
         "lfu best: 1 cells, better expert vs best +0.00, adaptive vs better expert -1.50"]
     assert len(grid.classify(rows, hits, -2.2).splitlines()) == 3  # a alone, and its class
+
+
+def test_against_lists_the_cells_that_moved_and_those_new_below_minus_one(tmp_path: Path) -> None:
+    grid = load_script(ROOT / "bench" / "policy_grid.py")
+    before = tmp_path / "before.txt"
+    before.write_text("\n".join([  # a --cells output: the cells, a summary, the classes' table (skipped)
+        "| seed:1 | 5% | 0.5000 | 0.4000 | 0.5000 | 0.4500 | 0.5000 | +0.00 |",
+        "| seed:1 | 10% | 0.6000 | 0.6500 | 0.6000 | 0.6400 | 0.6400 | -1.00 |",
+        "| seed:1 | 25% | 0.7000 | 0.7200 | 0.7000 | 0.7100 | 0.7150 | -0.50 |",
+        "| seed:2 | 5% | 0.3000 | 0.3300 | 0.3000 | 0.3300 | 0.3000 | -3.00 |",
+        "tune: 4 cells, worst -3.00 (seed:2 5%), mean -1.125, below -0.5: 2, below -1: 1",
+        "| cell | share | best | best - expert | expert | adaptive - expert | margin |",
+        "| seed:2 | 5% | lfu | 0.00 | lfu | -3.00 | -3.00 |"]) + "\n")
+    cells = grid.read_cells(str(before))
+    assert cells == {("seed:1", "5%"): 0.0, ("seed:1", "10%"): -1.0, ("seed:1", "25%"): -0.5, ("seed:2", "5%"): -3.0}
+    rows = [("seed:1", 0.05, -0.3), ("seed:1", 0.1, -1.006), ("seed:1", 0.25, -0.449), ("seed:2", 0.05, -1.2),
+            ("seed:3", 0.05, -9.0)]  # seed:3 is not in `before`: left out; 25% moved by 0.05 exactly: not listed
+    assert grid.against(rows, cells).splitlines() == [
+        "against: 4 cells, 2 moved by more than 0.05 (1 better), new below -1: seed:1 10% -1.00 -> -1.01",
+        "| seed:1 | 5% | +0.00 | -0.30 |",
+        "| seed:2 | 5% | -3.00 | -1.20 |"]
