@@ -1,5 +1,5 @@
 """A shadow's cheaper steps, each against the form it replaced: a copy of the real cache made breadth first from
-its roots (radix/shadow.py `load`) and a match's walk along the real path's shared key objects (`_walk_along`)."""
+its roots (radix/shadow_heap.py `load`) and a match's walk along the real path's shared key objects (`_walk_along`)."""
 
 from __future__ import annotations
 

@@ -29,7 +29,7 @@ same keys and order, no new node).
 from __future__ import annotations
 
 import heapq
-from typing import TYPE_CHECKING, Any, Final, Iterable, cast
+from typing import TYPE_CHECKING, Any, Final, cast
 
 from radixkv.eviction.view import NodeFields, ShadowView
 from radixkv.radix.core import PrefixNode
@@ -38,7 +38,6 @@ from radixkv.radix.shadow_keys import ShadowKeys
 
 if TYPE_CHECKING:
     from radixkv.eviction.view import FixedPolicyView
-    from radixkv.radix.node import TreeNode
 
 _heappop: Final = heapq.heappop  # (Final: compiled, a C static, not a module-dict lookup a call)
 
@@ -52,15 +51,10 @@ class ShadowTree(LeafHeap, ShadowView):
         self.keys = keys if keys is not None else ShadowKeys()  # shared by a tree's shadows
         self._counts_uses = policy.insert_is_use
         self.roots: dict[bytes, ShadowNode] = {}  # namespace key -> root, while it has children
-        self.used = 0  # tokens held
         self._held: ShadowNode | None = None  # the path end an insert protects while it evicts
         self._refreshed: ShadowNode | None = None  # a leaf the last match refreshed, re-keyed in the heap later
         self._version = 0  # bumped by every insert: a remembered walk is valid only within one version
         self._matched: tuple[bytes, bytes, list[ShadowNode], int, int] | None = None  # the last match's walk
-
-    def _root(self, ns: bytes) -> ShadowNode:
-        root = self.roots[ns] = self.make_node(ns, None, b"")
-        return root
 
     def match(self, ns: bytes, key: bytes, end: int = -1) -> int:
         """Tokens of `key` (int32 token bytes; with `end` >= 0 its first `end` bytes only, not copied; a trailing
@@ -283,37 +277,6 @@ class ShadowTree(LeafHeap, ShadowView):
         twin.copy_nodes(self)
         twin.used = self.used
         return twin
-
-    def load(self, roots: Iterable[TreeNode]) -> None:
-        """Start from a copy of the device-resident nodes below real roots `roots`: their keys, recency, hits and
-        priority, and their key objects themselves (and, as the dict keys of the copies' children, the real
-        children dicts' own first-page objects: no slice, their hash kept). The shadow must be empty. Breadth
-        first, children in the real dicts' order: the order and so the ids RadixTree.nodes() would give."""
-        made: list[ShadowNode] = []
-        reals: list[TreeNode] = []
-        for real in roots:
-            made.append(self._root(real.ns))
-            reals.append(real)
-        i = 0
-        while i < len(reals):  # (both lists grow as it goes)
-            parent, i = made[i], i + 1
-            for first, real in reals[i - 1].children.items():
-                if real.pages is None:  # host-only, and so is every node below it
-                    continue
-                node = self.make_node(parent.ns, parent, real.key)
-                parent.children[first] = node
-                node.last_access, node.created = real.last_access, real.created
-                node.hit_count, node.priority = real.hit_count, real.priority
-                self.used += node.size
-                if real.last_access > self.tick:
-                    self.tick = real.last_access
-                made.append(node)
-                reals.append(real)
-        for node in made:
-            if node.parent is not None and not node.children:
-                self._push(node)
-        for ns in [ns for ns, r in self.roots.items() if not r.children]:
-            del self.roots[ns]
 
 
 def _past(m_key: bytes, pos: int, key: bytes, head: bytes | None, cut: int) -> tuple[bytes, int] | None:

@@ -7,19 +7,22 @@ experts) the key is their key tuple packed into one int in the same order, endin
 (`_int_key`), and the heap holds the ints alone: a heap comparison is one int comparison (not two levels
 of tuple comparison), and a popped key finds its node by id (`_leaves`: the heap's members). Other
 policies' heaps hold (key tuple, node).
+It also makes a shadow's starting copies: of another shadow (`copy_nodes`, a fork) and of the real
+cache's device-resident nodes (`load`).
 """
 
 from __future__ import annotations
 
 import heapq
 from heapq import heapify
-from typing import TYPE_CHECKING, Any, Final, Tuple, cast
+from typing import TYPE_CHECKING, Any, Final, Iterable, Tuple, cast
 
 from radixkv.eviction.policies import LFU, LRU
 from radixkv.radix.core import PrefixNode, TreeCore
 
 if TYPE_CHECKING:
     from radixkv.eviction.view import FixedPolicyView
+    from radixkv.radix.node import TreeNode
 
 
 ID_BITS: Final = 40  # an int heap key's low fields: node ids and clocks below 2**40 (a trillion) keep it exact
@@ -62,6 +65,7 @@ class LeafHeap(TreeCore[ShadowNode]):
         self._heap: list[Any] = []  # int keys, or (key tuple, node); an entry is live iff node.hkey is its key
         self._leaves: dict[int, ShadowNode] = {}  # id -> node, the heap's members (int keys only)
         self._live = 0  # leaves in the heap
+        self.used = 0  # tokens held
 
     def __len__(self) -> int:
         return self._live  # evictable leaves
@@ -162,3 +166,38 @@ class LeafHeap(TreeCore[ShadowNode]):
         node = ShadowNode(self._next_id, ns, parent, key, self.tick)
         self._next_id += 1
         return node
+
+    def _root(self, ns: bytes) -> ShadowNode:
+        root = self.roots[ns] = self.make_node(ns, None, b"")
+        return root
+
+    def load(self, roots: Iterable[TreeNode]) -> None:
+        """Start from a copy of the device-resident nodes below real roots `roots`: their keys, recency, hits and
+        priority, and their key objects themselves (and, as the dict keys of the copies' children, the real
+        children dicts' own first-page objects: no slice, their hash kept). The shadow must be empty. Breadth
+        first, children in the real dicts' order: the order and so the ids RadixTree.nodes() would give."""
+        made: list[ShadowNode] = []
+        reals: list[TreeNode] = []
+        for real in roots:
+            made.append(self._root(real.ns))
+            reals.append(real)
+        i = 0
+        while i < len(reals):  # (both lists grow as it goes)
+            parent, i = made[i], i + 1
+            for first, real in reals[i - 1].children.items():
+                if real.pages is None:  # host-only, and so is every node below it
+                    continue
+                node = self.make_node(parent.ns, parent, real.key)
+                parent.children[first] = node
+                node.last_access, node.created = real.last_access, real.created
+                node.hit_count, node.priority = real.hit_count, real.priority
+                self.used += node.size
+                if real.last_access > self.tick:
+                    self.tick = real.last_access
+                made.append(node)
+                reals.append(real)
+        for node in made:
+            if node.parent is not None and not node.children:
+                self._push(node)
+        for ns in [ns for ns, r in self.roots.items() if not r.children]:
+            del self.roots[ns]
