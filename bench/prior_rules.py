@@ -101,9 +101,10 @@ def rule(spec: str) -> Judge:
               cap: int) -> tuple[bool, int]:
         if 0 <= reuse_at and dense(history, cap, reuse_at):  # as leaves_start: stay, no replay
             return False, 0
-        _, hits, repeats = reuse_shape(history)
-        if 0 <= hits_at and hits >= hits_at and repeats < repeats_at:  # sessions (round 21's test): no replay
-            return False, 0
+        if 0 <= hits_at:  # sessions (round 21's test): no replay
+            _, hits, repeats = reuse_shape(history)
+            if hits >= hits_at and repeats < repeats_at:
+                return False, 0
         leads, asked, fork = replay(tree, history, own, other, int(size * cap))
         cost = work(history, fork)
         first = int(late * len(leads))
