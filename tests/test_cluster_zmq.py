@@ -48,7 +48,7 @@ def join(sub: ZmqSubscriber, pub: ZmqPublisher, cache: RadixCache, rng: np.rando
     """Publish until `live` live batches reach `sub` (ZMQ's slow joiner: a PUB socket drops what it
     sends before the subscription arrives, longer on a loaded machine); the subscriber's gap count then.
     Paced: each batch is waited for (up to PACE_S) before the next, so that a small high-water mark drops
-    nothing here (unpaced, on a loaded machine every batch dropped and the replays never caught up)."""
+    nothing here (unpaced, a loaded CI run timed out here with 928 gaps: batches dropped, most likely so)."""
     t0 = time.monotonic()
     while sub.stats.batches - sub.stats.snapshots < live:
         assert time.monotonic() - t0 < BOUND_S, f"no live batch reached the subscriber: {sub.stats}"

@@ -34,17 +34,17 @@ def _free_port() -> int:
     taken: a client that retries connecting to 127.0.0.1:port while nothing listens may be given that very port as
     its source and connect to itself (TCP's simultaneous open), and then the port is in use (CI, round 21: a
     restart on port 48437 failed to start, most likely so). Ports below the range are never handed out as sources."""
-    low = _ephemeral_low()
-    rng = random.Random()
+    high = _ephemeral_low()
+    low, rng = max(1024, high - 12000), random.Random()
     for _ in range(200):
-        port = rng.randrange(max(1024, low - 12000), low)
+        port = rng.randrange(low, high)
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
             try:
                 s.bind(("127.0.0.1", port))
             except OSError:
                 continue
             return port
-    raise RuntimeError(f"no free port in [{max(1024, low - 12000)}, {low}) for a test redis-server")
+    raise RuntimeError(f"no free port in [{low}, {high}) for a test redis-server")
 
 
 class RedisServer:
