@@ -40,11 +40,11 @@ from radixkv.cli_args import HelpFormatter  # noqa: E402
 from radixkv.eviction import POLICIES  # noqa: E402
 from radixkv.eviction.adaptive import Adaptive  # noqa: E402
 from radixkv.eviction.history import History  # noqa: E402
-from radixkv.eviction.policies import EvictionPolicy  # noqa: E402
 from radixkv.eviction.prior import clear, dense, replay  # noqa: E402
-from radixkv.eviction.view import CachedNodeView, TreeView  # noqa: E402
+from radixkv.eviction.view import CachedNodeView  # noqa: E402
 
-Judge = Callable[[TreeView, History, EvictionPolicy, EvictionPolicy, int], tuple[bool, int]]
+Replay = Callable[[int], tuple[list[int], list[int], int]]  # a replay at a size (Judged.on_evict's, kept per size)
+Judge = Callable[[History, int, Replay], tuple[bool, int]]
 Verdicts = dict[tuple[str, float], tuple[dict[str, tuple[bool, int]], tuple[float, ...]]]
 
 
@@ -97,21 +97,20 @@ def rule(spec: str) -> Judge:
     size, late, check, z, reuse_at, hits_at, repeats_at = (
         float(x) if x != "-" else -1.0 for x in (spec + "/-/-/-").split("/")[:7])
 
-    def judge(tree: TreeView, history: History, own: EvictionPolicy, other: EvictionPolicy,
-              cap: int) -> tuple[bool, int]:
+    def judge(history: History, cap: int, run: Replay) -> tuple[bool, int]:
         if 0 <= reuse_at and dense(history, cap, reuse_at):  # as leaves_start: stay, no replay
             return False, 0
         if 0 <= hits_at:  # sessions (round 21's test): no replay
             _, hits, repeats = reuse_shape(history)
             if hits >= hits_at and repeats < repeats_at:
                 return False, 0
-        leads, asked, fork = replay(tree, history, own, other, int(size * cap))
+        leads, asked, fork = run(int(size * cap))
         cost = work(history, fork)
         first = int(late * len(leads))
         leaves = clear(leads[first:], asked[first:], K.MARGIN, z)
         if not leaves or check < 0:
             return leaves, cost
-        checks, asked, fork = replay(tree, history, own, other, int(check * cap))
+        checks, asked, fork = run(int(check * cap))
         return not clear([-x for x in checks], asked, K.MARGIN, VETO), cost + work(history, fork)
     return judge
 
@@ -136,8 +135,14 @@ class Judged(Adaptive):
                 raise Stop({}, (0.0, 0, 0.0, 0.0, 0))
             cap = tree.evictable_size + tree.protected_size
             own, other = self._shadowed[mode], self._shadowed[1 - mode]
-            differ = sum(x != 0 for x in replay(tree, history, own, other, int(K.PRIOR_SIZE * cap))[0])
-            raise Stop({r: rule(NAMED.get(r, r))(tree, history, own, other, cap) for r in self.rules},
+            replays: dict[int, tuple[list[int], list[int], int]] = {}
+
+            def run(size: int) -> tuple[list[int], list[int], int]:  # each size replayed once, for every rule
+                if size not in replays:
+                    replays[size] = replay(tree, history, own, other, size)
+                return replays[size]
+            differ = sum(x != 0 for x in run(int(K.PRIOR_SIZE * cap))[0])
+            raise Stop({r: rule(NAMED.get(r, r))(history, cap, run) for r in self.rules},
                        (reuse(history, cap), *reuse_shape(history), differ))
         super().on_evict(victim)
 

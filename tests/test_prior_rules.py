@@ -113,3 +113,22 @@ def test_the_fit_and_val_grids_use_seeds_no_other_grid_does(grid: ModuleType) ->
     others = set(grid.TUNE + grid.CHECK + grid.held_names([]) + grid.BENCH)
     assert len(grid.FIT) == len(grid.VAL) == 70 and not (set(grid.FIT) | set(grid.VAL)) & others
     assert grid.grid_names("fit", [], "") == grid.FIT and grid.grid_names("val", [], "seed:500") == grid.VAL[:10]
+
+
+def test_each_cell_replays_each_size_once_for_every_rule_and_the_differing_count(
+        rules: ModuleType, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The differing lookups' count and the rules at the policy's size read one replay (round 22: the count
+    replayed it again); round 19's veto replay, at another size, runs once too. Verdicts as in the test above."""
+    calls: list[tuple[int, int]] = []
+    held = []  # the histories kept alive, so that their ids stay distinct
+    plain = rules.replay
+
+    def counted(tree, history, own, other, size):  # noqa: ANN001, ANN202
+        held.append(history)
+        calls.append((id(history), size))
+        return plain(tree, history, own, other, size)
+    monkeypatch.setattr(rules, "replay", counted)
+    got = rules.verdicts((CELL, ["base", "round19", NO_VETO]))
+    assert [got[(CELL, f)][0]["round19"][0] for f in (0.05, 0.1, 0.25, 0.5)] == [True, False, True, False]
+    assert len(calls) == len(set(calls)) and len({h for h, _ in calls}) == 4  # a first eviction a share
+    assert len(calls) > 4  # (the veto replays)
