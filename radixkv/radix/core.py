@@ -27,22 +27,15 @@ from __future__ import annotations
 
 from typing import Callable, Final, Generic, TypeVar
 
+from radixkv.core_loader import native
 from radixkv.eviction.view import NodeFields
 
 N = TypeVar("N", bound="PrefixNode")  # a tree's own node class: its parent and children are of it too
 
 
-def _c_shared_of() -> Callable[[bytes, bytes, int, int], int] | None:
-    """radixkv/_runs_native.c's `shared` while the compiled core runs; None otherwise (core_loader.py hides the
-    module): then the walk compares with `startswith` and `parting`, which give the same."""
-    try:
-        from radixkv._runs_native import shared
-    except ImportError:
-        return None
-    return shared
-
-
-_c_shared: Final = _c_shared_of()  # (Final: compiled, a C static)
+# radixkv/_runs_native.c's `shared` while the compiled core runs (Final: compiled, a C static); None otherwise: then
+# the walk compares with `startswith` and `parting`, which give the same
+_c_shared: Final[Callable[[bytes, bytes, int, int], int] | None] = native("shared")
 
 
 class PrefixNode(NodeFields[N]):
