@@ -44,13 +44,12 @@ _heappop: Final = heapq.heappop  # (Final: compiled, a C static, not a module-di
 
 class ShadowTree(LeafHeap, ShadowView):
     """A metadata-only prefix cache under `policy` (a fixed policy: its key reads node fields only), its
-    evictable leaves in LeafHeap's heap."""
+    evictable leaves in LeafHeap's heap; a namespace's root is in `roots` while it has children."""
 
     def __init__(self, policy: FixedPolicyView, page_size: int, keys: ShadowKeys | None = None) -> None:
         super().__init__(policy, page_size)
         self.keys = keys if keys is not None else ShadowKeys()  # shared by a tree's shadows
         self._counts_uses = policy.insert_is_use
-        self.roots: dict[bytes, ShadowNode] = {}  # namespace key -> root, while it has children
         self._held: ShadowNode | None = None  # the path end an insert protects while it evicts
         self._refreshed: ShadowNode | None = None  # a leaf the last match refreshed, re-keyed in the heap later
         self._version = 0  # bumped by every insert: a remembered walk is valid only within one version
@@ -258,7 +257,7 @@ class ShadowTree(LeafHeap, ShadowView):
             parent = leaf.parent
             assert parent is not None  # a leaf in the heap is never a root
             children = parent.children
-            del children[leaf.key[:self.page_bytes]]
+            del children[leaf.first]  # (the dict's own key object: no slice, its hash kept)
             if not children:  # (a dict emptied keeps its table: ~160 bytes more than a new one)
                 parent.children = {}
                 if parent.parent is None:
