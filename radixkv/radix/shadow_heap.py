@@ -45,11 +45,12 @@ def _int_key(node: ShadowNode, kind: int, bits: int) -> int:
 
 
 class ShadowNode(PrefixNode["ShadowNode"]):
-    __slots__ = ("hkey",)
+    __slots__ = ("hkey", "first")
 
     def __init__(self, node_id: int, ns: bytes, parent: ShadowNode | None, key: bytes, tick: int) -> None:
         PrefixNode.__init__(self, node_id, ns, parent, key, tick)
         self.hkey: object = None  # current key in the shadow's leaf heap (int or tuple); None: not a member
+        self.first = b""  # its key in parent.children, that very object (set by whoever links it; a root's: b"")
 
 
 class LeafHeap(TreeCore[ShadowNode]):
@@ -158,9 +159,26 @@ class LeafHeap(TreeCore[ShadowNode]):
                 self.roots[first] = twin
             else:
                 parent.children[first] = twin
+                twin.first = first
             if node.hkey is not None:
                 self._push(twin)
             stack += [(child, twin, k) for k, child in node.children.items()]
+
+    def add_leaf(self, parent: ShadowNode, key: bytes) -> ShadowNode:
+        leaf = self.make_node(parent.ns, parent, key)
+        leaf.first = first = key[:self.page_bytes]
+        parent.children[first] = leaf
+        return leaf
+
+    def split_edge(self, node: ShadowNode, k: int) -> ShadowNode:
+        """The core's split; the upper node is linked by node's old key object (a dict store under an equal key
+        keeps the key it holds), node by its new first page."""
+        first = node.first
+        upper = TreeCore.split_edge(self, node, k)
+        upper.first = first
+        for lower in upper.children:  # (its one child, node: a native loop, compiled, where next(iter()) makes one)
+            node.first = lower
+        return upper
 
     def make_node(self, ns: bytes, parent: ShadowNode | None, key: bytes) -> ShadowNode:
         node = ShadowNode(self._next_id, ns, parent, key, self.tick)
@@ -189,6 +207,7 @@ class LeafHeap(TreeCore[ShadowNode]):
                     continue
                 node = self.make_node(parent.ns, parent, real.key)
                 parent.children[first] = node
+                node.first = first
                 node.last_access, node.created = real.last_access, real.created
                 node.hit_count, node.priority = real.hit_count, real.priority
                 self.used += node.size
