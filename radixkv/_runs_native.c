@@ -6,7 +6,6 @@
  *     starts(runs, page_size, given)    whether int64 [m] `given` are the first m of those slots
  *     negative(tokens)                  whether int32 [n] `tokens` holds a value below 0 (radixkv/tokens.py)
  *     shared(key, edge, pos, page_bytes)  bytes of whole pages `edge` and key[pos:] share (radix/core.py's walk)
- *     prefix_hash(key, n)               hash(key[:n]) without the copy (eviction/ghosts.py's first page of an edge)
  *     joined(head, lo, hi, key)         head[lo:hi] + key, one copy (radix/shadow.py's insert after its match)
  *     starts_part(key, head, lo, hi)    key.startswith(head[lo:hi]), no copy (the same)
  *
@@ -241,23 +240,6 @@ static PyObject *shared(PyObject *module, PyObject *const *args, Py_ssize_t narg
     return PyLong_FromSsize_t(same - same % page_bytes);
 }
 
-static PyObject *prefix_hash(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
-    (void)module;
-    if (nargs != 2 || !PyBytes_Check(args[0])) {
-        PyErr_SetString(PyExc_TypeError, "prefix_hash(key: bytes, n: int)");
-        return NULL;
-    }
-    Py_ssize_t n = PyLong_AsSsize_t(args[1]);
-    if (n == -1 && PyErr_Occurred()) {
-        return NULL;
-    }
-    if (n < 0 || n > PyBytes_GET_SIZE(args[0])) {
-        PyErr_SetString(PyExc_ValueError, "prefix_hash: 0 <= n <= len(key)");
-        return NULL;
-    }
-    return PyLong_FromSsize_t(_Py_HashBytes(PyBytes_AS_STRING(args[0]), n));  /* bytes' own hash: the same value */
-}
-
 /* head[lo:hi] as (pointer, length) after checking args[0..2] (head: bytes, 0 <= lo <= hi <= len(head)); 0 on error. */
 static int part(PyObject *const *args, const char *what, const char **at, Py_ssize_t *n) {
     if (!PyBytes_Check(args[0])) {
@@ -316,7 +298,6 @@ static PyMethodDef methods[] = {
     {"starts", (PyCFunction)(void (*)(void))starts, METH_FASTCALL, "Whether `given` are the first slots of runs."},
     {"negative", (PyCFunction)(void (*)(void))negative, METH_FASTCALL, "Whether int32 `tokens` holds a value < 0."},
     {"shared", (PyCFunction)(void (*)(void))shared, METH_FASTCALL, "Bytes of whole pages edge and key[pos:] share."},
-    {"prefix_hash", (PyCFunction)(void (*)(void))prefix_hash, METH_FASTCALL, "hash(key[:n]) without the copy."},
     {"joined", (PyCFunction)(void (*)(void))joined, METH_FASTCALL, "head[lo:hi] + key, one copy."},
     {"starts_part", (PyCFunction)(void (*)(void))starts_part, METH_FASTCALL, "key.startswith(head[lo:hi]), no copy."},
     {NULL, NULL, 0, NULL},

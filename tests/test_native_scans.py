@@ -1,7 +1,7 @@
-"""The request path's two scans in C (radixkv/_runs_native.c's `negative` and `shared`) and the ghosts' hash of a
-first page (`prefix_hash`), used while the compiled core runs, against the Python forms that run interpreted:
-tokens.py's sign check, the walk's startswith and `parting` (radix/core.py), with a numpy reference of each, and the
-hash of a slice."""
+"""The request path's two scans in C (radixkv/_runs_native.c's `negative` and `shared`) and the shadow's join and
+compare of key parts (`joined`, `starts_part`), used while the compiled core runs, against the Python forms that run
+interpreted: tokens.py's sign check, the walk's startswith and `parting` (radix/core.py), with a numpy reference of
+each, and the slices' forms."""
 
 from __future__ import annotations
 
@@ -32,10 +32,7 @@ def _shared_pages(key: bytes, edge: bytes, pos: int, page_bytes: int) -> int:
 def test_the_c_forms_only_with_the_compiled_core() -> None:
     from radixkv import tokens
 
-    from radixkv.eviction import ghosts
-
     assert (core._c_shared is not None) == (tokens._c_negative is not None) == radixkv.COMPILED_CORE
-    assert (ghosts._c_prefix_hash is not None) == radixkv.COMPILED_CORE
 
 
 @pytest.mark.parametrize("n", [0, 1, 7, 8, 33, 3216])
@@ -99,25 +96,6 @@ def test_shared_in_c_equals_the_walks_python_form(page_bytes: int) -> None:
         c.shared(edge, edge, 0, 0)
     with pytest.raises(TypeError):
         c.shared(bytearray(edge), edge, 0, page_bytes)
-
-
-@compiled_only
-def test_prefix_hash_in_c_is_the_slices_hash() -> None:
-    """C's `prefix_hash(key, n)` is hash(key[:n]) (eviction/ghosts.py's start of an edge, interpreted) at every
-    length, the empty prefix and the whole key included; out of range it raises."""
-    from radixkv import _runs_native as c
-    from radixkv.eviction.ghosts import GhostLFU
-
-    key = np.random.default_rng(5).integers(0, 256, 300, dtype=np.uint8).tobytes()
-    assert all(c.prefix_hash(key, n) == hash(key[:n]) for n in range(len(key) + 1))
-    ghosts = GhostLFU()
-    ghosts.page_bytes = 64
-    assert ghosts._start(b"ns", 7, key) == (hash(key[:64]) & (1 << 62) - 1) ^ (hash(b"ns") * 0x9E3779B97F4A7C15
-                                                                               & (1 << 62) - 1) ^ 7
-    with pytest.raises(ValueError):
-        c.prefix_hash(key, len(key) + 1)
-    with pytest.raises(TypeError):
-        c.prefix_hash(bytearray(key), 1)
 
 
 @compiled_only

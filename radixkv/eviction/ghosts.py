@@ -32,11 +32,10 @@ written under a live edge that shares its start would move that edge's key: `sta
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, Final, cast
+from typing import TYPE_CHECKING, Final, cast
 
 from mypy_extensions import i64
 
-from radixkv.core_loader import native
 from radixkv.eviction.policies import LFU
 from radixkv.eviction.view import NodeFields
 
@@ -46,9 +45,6 @@ if TYPE_CHECKING:
 _END: Final = (1 << 40) - 1  # a ghost's value: uses << 40 | end (tokens)
 _MASK: Final = (1 << 62) - 1  # a start's bits: a short int compiled, never a boxed one
 _ODD: Final = 0x9E3779B97F4A7C15  # a namespace's hash times this, masked: a bijection of its low 62 bits
-# radixkv/_runs_native.c's prefix_hash while the compiled core runs (no slice: a bytes object made and freed a call);
-# None otherwise: the slice's hash, the same value
-_c_prefix_hash: Final[Callable[[bytes, int], int] | None] = native("prefix_hash")
 
 
 class GhostLFU(LFU):
@@ -72,7 +68,7 @@ class GhostLFU(LFU):
         bits did. No tuple is built or hashed: i64 operations, compiled, with identical values interpreted."""
         if ns is not self._ns:
             self._ns, self._ns_mix = ns, hash(ns) * _ODD & _MASK
-        page: i64 = hash(key[:self.page_bytes]) if _c_prefix_hash is None else _c_prefix_hash(key, self.page_bytes)
+        page: i64 = hash(key[:self.page_bytes])
         return (page & _MASK) ^ self._ns_mix ^ depth
 
     def key(self, node: NodeView) -> tuple:
