@@ -36,6 +36,18 @@ N = TypeVar("N", bound="PrefixNode")  # a tree's own node class: its parent and 
 # radixkv/_runs_native.c's `shared` while the compiled core runs (Final: compiled, a C static); None otherwise: then
 # `common` compares with `startswith` and `parting`, which give the same
 _c_shared: Final[Callable[[bytes, bytes, int, int], int] | None] = native("shared")
+_c_joined: Final[Callable[[bytes, int, int, bytes], bytes] | None] = native("joined")  # (and these two: a slice
+_c_starts_part: Final[Callable[[bytes, bytes, int, int], bool] | None] = native("starts_part")  # does it otherwise)
+
+
+def joined(head: bytes, lo: int, hi: int, key: bytes) -> bytes:
+    """head[lo:hi] + key: compiled, one copy in C (the slice and the join copy head's part twice)."""
+    return head[lo:hi] + key if _c_joined is None else _c_joined(head, lo, hi, key)
+
+
+def starts_part(key: bytes, head: bytes, lo: int, hi: int) -> bool:
+    """key.startswith(head[lo:hi]): compiled, a memcmp in C, no slice."""
+    return key.startswith(head[lo:hi]) if _c_starts_part is None else _c_starts_part(key, head, lo, hi)
 
 
 class PrefixNode(NodeFields[N]):

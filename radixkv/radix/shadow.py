@@ -29,11 +29,10 @@ same keys and order, no new node).
 from __future__ import annotations
 
 import heapq
-from typing import TYPE_CHECKING, Any, Callable, Final, cast
+from typing import TYPE_CHECKING, Any, Final, cast
 
-from radixkv.core_loader import native
 from radixkv.eviction.view import NodeFields, ShadowView
-from radixkv.radix.core import PrefixNode
+from radixkv.radix.core import PrefixNode, joined, starts_part
 from radixkv.radix.shadow_heap import LeafHeap, ShadowNode
 from radixkv.radix.shadow_keys import ShadowKeys
 
@@ -41,9 +40,6 @@ if TYPE_CHECKING:
     from radixkv.eviction.view import FixedPolicyView
 
 _heappop: Final = heapq.heappop  # (Final: compiled, a C static, not a module-dict lookup a call)
-# radixkv/_runs_native.c's joined and starts_part while the compiled core runs; None otherwise: a slice does it
-_c_joined: Final[Callable[[bytes, int, int, bytes], bytes] | None] = native("joined")
-_c_starts_part: Final[Callable[[bytes, bytes, int, int], bool] | None] = native("starts_part")
 
 
 class ShadowTree(LeafHeap, ShadowView):
@@ -182,7 +178,7 @@ class ShadowTree(LeafHeap, ShadowView):
                         return path + more, pos + end - off, left, end
                     return path, pos, left, off
         if head is not None:
-            key = _joined(head, 0, cut, key)
+            key = joined(head, 0, cut, key)
         path, pos = self.walk(key, root)
         return path, pos, key, pos
 
@@ -287,21 +283,12 @@ def _past(m_key: bytes, pos: int, key: bytes, head: bytes | None, cut: int) -> t
     `pos` are `m_key`'s (a match's walk that reached `pos` is the key's walk there), else None."""
     if head is None:
         # (the lifecycle's insert extends its match's key: no copy)
-        if key is m_key or key.startswith(m_key) or pos < len(m_key) and _starts(key, m_key, 0, pos):
+        if key is m_key or key.startswith(m_key) or pos < len(m_key) and starts_part(key, m_key, 0, pos):
             return key, pos
         return None
     if head is not m_key:
         return None
     if pos <= cut:
-        return (key, 0) if pos == cut else (_joined(head, pos, cut, key), 0)
-    return (key, pos - cut) if _starts(key, head, cut, pos) else None
+        return (key, 0) if pos == cut else (joined(head, pos, cut, key), 0)
+    return (key, pos - cut) if starts_part(key, head, cut, pos) else None
 
-
-def _joined(head: bytes, lo: int, hi: int, key: bytes) -> bytes:
-    """head[lo:hi] + key: compiled, one copy in C (the slice and the join copy head's part twice)."""
-    return head[lo:hi] + key if _c_joined is None else _c_joined(head, lo, hi, key)
-
-
-def _starts(key: bytes, head: bytes, lo: int, hi: int) -> bool:
-    """key.startswith(head[lo:hi]): compiled, a memcmp in C, no slice."""
-    return key.startswith(head[lo:hi]) if _c_starts_part is None else _c_starts_part(key, head, lo, hi)
