@@ -291,4 +291,3 @@ def _past(m_key: bytes, pos: int, key: bytes, head: bytes | None, cut: int) -> t
     if pos <= cut:
         return (key, 0) if pos == cut else (joined(head, pos, cut, key), 0)
     return (key, pos - cut) if starts_part(key, head, cut, pos) else None
-
