@@ -34,7 +34,7 @@ N = TypeVar("N", bound="PrefixNode")  # a tree's own node class: its parent and 
 
 
 # radixkv/_runs_native.c's `shared` while the compiled core runs (Final: compiled, a C static); None otherwise: then
-# `common` compares with `startswith` and `parting`, which give the same
+# the walk compares with `startswith` and `parting`, which give the same
 _c_shared: Final[Callable[[bytes, bytes, int, int], int] | None] = native("shared")
 _c_joined: Final[Callable[[bytes, int, int, bytes], bytes] | None] = native("joined")  # (and these two: a slice
 _c_starts_part: Final[Callable[[bytes, bytes, int, int], bool] | None] = native("starts_part")  # does it otherwise)
@@ -113,19 +113,17 @@ class TreeCore(Generic[N]):
                 break
             path.append(child)
             edge = child.key
-            same = self.common(key, edge, pos)
+            if _c_shared is not None:  # compiled: one C call (a startswith at an offset is a generic call)
+                same = _c_shared(key, edge, pos, pb)
+            elif key.startswith(edge, pos):
+                same = len(edge)
+            else:
+                same = self.parting(edge, key, pos)
             pos += same
             if same < len(edge):
                 break
             node = child
         return path, pos
-
-    def common(self, key: bytes, edge: bytes, pos: int) -> int:
-        """Bytes of whole pages that `edge` and key[pos:] share, len(edge) when key holds all of it (their first
-        page equal): one edge of a walk. Compiled, one C call (a startswith at an offset is a generic call)."""
-        if _c_shared is not None:
-            return _c_shared(key, edge, pos, self.page_bytes)
-        return len(edge) if key.startswith(edge, pos) else self.parting(edge, key, pos)
 
     def ancestry(self, node: N, start: N) -> list[N]:
         """The nodes from just below `start` (an ancestor of `node`) down to `node`: a walk's path there."""

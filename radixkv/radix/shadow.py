@@ -109,14 +109,9 @@ class ShadowTree(LeafHeap, ShadowView):
             child: ShadowNode | None = node.children.get(key[pos:pos + pb])
             if child is None:
                 return path, pos
-            path.append(child)
-            if child.key is not edge:  # compared: the core walk goes on below it if it holds all of its edge
-                same = self.common(key, child.key, pos)
-                pos += same
-                if same < len(child.key):
-                    return path, pos
-                node = child
+            if child.key is not edge:  # the core walk compares it, from its parent
                 break
+            path.append(child)
             pos += len(edge)
             node = child
         more, pos = self.walk(key, node, pos)
