@@ -83,7 +83,7 @@ class LeafHeap(TreeCore[ShadowNode]):
             del self._leaves[node.hkey]
         heap = self._heap
         if kind != TUPLE_KEY:
-            k: object = _int_key(node, kind, self._bits)  # one object: the heap's entry, node.hkey (`is`), the map's key
+            k: object = _int_key(node, kind, self._bits)  # one object: heap entry, node.hkey (`is`), map key
             node.hkey = k
             self._leaves[k] = node
         else:
