@@ -6,6 +6,8 @@
  *     starts(runs, page_size, given)    whether int64 [m] `given` are the first m of those slots
  *     negative(tokens)                  whether int32 [n] `tokens` holds a value below 0 (radixkv/tokens.py)
  *     shared(key, edge, pos, page_bytes)  bytes of whole pages `edge` and key[pos:] share (radix/core.py's walk)
+ *     joined(head, lo, hi, key)         head[lo:hi] + key, one copy (radix/shadow.py's insert after its match)
+ *     starts_part(key, head, lo, hi)    key.startswith(head[lo:hi]), no copy (the same)
  *
  * Page p holds slots [p * page_size, (p + 1) * page_size), so a run of pages is a run of slots. One call where
  * numpy takes one to four (2-7k instructions each): a loop of ~1-3 instructions a slot, no copy of `given`.
@@ -238,11 +240,66 @@ static PyObject *shared(PyObject *module, PyObject *const *args, Py_ssize_t narg
     return PyLong_FromSsize_t(same - same % page_bytes);
 }
 
+/* head[lo:hi] as (pointer, length) after checking args[0..2] (head: bytes, 0 <= lo <= hi <= len(head)); 0 on error. */
+static int part(PyObject *const *args, const char *what, const char **at, Py_ssize_t *n) {
+    if (!PyBytes_Check(args[0])) {
+        PyErr_Format(PyExc_TypeError, "%s: bytes expected", what);
+        return 0;
+    }
+    Py_ssize_t lo = PyLong_AsSsize_t(args[1]), hi = PyLong_AsSsize_t(args[2]);
+    if ((lo == -1 || hi == -1) && PyErr_Occurred()) {
+        return 0;
+    }
+    if (lo < 0 || lo > hi || hi > PyBytes_GET_SIZE(args[0])) {
+        PyErr_Format(PyExc_ValueError, "%s: 0 <= lo <= hi <= len(head)", what);
+        return 0;
+    }
+    *at = PyBytes_AS_STRING(args[0]) + lo;
+    *n = hi - lo;
+    return 1;
+}
+
+static PyObject *joined(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    (void)module;
+    const char *at;
+    Py_ssize_t n;
+    if (nargs != 4 || !PyBytes_Check(args[3])) {
+        PyErr_SetString(PyExc_TypeError, "joined(head: bytes, lo: int, hi: int, key: bytes)");
+        return NULL;
+    }
+    if (!part(args, "joined", &at, &n)) {
+        return NULL;
+    }
+    Py_ssize_t m = PyBytes_GET_SIZE(args[3]);
+    PyObject *out = PyBytes_FromStringAndSize(NULL, n + m);
+    if (out != NULL) {
+        memcpy(PyBytes_AS_STRING(out), at, n);
+        memcpy(PyBytes_AS_STRING(out) + n, PyBytes_AS_STRING(args[3]), m);
+    }
+    return out;
+}
+
+static PyObject *starts_part(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    (void)module;
+    const char *at;
+    Py_ssize_t n;
+    if (nargs != 4 || !PyBytes_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "starts_part(key: bytes, head: bytes, lo: int, hi: int)");
+        return NULL;
+    }
+    if (!part(args + 1, "starts_part", &at, &n)) {
+        return NULL;
+    }
+    return PyBool_FromLong(n <= PyBytes_GET_SIZE(args[0]) && memcmp(PyBytes_AS_STRING(args[0]), at, n) == 0);
+}
+
 static PyMethodDef methods[] = {
     {"slots", (PyCFunction)(void (*)(void))slots, METH_FASTCALL, "int64 [n]: the first n slots of runs' pages."},
     {"starts", (PyCFunction)(void (*)(void))starts, METH_FASTCALL, "Whether `given` are the first slots of runs."},
     {"negative", (PyCFunction)(void (*)(void))negative, METH_FASTCALL, "Whether int32 `tokens` holds a value < 0."},
     {"shared", (PyCFunction)(void (*)(void))shared, METH_FASTCALL, "Bytes of whole pages edge and key[pos:] share."},
+    {"joined", (PyCFunction)(void (*)(void))joined, METH_FASTCALL, "head[lo:hi] + key, one copy."},
+    {"starts_part", (PyCFunction)(void (*)(void))starts_part, METH_FASTCALL, "key.startswith(head[lo:hi]), no copy."},
     {NULL, NULL, 0, NULL},
 };
 

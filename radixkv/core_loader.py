@@ -22,6 +22,7 @@ import importlib.machinery
 import importlib.util
 import os
 import sys
+from typing import Any
 
 # Compiled by mypyc. The policies' base allows interpreted subclasses (users register their own) and
 # declares its flags ClassVar, so that a subclass's class attributes override them. keys.py reads what callers give
@@ -100,3 +101,13 @@ def choose(package_dir: str = PACKAGE_DIR) -> bool:
             print(f"radixkv: compiled core {why}; running pure Python (rebuild: make install)", file=sys.stderr)
         sys.meta_path.insert(0, _SourceFirst(package_dir))
     return compiled
+
+
+def native(name: str) -> Any:
+    """NATIVE's function `name` while the compiled core runs; None otherwise (`choose` hides the module): then the
+    caller runs its own Python form, which gives the same. Read once, at a core module's import, into a Final."""
+    try:
+        module = importlib.import_module("radixkv." + NATIVE)
+    except ImportError:
+        return None
+    return getattr(module, name)

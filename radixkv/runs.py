@@ -29,6 +29,8 @@ from typing import Callable, Final
 
 import numpy as np
 
+from radixkv.core_loader import native
+
 _I64: Final = np.dtype(np.int64)  # (Final: compiled, a C static, not a module-dict lookup)
 _add: Final = np.add
 _empty: Final = np.empty
@@ -47,27 +49,9 @@ _Slots = Callable[[list[int], int, int], np.ndarray]
 _Starts = Callable[[list[int], int, np.ndarray], bool]
 
 
-def _c_slots_of() -> _Slots | None:
-    """radixkv/_runs_native.c's slots while the compiled core runs; None otherwise (core_loader.py hides the
-    module): then the numpy forms below run."""
-    try:
-        from radixkv._runs_native import slots as c_slots
-    except ImportError:
-        return None
-    return c_slots
-
-
-def _c_starts_of() -> _Starts | None:
-    """radixkv/_runs_native.c's starts, as _c_slots_of."""
-    try:
-        from radixkv._runs_native import starts as c_starts
-    except ImportError:
-        return None
-    return c_starts
-
-
-_c_slots: Final = _c_slots_of()
-_c_starts: Final = _c_starts_of()
+# radixkv/_runs_native.c's slots and starts while the compiled core runs; None otherwise: then the numpy forms below run
+_c_slots: Final[_Slots | None] = native("slots")
+_c_starts: Final[_Starts | None] = native("starts")
 
 
 class _Iota:

@@ -13,6 +13,7 @@ from typing import Any, Callable, Final, Sequence, TypeAlias
 import numpy as np
 import torch
 
+from radixkv.core_loader import native
 from radixkv.errors import InvalidArgumentError, InvalidSlotsError, InvalidTokensError
 
 MAX_TOKEN_ID = 2**31 - 1
@@ -94,17 +95,8 @@ def int32_tokens(tokens: TokensLike) -> np.ndarray:
     return arr.astype(_I32)
 
 
-def _c_negative_of() -> Callable[[np.ndarray], bool] | None:
-    """radixkv/_runs_native.c's `negative` while the compiled core runs; None otherwise (core_loader.py hides the
-    module): then non_negative uses numpy."""
-    try:
-        from radixkv._runs_native import negative
-    except ImportError:
-        return None
-    return negative
-
-
-_c_negative: Final = _c_negative_of()
+# radixkv/_runs_native.c's `negative` while the compiled core runs; None otherwise: then non_negative uses numpy
+_c_negative: Final[Callable[[np.ndarray], bool] | None] = native("negative")
 
 
 def non_negative(arr: np.ndarray) -> np.ndarray:

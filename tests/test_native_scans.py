@@ -1,6 +1,7 @@
-"""The request path's two scans in C (radixkv/_runs_native.c's `negative` and `shared`), used while the compiled
-core runs, against the Python forms that run interpreted: tokens.py's sign check and the walk's startswith and
-`parting` (radix/core.py), and a numpy reference of each."""
+"""The request path's two scans in C (radixkv/_runs_native.c's `negative` and `shared`) and the shadow's join and
+compare of key parts (`joined`, `starts_part`), used while the compiled core runs, against the Python forms that run
+interpreted: tokens.py's sign check, the walk's startswith and `parting` (radix/core.py), with a numpy reference of
+each, and the slices' forms."""
 
 from __future__ import annotations
 
@@ -95,3 +96,26 @@ def test_shared_in_c_equals_the_walks_python_form(page_bytes: int) -> None:
         c.shared(edge, edge, 0, 0)
     with pytest.raises(TypeError):
         c.shared(bytearray(edge), edge, 0, page_bytes)
+
+
+@compiled_only
+def test_joined_and_starts_part_in_c_are_the_slices_forms() -> None:
+    """C's `joined(head, lo, hi, key)` is head[lo:hi] + key and `starts_part(key, head, lo, hi)` is
+    key.startswith(head[lo:hi]) (radix/shadow.py's insert after its match, interpreted), for every part of a head,
+    keys that agree, part anywhere or end first; out of range they raise."""
+    from radixkv import _runs_native as c
+
+    rng = np.random.default_rng(7)
+    head = rng.integers(0, 4, 40, dtype=np.uint8).tobytes()
+    keys = [head[5:30], head[5:30] + b"x", head[5:12], b"", head[:9] + b"\x09" + head[10:]]
+    for lo in range(len(head) + 1):
+        for hi in range(lo, len(head) + 1, 3):
+            for key in keys:
+                assert c.joined(head, lo, hi, key) == head[lo:hi] + key
+                assert c.starts_part(key, head, lo, hi) == key.startswith(head[lo:hi])
+    with pytest.raises(ValueError):
+        c.joined(head, 3, 2, b"")
+    with pytest.raises(ValueError):
+        c.starts_part(b"", head, 0, len(head) + 1)
+    with pytest.raises(TypeError):
+        c.joined(head, 0, 1, bytearray(b"a"))

@@ -83,6 +83,7 @@ def test_a_copy_of_the_real_cache_is_the_node_lists_copy(page_size: int, policy:
         assert isinstance(copied, ShadowTree) and _state(copied) == _state(reference)
         real_firsts = {id(k) for n in cache.tree.nodes() for k in n.children}
         assert all(id(k) in real_firsts for n in _nodes(copied) for k in n.children)
+        assert all(n.parent.children[n.first] is n for n in _nodes(copied) if n.parent is not None)
     assert cache.tree.evictable_size + cache.tree.protected_size < sum(len(r.tokens) for r in reqs) // 2
 
 

@@ -23,8 +23,13 @@ def _check(shadow: ShadowTree) -> None:
     nodes = list(shadow.roots.values())
     for node in nodes:
         nodes.extend(node.children.values())
+    for n in nodes[len(shadow.roots):]:  # a node's `first` is its very key object in its parent's children
+        assert n.parent.children[n.first] is n and any(k is n.first for k in n.parent.children)
     leaves = {id(n): n for n in nodes if n.parent is not None and not n.children}
     live = [shadow._entry(e) for e in heap if shadow._entry(e) is not None]
+    if shadow._kind != TUPLE_KEY:  # the members by their int keys, those very objects
+        assert len(shadow._leaves) == len(leaves) and all(shadow._leaves[n.hkey] is n for n in leaves.values())
+        assert all(any(k is n.hkey for k in shadow._leaves) for n in leaves.values())
     assert sorted(id(n) for n in live) == sorted(leaves) and len(shadow) == len(leaves)
     for n in leaves.values():
         if n is shadow._refreshed:  # a match's refreshed leaf: re-keyed at the next call
@@ -50,6 +55,8 @@ def test_the_heap_holds_each_evictable_leaf_once_at_its_key(policy: str, page_si
             added = shadow.insert(b"", key if len(key) > r.prompt_len * 4 else done[-1], cap)
             _check(shadow)
             evicting += shadow.used < before + added
+        if len(done) % 40 == 0:  # a fork's nodes too
+            _check(shadow.fork(make_policy(policy)))
     assert evicting > 50
 
 

@@ -27,22 +27,27 @@ from __future__ import annotations
 
 from typing import Callable, Final, Generic, TypeVar
 
+from radixkv.core_loader import native
 from radixkv.eviction.view import NodeFields
 
 N = TypeVar("N", bound="PrefixNode")  # a tree's own node class: its parent and children are of it too
 
 
-def _c_shared_of() -> Callable[[bytes, bytes, int, int], int] | None:
-    """radixkv/_runs_native.c's `shared` while the compiled core runs; None otherwise (core_loader.py hides the
-    module): then the walk compares with `startswith` and `parting`, which give the same."""
-    try:
-        from radixkv._runs_native import shared
-    except ImportError:
-        return None
-    return shared
+# radixkv/_runs_native.c's `shared` while the compiled core runs (Final: compiled, a C static); None otherwise: then
+# the walk compares with `startswith` and `parting`, which give the same
+_c_shared: Final[Callable[[bytes, bytes, int, int], int] | None] = native("shared")
+_c_joined: Final[Callable[[bytes, int, int, bytes], bytes] | None] = native("joined")  # (and these two: a slice
+_c_starts_part: Final[Callable[[bytes, bytes, int, int], bool] | None] = native("starts_part")  # does it otherwise)
 
 
-_c_shared: Final = _c_shared_of()  # (Final: compiled, a C static)
+def joined(head: bytes, lo: int, hi: int, key: bytes) -> bytes:
+    """head[lo:hi] + key: compiled, one copy in C (the slice and the join copy head's part twice)."""
+    return head[lo:hi] + key if _c_joined is None else _c_joined(head, lo, hi, key)
+
+
+def starts_part(key: bytes, head: bytes, lo: int, hi: int) -> bool:
+    """key.startswith(head[lo:hi]): compiled, a memcmp in C, no slice."""
+    return key.startswith(head[lo:hi]) if _c_starts_part is None else _c_starts_part(key, head, lo, hi)
 
 
 class PrefixNode(NodeFields[N]):
@@ -119,13 +124,6 @@ class TreeCore(Generic[N]):
                 break
             node = child
         return path, pos
-
-    def common(self, key: bytes, edge: bytes, pos: int) -> int:
-        """Bytes of whole pages that `edge` and key[pos:] share, len(edge) when key holds all of it (their first
-        page equal): one edge of `walk`, whose loop compares inline (no call an edge for the real tree)."""
-        if _c_shared is not None:
-            return _c_shared(key, edge, pos, self.page_bytes)
-        return len(edge) if key.startswith(edge, pos) else self.parting(edge, key, pos)
 
     def ancestry(self, node: N, start: N) -> list[N]:
         """The nodes from just below `start` (an ancestor of `node`) down to `node`: a walk's path there."""

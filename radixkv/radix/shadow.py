@@ -32,7 +32,7 @@ import heapq
 from typing import TYPE_CHECKING, Any, Final, cast
 
 from radixkv.eviction.view import NodeFields, ShadowView
-from radixkv.radix.core import PrefixNode
+from radixkv.radix.core import PrefixNode, joined, starts_part
 from radixkv.radix.shadow_heap import LeafHeap, ShadowNode
 from radixkv.radix.shadow_keys import ShadowKeys
 
@@ -44,13 +44,12 @@ _heappop: Final = heapq.heappop  # (Final: compiled, a C static, not a module-di
 
 class ShadowTree(LeafHeap, ShadowView):
     """A metadata-only prefix cache under `policy` (a fixed policy: its key reads node fields only), its
-    evictable leaves in LeafHeap's heap."""
+    evictable leaves in LeafHeap's heap; a namespace's root is in `roots` while it has children."""
 
     def __init__(self, policy: FixedPolicyView, page_size: int, keys: ShadowKeys | None = None) -> None:
         super().__init__(policy, page_size)
         self.keys = keys if keys is not None else ShadowKeys()  # shared by a tree's shadows
         self._counts_uses = policy.insert_is_use
-        self.roots: dict[bytes, ShadowNode] = {}  # namespace key -> root, while it has children
         self._held: ShadowNode | None = None  # the path end an insert protects while it evicts
         self._refreshed: ShadowNode | None = None  # a leaf the last match refreshed, re-keyed in the heap later
         self._version = 0  # bumped by every insert: a remembered walk is valid only within one version
@@ -110,14 +109,9 @@ class ShadowTree(LeafHeap, ShadowView):
             child: ShadowNode | None = node.children.get(key[pos:pos + pb])
             if child is None:
                 return path, pos
-            path.append(child)
-            if child.key is not edge:  # compared: the core walk goes on below it if it holds all of its edge
-                same = self.common(key, child.key, pos)
-                pos += same
-                if same < len(child.key):
-                    return path, pos
-                node = child
+            if child.key is not edge:  # the core walk compares it, from its parent
                 break
+            path.append(child)
             pos += len(edge)
             node = child
         more, pos = self.walk(key, node, pos)
@@ -179,7 +173,7 @@ class ShadowTree(LeafHeap, ShadowView):
                         return path + more, pos + end - off, left, end
                     return path, pos, left, off
         if head is not None:
-            key = head[:cut] + key
+            key = joined(head, 0, cut, key)
         path, pos = self.walk(key, root)
         return path, pos, key, pos
 
@@ -258,7 +252,7 @@ class ShadowTree(LeafHeap, ShadowView):
             parent = leaf.parent
             assert parent is not None  # a leaf in the heap is never a root
             children = parent.children
-            del children[leaf.key[:self.page_bytes]]
+            del children[leaf.first]  # (the dict's own key object: no slice, its hash kept)
             if not children:  # (a dict emptied keeps its table: ~160 bytes more than a new one)
                 parent.children = {}
                 if parent.parent is None:
@@ -284,11 +278,11 @@ def _past(m_key: bytes, pos: int, key: bytes, head: bytes | None, cut: int) -> t
     `pos` are `m_key`'s (a match's walk that reached `pos` is the key's walk there), else None."""
     if head is None:
         # (the lifecycle's insert extends its match's key: no copy)
-        if key is m_key or key.startswith(m_key) or pos < len(m_key) and key.startswith(m_key[:pos]):
+        if key is m_key or key.startswith(m_key) or pos < len(m_key) and starts_part(key, m_key, 0, pos):
             return key, pos
         return None
     if head is not m_key:
         return None
     if pos <= cut:
-        return (key, 0) if pos == cut else (head[pos:cut] + key, 0)
-    return (key, pos - cut) if key.startswith(head[cut:pos]) else None
+        return (key, 0) if pos == cut else (joined(head, pos, cut, key), 0)
+    return (key, pos - cut) if starts_part(key, head, cut, pos) else None

@@ -5,8 +5,8 @@ key functions work on them unchanged. The evictable leaves sit in a heap with la
 key kept on the node itself (`hkey`; None: not a member). Under LRU or LFU (the adaptive policy's
 experts) the key is their key tuple packed into one int in the same order, ending in the node's id
 (`_int_key`), and the heap holds the ints alone: a heap comparison is one int comparison (not two levels
-of tuple comparison), and a popped key finds its node by id (`_leaves`: the heap's members). Other
-policies' heaps hold (key tuple, node).
+of tuple comparison), and a popped key finds its node by that very int object (`_leaves`: the heap's members,
+keyed by their keys: no id boxed or masked out). Other policies' heaps hold (key tuple, node).
 It also makes a shadow's starting copies: of another shadow (`copy_nodes`, a fork) and of the real
 cache's device-resident nodes (`load`).
 """
@@ -45,11 +45,12 @@ def _int_key(node: ShadowNode, kind: int, bits: int) -> int:
 
 
 class ShadowNode(PrefixNode["ShadowNode"]):
-    __slots__ = ("hkey",)
+    __slots__ = ("hkey", "first")
 
     def __init__(self, node_id: int, ns: bytes, parent: ShadowNode | None, key: bytes, tick: int) -> None:
         PrefixNode.__init__(self, node_id, ns, parent, key, tick)
         self.hkey: object = None  # current key in the shadow's leaf heap (int or tuple); None: not a member
+        self.first = b""  # its key in parent.children, that very object (set by whoever links it; a root's: b"")
 
 
 class LeafHeap(TreeCore[ShadowNode]):
@@ -61,9 +62,8 @@ class LeafHeap(TreeCore[ShadowNode]):
         self._key = policy.key
         self._kind = LRU_KEY if type(policy) is LRU else LFU_KEY if type(policy) is LFU else TUPLE_KEY
         self._bits = SMALL_BITS  # an int key's low fields' width (_int_key)
-        self._mask = (1 << SMALL_BITS) - 1  # an int key's id field
         self._heap: list[Any] = []  # int keys, or (key tuple, node); an entry is live iff node.hkey is its key
-        self._leaves: dict[int, ShadowNode] = {}  # id -> node, the heap's members (int keys only)
+        self._leaves: dict[object, ShadowNode] = {}  # a member's int key (node.hkey) -> node (int keys only)
         self._live = 0  # leaves in the heap
         self.used = 0  # tokens held
 
@@ -79,12 +79,13 @@ class LeafHeap(TreeCore[ShadowNode]):
             kind, top = self._kind, False
         if node.hkey is None:
             self._live += 1
-            if kind != TUPLE_KEY:
-                self._leaves[node.id] = node
+        elif kind != TUPLE_KEY:
+            del self._leaves[node.hkey]
         heap = self._heap
         if kind != TUPLE_KEY:
-            k: object = _int_key(node, kind, self._bits)  # one object: the heap's entry and node.hkey (`is`)
+            k: object = _int_key(node, kind, self._bits)  # one object: heap entry, node.hkey (`is`), map key
             node.hkey = k
+            self._leaves[k] = node
         else:
             node.hkey = t = self._key(node)
             k = (t, node)
@@ -112,17 +113,17 @@ class LeafHeap(TreeCore[ShadowNode]):
     def _entry(self, e: object) -> ShadowNode | None:
         """The node of heap entry `e` if the entry is live, else None."""
         if self._kind != TUPLE_KEY:
-            node = self._leaves.get(cast(int, e) & self._mask)
+            node = self._leaves.get(e)  # (an equal stale key finds a node whose key is another object)
             return node if node is not None and node.hkey is e else None
         k, node = cast(Tuple[object, ShadowNode], e)
         return node if node.hkey is k else None
 
     def _drop(self, node: ShadowNode) -> None:
         """Take member `node` out of the heap (its entries go stale)."""
+        if self._kind != TUPLE_KEY:
+            del self._leaves[node.hkey]
         node.hkey = None
         self._live -= 1
-        if self._kind != TUPLE_KEY:
-            del self._leaves[node.id]
 
     def _rekey(self) -> None:
         """A clock or an id reached 2**bits: key the heap by ID_BITS-bit fields from now on, or past
@@ -130,16 +131,16 @@ class LeafHeap(TreeCore[ShadowNode]):
         live = [node for node in (self._entry(e) for e in self._heap) if node is not None]
         if self._bits < ID_BITS:
             self._bits = ID_BITS
-            self._mask = (1 << ID_BITS) - 1
         else:
             self._kind = TUPLE_KEY
-            self._leaves = {}
         self._heap = []
+        self._leaves = {}
         for node in live:
             if self._kind != TUPLE_KEY:
                 k: object = _int_key(node, self._kind, self._bits)
                 node.hkey = k
                 self._heap.append(k)
+                self._leaves[k] = node
             else:
                 node.hkey = t = self._key(node)
                 self._heap.append((t, node))
@@ -158,9 +159,26 @@ class LeafHeap(TreeCore[ShadowNode]):
                 self.roots[first] = twin
             else:
                 parent.children[first] = twin
+                twin.first = first
             if node.hkey is not None:
                 self._push(twin)
             stack += [(child, twin, k) for k, child in node.children.items()]
+
+    def add_leaf(self, parent: ShadowNode, key: bytes) -> ShadowNode:
+        leaf = self.make_node(parent.ns, parent, key)
+        leaf.first = first = key[:self.page_bytes]
+        parent.children[first] = leaf
+        return leaf
+
+    def split_edge(self, node: ShadowNode, k: int) -> ShadowNode:
+        """The core's split; the upper node is linked by node's old key object (a dict store under an equal key
+        keeps the key it holds), node by its new first page."""
+        first = node.first
+        upper = TreeCore.split_edge(self, node, k)
+        upper.first = first
+        for lower in upper.children:  # (its one child, node: a native loop, compiled, where next(iter()) makes one)
+            node.first = lower
+        return upper
 
     def make_node(self, ns: bytes, parent: ShadowNode | None, key: bytes) -> ShadowNode:
         node = ShadowNode(self._next_id, ns, parent, key, self.tick)
@@ -189,6 +207,7 @@ class LeafHeap(TreeCore[ShadowNode]):
                     continue
                 node = self.make_node(parent.ns, parent, real.key)
                 parent.children[first] = node
+                node.first = first
                 node.last_access, node.created = real.last_access, real.created
                 node.hit_count, node.priority = real.hit_count, real.priority
                 self.used += node.size
