@@ -2,7 +2,8 @@
 of K while the server does not keep up (some request waited for BUSY of the clock since the first arrival) and K_LIGHT
 while it does, and SHARE_OVER in a backlog of OVER caches, only where the cache holds few prompts, the admitted
 prompts' cached share is low and arrivals are not bursty, judged once WARMUP caches of prompt tokens were admitted.
-While the server keeps up, at-risk requests first (the TAIL quantile of the work arrivals found waiting)."""
+While the server keeps up, at-risk requests first (the TAIL quantile of the work arrivals found waiting), in short
+congestion episodes (EPISODE caches arrived since an arrival found none waiting)."""
 
 from __future__ import annotations
 
@@ -182,4 +183,19 @@ def test_a_request_at_risk_goes_first_on_a_thin_trace_the_server_keeps_up_with(d
     policy.admitted_tokens += 13  # past the longer one's risk, not the shorter one's
     policy.arrived_tokens += 13
     first = policy.order([longer, short], 10.0 * 40 + 1.0 + delay)[0]
+    assert (first is longer) is risky
+
+
+@pytest.mark.parametrize("episode, risky", [(1.05, True), (1.0, False), (7.0, True)])
+def test_a_request_at_risk_goes_first_only_in_a_short_congestion_episode(episode: float, risky: bool) -> None:
+    """The same thin trace the server keeps up with. The longer request found nothing waiting, so the episode began
+    at its arrival; the setup then has SLOTS - 1 tokens arrived and waiting, and 13 more arrive: 412 tokens in the
+    episode. The rule reads while under EPISODE caches (400 tokens each) arrived in it: at 1.05 (420 tokens) and the
+    default 7 the request at risk goes first, at 1.0 the deadline order stands (a passing overload: round 22)."""
+    policy, _ = deadline_order(0.0, 120.0, gaps=40, TAIL_AFTER=40, EPISODE=episode)
+    longer, short = policy.turn
+    policy.admitted_tokens += 13
+    policy.arrived_tokens += 13
+    assert policy.arrived_tokens - policy.episode_from == SLOTS - 1 + 13
+    first = policy.order([longer, short], 10.0 * 40 + 1.0)[0]
     assert (first is longer) is risky

@@ -31,7 +31,7 @@ few prompts, a queue under 3 of its caches is under one full cache and only the
 standing rule applies (issue 20, rounds 11-13).
 Thin traces (few prompts per cache, little reuse, steady arrivals): K 12 while the
 server does not keep up, 24 while it does, S 0.05 in a backlog, and while it keeps up a
-bound on the tail (the class's docstring).
+bound on the tail in short congestion episodes (the class's docstring).
 """
 
 from __future__ import annotations
@@ -63,7 +63,11 @@ class Auto(Policy):
     with the aged ones and whatever the aging gate says. Below the tail level the deadline order reorders freely;
     above it, the order is FCFS's. Read once TAIL_AFTER requests arrived: the quantile has samples, and at a load of
     1.2 the server stopped keeping up by then (the rule acting in a run's first arrivals moved the 1.2 cells by
-    chance, rounds 20-21)."""
+    chance, rounds 20-21). Read only in a short congestion episode (round 22): while under EPISODE caches of prompt
+    tokens arrived since an arrival last found no prompt waiting. A longer episode is a passing overload, where
+    FCFS's order for the at-risk requests (most of those waiting by then) cost both the mean and the tail that the
+    deadline order, its due share and the aging keep (sparse-s24 1/4 0.8: one 185-arrival episode held 0.7 of the
+    rule's cost, bench/RESULTS.md, issue 20, round 22)."""
     name = "auto"
     matches = True
     SLOWDOWN = 48.0  # K: prefill-token times of deadline per token of (uncached - cached) work
@@ -85,6 +89,7 @@ class Auto(Policy):
     SHARE_OVER = 0.05
     TAIL = 0.96  # at risk: once max(work ahead at arrival, this quantile of it over all arrivals) was admitted
     TAIL_AFTER = 300  # ... read on a thin trace the server keeps up with, once this many requests arrived
+    EPISODE = 7.0  # ... while under this many caches of prompt tokens arrived since an arrival found none waiting
 
     def __init__(self, estimates: PrefixEstimates, full_cache: int) -> None:
         super().__init__(estimates, full_cache)
@@ -106,6 +111,7 @@ class Auto(Policy):
         self.shape = TraceShape()  # what the thin-trace rule reads
         self.share = self.SHARE  # the due share of the last order() (SHARE_OVER in a thin trace's backlog)
         self.risk: dict[Queued, float] = {}  # admitted_tokens at which a waiting request is at risk
+        self.episode_from = 0  # arrived_tokens when an arrival last found no prompt waiting
 
     @property
     def backlog(self) -> int:
@@ -118,6 +124,8 @@ class Auto(Policy):
         self.turn[req] = self.admitted_tokens + (1 + self.SLACK) * backlog
         slots = self.estimates.cache.config.num_slots
         self.shape.found(backlog / slots)
+        if backlog <= 0:
+            self.episode_from = self.arrived_tokens
         self.risk[req] = self.admitted_tokens + max(backlog, self.shape.ahead_quantile(self.TAIL) * slots)
         self.arrived_tokens += len(req.tokens)
         self.seq[req] = self.arrivals
@@ -153,7 +161,8 @@ class Auto(Policy):
         by_deadline = sorted((r for r in window if r in turn),
                              key=lambda r: (max(now, r.arrival + k * (len(r.tokens) - 2 * lengths[r])), -lengths[r]))
         aging = self._aging_first(now)
-        risky = thin and not heavy and self.arrivals >= self.TAIL_AFTER
+        episode = self.arrived_tokens - self.episode_from
+        risky = thin and not heavy and self.arrivals >= self.TAIL_AFTER and episode < self.EPISODE * slots
         first = [r for r in window if r in turn and (aging and r in self.aged or risky and self.risk[r] <= done)]
         if first:
             chosen = set(first)
