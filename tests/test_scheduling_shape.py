@@ -1,7 +1,9 @@
 """auto on thin traces (radixkv/scheduling/auto.py, `Auto.thin`; shape.py, `TraceShape.busy`): K_THIN instead
 of K while the server does not keep up (some request waited for BUSY of the clock since the first arrival) and K_LIGHT
 while it does, and SHARE_OVER in a backlog of OVER caches, only where the cache holds few prompts, the admitted
-prompts' cached share is low and arrivals are not bursty, judged once WARMUP caches of prompt tokens were admitted."""
+prompts' cached share is low and arrivals are not bursty, judged once WARMUP caches of prompt tokens were admitted.
+While the server keeps up, at-risk requests first (the TAIL quantile of the work arrivals found waiting), in short
+congestion episodes (EPISODE caches arrived since an arrival found none waiting)."""
 
 from __future__ import annotations
 
@@ -87,13 +89,14 @@ def test_busy_is_the_share_of_the_clock_some_request_waited(delay: float) -> Non
     assert shape.busy(end + 200.0, True) == pytest.approx((21 * delay + 100.0) / (end + 200.0))
 
 
-def deadline_order(delay: float, earlier: float = 120.0, **constants: float) -> tuple[object, list[str]]:
+def deadline_order(delay: float, earlier: float = 120.0, gaps: int = 20,
+                   **constants: float) -> tuple[object, list[str]]:
     """A thin trace admitted `delay` after each arrival (10 apart), then, a clock unit after the last admission, a
     cold request 10 tokens longer than another arriving `earlier` clock units before it: by deadlines it goes first
     if `earlier` >= 10 K (a tie: arrival order), else the shorter does. Returns the policy and the order's names, with
     under one cache waiting."""
-    sched, thin = run([10.0] * 20, cached=8, delay=delay, **SMALL, **constants)
-    policy, now = sched.policy, 201.0 + delay  # a clock unit after the last admission
+    sched, thin = run([10.0] * gaps, cached=8, delay=delay, **SMALL, **constants)
+    policy, now = sched.policy, 10.0 * gaps + 1.0 + delay  # a clock unit after the last admission
     sched.clock = lambda: now
     assert thin[-1] and policy.K_THIN == 12.0 and policy.SLOWDOWN == 48.0
     longer, short = (Request(100 + i, [(200 + i) * 1000 + j for j in range(n)], n, 1) for i, n in enumerate((40, 30)))
@@ -145,3 +148,54 @@ def test_busy_reads_the_same_whenever_it_is_called() -> None:
         for shape in (read, unread):
             shape.note(now, waiting)
     assert read.busy(50.0, False) == unread.busy(50.0, False) == pytest.approx((4.0 + 11.0) / 50.0)
+
+
+def test_the_work_found_waiting_is_counted_in_bins_of_a_32nd_cache() -> None:
+    shape = TraceShape()
+    assert shape.ahead_quantile(0.97) == 8.0  # no arrival yet: the top
+    for caches in [0.0] * 90 + [0.5, 0.51, 0.6] + [1.0] * 6 + [20.0]:  # 100 arrivals
+        shape.found(caches)
+    assert shape.ahead_quantile(0.9) == 1 / 32  # 90 found nothing: under the first bin's edge
+    assert shape.ahead_quantile(0.92) == 17 / 32  # 0.5 and 0.51 share the bin [16/32, 17/32)
+    assert shape.ahead_quantile(0.93) == 20 / 32
+    assert shape.ahead_quantile(0.99) == 33 / 32
+    assert shape.ahead_quantile(1.0) == 8.0  # 20 caches count as the last bin's
+
+
+@pytest.mark.parametrize("delay, earlier, reuse, risky", [
+    (0.0, 120.0, 0.33, True),  # the server keeps up: the request at risk goes first
+    (0.0, 120.0, -1.0, False),  # then not a thin trace (K 48): the deadline order
+    (9.0, 60.0, 0.33, False),  # a thin trace the server does not keep up with (K_THIN): the deadline order
+])
+def test_a_request_at_risk_goes_first_on_a_thin_trace_the_server_keeps_up_with(delay, earlier, reuse,
+                                                                                risky) -> None:
+    """41 arrivals admitted as they come found no work waiting, so the 0.96 quantile is the first bin's edge (1/32
+    cache): a request is at risk once max(the work it found, 12.5 tokens) were admitted since it arrived (read once
+    TAIL_AFTER, here 40, requests arrived). The longer request (40 tokens), passed by the shorter one's deadline,
+    goes first once at risk, and only then."""
+    policy, order = deadline_order(delay, earlier, gaps=40, TAIL_AFTER=40)
+    assert order == ["short", "longer"]  # nobody at risk yet: the deadline order
+    policy.REUSE = reuse
+    longer, short = policy.turn
+    done = policy.admitted_tokens
+    assert policy.TAIL == 0.96 and policy.shape.ahead_quantile(policy.TAIL) == 1 / 32
+    assert (policy.risk[longer], policy.risk[short]) == (done + SLOTS / 32, done + 40)  # short found longer waiting
+    policy.admitted_tokens += 13  # past the longer one's risk, not the shorter one's
+    policy.arrived_tokens += 13
+    first = policy.order([longer, short], 10.0 * 40 + 1.0 + delay)[0]
+    assert (first is longer) is risky
+
+
+@pytest.mark.parametrize("episode, risky", [(1.05, True), (1.0, False), (7.0, True)])
+def test_a_request_at_risk_goes_first_only_in_a_short_congestion_episode(episode: float, risky: bool) -> None:
+    """The same thin trace the server keeps up with. The longer request found nothing waiting, so the episode began
+    at its arrival; the setup then has SLOTS - 1 tokens arrived and waiting, and 13 more arrive: 412 tokens in the
+    episode. The rule reads while under EPISODE caches (400 tokens each) arrived in it: at 1.05 (420 tokens) and the
+    default 7 the request at risk goes first, at 1.0 the deadline order stands (a passing overload: round 22)."""
+    policy, _ = deadline_order(0.0, 120.0, gaps=40, TAIL_AFTER=40, EPISODE=episode)
+    longer, short = policy.turn
+    policy.admitted_tokens += 13
+    policy.arrived_tokens += 13
+    assert policy.arrived_tokens - policy.episode_from == SLOTS - 1 + 13
+    first = policy.order([longer, short], 10.0 * 40 + 1.0)[0]
+    assert (first is longer) is risky

@@ -30,7 +30,8 @@ absolute work, not in this cache's size: at a quarter H100, where half a cache i
 few prompts, a queue under 3 of its caches is under one full cache and only the
 standing rule applies (issue 20, rounds 11-13).
 Thin traces (few prompts per cache, little reuse, steady arrivals): K 12 while the
-server does not keep up, 24 while it does, S 0.05 in a backlog (the class's docstring).
+server does not keep up, 24 while it does, S 0.05 in a backlog, and while it keeps up a
+bound on the tail in short congestion episodes (the class's docstring).
 """
 
 from __future__ import annotations
@@ -53,7 +54,20 @@ class Auto(Policy):
     holds a few prompts whose prefixes few others share: under load a long deadline buys little reuse and costs
     throughput (a quarter H100 at load 1.2 is critical at lpm's hit rate), and at a light load K 48 lets later,
     shorter prompts pass a cold long one for longer than its tail allows. Traces that reuse much or come in bursts
-    keep K and S."""
+    keep K and S.
+    At risk (round 21): on a thin trace the server keeps up with, the slowest requests are cold long prompts that
+    a few later, shorter ones passed within a congestion episode, where FCFS passes nobody. So there a request is *at
+    risk* once the prompt tokens admitted since it arrived reach max(the work waiting when it arrived, the TAIL
+    quantile of the work every arrival so far found waiting): FCFS would have started it by then, or it waited
+    longer than all but the last 1 - TAIL of arrivals would under FCFS. At-risk requests go first, oldest first,
+    with the aged ones and whatever the aging gate says. Below the tail level the deadline order reorders freely;
+    above it, the order is FCFS's. Read once TAIL_AFTER requests arrived: the quantile has samples, and at a load of
+    1.2 the server stopped keeping up by then (the rule acting in a run's first arrivals moved the 1.2 cells by
+    chance, rounds 20-21). Read only in a short congestion episode (round 22): while under EPISODE caches of prompt
+    tokens arrived since an arrival last found no prompt waiting. A longer episode is a passing overload, where
+    FCFS's order for the at-risk requests (most of those waiting by then) cost both the mean and the tail that the
+    deadline order, its due share and the aging keep (sparse-s24 1/4 0.8: one 185-arrival episode held 0.7 of the
+    rule's cost, bench/RESULTS.md, issue 20, round 22)."""
     name = "auto"
     matches = True
     SLOWDOWN = 48.0  # K: prefill-token times of deadline per token of (uncached - cached) work
@@ -73,6 +87,9 @@ class Auto(Policy):
     WARMUP = 1.0
     OVER = 3.0  # on a thin trace, while OVER caches of prompt tokens wait, the due share is SHARE_OVER
     SHARE_OVER = 0.05
+    TAIL = 0.96  # at risk: once max(work ahead at arrival, this quantile of it over all arrivals) was admitted
+    TAIL_AFTER = 300  # ... read on a thin trace the server keeps up with, once this many requests arrived
+    EPISODE = 7.0  # ... while under this many caches of prompt tokens arrived since an arrival found none waiting
 
     def __init__(self, estimates: PrefixEstimates, full_cache: int) -> None:
         super().__init__(estimates, full_cache)
@@ -93,6 +110,8 @@ class Auto(Policy):
         self.lengths: dict[Queued, int] = {}  # the last order()'s window: each request's cached prefix
         self.shape = TraceShape()  # what the thin-trace rule reads
         self.share = self.SHARE  # the due share of the last order() (SHARE_OVER in a thin trace's backlog)
+        self.risk: dict[Queued, float] = {}  # admitted_tokens at which a waiting request is at risk
+        self.episode_from = 0  # arrived_tokens when an arrival last found no prompt waiting
 
     @property
     def backlog(self) -> int:
@@ -103,6 +122,11 @@ class Auto(Policy):
         backlog = self.backlog
         self.shape.arrived(now, backlog > 0)
         self.turn[req] = self.admitted_tokens + (1 + self.SLACK) * backlog
+        slots = self.estimates.cache.config.num_slots
+        self.shape.found(backlog / slots)
+        if backlog <= 0:
+            self.episode_from = self.arrived_tokens
+        self.risk[req] = self.admitted_tokens + max(backlog, self.shape.ahead_quantile(self.TAIL) * slots)
         self.arrived_tokens += len(req.tokens)
         self.seq[req] = self.arrivals
         self.passed[req] = 0
@@ -136,10 +160,14 @@ class Auto(Policy):
         self.lengths = lengths = {r: length(r) for r in window}
         by_deadline = sorted((r for r in window if r in turn),
                              key=lambda r: (max(now, r.arrival + k * (len(r.tokens) - 2 * lengths[r])), -lengths[r]))
-        first = [r for r in window if r in self.aged and r in turn] if self._aging_first(now) else []
+        aging = self._aging_first(now)
+        episode = self.arrived_tokens - self.episode_from
+        risky = thin and not heavy and self.arrivals >= self.TAIL_AFTER and episode < self.EPISODE * slots
+        first = [r for r in window if r in turn and (aging and r in self.aged or risky and self.risk[r] <= done)]
         if first:
-            due = [r for r in due if r not in self.aged]
-            by_deadline = [r for r in by_deadline if r not in self.aged]
+            chosen = set(first)
+            due = [r for r in due if r not in chosen]
+            by_deadline = [r for r in by_deadline if r not in chosen]
         return resumed + first + self._interleave(due, by_deadline)
 
     def _aging_first(self, now: float) -> bool:
@@ -188,6 +216,7 @@ class Auto(Policy):
         self.shape.note(now, self.backlog > 0)
         if self.turn.pop(req, None) is None:
             return
+        del self.risk[req]
         mine, seq = self.seq.pop(req), self.seq
         self.passed.pop(req, None)
         self.aged.discard(req)
