@@ -8,6 +8,8 @@
  *     shared(key, edge, pos, page_bytes)  bytes of whole pages `edge` and key[pos:] share (radix/core.py's walk)
  *     joined(head, lo, hi, key)         head[lo:hi] + key, one copy (radix/shadow.py's insert after its match)
  *     starts_part(key, head, lo, hi)    key.startswith(head[lo:hi]), no copy (the same)
+ *     xxh3_chain(raw, step, n, seed)    XXH3_64 of n blocks of 33-64 bytes, each seeded by the one before
+ *                                       (radixkv/events/hashing.py's KV event block hashes)
  *
  * Page p holds slots [p * page_size, (p + 1) * page_size), so a run of pages is a run of slots. One call where
  * numpy takes one to four (2-7k instructions each): a loop of ~1-3 instructions a slot, no copy of `given`.
@@ -293,6 +295,82 @@ static PyObject *starts_part(PyObject *module, PyObject *const *args, Py_ssize_t
     return PyBool_FromLong(n <= PyBytes_GET_SIZE(args[0]) && memcmp(PyBytes_AS_STRING(args[0]), at, n) == 0);
 }
 
+/* XXH3_64 with a seed, for inputs of 33 to 64 bytes: the two-round case of the 17-128-byte path of xxHash's
+ * specification (github.com/Cyan4973/xxHash, doc/xxhash_spec.md, "XXH3 Algorithm Description (for medium inputs)").
+ * Words are read little-endian whatever the machine; the 128-bit product is the compiler's. */
+#define XXH_PRIME64_1 0x9E3779B185EBCA87ULL
+#define XXH_PRIME_MX1 0x165667919E3779F9ULL
+
+static const unsigned long long xxh_secret[8] = {  /* the default secret's first 64 bytes, little-endian words */
+    0xBE4BA423396CFEB8ULL, 0x1CAD21F72C81017CULL, 0xDB979083E96DD4DEULL, 0x1F67B3B7A4A44072ULL,
+    0x78E5C0CC4EE679CBULL, 0x2172FFCC7DD05A82ULL, 0x8E2443F7744608B8ULL, 0x4C263A81E69035E0ULL,
+};
+
+static unsigned long long read_le64(const unsigned char *p) {
+    unsigned long long x = 0;
+    for (int i = 7; i >= 0; i--) {
+        x = x << 8 | p[i];
+    }
+    return x;
+}
+
+/* the 128-bit product's low half xor its high half */
+static unsigned long long fold64(unsigned long long a, unsigned long long b) {
+#ifdef __SIZEOF_INT128__
+    unsigned __int128 product = (unsigned __int128)a * b;
+    return (unsigned long long)product ^ (unsigned long long)(product >> 64);
+#else  /* from 32-bit halves */
+    unsigned long long al = a & 0xFFFFFFFFULL, ah = a >> 32, bl = b & 0xFFFFFFFFULL, bh = b >> 32;
+    unsigned long long ll = al * bl, hl = ah * bl, lh = al * bh;
+    unsigned long long cross = (ll >> 32) + (hl & 0xFFFFFFFFULL) + lh;
+    return (a * b) ^ ((hl >> 32) + (cross >> 32) + ah * bh);
+#endif
+}
+
+static unsigned long long mix16(const unsigned char *in, int word, unsigned long long seed) {
+    return fold64(read_le64(in) ^ (xxh_secret[word] + seed), read_le64(in + 8) ^ (xxh_secret[word + 1] - seed));
+}
+
+static unsigned long long xxh3_33_64(const unsigned char *in, Py_ssize_t len, unsigned long long seed) {
+    unsigned long long acc = (unsigned long long)len * XXH_PRIME64_1;
+    acc += mix16(in + 16, 4, seed) + mix16(in + len - 32, 6, seed);
+    acc += mix16(in, 0, seed) + mix16(in + len - 16, 2, seed);
+    acc = (acc ^ acc >> 37) * XXH_PRIME_MX1;
+    return acc ^ acc >> 32;
+}
+
+static PyObject *xxh3_chain(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    (void)module;
+    if (nargs != 4 || !PyBytes_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "xxh3_chain(raw: bytes, step: int, n: int, seed: int)");
+        return NULL;
+    }
+    Py_ssize_t step = PyLong_AsSsize_t(args[1]), n = PyLong_AsSsize_t(args[2]);
+    if ((step == -1 || n == -1) && PyErr_Occurred()) {
+        return NULL;
+    }
+    unsigned long long h = PyLong_AsUnsignedLongLong(args[3]);
+    if (h == (unsigned long long)-1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (step < 33 || step > 64 || n < 0 || n > PyBytes_GET_SIZE(args[0]) / step) {
+        PyErr_SetString(PyExc_ValueError, "xxh3_chain: 33 <= step <= 64 and 0 <= n * step <= len(raw)");
+        return NULL;
+    }
+    PyObject *out = PyList_New(n);
+    const unsigned char *at = (const unsigned char *)PyBytes_AS_STRING(args[0]);
+    for (Py_ssize_t b = 0; out != NULL && b < n; b++, at += step) {
+        h = xxh3_33_64(at, step, h);
+        PyObject *digest = PyLong_FromUnsignedLongLong(h);
+        if (digest == NULL) {
+            Py_CLEAR(out);
+        } else {
+            PyList_SET_ITEM(out, b, digest);
+        }
+    }
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"slots", (PyCFunction)(void (*)(void))slots, METH_FASTCALL, "int64 [n]: the first n slots of runs' pages."},
     {"starts", (PyCFunction)(void (*)(void))starts, METH_FASTCALL, "Whether `given` are the first slots of runs."},
@@ -300,6 +378,7 @@ static PyMethodDef methods[] = {
     {"shared", (PyCFunction)(void (*)(void))shared, METH_FASTCALL, "Bytes of whole pages edge and key[pos:] share."},
     {"joined", (PyCFunction)(void (*)(void))joined, METH_FASTCALL, "head[lo:hi] + key, one copy."},
     {"starts_part", (PyCFunction)(void (*)(void))starts_part, METH_FASTCALL, "key.startswith(head[lo:hi]), no copy."},
+    {"xxh3_chain", (PyCFunction)(void (*)(void))xxh3_chain, METH_FASTCALL, "XXH3_64 of chained 33-64-byte blocks."},
     {NULL, NULL, 0, NULL},
 };
 

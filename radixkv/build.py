@@ -85,7 +85,7 @@ def compile_core() -> None:
     try:
         extensions = mypycify(args + sources, opt_level="3", group_name="radixkv." + SHARED.removesuffix("__mypyc"),
                               target_dir=BUILD_DIR)
-        if os.name != "nt":  # i64 arithmetic wraps (events/xxh3_blocks.py) whatever the interpreter's own CFLAGS say
+        if os.name != "nt":  # i64 arithmetic wraps (eviction/ghosts.py) whatever the interpreter's own CFLAGS say
             for ext in extensions:
                 ext.extra_compile_args.append("-fwrapv")
         extensions.append(Extension("radixkv." + NATIVE, [os.path.join("radixkv", NATIVE + ".c")],

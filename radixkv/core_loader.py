@@ -36,7 +36,7 @@ CORE = ("tokens", "results", "pools/allocator", "pools/ledger", "eviction/index"
         "radix/shadow_heap", "radix/shadow", "radix/windows", "radix/residency", "radix/device_path", "radix/tree",
         "radix/lookup", "radix/locks", "radix/evict", "radix/pins", "radix/check", "runs", "sequences", "cache_thread",
         "insert_slots", "cache_base", "cache_requests", "cache", "events/records", "events/holders",
-        "events/xxh3_blocks", "events/hashing", "events/recorder", "keys")
+        "events/hashing", "events/recorder", "keys")
 NATIVE = "_runs_native"  # C beside the core (radixkv/_runs_native.c), built with it, used only with it
 SHARED = "core__mypyc"  # mypyc's shared library of the whole group (radixkv/core__mypyc.*.so)
 STAMP = "_core_build.txt"  # written by a successful build: one "sha256 path" line per CORE source

@@ -1,4 +1,4 @@
-"""The XXH3 block chain computed natively (events/xxh3_blocks.py, compiled) names every block as the
+"""The XXH3 block chain computed natively (radixkv/_runs_native.c's xxh3_chain) names every block as the
 `xxhash` package does, and runs exactly when the compiled core does."""
 
 from __future__ import annotations
@@ -31,16 +31,29 @@ def test_native_exactly_when_compiled() -> None:
     assert (hashing._CHAIN is not None) == radixkv.COMPILED_CORE
 
 
-def test_without_librt_the_chain_calls_xxhash() -> None:
-    """librt (mypy's runtime library) gone after the build: events still work, through xxhash."""
-    code = ("import sys; sys.modules['librt'] = sys.modules['librt.strings'] = None; "
-            "import xxhash; from radixkv.events import hashing; "
+def test_interpreted_the_chain_calls_xxhash() -> None:
+    """The same file run interpreted (RADIXKV_PURE_PYTHON=1): no native chain, the same hashes through xxhash."""
+    code = ("import xxhash; from radixkv.events import hashing; "
             "raw = bytes(range(128)); "
             "h = xxhash.xxh3_64_intdigest(raw[64:], seed=xxhash.xxh3_64_intdigest(raw[:64], seed=5)); "
             "print(hashing._CHAIN is None, hashing.xxh3_chain(raw, 64, 2, 5)[1] == h)")
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=True)
+    env = {**os.environ, "RADIXKV_PURE_PYTHON": "1"}
+    out = subprocess.run([sys.executable, "-c", code], cwd=root, env=env, capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["True", "True"], out.stderr
+
+
+@pytest.mark.skipif(hashing._CHAIN is None, reason="the native chain runs only with the compiled core")
+def test_native_chain_refuses_what_it_cannot_hash() -> None:
+    chain = hashing._CHAIN
+    assert chain is not None
+    for step, n in ((32, 1), (65, 1), (64, 3), (64, -1)):
+        with pytest.raises(ValueError):
+            chain(bytes(128), step, n, 0)
+    with pytest.raises(OverflowError):
+        chain(bytes(64), 64, 1, -1)
+    with pytest.raises(TypeError):
+        chain(bytearray(64), 64, 1, 0)
 
 
 @pytest.mark.parametrize("step", range(NATIVE_BYTES[0] - 2, NATIVE_BYTES[1] + 3))

@@ -26,17 +26,16 @@ not enter the hash, only vLLM's extra keys do (LoRA name, multimodal items, cach
 `BlockHasher` is the one object both sides use: the cache's event recorder (events/recorder.py)
 and the Router. XXH3 comes from the `xxhash` package and CBOR from `cbor2` (the `events` extra).
 Compiled, a chain of 9-16-token blocks is computed natively, one call per chain instead of one per
-block (events/xxh3_blocks.py: the same hashes, from XXH3's specification).
+block (radixkv/_runs_native.c's `xxh3_chain`: the same hashes, from XXH3's specification).
 """
 
 from __future__ import annotations
 
-import sys
 from typing import Any, Callable, Final, Sequence, Union, cast
 
 import numpy as np
-from mypy_extensions import i64
 
+from radixkv.core_loader import native
 from radixkv.errors import ConfigError, InvalidArgumentError
 from radixkv.events.vllm_hash import CBOR_SCHEMES, VllmHasher, block_extra_keys, to_ints
 from radixkv.keys import ExtraKeys, as_extra_keys, hash_key
@@ -45,7 +44,7 @@ SEED: Final = 0x7261646978_6B7631  # b"radixkv1" read as an int: fixed, so every
 EVENT_HASHES = ("xxh3",) + CBOR_SCHEMES
 Digest = Union[int, bytes]  # xxh3: the 64-bit hash itself; vLLM's schemes: the full digest
 _xxh3: Callable[[bytes, int], int] | None = None
-NATIVE_BYTES: Final = (33, 64)  # the block lengths events/xxh3_blocks.py hashes (bytes, both ends included)
+NATIVE_BYTES: Final = (33, 64)  # the block lengths the native chain hashes (bytes, both ends included)
 
 
 def hash_function() -> Callable[[bytes, int], int]:
@@ -61,23 +60,8 @@ def hash_function() -> Callable[[bytes, int], int]:
     return _xxh3
 
 
-def _times4(x: i64) -> i64:
-    return x * 4  # compiled: modulo 2**64; interpreted, i64 is int
-
-
-def _native_chain() -> Callable[[bytes, int, int, int], list[int]] | None:
-    """events/xxh3_blocks.chain where this module runs compiled (2**62 * 4 wraps to 0) on a
-    little-endian machine with librt; None interpreted (that module's i64 arithmetic would not wrap)."""
-    if _times4(1 << 62) != 0 or sys.byteorder != "little":
-        return None
-    try:
-        from radixkv.events.xxh3_blocks import chain
-    except ImportError:  # librt (mypy's runtime library, which reads its words) removed since the build
-        return None
-    return chain
-
-
-_CHAIN: Final = _native_chain()  # fixed per process: whether the core runs compiled
+# radixkv/_runs_native.c's chain while the compiled core runs (fixed per process), None interpreted
+_CHAIN: Final[Callable[[bytes, int, int, int], list[Any]] | None] = native("xxh3_chain")
 
 
 def xxh3_chain(raw: bytes, step: int, n: int, seed: Any) -> list[Any]:
