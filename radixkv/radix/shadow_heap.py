@@ -158,17 +158,20 @@ class LeafHeap(TreeCore[ShadowNode]):
             if parent is None:
                 self.roots[first] = twin
             else:
-                parent.children[first] = twin
-                twin.first = first
+                self._link(parent, twin, first)
             if node.hkey is not None:
                 self._push(twin)
             stack += [(child, twin, k) for k, child in node.children.items()]
 
     def add_leaf(self, parent: ShadowNode, key: bytes) -> ShadowNode:
         leaf = self.make_node(parent.ns, parent, key)
-        leaf.first = first = key[:self.page_bytes]
-        parent.children[first] = leaf
+        self._link(parent, leaf, key[:self.page_bytes])
         return leaf
+
+    def _link(self, parent: ShadowNode, child: ShadowNode, first: bytes) -> None:
+        """`child` under `parent` by key object `first` (its first page), which `child.first` then is."""
+        parent.children[first] = child
+        child.first = first
 
     def split_edge(self, node: ShadowNode, k: int) -> ShadowNode:
         """The core's split; the upper node is linked by node's old key object (a dict store under an equal key
@@ -206,8 +209,7 @@ class LeafHeap(TreeCore[ShadowNode]):
                 if real.pages is None:  # host-only, and so is every node below it
                     continue
                 node = self.make_node(parent.ns, parent, real.key)
-                parent.children[first] = node
-                node.first = first
+                self._link(parent, node, first)
                 node.last_access, node.created = real.last_access, real.created
                 node.hit_count, node.priority = real.hit_count, real.priority
                 self.used += node.size

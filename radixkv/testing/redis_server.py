@@ -39,11 +39,7 @@ def _free_port() -> int:
     low, rng = max(1024, high - 12000), random.Random()
     for _ in range(200):
         port = rng.randrange(low, high)
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
+        if _binds(port, reuse=False):
             return port
     raise RuntimeError(f"no free port in [{low}, {high}) for a test redis-server")
 
@@ -101,18 +97,23 @@ class RedisServer:
         self.kill()
 
 
-def _wait_bindable(port: int, timeout_s: float) -> None:
-    """Until 127.0.0.1:port can be bound with SO_REUSEADDR, as redis-server binds it, or timeout_s passed."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+def _binds(port: int, reuse: bool) -> bool:
+    """Whether 127.0.0.1:port can be bound now (`reuse`: with SO_REUSEADDR, as redis-server binds it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        if reuse:
             s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            try:
-                s.bind(("127.0.0.1", port))
-                return
-            except OSError:
-                if time.monotonic() > deadline:
-                    return  # redis-server's own bind then fails, and start() says so
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
+def _wait_bindable(port: int, timeout_s: float) -> None:
+    """Until 127.0.0.1:port can be bound as redis-server binds it, or timeout_s passed (redis-server's own bind
+    then fails, and start() says so)."""
+    deadline = time.monotonic() + timeout_s
+    while not _binds(port, reuse=True) and time.monotonic() <= deadline:
         time.sleep(0.05)
 
 
