@@ -69,7 +69,8 @@ def profile(workload: str, frac: float, page_size: int, requests: int, policy: s
     prof.runcall(replay, reqs, cap, policy, page_size, events=events)
     stats = pstats.Stats(prof).stats  # (file, line, name) -> (primitive calls, calls, own s, cumulative s, callers)
     total = sum(v[2] for v in stats.values())
-    print(f"{workload}:{frac}:{page_size}, {len(reqs)} requests: {total / len(reqs) * 1e6:.0f} µs/request under cProfile")
+    print(f"{workload}:{frac}:{page_size}, {len(reqs)} requests: "
+          f"{total / len(reqs) * 1e6:.0f} µs/request under cProfile")
     print(f"{'own µs/req':>10} {'calls/req':>9}  function")
     for (file, line, name), (_, calls, own, _, _) in sorted(stats.items(), key=lambda kv: -kv[1][2])[:top]:
         where = f"{file.rpartition('radixkv/')[2]}:{line}" if file != "~" else "builtin"
@@ -91,7 +92,8 @@ def main(argv: list[str] | None = None) -> int:
             w, frac, ps = cell.split(":")
             profile(w, float(frac), int(ps), args.requests, args.policy, args.profile, args.events)
         return 0
-    print(f"{core_build()}{': compiled functions are not counted (RADIXKV_PURE_PYTHON=1 counts them)' if core_build() == 'compiled core' else ''}")
+    note = ": compiled functions are not counted (RADIXKV_PURE_PYTHON=1 counts them)"
+    print(f"{core_build()}{note if core_build() == 'compiled core' else ''}")
     print(f"{'cell':<18} {'Python calls/req':>16} {'C calls/req':>12}")
     for cell in args.cells.split(","):
         w, frac, ps = cell.split(":")

@@ -38,7 +38,8 @@ from radixkv import RadixCache, kernels  # noqa: E402
 from radixkv.cascade import for_layer  # noqa: E402
 from radixkv.cli_args import positive_int  # noqa: E402
 from radixkv.kernels import AttentionVariant  # noqa: E402
-from cascade_kernels import gsp_batch, gsp_parser, interleaved as best_cpu_ms  # noqa: E402  (bench/ is the script's sys.path[0])
+# (bench/ is the script's sys.path[0])
+from cascade_kernels import gsp_batch, gsp_parser, interleaved as best_cpu_ms  # noqa: E402
 
 SEED, KV_HEADS, HEADS, DIM = 1, 2, 8, 32
 
@@ -104,7 +105,8 @@ def measure(a: argparse.Namespace, variant: AttentionVariant) -> dict[str, float
 
 def main(argv: list[str] | None = None) -> None:
     ap = gsp_parser(__doc__, 4, 64, " (+ 0..per_group-1)")
-    ap.add_argument("--rounds", type=positive_int, default=5, help="torch references: best CPU time of this many rounds")
+    ap.add_argument("--rounds", type=positive_int, default=5,
+                    help="torch references: best CPU time of this many rounds")
     ap.add_argument("--interp-rounds", type=positive_int, default=1, help="interpreted kernels: rounds (slow)")
     a = ap.parse_args(argv)
     torch.manual_seed(SEED)

@@ -222,7 +222,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--workload", choices=["gsp", "chat", "both"], default="both")
     ap.add_argument("--instances", default="4", help="instance counts, comma-separated (e.g. 2,4,8)")
     ap.add_argument("--total-capacity", type=int, default=131072,
-                    help="token slots of the whole fleet, split evenly (gsp's shared system prompts are 131,072 tokens)")
+                    help="token slots of the whole fleet, split evenly "
+                         "(gsp's shared system prompts are 131,072 tokens)")
     ap.add_argument("--page-size", type=int, default=16)
     ap.add_argument("--window", type=int, default=0, help="open-request window (0: 8 per instance)")
     ap.add_argument("--load-slack", type=int, default=-1,
@@ -272,8 +273,10 @@ def main(argv: list[str] | None = None) -> None:
             blocks = np.mean([r.prompt_len // BLOCK for r in trace])
             con.print(f"kv_redis made the same choice as kv_memory for {same}/{len(trace)} requests; "
                   f"{blocks:.0f} block hashes per lookup, 1 round trip; hashing alone p50 {hash_p50(trace):.0f} µs")
-            con.print(f"RESULT {wl} N={n}: single {100 * single.hit_rate:.1f}% kv_memory {100 * results['kv_memory'].hit_rate:.1f}% "
-                  f"kv_redis {100 * results['kv_redis'].hit_rate:.1f}% round_robin {100 * results['round_robin'].hit_rate:.1f}% "
+            con.print(f"RESULT {wl} N={n}: single {100 * single.hit_rate:.1f}% "
+                  f"kv_memory {100 * results['kv_memory'].hit_rate:.1f}% "
+                  f"kv_redis {100 * results['kv_redis'].hit_rate:.1f}% "
+                  f"round_robin {100 * results['round_robin'].hit_rate:.1f}% "
                   f"least_loaded {100 * results['least_loaded'].hit_rate:.1f}% "
                   f"kv_memory_slack{slack} {100 * results[f'kv_memory load_slack={slack}'].hit_rate:.1f}%")
     finally:

@@ -102,7 +102,8 @@ def main() -> None:
     n, ps = a.instances, a.page_size
     print(f"# {platform.machine()}, {os.cpu_count()} cores, python {platform.python_version()}, "
           f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, load {os.getloadavg()[0]:.1f}; {n} instances, page {ps}")
-    print("| trace | run | predicted | delivered | stale | late | batches | gaps (missed) | replays | snapshots | restarts | converged after |")
+    print("| trace | run | predicted | delivered | stale | late | batches | gaps (missed) | replays | snapshots "
+          "| restarts | converged after |")
     print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for wl in (["gsp", "chat"] if a.workload == "both" else [a.workload]):
         trace = WORKLOADS[wl].make(seed=a.seed)
@@ -112,8 +113,9 @@ def main() -> None:
             router, sub, t_end = run(trace, n, cap, ps, 8 * n, faults)
             t, s = router.loop.total(), sub.stats
             pct = lambda x: f"{100 * x / max(1, t.prompt_tokens):.1f}%"  # noqa: E731
-            print(f"| {wl} | {'faults' if faults else 'clean'} | {pct(t.predicted_hit_tokens)} | {pct(t.delivered_hit_tokens)} | "
-                  f"{pct(t.stale_miss_tokens)} | {pct(t.unpredicted_hit_tokens)} | {s.batches} | {s.gaps} ({s.missed}) | "
+            print(f"| {wl} | {'faults' if faults else 'clean'} | {pct(t.predicted_hit_tokens)} | "
+                  f"{pct(t.delivered_hit_tokens)} | {pct(t.stale_miss_tokens)} | {pct(t.unpredicted_hit_tokens)} | "
+                  f"{s.batches} | {s.gaps} ({s.missed}) | "
                   f"{s.replays} | {s.snapshots} | {s.restarts} | {t_end * 1e3:.0f} ms |")
 
 

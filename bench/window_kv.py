@@ -59,7 +59,8 @@ def model(window: int, layers: int = LAYERS) -> torch.nn.Module:
     cfg = transformers.Gemma3TextConfig(vocab_size=256, hidden_size=32, intermediate_size=32, num_hidden_layers=layers,
                                         num_attention_heads=1, num_key_value_heads=1, head_dim=16,
                                         sliding_window=window, layer_types=types, max_position_embeddings=8192,
-                                        query_pre_attn_scalar=16, bos_token_id=None, eos_token_id=None, pad_token_id=None)
+                                        query_pre_attn_scalar=16, bos_token_id=None, eos_token_id=None,
+                                        pad_token_id=None)
     return transformers.Gemma3ForCausalLM(cfg).eval()
 
 
@@ -79,7 +80,8 @@ def held_window_tokens(engine: Engine) -> tuple[list[int], int]:
     per_seq = []
     for seq in cache.sequences():
         node, tokens = seq.node, 0
-        while node.parent is not None and node.end > seq.committed_len - group.window:  # (>= W - 1 back: all it may hold)
+        while (node.parent is not None
+               and node.end > seq.committed_len - group.window):  # (>= W - 1 back: all it may hold)
             tokens += keep.get(node.id, 0)
             node = node.parent
         private = seq.kv_len - seq.tree_len
@@ -149,7 +151,8 @@ def hits(args: argparse.Namespace) -> None:
     nw = sum(len(g.layers) for g in layer_groups(m.config) if g.kind == "sliding")
     ps, budget = args.page_size, args.budget * layers  # layer-token slots, the same for both
     runs = {"full-KV only": dict(num_slots=args.budget, groups=())}
-    full = int(budget // (layers - nw + nw * args.window_share)) // ps * ps  # full pool F, window pools share * F each layer
+    # full pool F, window pools share * F each layer
+    full = int(budget // (layers - nw + nw * args.window_share)) // ps * ps
     runs["radixkv windows"] = dict(num_slots=full, groups=window_groups(m, int(full * args.window_share) // ps * ps))
     outputs = {}
     for name, opts in runs.items():

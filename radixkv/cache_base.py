@@ -53,7 +53,8 @@ class CacheBase:
         self.tree = RadixTree(ps, make_policy(config.eviction), config.host_slots > 0, self.events, len(config.groups),
                               tuple(Reach(g.kind, g.size) for g in config.groups))
         self.pins = Pins(self.tree, config.pin_budget, clock)
-        self.seqs: SequenceTable[TreeNode] = SequenceTable(config.max_requests, config.max_context_len, ps, config.device)
+        self.seqs: SequenceTable[TreeNode] = SequenceTable(config.max_requests, config.max_context_len, ps,
+                                                           config.device)
         self.req_pool = self.seqs.pool
         self.host = HostTier(config, self.tree, self.kv_pool) if config.host_slots else None
         self.stats = CacheStats()
@@ -68,7 +69,8 @@ class CacheBase:
 
     def _recorder(self) -> EventRecorder:
         cfg = self.config
-        return EventRecorder(cfg.event_block_size, cfg.page_size, cfg.event_hash, self.mm_keys, event_groups(cfg.groups))
+        return EventRecorder(cfg.event_block_size, cfg.page_size, cfg.event_hash, self.mm_keys,
+                             event_groups(cfg.groups))
 
     def _key(self, toks: np.ndarray, namespace: Any, extra_keys: Any) -> tuple[bytes, np.ndarray]:
         if namespace is None and extra_keys is None:  # the common case: nothing to check (keys.py runs interpreted)

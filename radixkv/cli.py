@@ -94,7 +94,8 @@ def cmd_bench(a: argparse.Namespace) -> int:
     elif a.sglang:
         con.print(f"[yellow]SGLang peer skipped:[/] {escape(rep.sglang_note or '')}")
     con.print("OPT* = lower bound (a repeated output broke the exactness condition, see radixkv/bench/opt.py)"
-              if any(not c.opt_exact for c in rep.cells) else "OPT is exact on every trace (Belady, see radixkv/bench/opt.py).")
+              if any(not c.opt_exact for c in rep.cells)
+              else "OPT is exact on every trace (Belady, see radixkv/bench/opt.py).")
     os.makedirs(a.out, exist_ok=True)
     write_json(rep, os.path.join(a.out, "bench.json"))
     paths: list[str] = []
@@ -157,7 +158,8 @@ def _capacity(s: str) -> int:
     return v
 
 
-def _subparser(sub: argparse._SubParsersAction, name: str, help: str, fn) -> argparse.ArgumentParser:  # noqa: A002, ANN001
+def _subparser(sub: argparse._SubParsersAction,
+               name: str, help: str, fn) -> argparse.ArgumentParser:  # noqa: A002, ANN001
     p = sub.add_parser(name, help=help, description=help, allow_abbrev=False,
                        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.set_defaults(fn=fn, parser=p)
@@ -206,7 +208,8 @@ def _bench_parser(sub: argparse._SubParsersAction) -> None:
                    help="with --sglang: rounds of requests/s side by side (radixkv, SGLang RadixCache, SGLang Rust "
                         "core): best of N each, and the median of the N rounds' own ratios; 0 skips them")
     b.add_argument("--events-cost", type=nonneg_int, default=0, metavar="N",
-                   help="also time the first of --policies with KV events off and on, N interleaved runs each (best of N)")
+                   help="also time the first of --policies with KV events off and on, N interleaved runs each "
+                        "(best of N)")
 
 
 def _calc_parser(sub: argparse._SubParsersAction) -> None:

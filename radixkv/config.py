@@ -83,7 +83,8 @@ class CacheConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(f"CacheConfig.{name} must be a positive int, got {value!r}")
-        for name in ("host_slots", "event_block_size") + (("pin_budget_tokens",) if self.pin_budget_tokens is not None else ()):
+        for name in (("host_slots", "event_block_size")
+                     + (("pin_budget_tokens",) if self.pin_budget_tokens is not None else ())):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < (name == "event_block_size"):
                 raise ConfigError(f"CacheConfig.{name} must be a non-negative int, got {value!r}")
@@ -98,7 +99,8 @@ class CacheConfig:
         if self.num_slots % self.page_size:
             raise ConfigError(
                 f"CacheConfig.num_slots ({self.num_slots}) must be a multiple of page_size "
-                f"({self.page_size}); try num_slots={self.num_slots // self.page_size * self.page_size or self.page_size}")
+                f"({self.page_size}); "
+                f"try num_slots={self.num_slots // self.page_size * self.page_size or self.page_size}")
         if not isinstance(self.dtype, torch.dtype) or self.dtype not in _FLOAT_DTYPES:
             raise ConfigError(f"CacheConfig.dtype must be a float dtype, got {self.dtype!r}")
         if not isinstance(self.eviction, str) or self.eviction not in POLICIES:
@@ -120,8 +122,8 @@ class CacheConfig:
         if len(set(layers)) != len(layers) or any(i >= self.num_layers for i in layers):
             raise ConfigError(f"CacheConfig.groups: layers must be distinct and below num_layers ({self.num_layers})")
         if self.kv_layers is not None and not set(layers) <= set(self.kv_layers):
-            raise ConfigError(f"CacheConfig.groups: window layers {sorted(set(layers) - set(self.kv_layers))} hold no KV "
-                              "(not in kv_layers)")
+            raise ConfigError(f"CacheConfig.groups: window layers {sorted(set(layers) - set(self.kv_layers))} "
+                              "hold no KV (not in kv_layers)")
         for g in self.groups:
             if g.kind in KV_GROUP_KINDS and g.num_slots % self.page_size:
                 raise ConfigError(f"GroupSpec.num_slots ({g.num_slots}) of a {g.kind} group must be a multiple of "

@@ -29,8 +29,9 @@ def trace_digest() -> str:
 
 
 def _payloads(ps: int, block: int, scheme: str, host: int) -> list[bytes]:
-    cache = RadixCache(CacheConfig(num_layers=1, num_kv_heads=1, head_dim=1, num_slots=192, page_size=ps, eviction="lru",
-                                   kv_events=True, event_block_size=block, event_hash=scheme, host_slots=host))
+    cache = RadixCache(CacheConfig(num_layers=1, num_kv_heads=1, head_dim=1, num_slots=192, page_size=ps,
+                                   eviction="lru", kv_events=True, event_block_size=block, event_hash=scheme,
+                                   host_slots=host))
     rng = np.random.default_rng(7)
     base = rng.integers(0, 50_000, 96).tolist()
     keys = [None, {"lora_name": "sql", "cache_salt": "t"}, {"mm": [("sha-cat", 8, 8)]}]

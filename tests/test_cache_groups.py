@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from radixkv import (CacheConfig, GroupSpec, InvalidArgumentError, InvalidSlotsError, InvalidTokensError, OutOfSlotsError,
-                     RadixCache)
+from radixkv import (CacheConfig, GroupSpec, InvalidArgumentError, InvalidSlotsError, InvalidTokensError,
+                     OutOfSlotsError, RadixCache)
 from radixkv.errors import ConfigError
 from radixkv.radix import TreeNode
 

@@ -175,7 +175,8 @@ def test_random_prompt_trees(page_size: int, kv_chunk: int | None) -> None:
         prompts = []
         for _ in range(rng.randrange(2, 12)):
             path = rng.sample(range(6), rng.randrange(0, 4))
-            prompts.append([t for i in path for t in segments[i]] + [rng.randrange(500) for _ in range(rng.randrange(1, 9))])
+            prompts.append([t for i in path for t in segments[i]]
+                           + [rng.randrange(500) for _ in range(rng.randrange(1, 9))])
         seqs = decoding(cache, prompts, extra=0)
         for s in seqs:  # a few decode steps each: commit what was reserved, reserve the next one
             for _ in range(rng.randrange(0, 20)):

@@ -103,13 +103,16 @@ def test_ingest_reports_whether_the_instance_was_known(index: KVIndex) -> None:
 
 def test_wire_dicts_are_accepted(index: KVIndex) -> None:
     a = seq(7, 2)
-    index.ingest("pod-a", [event_to_dict(stored(a)), {"type": "BlockRemoved", "block_hashes": block_hashes(a, None, BS)[1:]}])
+    index.ingest("pod-a", [event_to_dict(stored(a)),
+                           {"type": "BlockRemoved", "block_hashes": block_hashes(a, None, BS)[1:]}])
     assert index.lookup(block_hashes(a, None, BS)) == {"pod-a": 1}
 
 
 MALFORMED = [
-    ({"type": "BlockStored", "block_hashes": [1], "parent_block_hash": None, "token_ids": [1, 2], "block_size": 4}, "token_ids"),
-    ({"type": "BlockStored", "block_hashes": ["1"], "parent_block_hash": None, "token_ids": [1] * 4, "block_size": 4}, "block hashes must be ints"),
+    ({"type": "BlockStored", "block_hashes": [1], "parent_block_hash": None, "token_ids": [1, 2], "block_size": 4},
+     "token_ids"),
+    ({"type": "BlockStored", "block_hashes": ["1"], "parent_block_hash": None, "token_ids": [1] * 4, "block_size": 4},
+     "block hashes must be ints"),
     ({"type": "BlockRemoved", "block_hashes": [1], "medium": "TPU"}, "medium"),
     ({"type": "BlockRemoved", "block_hashes": [-1]}, "2**64"),
     ({"type": "BlockRemoved", "block_hashes": [1 << 64]}, "2**64"),
@@ -122,7 +125,8 @@ MALFORMED = [
     (["BlockRemoved", [1], "GPU", None, None, None, 7], "positional fields"),
     ({"type": "BlockStored", "block_hashes": [1], "parent_block_hash": None, "token_ids": [1] * 4, "block_size": 4,
       "extra_keys": 5}, "extra_keys"),
-    ({"type": "BlockStored", "block_hashes": [1], "parent_block_hash": "p", "token_ids": [1] * 4, "block_size": 4}, "hashes"),
+    ({"type": "BlockStored", "block_hashes": [1], "parent_block_hash": "p", "token_ids": [1] * 4, "block_size": 4},
+     "hashes"),
     ({"type": "BlockStored", "block_hashes": [1], "parent_block_hash": None, "token_ids": [1] * 4, "block_size": 4,
       "lora_id": "GPU"}, "lora_id"),  # the old field order's mistake: a medium where lora_id goes
     ({"type": "AllBlocksCleared", "x": 1}, "unknown fields"),
@@ -141,7 +145,8 @@ def test_malformed_batch_is_rejected_counted_and_never_applied(index: KVIndex, b
     assert index.lookup(h) == {"pod-a": 2}  # the valid BlockRemoved before it was not applied either
     assert index.lookup(block_hashes(seq(10, 1), None, BS)) == {}
     after = index.stats()
-    assert (after.rejected, after.rejected_batches, after.applied) == (before.rejected + 1, before.rejected_batches + 1, before.applied)
+    assert ((after.rejected, after.rejected_batches, after.applied)
+            == (before.rejected + 1, before.rejected_batches + 1, before.applied))
 
 
 @pytest.mark.parametrize("batch", [None, 7, "BlockStored", {"type": "BlockRemoved", "block_hashes": [1]}, b"\x91"])
@@ -165,8 +170,10 @@ INSTANCES = ["pod-0", "pod-1", "pod-2"]
 CHAINS = [seq(100 + i, 5) for i in range(3)]  # three 5-block prompts
 HASHES = [block_hashes(c, None, BS) for c in CHAINS]
 op = st.one_of(
-    st.tuples(st.just("store"), st.sampled_from(INSTANCES), st.integers(0, 2), st.integers(1, 5), st.sampled_from([DEVICE, HOST])),
-    st.tuples(st.just("remove"), st.sampled_from(INSTANCES), st.integers(0, 2), st.integers(0, 4), st.sampled_from([DEVICE, HOST])),
+    st.tuples(st.just("store"), st.sampled_from(INSTANCES), st.integers(0, 2), st.integers(1, 5),
+              st.sampled_from([DEVICE, HOST])),
+    st.tuples(st.just("remove"), st.sampled_from(INSTANCES), st.integers(0, 2), st.integers(0, 4),
+              st.sampled_from([DEVICE, HOST])),
     st.tuples(st.just("clear"), st.sampled_from(INSTANCES), st.just(0), st.just(0), st.just(DEVICE)),
 )
 

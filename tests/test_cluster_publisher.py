@@ -81,7 +81,8 @@ def test_router_scores_equal_each_engines_real_match(kind: str, page_size: int, 
     assert all(p.resyncs == 1 and p.failures == 0 for p in pubs.values())
 
 
-def test_publisher_resyncs_after_a_killed_and_restarted_server(own_redis: RedisServer, caplog: pytest.LogCaptureFixture) -> None:
+def test_publisher_resyncs_after_a_killed_and_restarted_server(own_redis: RedisServer,
+                                                               caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.WARNING)
     rng = np.random.default_rng(0)
     index = RedisIndex(own_redis.url, key_prefix="pr:", socket_timeout_s=0.5)
@@ -113,7 +114,8 @@ def test_publisher_resyncs_after_a_killed_and_restarted_server(own_redis: RedisS
     assert index.lookup(block_hashes(a, None, BLOCK)) == {"pod-0": 20}
 
 
-def test_fleet_keeps_serving_through_an_outage_mid_run(own_redis: RedisServer, caplog: pytest.LogCaptureFixture) -> None:
+def test_fleet_keeps_serving_through_an_outage_mid_run(own_redis: RedisServer,
+                                                       caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="radixkv.cluster.router")
     rng = np.random.default_rng(1)
     index = RedisIndex(own_redis.url, key_prefix="mid:", socket_timeout_s=0.5)
@@ -145,5 +147,6 @@ def test_fleet_keeps_serving_through_an_outage_mid_run(own_redis: RedisServer, c
         blocks = sorted(snapshot_blocks(caches[name]))
         assert all(name in held for held in index.holders(blocks))
     for stem in stems:
-        want = {n: c.match_prefix(stem).length // BLOCK for n, c in caches.items() if c.match_prefix(stem).length >= BLOCK}
+        want = {n: c.match_prefix(stem).length // BLOCK for n, c in caches.items()
+                if c.match_prefix(stem).length >= BLOCK}
         assert index.lookup(block_hashes(stem, None, BLOCK)) == want

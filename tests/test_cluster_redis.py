@@ -160,7 +160,8 @@ def test_a_callers_client_with_decoded_responses_works(shared_redis: RedisServer
 @pytest.mark.parametrize("per_call,calls", [(1, 15), (5, 3), (7, 3), (8, 2), (15, 1)])
 def test_big_batches_are_cut_into_calls_in_order(shared_redis: RedisServer, per_call: int, calls: int) -> None:
     pool = redis.ConnectionPool.from_url(shared_redis.url, connection_class=CountingConnection)
-    index = RedisIndex(key_prefix=f"cut{per_call}:", max_hashes_per_call=per_call, client=redis.Redis(connection_pool=pool))
+    index = RedisIndex(key_prefix=f"cut{per_call}:", max_hashes_per_call=per_call,
+                       client=redis.Redis(connection_pool=pool))
     index.lookup([1])  # connect and load the scripts first
     a, b = prompt(7, 8), prompt(8, 4)
     ha, hb = block_hashes(a, None, BS), block_hashes(b, None, BS)
@@ -170,7 +171,8 @@ def test_big_batches_are_cut_into_calls_in_order(shared_redis: RedisServer, per_
     assert index.ingest("pod-0", [AllBlocksCleared(), stored(a), BlockRemoved(ha[5:]), stored(b, "CPU")]) is True
     assert CountingConnection.sends - before == calls
     assert index.lookup(ha) == {"pod-0": 5} and index.lookup(hb) == {"pod-0": 4}
-    assert index.client.smembers(f"cut{per_call}:i:pod-0") == {f"GPU:{h:x}".encode() for h in ha[:5]} | {f"CPU:{h:x}".encode() for h in hb}
+    assert (index.client.smembers(f"cut{per_call}:i:pod-0")
+            == {f"GPU:{h:x}".encode() for h in ha[:5]} | {f"CPU:{h:x}".encode() for h in hb})
     with pytest.raises(ValueError, match="max_hashes_per_call"):
         RedisIndex(shared_redis.url, max_hashes_per_call=0)
 

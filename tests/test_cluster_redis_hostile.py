@@ -63,7 +63,8 @@ def test_dropping_an_instance_is_one_atomic_call(shared_redis: RedisServer) -> N
     assert calls() - before == 1  # blocks and marker in one script: never a marker over cleared state
     assert index.lookup(block_hashes(TOKENS, None, BS)) == {}
     assert index.ingest("pod-0", [stored(TOKENS)]) is False  # told to resync: the marker went too
-    assert not [k for k in index.client.scan_iter(match="drop:*") if not k.startswith((b"drop:b:", b"drop:i:", b"drop:k:"))]
+    assert not [k for k in index.client.scan_iter(match="drop:*")
+                if not k.startswith((b"drop:b:", b"drop:i:", b"drop:k:"))]
 
 
 @pytest.mark.parametrize("kw", [{"ttl_s": 0}, {"max_hashes_per_call": "8"}, {"key_prefix": 3},

@@ -21,7 +21,8 @@ def holders_of(keys: list[str], hitmap: dict[str, list[str]]) -> list[frozenset[
 def test_scorers_on_llm_d_examples() -> None:
     # llm-d-kv-cache-manager's scorer tests: the same hit maps and expected scores (0 = left out)
     keys = ["b1", "b2", "b3", "b4", "b5", "b6"]
-    hits = holders_of(keys, {"b1": ["pod-a"], "b2": ["pod-a"], "b3": ["pod-a"], "b4": ["pod-b"], "b5": ["pod-b"], "b6": ["pod-a"]})
+    hits = holders_of(keys, {"b1": ["pod-a"], "b2": ["pod-a"], "b3": ["pod-a"], "b4": ["pod-b"], "b5": ["pod-b"],
+                             "b6": ["pod-a"]})
     assert SCORERS["longest_prefix"](hits) == {"pod-a": 3}
     keys = keys[:5]
     hits = holders_of(keys, {"b1": ["pod-x"], "b2": ["pod-x"], "b3": ["pod-y"], "b4": ["pod-x"], "b5": ["pod-z"]})
@@ -40,7 +41,8 @@ def store(index: KVIndex, inst: str, tokens: list[int], namespace: object = None
     return h
 
 
-@pytest.mark.parametrize("scorer,want", [("longest_prefix", "pod-a"), ("highest_block_hit", "pod-b"), ("coverage", "pod-b")])
+@pytest.mark.parametrize("scorer,want", [("longest_prefix", "pod-a"), ("highest_block_hit", "pod-b"),
+                                         ("coverage", "pod-b")])
 def test_each_scorer_picks_its_instance(index: KVIndex, scorer: str, want: str) -> None:
     p = prompt(0, 6)
     store(index, "pod-a", p[: 2 * BS])  # blocks 0-1

@@ -50,12 +50,14 @@ def test_lengths_from_config_and_arguments(model: torch.nn.Module, no_interprete
     model.generation_config.max_new_tokens = 3
     try:
         assert_same_tokens(engine.generate(PROMPTS), reference_generate(model, PROMPTS))
-        assert_same_tokens(engine.generate(PROMPTS, max_new_tokens=6), reference_generate(model, PROMPTS, max_new_tokens=6))
+        assert_same_tokens(engine.generate(PROMPTS, max_new_tokens=6),
+                           reference_generate(model, PROMPTS, max_new_tokens=6))
     finally:
         model.generation_config.max_new_tokens = None
     longest = max(map(len, PROMPTS))
     for p in PROMPTS:  # max_length counts the prompt: each prompt gets what is left of it
-        assert_same_tokens(engine.generate([p], max_length=longest + 5), reference_generate(model, [p], max_length=longest + 5))
+        assert_same_tokens(engine.generate([p], max_length=longest + 5),
+                           reference_generate(model, [p], max_length=longest + 5))
     with pytest.raises(ValueError):
         reference_generate(model, PROMPTS[:1], max_length=len(PROMPTS[0]))
     with pytest.raises(InvalidArgumentError, match="max_length"):

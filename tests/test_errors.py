@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from radixkv import (CacheConfig, ContextLengthError, InvalidArgumentError, InvalidSlotsError, InvalidTokensError, LockError,
-                     OutOfRowsError, OutOfSlotsError, RadixCache, RadixKVError, Sequence, SequenceError)
+from radixkv import (CacheConfig, ContextLengthError, InvalidArgumentError, InvalidSlotsError, InvalidTokensError,
+                     LockError, OutOfRowsError, OutOfSlotsError, RadixCache, RadixKVError, Sequence, SequenceError)
 
 
 class Busy(NamedTuple):

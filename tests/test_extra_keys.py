@@ -66,7 +66,8 @@ def test_keys_are_canonical_and_stable_across_processes() -> None:
             "'mm': [('x', 20, 2), ('y', 2, 3)]}))")
     outs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                            env={"PYTHONHASHSEED": seed, "PATH": ""}).stdout for seed in ("1", "2")}
-    want = block_hashes(PROMPT, "ns", PS, extra_keys={"cache_salt": "s", "lora_name": "l", "mm": [("y", 2, 3), ("x", 20, 2)]})
+    want = block_hashes(PROMPT, "ns", PS,
+                        extra_keys={"cache_salt": "s", "lora_name": "l", "mm": [("y", 2, 3), ("x", 20, 2)]})
     assert outs == {f"{want}\n"}
 
 
@@ -80,7 +81,8 @@ def test_bad_extra_keys_are_rejected_before_anything_changes(bad: object) -> Non
     put(cache, PROMPT[:8])
     before = cache.sizes()
     slots = cache.alloc(32)
-    for call in (lambda: cache.match_prefix(PROMPT, extra_keys=bad), lambda: cache.insert(PROMPT, slots, extra_keys=bad),
+    for call in (lambda: cache.match_prefix(PROMPT, extra_keys=bad),
+                 lambda: cache.insert(PROMPT, slots, extra_keys=bad),
                  lambda: cache.open(PROMPT, extra_keys=bad)):
         with pytest.raises(InvalidArgumentError):
             call()

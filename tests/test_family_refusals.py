@@ -2,7 +2,8 @@
 UnsupportedModelError naming why (bench/family_sweep.py found each; bench/RESULTS.md, issue 21 sweep).
 Before radixkv/integrations/model_checks.py: DiffLlama gave wrong tokens (its two attention calls per
 layer overwrote each other's V in the pool); Doge (a learned additive bias per key, which the Engine
-dropped: tokens matched only while the random A = 0 left the bias flat) was accepted; JetMoE, MiMo-V2-Flash, Whisper's decoder and DeepSeek V3 (MLA)
+dropped: tokens matched only while the random A = 0 left the bias flat) was accepted; JetMoE, MiMo-V2-Flash,
+Whisper's decoder and DeepSeek V3 (MLA)
 crashed in the first forward (K/V of another shape than the pool's); Nemotron and StableLM crashed there too (their
 layers drop the forward's keywords); Moshi raised mid-generate; GPT-2, OPT, BERT-style decoders and
 Gemma 3's multimodal wrapper raised AttributeError; BLOOM, MPT and Falcon raised InvalidArgumentError.

@@ -31,7 +31,8 @@ def _step(page_size: int, dtype: torch.dtype, group: int, seed: int = 0):
     g = torch.Generator().manual_seed(seed)
     tok = lambda n: torch.randint(0, 500, (n,), generator=g, device="cpu").tolist()  # noqa: E731
     system, doc = tok(SYSTEM), tok(DOC)
-    prompts = [system + doc + tok(3 + 5 * i) for i in range(3)] + [system + tok(11), system + tok(6)] + [tok(19), tok(5)]
+    prompts = ([system + doc + tok(3 + 5 * i) for i in range(3)] + [system + tok(11), system + tok(6)]
+               + [tok(19), tok(5)])
     cache = random_kv_cache(KV_HEADS, DIM, 1024, page_size, 16, dtype)
     seqs = decoding(cache, prompts)
     b = cache.batch(seqs, cascade=True)

@@ -97,7 +97,8 @@ def test_extend_gpu_configs_in_interpreter(target: tuple[int, int], dim: int) ->
     by the interpreter in fp16 on a batch whose lengths straddle those blocks."""
     pe = [(70, 130), (0, 65), (129, 3)]
     config = extend_config(dim, 2, torch.float16, target)
-    k_buf, v_buf = randn(NUM_SLOTS, KV_HEADS, dim, dtype=torch.float16), randn(NUM_SLOTS, KV_HEADS, dim, dtype=torch.float16)
+    k_buf, v_buf = (randn(NUM_SLOTS, KV_HEADS, dim, dtype=torch.float16),
+                    randn(NUM_SLOTS, KV_HEADS, dim, dtype=torch.float16))
     (_, _, _, _, _, table, rows, prefix_lens, extend_lens), _ = _batch(2, torch.float16, pe=pe)
     n = int(extend_lens.sum())
     q, k, v = (randn(n, h, dim, dtype=torch.float16) for h in (2 * KV_HEADS, KV_HEADS, KV_HEADS))

@@ -87,8 +87,10 @@ def test_real_configs_with_layer_types() -> None:
 def test_configs_without_layer_types() -> None:
     mistral = transformers.MistralConfig(num_hidden_layers=3, sliding_window=24)
     assert _groups(mistral) == {("sliding", 24, 0, ""): (0, 1, 2)}
-    assert _groups(transformers.MistralConfig(num_hidden_layers=3, sliding_window=None)) == {("full", 0, 0, ""): (0, 1, 2)}
-    qwen2 = transformers.Qwen2Config(num_hidden_layers=4, use_sliding_window=True, sliding_window=8, max_window_layers=2)
+    assert (_groups(transformers.MistralConfig(num_hidden_layers=3, sliding_window=None))
+            == {("full", 0, 0, ""): (0, 1, 2)})
+    qwen2 = transformers.Qwen2Config(num_hidden_layers=4, use_sliding_window=True, sliding_window=8,
+                                     max_window_layers=2)
     assert _groups(qwen2) == {("full", 0, 0, ""): (0, 1), ("sliding", 8, 0, ""): (2, 3)}
     off = transformers.Qwen2Config(num_hidden_layers=4, use_sliding_window=False, sliding_window=8)
     assert _groups(off) == {("full", 0, 0, ""): (0, 1, 2, 3)}

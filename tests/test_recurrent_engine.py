@@ -1,6 +1,7 @@
 """Engine vs transformers for models with recurrent layers (Jamba: Mamba; Falcon-H1: Mamba2 beside
 attention in every layer; Qwen3-Next: gated delta net; LFM3: short convolutions, sliding and full
-attention; LFM2: short convolutions; Bamba and Granite 4 hybrid: Mamba2 and attention layers): greedy output equals `model.generate` token for
+attention; LFM2: short convolutions; Bamba and Granite 4 hybrid: Mamba2 and attention layers):
+greedy output equals `model.generate` token for
 token, with chunked prefill, decode batched across requests, preemption, eviction, and prefix reuse
 through state snapshots. Before radixkv carried each request's state, every one of these failed at the
 second new token (the recurrent layers restarted from zero state each step and ran over packed requests

@@ -49,7 +49,8 @@ def test_sglang_replays_a_trace_like_opt_when_nothing_is_evicted(tmp_path) -> No
     run = peer.run(path, [roomy, 2048], 1, "lru", backends=("radix", "unified-rust"))
     (big, small, rust_big, rust_small) = run.results
     want = opt_hit_rate(reqs, roomy, 1).hit_rate
-    assert big.hit_rate == rust_big.hit_rate == pytest.approx(want) == pytest.approx(replay(reqs, roomy, "lru", 1).hit_rate)
+    assert (big.hit_rate == rust_big.hit_rate == pytest.approx(want)
+            == pytest.approx(replay(reqs, roomy, "lru", 1).hit_rate))
     assert small.hit_rate <= opt_hit_rate(reqs, 2048, 1).hit_rate and small.hit_rate == rust_small.hit_rate
 
 

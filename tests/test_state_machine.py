@@ -4,7 +4,8 @@ After every step: `check_invariants()` (recomputes everything), the KV identity 
 Sequence's committed positions and every locked prefix, and the model's own accounting (private
 slots, locks). Calls that must fail are made on purpose and must leave `sizes()` unchanged.
 Page sizes 1 and 4; a pool of 12 pages, a 3-token vocabulary (lots of sharing and splits) and two
-namespaces; pins with a TTL on a fake clock that rules advance (budget 5 pages); with and without a host tier (write-through and write-back). KV events are on: replaying
+namespaces; pins with a TTL on a fake clock that rules advance (budget 5 pages); with and without a host tier
+(write-through and write-back). KV events are on: replaying
 them into an empty set must give exactly the blocks cached now, recomputed from scratch.
 """
 
@@ -220,7 +221,8 @@ class CacheMachine(RuleBasedStateMachine):
         if not self.cache.req_pool.num_free_rows:
             self._unchanged(lambda: self.cache.open(tokens, ns), OutOfRowsError)
             return
-        reuse, before, open_seqs = max(len(tokens) - 1, 0) if keep_last else None, self.cache.sizes(), len(self.model.seqs)
+        reuse, before, open_seqs = (max(len(tokens) - 1, 0) if keep_last else None, self.cache.sizes(),
+                                    len(self.model.seqs))
         try:
             seq = self.cache.open(tokens, ns, max_reuse=reuse, pin_ttl=pin_ttl)
         except PinBudgetError:  # the reused prefix does not fit the pin budget: no Sequence, nothing held

@@ -166,7 +166,8 @@ class StoreMachine(RuleBasedStateMachine):
         # Nothing longer was claimable: no deeper snapshot on this path is alive (a live node keeps its KV).
         for q in range(p + PAGE, len(tokens) + 1, PAGE):
             node = self.nodes.get(tuple(tokens[:q]))
-            assert node is None or not self.store.has(node), f"a live snapshot at {q} beyond the claimed {p}"  # type: ignore[arg-type]
+            assert node is None or not self.store.has(node), (  # type: ignore[arg-type]
+                f"a live snapshot at {q} beyond the claimed {p}")
 
     @invariant()
     def consistent(self) -> None:

@@ -47,7 +47,8 @@ class WindowMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         ps = self.page_size
-        groups = tuple(GroupSpec(kind, n * ps, size=w, layers=(i + 1,)) for i, ((kind, w), n) in enumerate(zip(self.kinds, (9, 11))))
+        groups = tuple(GroupSpec(kind, n * ps, size=w, layers=(i + 1,))
+                       for i, ((kind, w), n) in enumerate(zip(self.kinds, (9, 11))))
         groups += (GroupSpec("state", self.state_slots),) if self.state_slots else ()
         self.cache = RadixCache(CacheConfig(num_layers=3, num_kv_heads=1, head_dim=1, num_slots=16 * ps, page_size=ps,
                                             max_requests=3, max_context_len=24, dtype=torch.float32, eviction="lru",

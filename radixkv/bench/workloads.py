@@ -142,11 +142,15 @@ def rag(seed: int = 0, num_requests: int = 1024, num_docs: int = 256, doc_len: i
 WORKLOADS: dict[str, Workload] = {
     w.name: w for w in (
         Workload("gsp", "generated-shared-prefix: 64 groups x 16 prompts, system 2048, question 128, output 256", gsp),
-        Workload("chat", "multi-turn chat: 128 convs x 8 turns, 4 systems of 1024, user 128, answer 256, interleaved", chat),
+        Workload("chat", "multi-turn chat: 128 convs x 8 turns, 4 systems of 1024, user 128, answer 256, "
+                         "interleaved", chat),
         Workload("tot", "tree-of-thought: 16 trees, shared 512 + root 1024, branch 3, depth 4, thought 128", tot),
-        Workload("fewshot", "few-shot: 1024 requests, one 3072-token exemplar block, question 24-48, output 16-32", fewshot),
-        Workload("agent", "agent loop: 48 agents x 12 steps, tools 1536 + task 128, action 16-64, tool output 96-384", agent),
-        Workload("rag", "RAG: 1024 requests, system 256 + 3 of 256 docs (512 each, Zipf 1.1) + question 64, output 96", rag),
+        Workload("fewshot", "few-shot: 1024 requests, one 3072-token exemplar block, question 24-48, "
+                            "output 16-32", fewshot),
+        Workload("agent", "agent loop: 48 agents x 12 steps, tools 1536 + task 128, action 16-64, "
+                          "tool output 96-384", agent),
+        Workload("rag", "RAG: 1024 requests, system 256 + 3 of 256 docs (512 each, Zipf 1.1) + question 64, "
+                        "output 96", rag),
         Workload("tools", "long agent sessions: 160 Poisson sessions, 4 tool preambles of 2048 + task, action 32-160, "
                           "tool outputs 0.5-2k, interleaved, requests to 5k, 10% retried", tools),
         Workload("longchat", "long multi-turn: 96 Poisson sessions, system 2048 + first message 6-12k, "
@@ -155,7 +159,8 @@ WORKLOADS: dict[str, Workload] = {
                             "popular (Zipf 1.0), half one-off with 0-3 follow-ups", longdoc),
     )
 }
-DEFAULT_WORKLOADS = ("gsp", "chat", "tot", "fewshot", "agent", "rag", "tools")  # `radixkv bench`; the long ones are opt-in
+# `radixkv bench`; the long ones are opt-in
+DEFAULT_WORKLOADS = ("gsp", "chat", "tot", "fewshot", "agent", "rag", "tools")
 
 
 def make_workload(name: str, seed: int = 0, scale: float = 1.0) -> list[Request]:

@@ -106,7 +106,8 @@ def parse_batch(instance_id: str, events: object, stats: IndexStats) -> list[KVE
     """Validate a whole batch (every event through parse_event); raise EventFormatError, counted in
     `stats`, before anything is applied. A batch that is not a list of events (None, a dict, a
     string) is rejected the same way."""
-    if not isinstance(events, (list, tuple)) and (isinstance(events, (str, bytes, dict)) or not isinstance(events, Iterable)):
+    if not isinstance(events, (list, tuple)) and (isinstance(events, (str, bytes, dict))
+                                                  or not isinstance(events, Iterable)):
         stats.rejected += 1
         stats.rejected_batches += 1
         raise EventFormatError(f"instance {instance_id!r}: a batch is a list of KV events, got {type(events).__name__}")
@@ -196,8 +197,9 @@ class InMemoryIndex:
         for inst, k in prefix.items():
             specs = self._specs.get(inst)
             if specs:
-                out[inst] = resume_point(min(k, len(block_hashes)), specs,
-                                         lambda g, b, i=inst: i in self._blocks.get((block_hashes[b], g), empty))  # type: ignore[misc]
+                out[inst] = resume_point(
+                    min(k, len(block_hashes)), specs,
+                    lambda g, b, i=inst: i in self._blocks.get((block_hashes[b], g), empty))  # type: ignore[misc]
         return out
 
     def drop_instance(self, instance_id: str) -> None:

@@ -52,7 +52,8 @@ class Publisher:
         if not all(callable(getattr(source, m, None)) for m in ("take_events", "block_snapshot")):
             raise ConfigError(f"Publisher source must be a RadixCache with kv_events=True, got {type(source).__name__}")
         if not callable(getattr(index, "ingest", None)):
-            raise ConfigError(f"Publisher index must be a KVIndex (InMemoryIndex, RedisIndex), got {type(index).__name__}")
+            raise ConfigError("Publisher index must be a KVIndex (InMemoryIndex, RedisIndex), "
+                              f"got {type(index).__name__}")
         self.source, self.index = source, index
         self.needs_resync = True  # the index knows nothing of us yet
         self.resyncs = self.failures = self.rejected = 0

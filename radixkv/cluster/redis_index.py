@@ -16,7 +16,8 @@ So a cached block costs one key however many instances hold it, plus one member 
 that key and one in the holder's own set. Writes: one `ingest` batch is one EVALSHA of a Lua script
 that applies every event in order (one round trip, atomic: a resync, clear + stores, is never seen
 half done), unless the batch holds more than `max_hashes_per_call` hashes: then it is cut into
-several calls, each atomic, so one huge resync cannot stall the server for every router. Reads: `holders`/`lookup` are one EVALSHA that reads every block key and returns one
+several calls, each atomic, so one huge resync cannot stall the server for every router.
+Reads: `holders`/`lookup` are one EVALSHA that reads every block key and returns one
 string, one round trip per lookup. (A MULTI pipeline of SADD/SMEMBERS does the same in one round
 trip too, but redis-py spends ~25 µs of Python per queued command; the scripts make a 136-block
 lookup about 1 command.) After a server restart the first call of each script also loads it. Keys
@@ -78,7 +79,8 @@ class RedisIndex:
             raise ConfigError(f"RedisIndex max_hashes_per_call must be a positive int, got {max_hashes_per_call!r:.60}")
         if not isinstance(key_prefix, str):
             raise ConfigError(f"RedisIndex key_prefix must be a str, got {key_prefix!r:.60}")
-        if isinstance(socket_timeout_s, bool) or not isinstance(socket_timeout_s, (int, float)) or not 0 < socket_timeout_s <= 3600:
+        if (isinstance(socket_timeout_s, bool) or not isinstance(socket_timeout_s, (int, float))
+                or not 0 < socket_timeout_s <= 3600):
             raise ConfigError(f"RedisIndex socket_timeout_s must be in (0, 3600] seconds, got {socket_timeout_s!r:.60}")
         if client is None and (not isinstance(url, str) or not url.startswith(("redis://", "rediss://", "unix://"))):
             raise ConfigError(f"RedisIndex url must be a redis://, rediss:// or unix:// URL, got {url!r:.60}")

@@ -101,7 +101,8 @@ class Router:
                 ("xxh3", or vLLM's "sha256_cbor" / "xxhash_cbor" for engines of either kind).
         Raises ConfigError for any argument out of range.
         """
-        if load_slack is not None and (isinstance(load_slack, bool) or not isinstance(load_slack, int) or load_slack < 0):
+        if load_slack is not None and (isinstance(load_slack, bool) or not isinstance(load_slack, int)
+                                       or load_slack < 0):
             raise ConfigError(f"Router load_slack must be None or an int >= 0, got {load_slack!r:.60}")
         self.load_slack = load_slack
         if not isinstance(scorer, str) or scorer not in SCORERS:
@@ -110,7 +111,8 @@ class Router:
             raise ConfigError(f"Router block_size must be a positive int, got {block_size!r:.60}")
         for name in ("holders", "ingest"):
             if not callable(getattr(index, name, None)):
-                raise ConfigError(f"Router index must be a KVIndex (InMemoryIndex, RedisIndex), got {type(index).__name__}")
+                raise ConfigError("Router index must be a KVIndex (InMemoryIndex, RedisIndex), "
+                                  f"got {type(index).__name__}")
         self.hasher = BlockHasher(event_hash)
         self.index, self.block_size, self.scorer = index, block_size, scorer
         self._score = SCORERS[scorer]

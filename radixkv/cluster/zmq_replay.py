@@ -82,7 +82,8 @@ class ReplayServer:
         self.replays += 1
         with self._lock:  # references only: the sender waits at most this long
             last = self._next_seq()
-            tail = [x for x in self._ring if x[0] >= start] if self._ring and self._ring[0][0] <= start <= last else None
+            tail = ([x for x in self._ring if x[0] >= start]
+                    if self._ring and self._ring[0][0] <= start <= last else None)
             blocks = dict(self._shadow.blocks) if (tail is None or len(tail) > self.max_batches) and last else None
         out: list[tuple[int, bytes]] = []
         if blocks is not None:

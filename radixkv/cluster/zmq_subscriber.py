@@ -81,7 +81,8 @@ class ZmqSubscriber:
         if not isinstance(topic_filter, str):
             raise ConfigError(f"ZmqSubscriber topic_filter must be a str, got {topic_filter!r:.60}")
         if not callable(getattr(index, "ingest", None)):
-            raise ConfigError(f"ZmqSubscriber index must be a KVIndex (InMemoryIndex, RedisIndex), got {type(index).__name__}")
+            raise ConfigError("ZmqSubscriber index must be a KVIndex (InMemoryIndex, RedisIndex), "
+                              f"got {type(index).__name__}")
         import zmq
 
         from radixkv.events.wire import decode_batch
@@ -120,7 +121,8 @@ class ZmqSubscriber:
             for sock in (sub, dealer):
                 if sock is not None:
                     sock.close(linger=0)
-            raise e if isinstance(e, ConfigError) else ConfigError(f"ZmqSubscriber.connect {endpoint!r:.80}: {e}") from None
+            raise (e if isinstance(e, ConfigError)
+                   else ConfigError(f"ZmqSubscriber.connect {endpoint!r:.80}: {e}")) from None
         source = _Source(sub, dealer, instance)
         if instance is not None:
             self._speaker[instance] = source
@@ -141,7 +143,8 @@ class ZmqSubscriber:
         answers, and run the periodic replay checks; returns within timeout_s + 50 ms. Returns the
         batches applied. Never raises for faults; InvalidArgumentError for a negative timeout."""
         if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or not 0 <= timeout_s <= 3600:
-            raise InvalidArgumentError(f"poll timeout_s must be a number of seconds in [0, 3600], got {timeout_s!r:.60}")
+            raise InvalidArgumentError("poll timeout_s must be a number of seconds in [0, 3600], "
+                                       f"got {timeout_s!r:.60}")
         if type(max_messages) is not int or max_messages < 1:
             raise InvalidArgumentError(f"poll max_messages must be a positive int, got {max_messages!r:.60}")
         applied = self.stats.batches

@@ -61,7 +61,8 @@ def prompt_ids(prompt: Any, *, vocab_size: int, tokenizer: Any = None, where: st
         raise InvalidTokensError(f"{where} must be a list of ids, a 1-D integer tensor or array, or a string; "
                                  f"got {type(prompt).__name__}")
     if not ids:
-        raise InvalidTokensError(f"{where} is empty: every prompt needs at least one token (the model predicts from it)")
+        raise InvalidTokensError(f"{where} is empty: every prompt needs at least one token "
+                                 "(the model predicts from it)")
     lo, hi = min(ids), max(ids)
     if lo < 0 or hi >= vocab_size:
         bad = next(j for j, t in enumerate(ids) if not 0 <= t < vocab_size)
@@ -85,7 +86,8 @@ def _rows(batch: torch.Tensor | np.ndarray, attention_mask: Any) -> list[torch.T
                                    f"for one prompt pass [prompt]")
     if attention_mask is None:
         return list(batch)
-    mask = attention_mask.detach().cpu().numpy() if isinstance(attention_mask, torch.Tensor) else np.asarray(attention_mask)
+    mask = (attention_mask.detach().cpu().numpy() if isinstance(attention_mask, torch.Tensor)
+            else np.asarray(attention_mask))
     if mask.shape != tuple(batch.shape):
         raise InvalidArgumentError(f"attention_mask has shape {mask.shape}, the prompts {tuple(batch.shape)}")
     if not np.isin(mask, (0, 1)).all():

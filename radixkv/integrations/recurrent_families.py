@@ -38,8 +38,8 @@ def check_family(config: Any, model_name: str) -> None:
                                     f"served exactly for {sorted(HYBRID_FAMILIES)} only; {model_type!r} is not one")
     if groups and model_type not in RECURRENT_FAMILIES:
         layers = sorted(i for g in groups for i in g.layers)
-        raise UnsupportedModelError(f"{model_name}: recurrent layers {layers} ({sorted({g.mixer for g in groups})}) are "
-                                    f"served exactly for {sorted(RECURRENT_FAMILIES)} only (each checked against "
+        raise UnsupportedModelError(f"{model_name}: recurrent layers {layers} ({sorted({g.mixer for g in groups})}) "
+                                    f"are served exactly for {sorted(RECURRENT_FAMILIES)} only (each checked against "
                                     f"model.generate); {model_type!r} is not one")
 
 

@@ -80,11 +80,13 @@ class Engine:
         unknown = sorted(set(cache_options) - CACHE_FIELDS)
         if unknown:
             close = [m for u in unknown for m in difflib.get_close_matches(u, CACHE_FIELDS, n=1)]
-            raise InvalidArgumentError(f"unknown Engine options {unknown}" + (f" (did you mean {close}?)" if close else "")
-                                       + f"; Engine takes tokenizer, max_batch_tokens, namespace, cascade, schedule and the CacheConfig "
-                                       f"fields {sorted(CACHE_FIELDS)}")
+            raise InvalidArgumentError(f"unknown Engine options {unknown}"
+                                       + (f" (did you mean {close}?)" if close else "")
+                                       + f"; Engine takes tokenizer, max_batch_tokens, namespace, cascade, schedule "
+                                       f"and the CacheConfig fields {sorted(CACHE_FIELDS)}")
         if cache_config is not None and cache_options:
-            raise InvalidArgumentError(f"pass either cache_config or CacheConfig fields {sorted(cache_options)}, not both")
+            raise InvalidArgumentError("pass either cache_config or CacheConfig fields "
+                                       f"{sorted(cache_options)}, not both")
         if not isinstance(cascade, bool):
             raise InvalidArgumentError(f"Engine(cascade=...) takes a bool, got {type(cascade).__name__}")
         self.cascade = cascade

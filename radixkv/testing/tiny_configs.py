@@ -38,7 +38,8 @@ SIZES: dict[str, Any] = {
     "linear_num_value_heads": 4, "linear_num_key_heads": 2, "linear_key_head_dim": 16, "linear_value_head_dim": 16,
     "initializer_range": 0.2, "bos_token_id": None, "eos_token_id": None, "pad_token_id": None,
 }
-WINDOW_FIELDS = ("sliding_window", "attention_window_size", "attention_chunk_size", "window_size", "local_window_size", "attention_window")
+WINDOW_FIELDS = ("sliding_window", "attention_window_size", "attention_chunk_size", "window_size", "local_window_size",
+                 "attention_window")
 PERIOD_FIELDS = ("attn_layer_period", "expert_layer_period", "interleave_moe_layer_step", "sliding_window_pattern",
                  "decoder_sparse_step", "moe_layer_freq")
 
@@ -48,7 +49,8 @@ PERIOD_FIELDS = ("attn_layer_period", "expert_layer_period", "interleave_moe_lay
 FIXES: dict[str, dict[str, Any]] = {
     "lfm2": dict(num_hidden_layers=4, conv_L_cache=3, full_attn_idxs=[1, 3],
                  layer_types=["conv", "full_attention", "conv", "full_attention"]),
-    "lfm2_moe": dict(num_hidden_layers=4, conv_L_cache=3, layer_types=["conv", "full_attention", "conv", "full_attention"]),
+    "lfm2_moe": dict(num_hidden_layers=4, conv_L_cache=3,
+                     layer_types=["conv", "full_attention", "conv", "full_attention"]),
     "gemma3n_text": dict(num_hidden_layers=4, num_kv_shared_layers=2,
                          layer_types=["sliding_attention", "full_attention"] * 2),
     "mamba2": dict(expand=1), "bamba": dict(mamba_expand=1, num_hidden_layers=2, attn_layer_indices=[1]),
