@@ -20,7 +20,9 @@ so the state part over `transient` bounds what a better transient (the new exper
 win; a positive state part is the real cache beating the plain expert (the ghosts' gain). Cells are classed by the
 switches after the lead-in (none, one to E, one from E, two or more); a second table splits each phase by the expert
 followed. Points of hit rate, summed over the cells; `share` divides by the grid's cells (the part of the grid's mean
-margin). It reads the policy's state between requests and overrides nothing: compiled or pure, the same numbers.
+margin). Last, the grid's margins against the best fixed policy (policy_grid.py's) as run, without the transients'
+state part, and the oracle's. It reads the policy's state between requests and overrides nothing: compiled or pure,
+the same numbers.
 bench/RESULTS.md, round 23.
 
     .venv/bin/python bench/switch_transient.py fit --jobs 2 [--cells]
@@ -166,6 +168,17 @@ def by_expert(rows: list[Row]) -> list[str]:
     return lines
 
 
+def bounds(rows: list[Row]) -> list[str]:
+    """The grid's margins against the best fixed policy (policy_grid.py's summary) as run, with no transient's state
+    part (a switch's transient as its plain expert's), and the oracle's (no state part at all)."""
+    lines = []
+    for label, cut in (("adaptive", ()), ("no transient state", ("transient",)), ("oracle", PHASES)):
+        m = np.array([r.margin - sum(r.loss[p, "state"] for p in cut) for r in rows])
+        lines.append(f"{label}: worst {m.min():+.2f}, mean {m.mean():+.3f}, below -0.5: {int((m < -0.5).sum())}, "
+                     f"below -1: {int((m < -1).sum())}")
+    return lines
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     ap.add_argument("grid", choices=["tune", "check", "held", "bench", "fit", "val"])
@@ -184,7 +197,7 @@ def main(argv: list[str] | None = None) -> None:
         for r in rows:
             parts = " | ".join(f"{r.loss[p, q]:+.2f}" for p in PHASES for q in PARTS)
             print(f"| {r.cell} | {r.share:.0%} | {r.kind} | {r.moves} | {r.margin:+.2f} | {r.expert:+.2f} | {parts} |")
-    print("\n".join(table(rows) + [""] + by_expert(rows)))
+    print("\n".join(table(rows) + [""] + by_expert(rows) + [""] + bounds(rows)))
 
 
 if __name__ == "__main__":

@@ -49,3 +49,12 @@ def test_the_tables_class_each_cell_by_its_switches_and_sum_over_them(st) -> Non
     by = st.by_expert(rows)
     assert len(by) == 2 + len(st.PHASES) * len(st.EXPERTS)
     assert by[2] == "| lead-in | lru | -0.21 | -0.21 | -0.042 | -0.042 |"  # -2.5 / 12 summed, then over 5 cells
+
+
+def test_the_bounds_take_the_transients_state_or_every_state_part_off_the_margin(st) -> None:  # noqa: ANN001
+    loss = {(p, q): 0.0 for p in st.PHASES for q in st.PARTS}
+    rows = [st.Row(loss | {("transient", "state"): -0.75, ("steady", "state"): 2.0}, [1], 1, -0.8, margin=-0.8),
+            st.Row(loss | {("transient", "state"): -0.5}, [1], 1, -1.5, margin=-1.5)]
+    assert st.bounds(rows) == ["adaptive: worst -1.50, mean -1.150, below -0.5: 2, below -1: 1",
+                               "no transient state: worst -1.00, mean -0.525, below -0.5: 1, below -1: 0",
+                               "oracle: worst -2.05, mean -1.525, below -0.5: 2, below -1: 1"]
