@@ -10,6 +10,8 @@
  *     starts_part(key, head, lo, hi)    key.startswith(head[lo:hi]), no copy (the same)
  *     xxh3_chain(raw, step, n, seed)    XXH3_64 of n blocks of 33-64 bytes, each seeded by the one before
  *                                       (radixkv/events/hashing.py's KV event block hashes)
+ *     heap_place, heap_pop             a shadow's leaf heap: heapq's sifts, int keys compared by their digits
+ *                                       (radix/shadow_heap.py; the block before the method table)
  *
  * Page p holds slots [p * page_size, (p + 1) * page_size), so a run of pages is a run of slots. One call where
  * numpy takes one to four (2-7k instructions each): a loop of ~1-3 instructions a slot, no copy of `given`.
@@ -371,6 +373,188 @@ static PyObject *xxh3_chain(PyObject *module, PyObject *const *args, Py_ssize_t 
     return out;
 }
 
+/* A shadow's leaf heap (radix/shadow_heap.py): heapq's own sifts (Modules/_heapqmodule.c, the same moves, so the same
+ * list), entries ordered as Python orders them, but for two ints, or two tuples whose first items are unequal ints (a
+ * shadow's (int key, node) entries), compared here by the ints' digits: where heapq compares two such entries by
+ * generic rich comparisons (~80 instructions an int, twice that a tuple), this reads the digits (~10).
+ *
+ *     heap_place(heap, item, top)  heapq.heappush, or with `top` heap[0] := item and a sift down (none where item is
+ *                                  no greater than heap[1] and heap[2]: a trimmed victim's key mostly stays least)
+ *     heap_pop(heap)               heapq.heappop */
+
+/* sign(a - b) for two exact ints: by their digits where the layout is known (CPython's own long_compare, before
+ * 3.12), else as long longs where both fit; 2 where neither. */
+static int int_order(PyObject *a, PyObject *b) {
+#if PY_VERSION_HEX < 0x030C0000
+    Py_ssize_t size_a = Py_SIZE(a), size_b = Py_SIZE(b);
+    if (size_a != size_b) {
+        return size_a < size_b ? -1 : 1;
+    }
+    const digit *da = ((PyLongObject *)a)->ob_digit, *db = ((PyLongObject *)b)->ob_digit;
+    Py_ssize_t i = size_a < 0 ? -size_a : size_a;
+    while (--i >= 0 && da[i] == db[i]) {
+    }
+    if (i < 0) {
+        return 0;
+    }
+    return (da[i] < db[i]) == (size_a > 0) ? -1 : 1;
+#else
+    int over_a, over_b;
+    long long x = PyLong_AsLongLongAndOverflow(a, &over_a), y = PyLong_AsLongLongAndOverflow(b, &over_b);
+    return over_a || over_b ? 2 : (x > y) - (x < y);
+#endif
+}
+
+/* a < b: 1 or 0, -1 on error (module comment above). */
+static int key_less(PyObject *a, PyObject *b) {
+    if (PyTuple_CheckExact(a) && PyTuple_CheckExact(b) && PyTuple_GET_SIZE(a) > 0 && PyTuple_GET_SIZE(b) > 0) {
+        PyObject *x = PyTuple_GET_ITEM(a, 0), *y = PyTuple_GET_ITEM(b, 0);
+        if (PyLong_CheckExact(x) && PyLong_CheckExact(y)) {
+            int order = int_order(x, y);
+            if (order == -1 || order == 1) {  /* (equal: the next items decide, as Python's `<` does) */
+                return order < 0;
+            }
+        }
+    } else if (PyLong_CheckExact(a) && PyLong_CheckExact(b)) {
+        int order = int_order(a, b);
+        if (order != 2) {
+            return order < 0;
+        }
+    }
+    Py_INCREF(a);
+    Py_INCREF(b);
+    int cmp = PyObject_RichCompareBool(a, b, Py_LT);
+    Py_DECREF(a);
+    Py_DECREF(b);
+    return cmp;
+}
+
+/* heapq's siftdown: heap[pos] moves up towards startpos while less than its parent. 0, or -1 on error. */
+static int sift_down(PyObject *heap, Py_ssize_t startpos, Py_ssize_t pos) {
+    Py_ssize_t size = PyList_GET_SIZE(heap);
+    while (pos > startpos) {
+        Py_ssize_t parentpos = (pos - 1) >> 1;
+        PyObject **arr = ((PyListObject *)heap)->ob_item;
+        int cmp = key_less(arr[pos], arr[parentpos]);
+        if (cmp < 0) {
+            return -1;
+        }
+        if (size != PyList_GET_SIZE(heap)) {
+            PyErr_SetString(PyExc_RuntimeError, "list changed size during iteration");
+            return -1;
+        }
+        if (cmp == 0) {
+            break;
+        }
+        arr = ((PyListObject *)heap)->ob_item;
+        PyObject *parent = arr[parentpos];
+        arr[parentpos] = arr[pos];
+        arr[pos] = parent;
+        pos = parentpos;
+    }
+    return 0;
+}
+
+/* heapq's siftup: the smaller child moves up from pos to a leaf, then heap[pos]'s item sifts down into place. */
+static int sift_up(PyObject *heap, Py_ssize_t pos) {
+    Py_ssize_t endpos = PyList_GET_SIZE(heap), startpos = pos, limit = endpos >> 1;
+    while (pos < limit) {
+        Py_ssize_t childpos = 2 * pos + 1;
+        PyObject **arr = ((PyListObject *)heap)->ob_item;
+        if (childpos + 1 < endpos) {
+            int cmp = key_less(arr[childpos], arr[childpos + 1]);
+            if (cmp < 0) {
+                return -1;
+            }
+            childpos += cmp ^ 1;  /* the right child where the left one is not less */
+            if (endpos != PyList_GET_SIZE(heap)) {
+                PyErr_SetString(PyExc_RuntimeError, "list changed size during iteration");
+                return -1;
+            }
+            arr = ((PyListObject *)heap)->ob_item;
+        }
+        PyObject *child = arr[childpos];
+        arr[childpos] = arr[pos];
+        arr[pos] = child;
+        pos = childpos;
+    }
+    return sift_down(heap, startpos, pos);
+}
+
+/* heapq.heappop(heap), heap a list: a new reference, NULL on error. */
+static PyObject *pop_first(PyObject *heap) {
+    Py_ssize_t n = PyList_GET_SIZE(heap);
+    if (n == 0) {
+        PyErr_SetString(PyExc_IndexError, "index out of range");
+        return NULL;
+    }
+    PyObject *last = PyList_GET_ITEM(heap, n - 1);
+    Py_INCREF(last);
+    if (PyList_SetSlice(heap, n - 1, n, NULL) < 0) {
+        Py_DECREF(last);
+        return NULL;
+    }
+    if (n == 1) {
+        return last;
+    }
+    PyObject *first = PyList_GET_ITEM(heap, 0);
+    PyList_SET_ITEM(heap, 0, last);
+    if (sift_up(heap, 0) < 0) {
+        Py_DECREF(first);
+        return NULL;
+    }
+    return first;
+}
+
+/* heapq.heappush(heap, item), or with `top` item in place of heap[0] (heap_place): 0, or -1 on error. */
+static int place(PyObject *heap, PyObject *item, PyObject *top_arg) {
+    int top = PyObject_IsTrue(top_arg);
+    if (top < 0) {
+        return -1;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(heap);
+    if (!top) {
+        return PyList_Append(heap, item) < 0 ? -1 : sift_down(heap, 0, n);
+    }
+    if (n == 0) {
+        PyErr_SetString(PyExc_IndexError, "top of an empty heap");
+        return -1;
+    }
+    int below = 0;  /* a child is less than item */
+    for (Py_ssize_t i = 1; i < 3 && i < n && !below; i++) {
+        below = key_less(PyList_GET_ITEM(heap, i), item);
+        if (below < 0) {
+            return -1;
+        }
+    }
+    Py_INCREF(item);
+    PyObject *old = PyList_GET_ITEM(heap, 0);
+    PyList_SET_ITEM(heap, 0, item);
+    Py_DECREF(old);
+    return below ? sift_up(heap, 0) : 0;
+}
+
+static PyObject *heap_place(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    (void)module;
+    if (nargs != 3 || !PyList_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "heap_place(heap: list, item, top: bool)");
+        return NULL;
+    }
+    if (place(args[0], args[1], args[2]) < 0) {
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *heap_pop(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    (void)module;
+    if (nargs != 1 || !PyList_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "heap_pop(heap: list)");
+        return NULL;
+    }
+    return pop_first(args[0]);
+}
+
 static PyMethodDef methods[] = {
     {"slots", (PyCFunction)(void (*)(void))slots, METH_FASTCALL, "int64 [n]: the first n slots of runs' pages."},
     {"starts", (PyCFunction)(void (*)(void))starts, METH_FASTCALL, "Whether `given` are the first slots of runs."},
@@ -379,6 +563,8 @@ static PyMethodDef methods[] = {
     {"joined", (PyCFunction)(void (*)(void))joined, METH_FASTCALL, "head[lo:hi] + key, one copy."},
     {"starts_part", (PyCFunction)(void (*)(void))starts_part, METH_FASTCALL, "key.startswith(head[lo:hi]), no copy."},
     {"xxh3_chain", (PyCFunction)(void (*)(void))xxh3_chain, METH_FASTCALL, "XXH3_64 of chained 33-64-byte blocks."},
+    {"heap_place", (PyCFunction)(void (*)(void))heap_place, METH_FASTCALL, "heapq.heappush, or in place of heap[0]."},
+    {"heap_pop", (PyCFunction)(void (*)(void))heap_pop, METH_FASTCALL, "heapq.heappop, int keys compared as such."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -285,7 +285,8 @@ def test_a_shadow_copy_keeps_matching_the_real_cache(page_size: int) -> None:
         _serve(cache, r)
     shadow = cache.tree.shadow_copy(make_policy("lru"))
     assert isinstance(shadow, ShadowTree) and shadow.used == cache.tree.evictable_size
-    assert {id(n.key) for n in shadow._leaves.values()} <= {id(n.key) for n in cache.tree.nodes()}
+    leaves = [n for n in map(shadow._entry, shadow._heap) if n is not None]
+    assert leaves and {id(n.key) for n in leaves} <= {id(n.key) for n in cache.tree.nodes()}
     (ns,) = cache.tree.roots  # the default namespace's key
     for r in reqs[len(reqs) // 2:]:
         want = shadow.match(ns, r.tokens[:r.prompt_len].tobytes())

@@ -39,7 +39,7 @@ def _nodes(shadow: ShadowTree) -> list[ShadowNode]:
 def _state(shadow: ShadowTree) -> tuple:
     nodes = [(n.id, n.ns, n.key, n.depth, n.size, n.last_access, n.created, n.hit_count, n.priority, n.hkey,
               list(n.children)) for n in _nodes(shadow)]
-    return nodes, shadow.tick, shadow.used, shadow._next_id, sorted(shadow._heap), len(shadow)
+    return nodes, shadow.tick, shadow.used, shadow._next_id, sorted(e[0] for e in shadow._heap), len(shadow)
 
 
 def _load_by_node_list(shadow: ShadowTree, cache: RadixCache) -> None:

@@ -27,9 +27,6 @@ def _check(shadow: ShadowTree) -> None:
         assert n.parent.children[n.first] is n and any(k is n.first for k in n.parent.children)
     leaves = {id(n): n for n in nodes if n.parent is not None and not n.children}
     live = [shadow._entry(e) for e in heap if shadow._entry(e) is not None]
-    if shadow._kind != TUPLE_KEY:  # the members by their int keys, those very objects
-        assert len(shadow._leaves) == len(leaves) and all(shadow._leaves[n.hkey] is n for n in leaves.values())
-        assert all(any(k is n.hkey for k in shadow._leaves) for n in leaves.values())
     assert sorted(id(n) for n in live) == sorted(leaves) and len(shadow) == len(leaves)
     for n in leaves.values():
         if n is shadow._refreshed:  # a match's refreshed leaf: re-keyed at the next call

@@ -80,8 +80,8 @@ def test_common_pages_by_binary_search() -> None:
 
 @pytest.mark.parametrize("policy", ["lru", "lfu"])
 def test_an_int_keyed_heap_holds_exactly_the_evictable_leaves(policy: str) -> None:
-    """Under LRU and LFU the heap holds int keys and finds a popped key's node by that key: the table holds
-    exactly the leaves (the heap's live members) under their keys, after matches, inserts, evictions and trims."""
+    """Under LRU and LFU the heap's entries hold int keys: its live entries are exactly the leaves, one each, each
+    under its node's current key, after matches, inserts, evictions and trims."""
     shadow = ShadowTree(make_policy(policy), 4)
     cap = 4000  # tokens: longer than any request, a tenth of the trace
     for r in REQS:
@@ -91,8 +91,9 @@ def test_an_int_keyed_heap_holds_exactly_the_evictable_leaves(policy: str) -> No
         for n in nodes:
             nodes.extend(n.children.values())
         leaves = {n.id for n in nodes if not n.children}
-        assert {n.id for n in shadow._leaves.values()} == leaves and len(shadow._leaves) == len(shadow) == len(leaves)
-        assert all(shadow._leaves[n.hkey] is n for n in nodes if not n.children)
+        live = [e for e in shadow._heap if shadow._entry(e) is not None]
+        assert sorted(e[1].id for e in live) == sorted(leaves) and len(live) == len(shadow) == len(leaves)
+        assert all(e[0] is e[1].hkey for e in live)
         assert all(isinstance(n.hkey, int) for n in nodes if not n.children)
         assert shadow.used <= cap and sum(n.size for n in nodes) == shadow.used
 

@@ -28,18 +28,15 @@ same keys and order, no new node).
 
 from __future__ import annotations
 
-import heapq
-from typing import TYPE_CHECKING, Any, Final, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from radixkv.eviction.view import NodeFields, ShadowView
 from radixkv.radix.core import PrefixNode, joined, starts_part
-from radixkv.radix.shadow_heap import LeafHeap, ShadowNode
+from radixkv.radix.shadow_heap import LeafHeap, ShadowNode, pop_first
 from radixkv.radix.shadow_keys import ShadowKeys
 
 if TYPE_CHECKING:
     from radixkv.eviction.view import FixedPolicyView
-
-_heappop: Final = heapq.heappop  # (Final: compiled, a C static, not a module-dict lookup a call)
 
 
 class ShadowTree(LeafHeap, ShadowView):
@@ -237,8 +234,7 @@ class ShadowTree(LeafHeap, ShadowView):
             self._rekey_refreshed(None)
         ps, freed = self.page_size, 0
         while freed < num_tokens and self._live:
-            leaf = self._least()  # its entry is the heap's first: popped or replaced below
-            self._drop(leaf)
+            leaf = self._take_least()  # its entry is the heap's first: popped or replaced below
             keep = leaf.size - -(-(num_tokens - freed) // ps) * ps
             if keep > 0:  # only its tail pages go: its head stays as the node a split would make (with the next id)
                 freed += leaf.size - keep
@@ -258,7 +254,7 @@ class ShadowTree(LeafHeap, ShadowView):
                 if parent.parent is None:
                     del self.roots[parent.ns]
             if parent.children or parent.parent is None or parent is self._held:
-                _heappop(self._heap)
+                pop_first(self._heap)
             else:
                 self._push(parent, True)  # a leaf now
         self.used -= freed

@@ -2,11 +2,12 @@
 
 Its nodes (ShadowNode) carry the fields the fixed policies' keys read (PrefixNode), so the registry's
 key functions work on them unchanged. The evictable leaves sit in a heap with lazy deletion, the current
-key kept on the node itself (`hkey`; None: not a member). Under LRU or LFU (the adaptive policy's
-experts) the key is their key tuple packed into one int in the same order, ending in the node's id
-(`_int_key`), and the heap holds the ints alone: a heap comparison is one int comparison (not two levels
-of tuple comparison), and a popped key finds its node by that very int object (`_leaves`: the heap's members,
-keyed by their keys: no id boxed or masked out). Other policies' heaps hold (key tuple, node).
+key kept on the node itself (`hkey`; None: not a member). An entry is (key, node), live while node.hkey is that
+key. Under LRU or LFU (the adaptive policy's experts) the key is their key tuple packed into one int in the same
+order, ending in the node's id (`_int_key`): two entries' order is their ints' (two of equal ints are one node's, so
+the nodes are never compared); other policies' keys are their key tuples. Compiled, the sifts are C
+(radixkv/_runs_native.c: heapq's moves, an int key's entries ordered by their ints' digits, with no generic
+comparison); interpreted, heapq's.
 It also makes a shadow's starting copies: of another shadow (`copy_nodes`, a fork) and of the real
 cache's device-resident nodes (`load`).
 """
@@ -15,8 +16,9 @@ from __future__ import annotations
 
 import heapq
 from heapq import heapify
-from typing import TYPE_CHECKING, Any, Final, Iterable, Tuple, cast
+from typing import TYPE_CHECKING, Any, Callable, Final, Iterable
 
+from radixkv.core_loader import native
 from radixkv.eviction.policies import LFU, LRU
 from radixkv.radix.core import PrefixNode, TreeCore
 
@@ -33,6 +35,10 @@ LFU_KEY: Final = 2  # ... or LFU's as one int
 _heappush: Final = heapq.heappush  # (Final: compiled, a C static, not a module-dict lookup a call)
 _heappop: Final = heapq.heappop
 _heapreplace: Final = heapq.heapreplace
+# radixkv/_runs_native.c's heap functions while the compiled core runs; None otherwise: then heapq's (`_place`,
+# `pop_first`)
+_c_place: Final[Callable[[list[Any], object, bool], None] | None] = native("heap_place")
+_c_pop: Final[Callable[[list[Any]], object] | None] = native("heap_pop")
 
 
 def _int_key(node: ShadowNode, kind: int, bits: int) -> int:
@@ -42,6 +48,30 @@ def _int_key(node: ShadowNode, kind: int, bits: int) -> int:
     if kind == LRU_KEY:
         return node.last_access << bits | node.id
     return (node.hit_count << bits | node.last_access) << bits | node.id
+
+
+def _place(heap: list[Any], k: object, top: bool) -> None:
+    """heapq.heappush(heap, k), or with `top` k in place of heap[0] (which the caller is done with): one sift, where a
+    pop and a push make two, and none where k is no greater than heap[0]'s children (a trimmed victim's key is mostly
+    still the least)."""
+    if _c_place is not None:
+        _c_place(heap, k, top)
+    elif not top:
+        _heappush(heap, k)
+    else:
+        n = len(heap)
+        if (n < 2 or not heap[1] < k) and (n < 3 or not heap[2] < k):
+            heap[0] = k
+        else:
+            _heapreplace(heap, k)
+
+
+def pop_first(heap: list[Any]) -> None:
+    """heapq.heappop(heap), its entry dropped."""
+    if _c_pop is not None:
+        _c_pop(heap)
+    else:
+        _heappop(heap)
 
 
 class ShadowNode(PrefixNode["ShadowNode"]):
@@ -62,8 +92,7 @@ class LeafHeap(TreeCore[ShadowNode]):
         self._key = policy.key
         self._kind = LRU_KEY if type(policy) is LRU else LFU_KEY if type(policy) is LFU else TUPLE_KEY
         self._bits = SMALL_BITS  # an int key's low fields' width (_int_key)
-        self._heap: list[Any] = []  # int keys, or (key tuple, node); an entry is live iff node.hkey is its key
-        self._leaves: dict[object, ShadowNode] = {}  # a member's int key (node.hkey) -> node (int keys only)
+        self._heap: list[tuple[object, ShadowNode]] = []  # (key, node); an entry is live iff node.hkey is its key
         self._live = 0  # leaves in the heap
         self.used = 0  # tokens held
 
@@ -79,49 +108,34 @@ class LeafHeap(TreeCore[ShadowNode]):
             kind, top = self._kind, False
         if node.hkey is None:
             self._live += 1
-        elif kind != TUPLE_KEY:
-            del self._leaves[node.hkey]
+        k: object = _int_key(node, kind, self._bits) if kind != TUPLE_KEY else self._key(node)
+        node.hkey = k
         heap = self._heap
-        if kind != TUPLE_KEY:
-            k: object = _int_key(node, kind, self._bits)  # one object: heap entry, node.hkey (`is`), map key
-            node.hkey = k
-            self._leaves[k] = node
-        else:
-            node.hkey = t = self._key(node)
-            k = (t, node)
-        if top:  # a trimmed victim's key is mostly still the least: then its place is the first, no sift
-            n = len(heap)
-            if (n < 2 or not heap[1] < k) and (n < 3 or not heap[2] < k):
-                heap[0] = k
-            else:
-                _heapreplace(heap, k)
-        else:
-            _heappush(heap, k)
+        _place(heap, (k, node), top)
         if len(heap) > 2 * self._live + 64:
             self._heap = [e for e in heap if self._entry(e) is not None]
             heapify(self._heap)
 
-    def _least(self) -> ShadowNode:
-        """The member with the smallest key (there must be one), its entry the heap's first: the caller pops or
-        replaces that entry (`_push(..., top=True)`). Stale entries before it are popped."""
+    def _take_least(self) -> ShadowNode:
+        """The member with the smallest key (there must be one), taken out of the heap (as `_drop`), its entry the
+        heap's first: the caller pops or replaces that entry (`_push(..., top=True)`). Stale entries before it are
+        popped."""
+        heap = self._heap
         while True:
-            node = self._entry(self._heap[0])
-            if node is not None:
+            k, node = heap[0]
+            if node.hkey is k:
+                node.hkey = None
+                self._live -= 1
                 return node
-            _heappop(self._heap)
+            pop_first(heap)
 
-    def _entry(self, e: object) -> ShadowNode | None:
+    def _entry(self, e: tuple[object, ShadowNode]) -> ShadowNode | None:
         """The node of heap entry `e` if the entry is live, else None."""
-        if self._kind != TUPLE_KEY:
-            node = self._leaves.get(e)  # (an equal stale key finds a node whose key is another object)
-            return node if node is not None and node.hkey is e else None
-        k, node = cast(Tuple[object, ShadowNode], e)
+        k, node = e
         return node if node.hkey is k else None
 
     def _drop(self, node: ShadowNode) -> None:
         """Take member `node` out of the heap (its entries go stale)."""
-        if self._kind != TUPLE_KEY:
-            del self._leaves[node.hkey]
         node.hkey = None
         self._live -= 1
 
@@ -134,16 +148,9 @@ class LeafHeap(TreeCore[ShadowNode]):
         else:
             self._kind = TUPLE_KEY
         self._heap = []
-        self._leaves = {}
         for node in live:
-            if self._kind != TUPLE_KEY:
-                k: object = _int_key(node, self._kind, self._bits)
-                node.hkey = k
-                self._heap.append(k)
-                self._leaves[k] = node
-            else:
-                node.hkey = t = self._key(node)
-                self._heap.append((t, node))
+            node.hkey = k = _int_key(node, self._kind, self._bits) if self._kind != TUPLE_KEY else self._key(node)
+            self._heap.append((k, node))
         heapify(self._heap)
 
     def copy_nodes(self, src: LeafHeap) -> None:
