@@ -3,8 +3,7 @@ before goes strictly first, while fewer than 3 caches wait and the queue has sto
 for under 4 cache-times or rose there as a burst, measured in caches of max(this cache, the full
 H100 cache that the Scheduler passes in). The same queue is a burst beside a full H100's cache and
 not beside a cache four times its size (a quarter H100's queue): this fails if the full size is not
-passed through, and `radixkv simulate` must pass one H100's KV in its 512-token blocks. On a cache of at
-least one H100 and a trace that is not thin, 8 overtakes age a request while under half a cache waits (round 23).
+passed through, and `radixkv simulate` must pass one H100's KV in its 512-token blocks.
 """
 
 from __future__ import annotations
@@ -92,23 +91,3 @@ def test_simulate_passes_one_h100_of_kv_in_its_blocks(tmp_path) -> None:
     sim = Simulation(read_sim_trace(str(path), "t"), "auto", 1.0, cost.kv_capacity_tokens // 4, 16, cost)
     assert sim.sched.policy.full_cache == cost.kv_capacity_tokens // 512 == 781
     assert sim.cache.config.num_slots == 195
-
-
-@pytest.mark.parametrize("full_cache, deep, aged", [(SLOTS, False, True), (4 * SLOTS, False, False),
-                                                    (SLOTS, True, False)])
-def test_on_a_full_cache_a_shallow_queue_ages_after_8_overtakes(full_cache: int, deep: bool, aged: bool) -> None:
-    """A 40-token request, then 8 of 10 tokens that are admitted before it (and, if `deep`, 5 of 40 more that wait):
-    on a trace not thin yet, with this cache a full H100's and under half a cache waiting at each admission (at most
-    120 of 400 tokens), it is aged after the 8th; beside a full cache four times this one (a quarter H100's), or with
-    250 tokens waiting (over half a cache), it takes OVERTAKEN (16)."""
-    sched = Scheduler(make_cache(), 64, schedule="auto", clock=lambda: 0.0, full_cache=full_cache)
-    reqs = [Request(i, cold(i, n), n, 1) for i, n in enumerate([40] + [10] * 8 + [40] * (5 if deep else 0))]
-    for r in reqs:
-        sched.add(r)
-    policy = sched.policy
-    policy.order(list(sched.waiting), 0.0)
-    assert not policy.was_thin
-    for r in reqs[1:9]:
-        sched.waiting.remove(r)
-        policy.admitted(r, 0.0)
-    assert (reqs[0] in policy.aged) is aged

@@ -19,8 +19,7 @@ is due); the other 85% follow the order above. So the oldest always progress (no
 stream of cached requests starves a cold one), and a backlog that keeps growing, in
 which every waiting request is due, does not turn the queue into FCFS
 (bench/RESULTS.md, issue 20, third round; S was 1/4 until the ninth round).
-Aging: a request that 16 later arrivals were admitted before is *aged* (and due); on a cache of
-at least one H100 and a trace that is not thin, 8 while under half a cache waits (round 23). Aged
+Aging: a request that 16 later arrivals were admitted before is *aged* (and due). Aged
 requests go strictly first, oldest first, while fewer than 3 caches' slots of prompt
 tokens wait and either the queue has stood above one cache for under 4 cache-times
 (a cache-time: the clock time to prefill one cache's slots) or it is a burst: it rose
@@ -91,8 +90,6 @@ class Auto(Policy):
     TAIL = 0.96  # at risk: once max(work ahead at arrival, this quantile of it over all arrivals) was admitted
     TAIL_AFTER = 300  # ... read on a thin trace the server keeps up with, once this many requests arrived
     EPISODE = 7.0  # ... while under this many caches of prompt tokens arrived since an arrival found none waiting
-    OVERTAKEN_SHALLOW = 8  # aged after this many overtakes on a full cache, a trace not thin, and ...
-    SHALLOW = 0.5  # ... fewer than this many caches of prompt tokens waiting when the later arrival was admitted
 
     def __init__(self, estimates: PrefixEstimates, full_cache: int) -> None:
         super().__init__(estimates, full_cache)
@@ -115,7 +112,6 @@ class Auto(Policy):
         self.share = self.SHARE  # the due share of the last order() (SHARE_OVER in a thin trace's backlog)
         self.risk: dict[Queued, float] = {}  # admitted_tokens at which a waiting request is at risk
         self.episode_from = 0  # arrived_tokens when an arrival last found no prompt waiting
-        self.was_thin = False  # thin() at the last order()
 
     @property
     def backlog(self) -> int:
@@ -154,7 +150,7 @@ class Auto(Policy):
         self.contended = bool(due)
         if not due:
             self.contested_tokens = self.bound_tokens = 0  # the next contended period starts afresh
-        self.was_thin = thin = self.thin()
+        thin = self.thin()
         backlog = self.backlog
         slots = self.estimates.cache.config.num_slots
         over = thin and backlog >= self.OVER * slots
@@ -216,13 +212,6 @@ class Auto(Policy):
             out.append(req)
         return out + [r for r in by_deadline[j:] if r not in taken]
 
-    def _overtakes(self) -> int:
-        """How many later arrivals admitted first age a request now: OVERTAKEN_SHALLOW on a cache of at least one
-        H100 (`full_cache`), a trace not thin and a queue under SHALLOW caches, else OVERTAKEN."""
-        slots = self.estimates.cache.config.num_slots
-        shallow = slots >= self.full_cache and not self.was_thin and self.backlog < self.SHALLOW * slots
-        return self.OVERTAKEN_SHALLOW if shallow else self.OVERTAKEN
-
     def admitted(self, req: Queued, now: float) -> None:
         self.shape.note(now, self.backlog > 0)
         if self.turn.pop(req, None) is None:
@@ -231,11 +220,11 @@ class Auto(Policy):
         mine, seq = self.seq.pop(req), self.seq
         self.passed.pop(req, None)
         self.aged.discard(req)
-        newly, limit = [], self._overtakes()
+        newly = []
         for r, n in self.passed.items():  # arrival order: those that arrived before req come first
             if seq[r] > mine:
                 break
-            if n + 1 >= limit:
+            if n + 1 >= self.OVERTAKEN:
                 newly.append(r)
             else:
                 self.passed[r] = n + 1
