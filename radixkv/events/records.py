@@ -32,7 +32,11 @@ import numpy as np
 
 from radixkv.core_loader import native
 
-DEVICE, HOST, STORAGE = "GPU", "CPU", "STORAGE"  # vLLM's medium names (the tier, whatever the device)
+# vLLM's medium names (the tier, whatever the device); Final: compiled, a constant where a module global
+# costs a dict lookup (the recorder reads DEVICE per removed node)
+DEVICE: Final = "GPU"
+HOST: Final = "CPU"
+STORAGE: Final = "STORAGE"
 MEDIA = (DEVICE, HOST, STORAGE)
 HASH_LIMIT = 1 << 64
 _INT32 = np.dtype("<i4")  # a tree key's ids (TokenIds over its bytes)
