@@ -8,9 +8,11 @@
  *     shared(key, edge, pos, page_bytes)  bytes of whole pages `edge` and key[pos:] share (radix/core.py's walk)
  *     joined(head, lo, hi, key)         head[lo:hi] + key, one copy (radix/shadow.py's insert after its match)
  *     starts_part(key, head, lo, hi)    key.startswith(head[lo:hi]), no copy (the same)
- *     xxh3_chain(raw, step, n, seed)    XXH3_64 of n blocks of 33-64 bytes, each seeded by the one before
- *                                       (radixkv/events/hashing.py's KV event block hashes)
- *     heap_place, heap_pop             a shadow's leaf heap: heapq's sifts, int keys compared by their digits
+ *     xxh3_words(raw, step, n, seed)    XXH3_64 of n blocks of 33-64 bytes, each seeded by the one before, as n
+ *                                       8-byte little-endian words (radixkv/events/hashing.py's KV event block hashes)
+ *     words_ints(words)                 those words as a list of ints (radixkv/events/records.py's BlockHashes)
+ *     word_at(words, k)                 word k of them as an int (the same)
+ *     heap_place, heap_pop              a shadow's leaf heap: heapq's sifts, int keys compared by their digits
  *                                       (radix/shadow_heap.py; the block before the method table)
  *
  * Page p holds slots [p * page_size, (p + 1) * page_size), so a run of pages is a run of slots. One call where
@@ -341,10 +343,10 @@ static unsigned long long xxh3_33_64(const unsigned char *in, Py_ssize_t len, un
     return acc ^ acc >> 32;
 }
 
-static PyObject *xxh3_chain(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+static PyObject *xxh3_words(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     (void)module;
     if (nargs != 4 || !PyBytes_Check(args[0])) {
-        PyErr_SetString(PyExc_TypeError, "xxh3_chain(raw: bytes, step: int, n: int, seed: int)");
+        PyErr_SetString(PyExc_TypeError, "xxh3_words(raw: bytes, step: int, n: int, seed: int)");
         return NULL;
     }
     Py_ssize_t step = PyLong_AsSsize_t(args[1]), n = PyLong_AsSsize_t(args[2]);
@@ -356,18 +358,61 @@ static PyObject *xxh3_chain(PyObject *module, PyObject *const *args, Py_ssize_t 
         return NULL;
     }
     if (step < 33 || step > 64 || n < 0 || n > PyBytes_GET_SIZE(args[0]) / step) {
-        PyErr_SetString(PyExc_ValueError, "xxh3_chain: 33 <= step <= 64 and 0 <= n * step <= len(raw)");
+        PyErr_SetString(PyExc_ValueError, "xxh3_words: 33 <= step <= 64 and 0 <= n * step <= len(raw)");
         return NULL;
     }
-    PyObject *out = PyList_New(n);
+    PyObject *out = PyBytes_FromStringAndSize(NULL, 8 * n);
+    if (out == NULL) {
+        return NULL;
+    }
     const unsigned char *at = (const unsigned char *)PyBytes_AS_STRING(args[0]);
-    for (Py_ssize_t b = 0; out != NULL && b < n; b++, at += step) {
+    unsigned char *word = (unsigned char *)PyBytes_AS_STRING(out);
+    for (Py_ssize_t b = 0; b < n; b++, at += step, word += 8) {
         h = xxh3_33_64(at, step, h);
-        PyObject *digest = PyLong_FromUnsignedLongLong(h);
-        if (digest == NULL) {
+        for (int i = 0; i < 8; i++) {  /* little-endian whatever the machine */
+            word[i] = (unsigned char)(h >> 8 * i);
+        }
+    }
+    return out;
+}
+
+/* ---- KV events' block hashes as words (radixkv/events/records.py's BlockHashes) ---- */
+
+/* word_at(words, k): word k of `words` as an int (int.from_bytes of a slice is a generic call compiled, ~1k
+ * instructions); k is not checked beyond the bytes' end (BlockHashes.at's callers pass 0 <= k < len). */
+static PyObject *word_at(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    (void)module;
+    if (nargs != 2 || !PyBytes_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "word_at(words: bytes, k: int)");
+        return NULL;
+    }
+    Py_ssize_t k = PyLong_AsSsize_t(args[1]);
+    if (k == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (k < 0 || k >= PyBytes_GET_SIZE(args[0]) / 8) {
+        PyErr_SetString(PyExc_IndexError, "word_at: k past the words");
+        return NULL;
+    }
+    return PyLong_FromUnsignedLongLong(read_le64((const unsigned char *)PyBytes_AS_STRING(args[0]) + 8 * k));
+}
+
+/* words_ints(words): the 8-byte little-endian words of `words` as a list of ints in [0, 2**64), in one call. */
+static PyObject *words_ints(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    (void)module;
+    if (nargs != 1 || !PyBytes_Check(args[0]) || PyBytes_GET_SIZE(args[0]) % 8) {
+        PyErr_SetString(PyExc_TypeError, "words_ints(words: bytes), a multiple of 8 bytes long");
+        return NULL;
+    }
+    Py_ssize_t n = PyBytes_GET_SIZE(args[0]) / 8;
+    const unsigned char *at = (const unsigned char *)PyBytes_AS_STRING(args[0]);
+    PyObject *out = PyList_New(n);
+    for (Py_ssize_t b = 0; out != NULL && b < n; b++, at += 8) {
+        PyObject *h = PyLong_FromUnsignedLongLong(read_le64(at));
+        if (h == NULL) {
             Py_CLEAR(out);
         } else {
-            PyList_SET_ITEM(out, b, digest);
+            PyList_SET_ITEM(out, b, h);
         }
     }
     return out;
@@ -562,7 +607,9 @@ static PyMethodDef methods[] = {
     {"shared", (PyCFunction)(void (*)(void))shared, METH_FASTCALL, "Bytes of whole pages edge and key[pos:] share."},
     {"joined", (PyCFunction)(void (*)(void))joined, METH_FASTCALL, "head[lo:hi] + key, one copy."},
     {"starts_part", (PyCFunction)(void (*)(void))starts_part, METH_FASTCALL, "key.startswith(head[lo:hi]), no copy."},
-    {"xxh3_chain", (PyCFunction)(void (*)(void))xxh3_chain, METH_FASTCALL, "XXH3_64 of chained 33-64-byte blocks."},
+    {"xxh3_words", (PyCFunction)(void (*)(void))xxh3_words, METH_FASTCALL, "XXH3_64 of chained 33-64-byte blocks."},
+    {"words_ints", (PyCFunction)(void (*)(void))words_ints, METH_FASTCALL, "8-byte little-endian words as ints."},
+    {"word_at", (PyCFunction)(void (*)(void))word_at, METH_FASTCALL, "Word k of 8-byte little-endian words, an int."},
     {"heap_place", (PyCFunction)(void (*)(void))heap_place, METH_FASTCALL, "heapq.heappush, or in place of heap[0]."},
     {"heap_pop", (PyCFunction)(void (*)(void))heap_pop, METH_FASTCALL, "heapq.heappop, int keys compared as such."},
     {NULL, NULL, 0, NULL},

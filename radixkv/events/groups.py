@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, Sequence
 
-from radixkv.events.records import DEVICE
+from radixkv.events.records import DEVICE, BlockHashes
 
 if TYPE_CHECKING:
     from radixkv.radix.node import TreeNode
@@ -67,11 +67,11 @@ class Recorder(Protocol):
 
     block_size: int
 
-    def digests(self, node: TreeNode) -> tuple[list[Any], list[int]]: ...
+    def digests(self, node: TreeNode) -> tuple[Any, BlockHashes]: ...
 
-    def withdraw(self, hashes: list[int], medium: str, group: int) -> None: ...
+    def withdraw(self, hashes: BlockHashes, medium: str, group: int) -> None: ...
 
-    def store_blocks(self, node: TreeNode, hashes: list[int], first: int, group: int) -> None: ...
+    def store_blocks(self, node: TreeNode, hashes: BlockHashes, first: int, group: int) -> None: ...
 
 
 class GroupEvents:
@@ -131,11 +131,11 @@ class GroupEvents:
         lo, hi = held.pop(node, (0, 0))
         if now[0] < now[1]:
             held[node] = now
-        ints = self.rec.digests(node)[1] if lo < hi or now[0] < now[1] else []
+        ints = self.rec.digests(node)[1] if lo < hi or now[0] < now[1] else BlockHashes(b"")
         first = node.depth // self.rec.block_size
         gone = [b for b in range(lo, hi) if not now[0] <= b < now[1]]
         if gone:
-            self.rec.withdraw([ints[b - first] for b in gone], DEVICE, group)
+            self.rec.withdraw(BlockHashes.of(ints[b - first] for b in gone), DEVICE, group)
         new = [b for b in range(*now) if not lo <= b < hi]
         if new:  # one run: both ranges end at the edge's last block, or one is empty
             self.rec.store_blocks(node, ints[new[0] - first:new[-1] + 1 - first], new[0], group)

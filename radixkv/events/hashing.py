@@ -26,7 +26,8 @@ not enter the hash, only vLLM's extra keys do (LoRA name, multimodal items, cach
 `BlockHasher` is the one object both sides use: the cache's event recorder (events/recorder.py)
 and the Router. XXH3 comes from the `xxhash` package and CBOR from `cbor2` (the `events` extra).
 Compiled, a chain of 9-16-token blocks is computed natively, one call per chain instead of one per
-block (radixkv/_runs_native.c's `xxh3_chain`: the same hashes, from XXH3's specification).
+block (radixkv/_runs_native.c's `xxh3_words`: the same hashes, from XXH3's specification, written as
+8-byte words: the recorder keeps them so, records.BlockHashes, and makes no int per block).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ import numpy as np
 
 from radixkv.core_loader import native
 from radixkv.errors import ConfigError, InvalidArgumentError
+from radixkv.events.records import BlockHashes
 from radixkv.events.vllm_hash import CBOR_SCHEMES, VllmHasher, block_extra_keys, to_ints
 from radixkv.keys import ExtraKeys, as_extra_keys, hash_key
 
@@ -61,16 +63,25 @@ def hash_function() -> Callable[[bytes, int], int]:
 
 
 # radixkv/_runs_native.c's chain while the compiled core runs (fixed per process), None interpreted
-_CHAIN: Final[Callable[[bytes, int, int, int], list[Any]] | None] = native("xxh3_chain")
+_WORDS: Final[Callable[[bytes, int, int, int], bytes] | None] = native("xxh3_words")
+
+
+def xxh3_words(raw: bytes, step: int, n: int, seed: Any) -> bytes:
+    """XXH3 of the n blocks raw[b * step:(b + 1) * step], each seeded by the hash of the one before, the
+    first by `seed`, as n 8-byte little-endian words (records.BlockHashes): native when compiled and
+    NATIVE_BYTES holds `step` (no Python int per block), else `xxh3_chain`'s ints packed."""
+    words = _WORDS
+    if words is not None and NATIVE_BYTES[0] <= step <= NATIVE_BYTES[1]:
+        return words(raw, step, n, seed)
+    return BlockHashes.of(xxh3_chain(raw, step, n, seed)).words
 
 
 def xxh3_chain(raw: bytes, step: int, n: int, seed: Any) -> list[Any]:
-    """XXH3 of the n blocks raw[b * step:(b + 1) * step], each seeded by the hash of the one before, the
-    first by `seed`. Native when compiled and NATIVE_BYTES holds `step`, else an `xxhash` call per
-    block. (Any: compiled, the ints stay as they come.)"""
-    native = _CHAIN
-    if native is not None and NATIVE_BYTES[0] <= step <= NATIVE_BYTES[1]:
-        return native(raw, step, n, seed)
+    """`xxh3_words` as ints: native as there, else an `xxhash` call per block. (Any: compiled, the ints
+    stay as they come.)"""
+    words = _WORDS
+    if words is not None and NATIVE_BYTES[0] <= step <= NATIVE_BYTES[1]:
+        return BlockHashes(words(raw, step, n, seed)).tolist()
     xxh3: Callable[[bytes, Any], Any] = _xxh3 or hash_function()
     hashes: list[Any] = [None] * n  # filled in place, a running offset: a slice and a hash call per block
     h, lo = seed, 0

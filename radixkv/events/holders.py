@@ -13,6 +13,8 @@ chain repeats a hash only on a 64-bit collision).
 
 from __future__ import annotations
 
+from typing import Iterable
+
 
 class Holders:
     def __init__(self) -> None:
@@ -24,7 +26,7 @@ class Holders:
             got = self._by_medium[(medium, group)] = (set(), {})
         return got
 
-    def add(self, hashes: list[int], medium: str, group: int) -> list[bool] | None:
+    def add(self, hashes: Iterable[int], medium: str, group: int) -> list[bool] | None:
         """One more holder of each of `hashes`; which of them had none before (None: all of them)."""
         held, extra = self._of(medium, group)
         if held.isdisjoint(hashes):
@@ -40,7 +42,7 @@ class Holders:
                 new.append(True)
         return new
 
-    def remove(self, hashes: list[int], medium: str, group: int) -> list[int]:
+    def remove(self, hashes: Iterable[int], medium: str, group: int) -> Iterable[int]:
         """One holder fewer of each of `hashes` (all held); those that have none left, in order."""
         held, extra = self._of(medium, group)
         if not extra or extra.keys().isdisjoint(hashes):

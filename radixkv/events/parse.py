@@ -16,7 +16,7 @@ from typing import Any
 
 from radixkv.errors import RadixKVError
 from radixkv.events.records import (DEVICE, EVENT_TYPES, FIELDS, HASH_LIMIT, MEDIA, REQUIRED, AllBlocksCleared,
-                                    BlockRemoved, BlockStored, KVEvent, TokenIds)
+                                    BlockHashes, BlockRemoved, BlockStored, KVEvent, TokenIds)
 
 
 class EventFormatError(RadixKVError, ValueError):
@@ -24,10 +24,11 @@ class EventFormatError(RadixKVError, ValueError):
 
 
 def event_to_dict(event: KVEvent) -> dict[str, Any]:
-    """The map layout: {"type": class name, every field} (token ids as a list)."""
+    """The map layout: {"type": class name, every field} (block hashes and token ids as lists)."""
     out = {"type": type(event).__name__, **{k: getattr(event, k) for k in FIELDS[type(event).__name__]}}
-    if isinstance(out.get("token_ids"), TokenIds):
-        out["token_ids"] = out["token_ids"].tolist()
+    for k in ("block_hashes", "token_ids"):
+        if isinstance(out.get(k), (BlockHashes, TokenIds)):
+            out[k] = out[k].tolist()
     return out
 
 
@@ -99,7 +100,9 @@ def _freeze(value: Any, depth: int = 0) -> Any:
     return tuple(_freeze(x, depth + 1) for x in value)
 
 
-def _hashes(values: object, name: str) -> list[int]:
+def _hashes(values: object, name: str) -> list[int] | BlockHashes:
+    if isinstance(values, BlockHashes):
+        return values  # a cache's own: 64-bit words, every one a valid hash
     if not isinstance(values, (list, tuple)):
         raise EventFormatError(f"{name}: block_hashes must be a list, got {_show(values)}")
     if _plain_ints(values) and (not values or (min(values) >= 0 and max(values) < HASH_LIMIT)):

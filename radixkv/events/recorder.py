@@ -20,9 +20,10 @@ never writes them: the tree (radixkv.radix) is the only writer of nodes and neve
 
 Cost: per stored node, its blocks' key bytes (the node's own key, or one join when the first block
 starts in an ancestor's edge), the XXH3 chain of its new blocks and the event, whose token ids are
-those bytes (records.TokenIds): compiled, one native call for the chain (events/hashing.py
-`xxh3_chain`, blocks of 9-16 tokens), else one xxhash call and one slice per block. Removal and
-splits reuse the kept digests. The common case (XXH3, one holder per block, one layer group, no multimodal request
+those bytes (records.TokenIds) and whose block hashes are the chain's words (records.BlockHashes, no
+Python int per block): compiled, one native call for the chain (events/hashing.py `xxh3_words`,
+blocks of 9-16 tokens), else one xxhash call and one slice per block. Removal reuses the kept
+hashes (the same object) and a split cuts their bytes in two. The common case (XXH3, one holder per block, one layer group, no multimodal request
 seen: `_plain`) is one method per stored or removed node calling no other Python function than the
 event's constructors: interpreted (`RADIXKV_PURE_PYTHON=1`) a call costs as much as several blocks' hashes.
 Extra keys and ids of LoRA, salted and multimodal requests: events/request_keys.py.
@@ -35,9 +36,9 @@ from typing import TYPE_CHECKING, Any, Callable, Final, Sequence, cast
 import numpy as np
 
 from radixkv.events.groups import FULL, EventGroup, GroupEvents
-from radixkv.events.hashing import SEED, BlockHasher, Digest, hash_function, xxh3_chain
+from radixkv.events.hashing import SEED, BlockHasher, Digest, hash_function, xxh3_words
 from radixkv.events.holders import Holders, new_runs
-from radixkv.events.records import DEVICE, BlockRemoved, BlockStored, KVEvent, TokenIds
+from radixkv.events.records import DEVICE, BlockHashes, BlockRemoved, BlockStored, KVEvent, TokenIds
 from radixkv.events.request_keys import block_extra_keys, event_tokens, remember_raw
 from radixkv.events.snapshot import snapshot
 from radixkv.keys import ExtraKeys, hash_root, whole_request_keys
@@ -62,8 +63,9 @@ class EventRecorder:
         self.hasher = hasher if hasher is not None else BlockHasher(scheme)
         self.block_size = block_size
         self.events: list[KVEvent] = []
-        # node -> (digests, their event ints) of the blocks ending in its edge (one list for xxh3)
-        self._digests: dict[TreeNode, tuple[list[Digest], list[int]]] = {}
+        # node -> (digests, the hashes its events carry) of the blocks ending in its edge (xxh3: one
+        # BlockHashes, the digests are the hashes)
+        self._digests: dict[TreeNode, tuple[Sequence[Digest] | BlockHashes, BlockHashes]] = {}
         # root key -> (the root its block hashes chain from, lora_id, lora_name, cache_salt)
         self._ns_keys: dict[bytes, tuple[bytes, int | None, str | None, str | None]] = {}
         self.mm_keys = mm_keys if mm_keys is not None else MultiModalKeys()  # the cache's: names item ids
@@ -113,8 +115,9 @@ class EventRecorder:
         if got is None:  # XXH3 chain of blocks [first, last), each seeded by the one before
             xxh3 = self._xxh3
             assert xxh3 is not None  # _plain
-            hashes = xxh3_chain(raw, 4 * size, last - first, xxh3(root, SEED) if parent_int is None else parent_int)
-            self._digests[node] = got = (hashes, hashes)  # (no typing.cast: a Python call interpreted)
+            hashes = BlockHashes(xxh3_words(raw, 4 * size, last - first,
+                                            xxh3(root, SEED) if parent_int is None else parent_int))
+            self._digests[node] = got = (hashes, hashes)
         if lora_name is None and not salt:  # no LoRA name, no salt: the ids stay bytes
             self.events.append(BlockStored(got[1], parent_int, TokenIds(raw, (last - first) * size), size, lora_id,
                                            medium))
@@ -125,7 +128,7 @@ class EventRecorder:
         got = self._digests.get(node)
         hashes = (got if got is not None else self.digests(node))[1]
         if self._plain:
-            if hashes:
+            if hashes.words:
                 self.events.append(BlockRemoved(hashes, medium))
         else:
             self.withdraw(hashes, medium, 0)
@@ -142,11 +145,11 @@ class EventRecorder:
         if old is not None:
             d, h = old[0], old[1]
             j = (upper.depth + upper.size) // self.block_size - upper.depth // self.block_size
-            du, dl = d[:j], d[j:]
-            # xxh3: the digests are the ints, one list (Any, not typing.cast: a Python call interpreted)
-            hu: Any = du if h is d else h[:j]
-            hl: Any = dl if h is d else h[j:]
-            self._digests[upper], self._digests[lower] = (du, hu), (dl, hl)
+            hu, hl = h.cut(j)
+            if h is d:  # xxh3: the digests are the hashes
+                self._digests[upper], self._digests[lower] = (hu, hu), (hl, hl)
+            else:
+                self._digests[upper], self._digests[lower] = (d[:j], hu), (d[j:], hl)
         if self.groups is not None:
             self.groups.split(upper, lower)
 
@@ -169,7 +172,7 @@ class EventRecorder:
 
     # ------------------------------------------------------------------ events
 
-    def publish(self, node: TreeNode, hashes: list[int], parent: int | None, raw: bytes, first: int,
+    def publish(self, node: TreeNode, hashes: BlockHashes, parent: int | None, raw: bytes, first: int,
                 medium: str, group: int) -> None:
         """BlockStored for blocks [first, first + len(hashes)) of `node`'s path (`raw`: the path's
         key bytes from the start of block `first`, maybe more; `parent` the int of block first - 1);
@@ -180,26 +183,27 @@ class EventRecorder:
             return
         step = 4 * self.block_size
         for i, j in new_runs(new):  # one event per run of consecutive new blocks
-            self._emit(node, hashes[i:j], parent if i == 0 else hashes[i - 1], raw[i * step:j * step], first + i, medium,
-                       group)
+            self._emit(node, hashes[i:j], parent if i == 0 else hashes.at(i - 1), raw[i * step:j * step], first + i,
+                       medium, group)
 
-    def store_blocks(self, node: TreeNode, hashes: list[int], first: int, group: int) -> None:
+    def store_blocks(self, node: TreeNode, hashes: BlockHashes, first: int, group: int) -> None:
         """`publish` on the device for blocks [first, first + len(hashes)) of `node`'s edge."""
         pos = first * self.block_size
         self.publish(node, hashes, self.parent_int(node, pos), path_bytes(node, pos), first, DEVICE, group)
 
-    def withdraw(self, hashes: list[int], medium: str, group: int) -> None:
+    def withdraw(self, hashes: BlockHashes, medium: str, group: int) -> None:
         """BlockRemoved for `hashes` (counted: those whose last holder this was)."""
         if self._counted:
-            hashes = self._holders.remove(hashes, medium, group)
-        if hashes:
+            gone = self._holders.remove(hashes, medium, group)
+            hashes = gone if isinstance(gone, BlockHashes) else BlockHashes.of(gone)
+        if hashes.words:
             event = BlockRemoved(hashes, medium)
             fields = self.fields[group]
             if fields:  # a hybrid model's: which group
                 event.group_idx = fields[0]
             self.events.append(event)
 
-    def _emit(self, node: TreeNode, hashes: list[int], parent: int | None, raw: bytes, first_block: int,
+    def _emit(self, node: TreeNode, hashes: BlockHashes, parent: int | None, raw: bytes, first_block: int,
               medium: str, group: int) -> None:
         """One BlockStored; `raw` holds the blocks' ids (key bytes), maybe more after them."""
         n = len(hashes) * self.block_size
@@ -226,8 +230,8 @@ class EventRecorder:
     # ------------------------------------------------------------------ digests
 
     def digests(self, node: TreeNode, raw: bytes | None = None,
-                parent: Digest | None | bool = False) -> tuple[list[Digest], list[int]]:
-        """Digests of the blocks whose last token lies in `node`'s edge, and the ints events carry for
+                parent: Digest | None | bool = False) -> tuple[Sequence[Digest] | BlockHashes, BlockHashes]:
+        """Digests of the blocks whose last token lies in `node`'s edge, and the hashes events carry for
         them (computed once, then kept). `raw`: the path's key bytes from the first such block's
         start, and `parent`: the digest of the block before it, when the caller has them."""
         got = self._digests.get(node)
@@ -235,7 +239,8 @@ class EventRecorder:
             size = self.block_size
             first, last = node.depth // size, (node.depth + node.size) // size  # blocks [first, last)
             if first >= last:
-                got = ([], [])
+                none = BlockHashes(b"")
+                got = (none, none)
             else:
                 if raw is None:
                     raw = path_bytes(node, first * size)
@@ -246,11 +251,13 @@ class EventRecorder:
         return got
 
     def _hash(self, node: TreeNode, raw: bytes, first: int, last: int,
-              parent: Digest | None) -> tuple[list[Digest], list[int]]:
+              parent: Digest | None) -> tuple[Sequence[Digest] | BlockHashes, BlockHashes]:
         size, root = self.block_size, self._keys(node.ns)[0]
-        if not self._mm and not self.hasher.vllm:  # the common case: XXH3 straight from the key bytes
-            digests = self.hasher.digests(raw, root, size, parent)
-            return digests, cast("list[int]", digests)  # xxh3: the digest is the int
+        xxh3 = self._xxh3
+        if not self._mm and xxh3 is not None:  # the common case: XXH3 straight from the key bytes
+            seed = xxh3(root, SEED) if parent is None else parent
+            hashes = BlockHashes(xxh3_words(raw, 4 * size, last - first, seed))
+            return hashes, hashes  # xxh3: the digests are the hashes
         tree_toks = np.frombuffer(raw, _INT32, (last - first) * size)
         extra = None
         if self.hasher.vllm:
@@ -259,7 +266,8 @@ class EventRecorder:
         if self._mm:
             tree_toks = event_tokens(self.mm_keys, self._raw, tree_toks, self.hasher.vllm)
         digests = self.hasher.digests(tree_toks, root, size, parent, extra)
-        return digests, self.hasher.ints(digests)
+        hashes = BlockHashes.of(self.hasher.ints(digests))
+        return (hashes if xxh3 is not None else digests), hashes
 
     def _parent_digest(self, node: TreeNode, pos: int) -> Digest | None:
         """Digest of the block that ends at `pos` (<= node.depth), held by an ancestor (None at 0)."""
@@ -269,14 +277,17 @@ class EventRecorder:
         while not anc.depth < pos <= anc.depth + anc.size:
             anc = anc.parent  # type: ignore[assignment]
         got = self._digests.get(anc)
-        return (got if got is not None else self.digests(anc))[0][pos // self.block_size - 1 - anc.depth // self.block_size]
+        if got is None:
+            got = self.digests(anc)
+        k = pos // self.block_size - 1 - anc.depth // self.block_size
+        return got[1].at(k) if self._xxh3 is not None else got[0][k]  # xxh3: the digest is the hash
 
     def parent_int(self, node: TreeNode, pos: int) -> int | None:
         """The event int of the block ending at `pos` (block-aligned, <= node.end) on `node`'s path."""
         first = node.depth // self.block_size
         if pos // self.block_size <= first:
             return self._int(self._parent_digest(node, pos))
-        return self.digests(node)[1][pos // self.block_size - 1 - first]
+        return self.digests(node)[1].at(pos // self.block_size - 1 - first)
 
     def _int(self, digest: Digest | None) -> int | None:
         if digest is None or not self.hasher.vllm:  # xxh3: the digest is the int

@@ -15,21 +15,35 @@ A cache's own BlockStored carries its `token_ids` as `TokenIds`: a read-only seq
 the int32 bytes the tree keys its edges by, so recording an event makes no Python int per token
 (and no array: one is made when `ids` is read).
 It reads as a list does (len, index, slice, iteration, `==` with a list, `tolist()`); the wire
-(radixkv.events.wire) and `event_to_dict` (radixkv.events.parse) give plain lists.
+(radixkv.events.wire) and `event_to_dict` (radixkv.events.parse) give plain lists. Its block hashes
+likewise: `BlockHashes`, the 64-bit hashes as the 8-byte little-endian words the XXH3 chain writes
+(events/hashing.py `xxh3_words`), kept once per node by the recorder and shared by its stored and
+removed events; a Python int per block is made when they are read (a publisher's sender thread).
 """
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
-from typing import Any, Iterator, Union, overload
+from typing import Any, Callable, Final, Iterable, Iterator, Union, overload
 
 import numpy as np
 
-DEVICE, HOST, STORAGE = "GPU", "CPU", "STORAGE"  # vLLM's medium names (the tier, whatever the device)
+from radixkv.core_loader import native
+
+# vLLM's medium names (the tier, whatever the device); Final: compiled, a constant where a module global
+# costs a dict lookup (the recorder reads DEVICE per removed node)
+DEVICE: Final = "GPU"
+HOST: Final = "CPU"
+STORAGE: Final = "STORAGE"
 MEDIA = (DEVICE, HOST, STORAGE)
 HASH_LIMIT = 1 << 64
 _INT32 = np.dtype("<i4")  # a tree key's ids (TokenIds over its bytes)
+_U64 = np.dtype("<u8")  # block hashes' words (BlockHashes)
+# radixkv/_runs_native.c's words -> ints while the compiled core runs, None interpreted (numpy, int.from_bytes)
+_WORDS_INTS: Final[Callable[[bytes], list[int]] | None] = native("words_ints")
+_WORD_AT: Final[Callable[[bytes, int], int] | None] = native("word_at")
 
 
 class TokenIds:
@@ -90,12 +104,84 @@ class TokenIds:
 Sequence.register(TokenIds)
 
 
+class BlockHashes:
+    """Block hashes of an event, read-only: ints in [0, 2**64) kept as `words`, bytes of 8-byte
+    little-endian words that nobody writes (see the module docstring). Reads as TokenIds does: ints
+    come out as Python ints, a slice is a BlockHashes, `==` holds with a list of the same ints."""
+
+    def __init__(self, words: bytes) -> None:
+        self.words = words
+
+    @staticmethod
+    def of(hashes: Iterable[int]) -> BlockHashes:
+        ints = list(hashes)
+        return BlockHashes(struct.pack(f"<{len(ints)}Q", *ints))
+
+    def tolist(self) -> list[int]:
+        ints = _WORDS_INTS
+        return ints(self.words) if ints is not None else np.frombuffer(self.words, _U64).tolist()
+
+    def __len__(self) -> int:
+        return len(self.words) >> 3
+
+    @overload
+    def __getitem__(self, i: int) -> int: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> BlockHashes: ...
+
+    def __getitem__(self, i: int | slice) -> int | BlockHashes:
+        n = len(self.words) >> 3
+        if isinstance(i, slice):
+            lo, hi, step = i.indices(n)
+            return BlockHashes(self.words[8 * lo:8 * max(lo, hi)]) if step == 1 else BlockHashes.of(self.tolist()[i])
+        k = i + n if i < 0 else i
+        if not 0 <= k < n:
+            raise IndexError("block hash index out of range")
+        return self.at(k)
+
+    def at(self, k: int) -> int:
+        """Hash k, for 0 <= k < len(self) (the recorder's own reads: no negative k)."""
+        at = _WORD_AT
+        return at(self.words, k) if at is not None else int.from_bytes(self.words[8 * k:8 * k + 8], "little")
+
+    def cut(self, j: int) -> tuple[BlockHashes, BlockHashes]:
+        """(self[:j], self[j:]) for 0 <= j <= len(self): a node's hashes when the tree splits it."""
+        words = self.words
+        return BlockHashes(words[:8 * j]), BlockHashes(words[8 * j:])
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.tolist())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, BlockHashes):
+            return self.words == other.words
+        return self.tolist() == other if isinstance(other, list) else NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # compares equal to lists, which are unhashable
+
+    def __repr__(self) -> str:
+        return repr(self.tolist())
+
+    def __reversed__(self) -> Iterator[int]:
+        return reversed(self.tolist())
+
+    def index(self, value: int) -> int:
+        return self.tolist().index(value)
+
+    def count(self, value: int) -> int:
+        return self.tolist().count(value)
+
+
+Sequence.register(BlockHashes)
+
+
 # Dataclasses for their fields, equality and repr, with the __init__ written out: compiled with the
 # core (radixkv/core_loader.py), an explicit __init__ is a native call, while the one dataclasses
 # generates is interpreted code, slower than it is without compiling.
 @dataclass(slots=True, init=False)
 class BlockStored:
-    block_hashes: list[int]
+    block_hashes: list[int] | BlockHashes  # a cache's own: BlockHashes
     parent_block_hash: int | None
     token_ids: list[int] | TokenIds  # len(block_hashes) * block_size tokens
     block_size: int
@@ -111,7 +197,8 @@ class BlockStored:
     session_id: str | None = None
     lookahead_token_ids: list[list[int]] | None = None
 
-    def __init__(self, block_hashes: list[int], parent_block_hash: int | None, token_ids: list[int] | TokenIds,
+    def __init__(self, block_hashes: list[int] | BlockHashes, parent_block_hash: int | None,
+                 token_ids: list[int] | TokenIds,
                  block_size: int, lora_id: int | None = None, medium: str | None = DEVICE,
                  lora_name: str | None = None, extra_keys: list[tuple[Any, ...] | None] | None = None,
                  group_idx: int | None = None, kv_cache_spec_kind: str | None = None,
@@ -137,13 +224,13 @@ class BlockStored:
 
 @dataclass(slots=True, init=False)
 class BlockRemoved:
-    block_hashes: list[int]
+    block_hashes: list[int] | BlockHashes
     medium: str | None = DEVICE
     group_idx: int | None = None
     locality: str | None = None
     ownership: str | None = None
 
-    def __init__(self, block_hashes: list[int], medium: str | None = DEVICE, group_idx: int | None = None,
+    def __init__(self, block_hashes: list[int] | BlockHashes, medium: str | None = DEVICE, group_idx: int | None = None,
                  locality: str | None = None, ownership: str | None = None) -> None:
         self.block_hashes = block_hashes
         self.medium = medium

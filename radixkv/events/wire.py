@@ -94,9 +94,11 @@ _encoder = msgspec.msgpack.Encoder()
 
 
 def to_wire(event: KVEvent) -> KVCacheEvent:
-    """The wire struct of one in-process event (same fields, same values; token ids as a list)."""
+    """The wire struct of one in-process event (same fields, same values; block hashes and token ids as lists)."""
     cls = type(event)
     wire = _WIRE[cls](*(getattr(event, k) for k in FIELDS[cls.__name__]))
+    if isinstance(wire, (BlockStored, BlockRemoved)) and isinstance(wire.block_hashes, records.BlockHashes):
+        wire.block_hashes = wire.block_hashes.tolist()
     if isinstance(wire, BlockStored) and isinstance(wire.token_ids, records.TokenIds):
         wire.token_ids = wire.token_ids.tolist()
     return wire
