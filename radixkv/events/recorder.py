@@ -44,6 +44,7 @@ from radixkv.events.request_keys import block_extra_keys, event_tokens, remember
 from radixkv.events.snapshot import snapshot
 from radixkv.keys import ExtraKeys, hash_root, whole_request_keys
 from radixkv.multimodal import MultiModalKeys
+from radixkv.radix.types import ResidencyListener
 
 if TYPE_CHECKING:
     from radixkv.radix.node import TreeNode
@@ -53,7 +54,7 @@ if TYPE_CHECKING:
 _INT32: Final = np.dtype(np.int32)  # a tree key's ids
 
 
-class EventRecorder:
+class EventRecorder(ResidencyListener):
     def __init__(self, block_size: int, page_size: int = 1, scheme: str = "xxh3",
                  mm_keys: MultiModalKeys | None = None, groups: Sequence[EventGroup] = (),
                  hasher: BlockHasher | None = None) -> None:
