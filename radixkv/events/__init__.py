@@ -17,6 +17,7 @@ from radixkv.events.records import (DEVICE, HASH_LIMIT, HOST, MEDIA, STORAGE, Al
 
 event_from_dict = parse_event  # the older name: it accepts dicts, positional lists and event objects
 
-__all__ = ["EVENT_HASHES", "BlockHasher", "block_digests", "DEVICE", "HOST", "STORAGE", "MEDIA", "HASH_LIMIT", "SEED", "AllBlocksCleared", "BlockRemoved", "BlockStored",
+__all__ = ["EVENT_HASHES", "BlockHasher", "block_digests", "DEVICE", "HOST", "STORAGE", "MEDIA", "HASH_LIMIT", "SEED",
+           "AllBlocksCleared", "BlockRemoved", "BlockStored",
            "EventFormatError", "KVEvent", "block_hashes", "chain_hashes", "hash_function", "event_to_dict",
            "event_from_dict", "parse_event", "TokenIds", "BlockHashes"]

@@ -80,8 +80,10 @@ def _stored(v: dict[str, Any]) -> BlockStored:
     if look is not None and (not isinstance(look, (list, tuple)) or not all(_is_int_list(x) for x in look)):
         raise EventFormatError(f"{name}: lookahead_token_ids must be None or lists of ints")
     return BlockStored(
-        hashes, parent, toks if isinstance(toks, TokenIds) else list(toks), size, _opt(v.get("lora_id"), int, "lora_id"), _medium(v.get("medium", DEVICE), name),
-        _opt(v.get("lora_name"), str, "lora_name"), None if extra is None else [None if e is None else _freeze(e) for e in extra],
+        hashes, parent, toks if isinstance(toks, TokenIds) else list(toks), size,
+        _opt(v.get("lora_id"), int, "lora_id"), _medium(v.get("medium", DEVICE), name),
+        _opt(v.get("lora_name"), str, "lora_name"),
+        None if extra is None else [None if e is None else _freeze(e) for e in extra],
         _opt(v.get("group_idx"), int, "group_idx"), _opt(v.get("kv_cache_spec_kind"), str, "kv_cache_spec_kind"),
         _opt(v.get("kv_cache_spec_sliding_window"), int, "kv_cache_spec_sliding_window"),
         _opt(v.get("locality"), str, "locality"), _opt(v.get("ownership"), str, "ownership"),
@@ -112,7 +114,8 @@ def _hashes(values: object, name: str) -> list[int] | BlockHashes:
         if isinstance(h, (bytes, bytearray)) and h:
             h = int.from_bytes(bytes(h[-8:]), "big")  # vLLM's sha256 digests, read as llm-d reads them
         if not _is_int(h) or not 0 <= h < HASH_LIMIT:
-            raise EventFormatError(f"{name}: block hashes must be ints in [0, 2**64) or non-empty bytes, got {_show(h)}")
+            raise EventFormatError(f"{name}: block hashes must be ints in [0, 2**64) or non-empty bytes, "
+                                   f"got {_show(h)}")
         out.append(h)
     return out
 

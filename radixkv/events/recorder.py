@@ -23,9 +23,10 @@ starts in an ancestor's edge), the XXH3 chain of its new blocks and the event, w
 those bytes (records.TokenIds) and whose block hashes are the chain's words (records.BlockHashes, no
 Python int per block): compiled, one native call for the chain (events/hashing.py `xxh3_words`,
 blocks of 9-16 tokens), else one xxhash call and one slice per block. Removal reuses the kept
-hashes (the same object) and a split cuts their bytes in two. The common case (XXH3, one holder per block, one layer group, no multimodal request
-seen: `_plain`) is one method per stored or removed node calling no other Python function than the
-event's constructors: interpreted (`RADIXKV_PURE_PYTHON=1`) a call costs as much as several blocks' hashes.
+hashes (the same object) and a split cuts their bytes in two. The common case (XXH3, one holder per
+block, one layer group, no multimodal request seen: `_plain`) is one method per stored or removed node
+calling no other Python function than the event's constructors: interpreted (`RADIXKV_PURE_PYTHON=1`) a
+call costs as much as several blocks' hashes.
 Extra keys and ids of LoRA, salted and multimodal requests: events/request_keys.py.
 """
 
@@ -43,6 +44,7 @@ from radixkv.events.request_keys import block_extra_keys, event_tokens, remember
 from radixkv.events.snapshot import snapshot
 from radixkv.keys import ExtraKeys, hash_root, whole_request_keys
 from radixkv.multimodal import MultiModalKeys
+from radixkv.radix.types import ResidencyListener
 
 if TYPE_CHECKING:
     from radixkv.radix.node import TreeNode
@@ -52,7 +54,7 @@ if TYPE_CHECKING:
 _INT32: Final = np.dtype(np.int32)  # a tree key's ids
 
 
-class EventRecorder:
+class EventRecorder(ResidencyListener):
     def __init__(self, block_size: int, page_size: int = 1, scheme: str = "xxh3",
                  mm_keys: MultiModalKeys | None = None, groups: Sequence[EventGroup] = (),
                  hasher: BlockHasher | None = None) -> None:
@@ -80,7 +82,8 @@ class EventRecorder:
         self._holders = Holders()
         self.groups = GroupEvents(self, groups) if groups else None
         # the group fields of each group's events: none at all for a one-group model
-        self.fields: list[tuple] = [()] if not groups else [FULL.fields(0)] + [s.fields(g + 1) for g, s in enumerate(groups)]
+        self.fields: list[tuple] = ([()] if not groups
+                                    else [FULL.fields(0)] + [s.fields(g + 1) for g, s in enumerate(groups)])
         self._xxh3: Callable[[bytes, Any], Any] | None = None if self.hasher.vllm else hash_function()
         self._plain = False  # the common case (module docstring), set by _replan
         self._replan()
@@ -101,7 +104,8 @@ class EventRecorder:
             return
         start = first * size
         # the path's key bytes from `start`, for digests and ids: most often the node's own key, not a copy
-        raw = node.key if start == depth else node.key[4 * (start - depth):] if start > depth else path_bytes(node, start)
+        raw = (node.key if start == depth else node.key[4 * (start - depth):] if start > depth
+               else path_bytes(node, start))
         if not self._plain:
             parent = self._parent_digest(node, start)
             self.publish(node, self.digests(node, raw, parent)[1], self._int(parent), raw, first, medium, 0)
@@ -213,7 +217,8 @@ class EventRecorder:
         else:
             toks = np.frombuffer(raw, _INT32, n)
             extra = block_extra_keys(self.mm_keys, toks, self.block_size, first_block, lora_name, salt, self._mm)
-            ids = TokenIds(event_tokens(self.mm_keys, self._raw, toks, self.hasher.vllm)) if self._mm else TokenIds(raw, n)
+            ids = (TokenIds(event_tokens(self.mm_keys, self._raw, toks, self.hasher.vllm)) if self._mm
+                   else TokenIds(raw, n))
         event = BlockStored(hashes, parent, ids, self.block_size, lora_id, medium, lora_name, extra)
         fields = self.fields[group]
         if fields:  # a hybrid model's: which group, and what it keeps

@@ -46,7 +46,40 @@ _WORDS_INTS: Final[Callable[[bytes], list[int]] | None] = native("words_ints")
 _WORD_AT: Final[Callable[[bytes, int], int] | None] = native("word_at")
 
 
-class TokenIds:
+class IntsView:
+    """What TokenIds and BlockHashes share: a read-only sequence of ints read through `tolist()`, equal to a
+    list of the same ints and to a view of its own kind with the same contents (`_same`)."""
+
+    def tolist(self) -> list[int]:
+        raise NotImplementedError
+
+    def _same(self, other: Any) -> bool:
+        raise NotImplementedError
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.tolist())
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is type(self):
+            return self._same(other)
+        return self.tolist() == other if isinstance(other, list) else NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # compares equal to lists, which are unhashable
+
+    def __repr__(self) -> str:
+        return repr(self.tolist())
+
+    def __reversed__(self) -> Iterator[int]:
+        return reversed(self.tolist())
+
+    def index(self, value: int) -> int:
+        return self.tolist().index(value)
+
+    def count(self, value: int) -> int:
+        return self.tolist().count(value)
+
+
+class TokenIds(IntsView):
     """Token ids of an event, read-only: int32 little-endian bytes that nobody writes (a tree key's,
     given with how many ids they hold), or a 1-D integer array (see the module docstring). `ids` is
     the array (a read-only view of the bytes, made when asked for); ints come out as Python ints; a
@@ -75,36 +108,17 @@ class TokenIds:
     def __getitem__(self, i: int | slice) -> int | TokenIds:
         return TokenIds(self.ids[i]) if isinstance(i, slice) else int(self.ids[i])
 
-    def __iter__(self) -> Iterator[int]:
-        return iter(self.ids.tolist())
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, TokenIds):
-            return bool(np.array_equal(self.ids, other.ids))
-        return self.ids.tolist() == other if isinstance(other, list) else NotImplemented
-
-    __hash__ = None  # type: ignore[assignment]  # compares equal to lists, which are unhashable
-
-    def __repr__(self) -> str:
-        return repr(self.ids.tolist())
-
-    def __reversed__(self) -> Iterator[int]:
-        return reversed(self.ids.tolist())
-
-    def index(self, value: int) -> int:
-        return self.ids.tolist().index(value)
-
-    def count(self, value: int) -> int:
-        return self.ids.tolist().count(value)
-
     def tolist(self) -> list[int]:
         return self.ids.tolist()
+
+    def _same(self, other: Any) -> bool:
+        return bool(np.array_equal(self.ids, other.ids))
 
 
 Sequence.register(TokenIds)
 
 
-class BlockHashes:
+class BlockHashes(IntsView):
     """Block hashes of an event, read-only: ints in [0, 2**64) kept as `words`, bytes of 8-byte
     little-endian words that nobody writes (see the module docstring). Reads as TokenIds does: ints
     come out as Python ints, a slice is a BlockHashes, `==` holds with a list of the same ints."""
@@ -150,27 +164,8 @@ class BlockHashes:
         words = self.words
         return BlockHashes(words[:8 * j]), BlockHashes(words[8 * j:])
 
-    def __iter__(self) -> Iterator[int]:
-        return iter(self.tolist())
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, BlockHashes):
-            return self.words == other.words
-        return self.tolist() == other if isinstance(other, list) else NotImplemented
-
-    __hash__ = None  # type: ignore[assignment]  # compares equal to lists, which are unhashable
-
-    def __repr__(self) -> str:
-        return repr(self.tolist())
-
-    def __reversed__(self) -> Iterator[int]:
-        return reversed(self.tolist())
-
-    def index(self, value: int) -> int:
-        return self.tolist().index(value)
-
-    def count(self, value: int) -> int:
-        return self.tolist().count(value)
+    def _same(self, other: Any) -> bool:
+        return bool(self.words == other.words)
 
 
 Sequence.register(BlockHashes)

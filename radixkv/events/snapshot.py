@@ -33,7 +33,8 @@ class Recording(Protocol):
 def snapshot(fresh: Recording, tree: RadixTree) -> list[KVEvent]:
     """The events above, recorded by `fresh` (a fork with nothing recorded yet)."""
     fresh.events = [AllBlocksCleared()]
-    fresh.events += [BlockStored([], None, [], fresh.block_size, None, DEVICE, None, None, *f) for f in fresh.fields[1:]]
+    fresh.events += [BlockStored([], None, [], fresh.block_size, None, DEVICE, None, None, *f)
+                     for f in fresh.fields[1:]]
     for node in tree.nodes():
         if node.parent is not None:
             for medium, resident in ((DEVICE, node.pages is not None), (HOST, node.host_pages is not None)):

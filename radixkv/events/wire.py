@@ -89,7 +89,8 @@ class Batch(NamedTuple):
     publisher_id: int | None  # None from publishers that do not send one (vLLM)
 
 
-_WIRE = {records.BlockStored: BlockStored, records.BlockRemoved: BlockRemoved, records.AllBlocksCleared: AllBlocksCleared}
+_WIRE = {records.BlockStored: BlockStored, records.BlockRemoved: BlockRemoved,
+         records.AllBlocksCleared: AllBlocksCleared}
 _encoder = msgspec.msgpack.Encoder()
 
 
@@ -130,7 +131,8 @@ def decode_batch(payload: object) -> Batch:
     ts, rank = batch[0], batch[2] if len(batch) > 2 else None
     pid = batch[3] if len(batch) > 3 else None
     if isinstance(ts, bool) or not isinstance(ts, (int, float)) or (rank is not None and not is_rank(rank)):
-        raise EventFormatError(f"KVEventBatch: ts must be a number and data_parallel_rank an int, got {ts!r:.40}, {rank!r:.40}")
+        raise EventFormatError(f"KVEventBatch: ts must be a number and data_parallel_rank an int, "
+                               f"got {ts!r:.40}, {rank!r:.40}")
     if pid is not None and type(pid) is not int:
         raise EventFormatError(f"KVEventBatch: publisher_id must be an int, got {pid!r:.40}")
     return Batch(float(ts), [parse_event(e) for e in batch[1]], rank, pid)

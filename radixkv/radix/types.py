@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, Protocol
+from typing import TYPE_CHECKING, Callable, Final, Protocol
 
 import numpy as np
+from mypy_extensions import mypyc_attr
 
 if TYPE_CHECKING:
     from radixkv.radix.node import TreeNode
@@ -12,7 +13,9 @@ if TYPE_CHECKING:
 __all__ = ["DEVICE", "HOST", "USER", "SEQUENCE", "MatchInfo", "InsertResult", "ResidencyListener", "PinKeeper"]
 
 USER, SEQUENCE = 0, 1  # lock holders: lock()/unlock() callers, open Sequences
-DEVICE, HOST = "GPU", "CPU"  # media a listener hears of: vLLM's KV-event names (radixkv.events keeps the same)
+# media a listener hears of: vLLM's KV-event names (radixkv.events keeps the same); Final: compiled, constants
+DEVICE: Final = "GPU"
+HOST: Final = "CPU"
 
 
 # Plain classes, not NamedTuples: compiled, building one is a C call and its fields are struct reads
@@ -37,18 +40,27 @@ class InsertResult:
         self.gained = gained  # nodes that just got device KV (new leaf, host-only nodes), parents first
 
 
-class ResidencyListener(Protocol):
-    """Told when a node's blocks appear on or leave a medium ("GPU" device, "CPU" host): KV events."""
+@mypyc_attr(allow_interpreted_subclasses=True)
+class ResidencyListener:
+    """Told when a node's blocks appear on or leave a medium ("GPU" device, "CPU" host): KV events
+    (radixkv/events/recorder.py's EventRecorder). A base class to subclass, not a Protocol: compiled, the
+    tree's calls then go through the class's method table, where a Protocol's are attribute lookups by name
+    (~300 instructions a call, several a request with events on)."""
 
-    def stored(self, node: TreeNode, medium: str) -> None: ...
+    def stored(self, node: TreeNode, medium: str) -> None:
+        raise NotImplementedError
 
-    def removed(self, node: TreeNode, medium: str) -> None: ...
+    def removed(self, node: TreeNode, medium: str) -> None:
+        raise NotImplementedError
 
-    def split(self, upper: TreeNode, lower: TreeNode) -> None: ...
+    def split(self, upper: TreeNode, lower: TreeNode) -> None:
+        raise NotImplementedError
 
-    def attached(self, node: TreeNode, group: int) -> None: ...  # a secondary group's component appeared
+    def attached(self, node: TreeNode, group: int) -> None:  # a secondary group's component appeared
+        raise NotImplementedError
 
-    def detached(self, node: TreeNode, group: int) -> None: ...  # ... and went (a tombstone now)
+    def detached(self, node: TreeNode, group: int) -> None:  # ... and went (a tombstone now)
+        raise NotImplementedError
 
 
 class PinKeeper(Protocol):
