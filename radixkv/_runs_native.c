@@ -379,7 +379,7 @@ static PyObject *xxh3_words(PyObject *module, PyObject *const *args, Py_ssize_t 
 /* ---- KV events' block hashes as words (radixkv/events/records.py's BlockHashes) ---- */
 
 /* word_at(words, k): word k of `words` as an int (int.from_bytes of a slice is a generic call compiled, ~1k
- * instructions); k is not checked beyond the bytes' end (BlockHashes.at's callers pass 0 <= k < len). */
+ * instructions); IndexError unless 0 <= k < len(words) // 8. */
 static PyObject *word_at(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     (void)module;
     if (nargs != 2 || !PyBytes_Check(args[0])) {
