@@ -11,24 +11,19 @@ BlockHashes (events/records.py): the ints are made here, not when recording, so 
 from __future__ import annotations
 
 import argparse
-import time
-from typing import Callable
+import os
+import sys
 
-from radixkv.bench.main import capacity
-from radixkv.bench.opt import build_segments
-from radixkv.bench.runner import replay
-from radixkv.bench.workloads import make_workload
-from radixkv.core_loader import state
-from radixkv.events.wire import encode_batch
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # events_parts, beside this file
 
+from events_parts import best_us  # noqa: E402
 
-def best_us(fn: Callable[[], object], per: int) -> float:
-    best = float("inf")
-    for _ in range(7):
-        t = time.thread_time_ns()
-        fn()
-        best = min(best, time.thread_time_ns() - t)
-    return best / per / 1e3
+from radixkv.bench.main import capacity  # noqa: E402
+from radixkv.bench.opt import build_segments  # noqa: E402
+from radixkv.bench.runner import replay  # noqa: E402
+from radixkv.bench.workloads import make_workload  # noqa: E402
+from radixkv.core_loader import state  # noqa: E402
+from radixkv.events.wire import encode_batch  # noqa: E402
 
 
 def main() -> None:
@@ -43,8 +38,9 @@ def main() -> None:
         cap = capacity(0.25, seg.total_pages * page, max(len(r.tokens) for r in reqs), page)
         batches: list[list] = []
         replay(reqs, cap, "lru", page, events=True, drain=batches.append)
-        enc = best_us(lambda: [encode_batch(b, 0.0, 0, 1) for b in batches], len(reqs))
-        ints = best_us(lambda: [list(e.block_hashes) for b in batches for e in b], len(reqs))
+        # best of 7 rounds of one call each, over every request's batch, per request
+        enc = best_us(lambda: [encode_batch(b, 0.0, 0, 1) for b in batches], 1, rounds=7) / len(reqs)
+        ints = best_us(lambda: [list(e.block_hashes) for b in batches for e in b], 1, rounds=7) / len(reqs)
         print(f"{wl} page {page}: encode_batch {enc:.1f} us a request, every block hash as an int {ints:.1f} us "
               f"a request ({'compiled' if state()[0] else 'pure Python'})")
 
