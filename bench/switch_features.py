@@ -26,6 +26,7 @@ import argparse
 import json
 import os
 import sys
+from typing import Callable
 
 import numpy as np
 
@@ -113,13 +114,16 @@ class Logged(Adaptive):
         super()._decay(added)
 
 
-def per_request(reqs: list, cap: int, policy: str, page: int) -> list[int]:
-    """Tokens each request's lookup matched under `policy`."""
+def per_request(reqs: list, cap: int, policy: str, page: int, before: Callable[[], object] | None = None) -> list[int]:
+    """Tokens each request's lookup matched under `policy`; `before()` is called before each request, if given (an
+    observer reading the policy's state then: bench/switch_transient.py)."""
     run, out = Replay(reqs, cap, policy, page), []
     for _ in reqs:
-        before = run.res.hit_tokens
+        if before is not None:
+            before()
+        got = run.res.hit_tokens
         run.step(1)
-        out.append(run.res.hit_tokens - before)
+        out.append(run.res.hit_tokens - got)
     return out
 
 

@@ -34,16 +34,16 @@ import argparse
 import os
 import sys
 from dataclasses import dataclass, replace
-from typing import Callable
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # policy_grid, beside this file
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # policy_grid and switch_features, beside this file
 
 from policy_grid import FIXED, FRACS, each, grid_names, held_names, load  # noqa: E402
+from switch_features import per_request  # noqa: E402
 
 from radixkv.bench.opt import build_segments  # noqa: E402
-from radixkv.bench.runner import Replay, capacity, replay  # noqa: E402
+from radixkv.bench.runner import capacity, replay  # noqa: E402
 from radixkv.cli_args import HelpFormatter  # noqa: E402
 from radixkv.eviction import POLICIES  # noqa: E402
 from radixkv.eviction.adaptive import Adaptive  # noqa: E402
@@ -52,19 +52,6 @@ PHASES = ("lead-in", "transient", "steady")
 PARTS = ("decision", "state")
 EXPERTS = ("lru", "lfu")
 PRE, LEAD, TRANSIENT, STEADY = -1, 0, 1, 2  # a request's phase (PRE: before the first eviction)
-
-
-def stepped(reqs: list, cap: int, policy: str, page: int,
-            before: Callable[[], tuple[int, int]] | None = None) -> tuple[np.ndarray, list[tuple[int, int]]]:
-    """Tokens each request's lookup matched under `policy`, and `before()` read before each request (if given)."""
-    run, hits, seen = Replay(reqs, cap, policy, page), [], []
-    for _ in reqs:
-        if before is not None:
-            seen.append(before())
-        got = run.res.hit_tokens
-        run.step(1)
-        hits.append(run.res.hit_tokens - got)
-    return np.array(hits), seen
 
 
 def observe(policy: Adaptive, prior: list[int]) -> tuple[int, int]:
@@ -106,13 +93,13 @@ class Row:
 
 def decompose(reqs: list, cap: int, page: int) -> Row:
     """One cell: the adaptive policy's hits, the plain experts', the oracle's, and the loss by phase and part."""
-    policy, prior = Adaptive(), []
+    policy, prior, seen = Adaptive(), [], []
     POLICIES["observed"] = lambda: policy
     try:
-        hits, seen = stepped(reqs, cap, "observed", page, lambda: observe(policy, prior))
+        hits = np.array(per_request(reqs, cap, "observed", page, lambda: seen.append(observe(policy, prior))))
     finally:
         del POLICIES["observed"]
-    experts = [stepped(reqs, cap, p, page)[0] for p in EXPERTS]
+    experts = [np.array(per_request(reqs, cap, p, page)) for p in EXPERTS]
     mode = np.array([m for m, _ in seen])
     phase = np.array([p for _, p in seen])
     oracle = np.where(mode == 1, experts[1], experts[0])
