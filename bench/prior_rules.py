@@ -89,11 +89,15 @@ def reuse_shape(history: History) -> tuple[int, float, float]:
 
 
 def rule(spec: str) -> Judge:
-    """A rule from SIZE/FROM/CHECK/Z[/REUSE[/HITS/REPEATS]]: eviction/prior.py's with PRIOR_SIZE, PRIOR_FROM, Z and
-    PRIOR_REUSE (none: no such test); with HITS and REPEATS also no replay where `reuse_shape` finds HITS or more of
-    the lookups hit and under REPEATS of their tokens matched before (round 21's test); and, unless CHECK is -,
-    round 19's veto: a second replay, at CHECK x the size, keeps the expert followed where it favours it by VETO
-    sd (counted as a replay from the start: round 19's went on from the first one's fork). MARGIN is the policy's."""
+    """A rule from SIZE/FROM/CHECK/Z[/REUSE[/HITS/REPEATS]][@K[s]]: eviction/prior.py's with PRIOR_SIZE, PRIOR_FROM,
+    Z and PRIOR_REUSE (none: no such test); with HITS and REPEATS also no replay where `reuse_shape` finds HITS or
+    more of the lookups hit and under REPEATS of their tokens matched before (round 21's test); and, unless CHECK is
+    -, round 19's veto: a second replay, at CHECK x the size, keeps the expert followed where it favours it by VETO
+    sd (counted as a replay from the start: round 19's went on from the first one's fork). With @K it leaves only
+    where K or more of the judged lookups differ (round 24), with s only where more of them favour leaving than
+    not (the switch's sign test). MARGIN is the policy's."""
+    spec, _, tail = spec.partition("@")
+    least, signed = int(tail.rstrip("s") or 0), tail.endswith("s")
     size, late, check, z, reuse_at, hits_at, repeats_at = (
         float(x) if x != "-" else -1.0 for x in (spec + "/-/-/-").split("/")[:7])
 
@@ -107,7 +111,9 @@ def rule(spec: str) -> Judge:
         leads, asked, fork = run(int(size * cap))
         cost = work(history, fork)
         first = int(late * len(leads))
-        leaves = clear(leads[first:], asked[first:], K.MARGIN, z)
+        judged = leads[first:]
+        leaves = (clear(judged, asked[first:], K.MARGIN, z) and sum(x != 0 for x in judged) >= least
+                  and (not signed or sum(x > 0 for x in judged) > sum(x < 0 for x in judged)))
         if not leaves or check < 0:
             return leaves, cost
         checks, asked, fork = run(int(check * cap))
@@ -117,6 +123,12 @@ def rule(spec: str) -> Judge:
 
 NAMED = {"base": f"{K.PRIOR_SIZE}/{K.PRIOR_FROM}/-/{K.Z}/{K.PRIOR_REUSE}",
          "round19": f"{K.PRIOR_SIZE}/{K.PRIOR_FROM}/0.75/{K.Z}"}  # round 19's prior: a veto replay, no reuse test
+
+
+def named(spec: str) -> str:
+    """`spec` with a NAMED rule (before any @K) spelt out."""
+    body, at, tail = spec.partition("@")
+    return NAMED.get(body, body) + at + tail
 
 
 class Stop(Exception):
@@ -142,7 +154,7 @@ class Judged(Adaptive):
                     replays[size] = replay(tree, history, own, other, size)
                 return replays[size]
             differ = sum(x != 0 for x in run(int(K.PRIOR_SIZE * cap))[0])
-            raise Stop({r: rule(NAMED.get(r, r))(history, cap, run) for r in self.rules},
+            raise Stop({r: rule(named(r))(history, cap, run) for r in self.rules},
                        (reuse(history, cap), *reuse_shape(history), differ))
         super().on_evict(victim)
 
@@ -202,10 +214,11 @@ def main(argv: list[str] | None = None) -> None:
     a = ap.parse_args(argv)
     rules = a.rules.split(",")
     for r in rules:
-        fields = r.split("/")
-        if r not in NAMED and (len(fields) not in (4, 5, 7) or not all(
-                x == "-" or x.replace(".", "", 1).isdigit() for x in fields)):
-            ap.error(f"a rule is base, round19 or SIZE/FROM/CHECK/Z[/REUSE[/HITS/REPEATS]], not {r}")
+        body, _, tail = r.partition("@")
+        fields = NAMED.get(body, body).split("/")
+        if len(fields) not in (4, 5, 7) or not all(x == "-" or x.replace(".", "", 1).isdigit() for x in fields) or (
+                tail and not tail.rstrip("s").isdigit()):
+            ap.error(f"a rule is base, round19 or SIZE/FROM/CHECK/Z[/REUSE[/HITS/REPEATS]], each [@K[s]], not {r}")
     names = grid_names(a.grid, held_names(a.trace), a.only)
     by = {False: margins(a.lru), True: margins(a.lfu)}
     got: Verdicts = {}

@@ -132,3 +132,13 @@ def test_each_cell_replays_each_size_once_for_every_rule_and_the_differing_count
     assert [got[(CELL, f)][0]["round19"][0] for f in (0.05, 0.1, 0.25, 0.5)] == [True, False, True, False]
     assert len(calls) == len(set(calls)) and len({h for h, _ in calls}) == 4  # a first eviction a share
     assert len(calls) > 4  # (the veto replays)
+
+
+def test_a_rule_with_at_k_leaves_only_where_k_or_more_judged_lookups_differ(rules: ModuleType) -> None:
+    """fit's seed 4063 at 50%: the prior leaves LRU on a replay in which two lookups differ (round 24: its lead-in
+    loses 1.69 points); @3 keeps LRU, @2 and @1s (more of them for LFU than against) leave as the policy does."""
+    specs = ["base", "base@2", "base@3", "base@1s", "base@3s"]
+    verdicts, stats = rules.verdicts(("seed:4063", specs))[("seed:4063", 0.5)]
+    assert stats[-1] == 2  # the differing lookups in the policy's replay
+    assert [verdicts[s][0] for s in specs] == [True, True, False, True, False]
+    assert rules.named("base@3") == rules.NAMED["base"] + "@3"
