@@ -67,15 +67,36 @@ def test_the_int_starts_hold_what_exact_starts_hold(page: int) -> None:
     assert len(ghosts.ghosts) == len(table) > GhostLFU.GHOSTS // 2
 
 
-def test_starts_are_distinct_at_every_depth_namespace_and_first_page() -> None:
+@pytest.mark.parametrize("size", [1, 16])
+def test_starts_are_distinct_at_every_depth_namespace_and_first_page(size: int) -> None:
     """One first page at 2,000 depths, 2,000 first pages at one depth, and namespaces whose bytes are a
-    page's (H(page) ^ M(ns) would be symmetric without M's odd factor): no two starts share an int."""
-    ghosts, page, tok = GhostLFU(), np.int32(7).tobytes(), [np.int32(t).tobytes() for t in range(2000)]
+    page's (P ^ M(ns) would be symmetric without M's odd factor): no two starts share an int. (Pages of `size`
+    tokens: at 1 the start is the token's own value, at 16 its page's hash.)"""
+    ghosts = GhostLFU()
+    ghosts.page_bytes = 4 * size
+    page, tok = np.full(size, 7, np.int32).tobytes(), [np.full(size, t, np.int32).tobytes() for t in range(2000)]
     exact = {(b"", depth, page) for depth in range(2000)} | {(b"", 5, p) for p in tok}
     exact |= {(p, 0, page) for p in tok[:8]} | {(page, 0, p) for p in tok[:8]}
     starts = {ghosts._start(ns, depth, p) for ns, depth, p in exact}
     assert len(starts) == len(exact) == 4014
     assert all(0 <= s < 1 << 62 for s in starts)
+
+
+def test_page_one_starts_are_exact_over_every_token_and_depth_below_two_to_the_thirty() -> None:
+    """At page 1 a start reads the token's 4 bytes (no hash): the extreme tokens (negative int32 too, read
+    unsigned) at the extreme depths, in two namespaces, are 36 distinct ints of 62 bits, whatever follows the
+    first page in the key; the same values compiled and pure (the test runs both). Starts at one depth differ in
+    their low bits (the table's slots) where their tokens do."""
+    ghosts = GhostLFU()
+    tokens = [0, 1, 2**31 - 1, -2**31, -1, 12345]
+    depths = [0, 1, 2**30 - 1]
+    keys = {t: np.array([t, 99], np.int32).tobytes() for t in tokens}
+    starts = {(ns, t, d): ghosts._start(ns, d, keys[t]) for ns in (b"", b"\x01a") for t in tokens for d in depths}
+    assert len(set(starts.values())) == len(starts) == 36
+    assert all(0 <= s < 1 << 62 for s in starts.values())
+    assert all(ghosts._start(b"", d, keys[t][:4]) == starts[b"", t, d] for t in tokens for d in depths)
+    low = {ghosts._start(b"", 7, np.int32(t).tobytes()) & 0x3FF for t in range(1024)}
+    assert len(low) == 1024
 
 
 def test_the_ghost_table_drops_its_oldest_ghost_and_a_rewritten_one_is_the_newest() -> None:

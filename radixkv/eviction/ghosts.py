@@ -60,14 +60,20 @@ class GhostLFU(LFU):
         self._ns_mix: i64 = hash(b"") * _ODD & _MASK
 
     def _start(self, ns: bytes, depth: int, key: bytes) -> int:
-        """Where an edge starts (namespace `ns`, `depth` tokens, its first page `key[:page_bytes]`), as one int:
-        H(page) ^ M(ns) ^ depth, 62 bits, H the bytes' hash and M the namespace's times an odd constant (both
-        masked; M is computed once a namespace, not once a call). Two starts with the same first page at two
-        depths never collide; any other two distinct starts collide only where 62 bits of siphash values do
-        (about 2**-62 a pair), where the hash of the tuple (ns, depth, page) that it replaces collided where 64
-        bits did. No tuple is built or hashed: i64 operations, compiled, with identical values interpreted."""
+        """Where an edge starts (namespace `ns`, `depth` tokens, its first page `key[:page_bytes]`), as one int of
+        62 bits: P ^ M(ns), M the namespace's hash times an odd constant, masked (computed once a namespace, not once
+        a call). At page 1, P = depth << 32 | T, T the token's 4 bytes unsigned: no slice, no hash, exact within a
+        namespace for depths below 2**30, the token in the low bits that pick the table's slots (with the depth
+        there, T << 30 ^ depth, starts at one depth shared their first slot: measured, more probes than the hash
+        saves). At larger pages P = H(page) ^ depth, H the page's hash masked: two starts with the same first page at
+        two depths never collide. Two distinct starts collide only where 62 bits of hash values do (about 2**-62 a
+        pair), where the hash of the tuple (ns, depth, page) that it replaces collided where 64 bits did. No tuple
+        is built or hashed: i64 operations, compiled, with identical values interpreted."""
         if ns is not self._ns:
             self._ns, self._ns_mix = ns, hash(ns) * _ODD & _MASK
+        if self.page_bytes == 4:
+            token: i64 = key[0] | key[1] << 8 | key[2] << 16 | key[3] << 24
+            return (depth << 32 | token) ^ self._ns_mix
         page: i64 = hash(key[:self.page_bytes])
         return (page & _MASK) ^ self._ns_mix ^ depth
 

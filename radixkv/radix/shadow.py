@@ -28,7 +28,7 @@ same keys and order, no new node).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Final, cast
 
 from radixkv.eviction.view import NodeFields, ShadowView
 from radixkv.radix.core import PrefixNode, joined, starts_part
@@ -37,6 +37,8 @@ from radixkv.radix.shadow_keys import ShadowKeys
 
 if TYPE_CHECKING:
     from radixkv.eviction.view import FixedPolicyView
+
+_SCAN: Final = 4  # _walk_along looks for a shared edge among this many children at most by their key objects
 
 
 class ShadowTree(LeafHeap, ShadowView):
@@ -90,7 +92,9 @@ class ShadowTree(LeafHeap, ShadowView):
         """The walk of `key` from `root`, where `real` is a real node on the real walk of that key (or below its end,
         on a path that goes on from it): while the shadow's edges are the very key objects of the real path's nodes
         at the same depths (shared: `_share`, `tail`) and end within the key, they are matched whole without a
-        compare (the real walk compared them); from the first that is not, the core's walk."""
+        compare (the real walk compared them); from the first that is not, the core's walk. Such an edge is found
+        among at most _SCAN children by its key object (the child under the key's page: the edges of the real path
+        spell the key); among more, or where none is, by the dict's lookup of the key's page."""
         chain: list[NodeFields[Any]] = []  # the real path, deepest first
         r = cast("NodeFields[Any]", real)
         while r.parent is not None:
@@ -103,11 +107,18 @@ class ShadowTree(LeafHeap, ShadowView):
             edge = r.key
             if pos + len(edge) > end or 4 * r.depth != pos:
                 break
-            child: ShadowNode | None = node.children.get(key[pos:pos + pb])
+            children, child = node.children, None
+            if len(children) <= _SCAN:  # the child that shares the edge, by the key object (no slice, no hash)
+                for c in children.values():
+                    if c.key is edge:
+                        child = c
+                        break
             if child is None:
-                return path, pos
-            if child.key is not edge:  # the core walk compares it, from its parent
-                break
+                child = children.get(key[pos:pos + pb])
+                if child is None:
+                    return path, pos
+                if child.key is not edge:  # the core walk compares it, from its parent
+                    break
             path.append(child)
             pos += len(edge)
             node = child
