@@ -90,12 +90,6 @@ class Auto(Policy):
     TAIL = 0.96  # at risk: once max(work ahead at arrival, this quantile of it over all arrivals) was admitted
     TAIL_AFTER = 300  # ... read on a thin trace the server keeps up with, once this many requests arrived
     EPISODE = 7.0  # ... while under this many caches of prompt tokens arrived since an arrival found none waiting
-    OVERTAKEN_SHALLOW = 16  # aged after this many overtakes on a full cache, a trace not thin, and ...
-    SHALLOW = 0.5  # ... fewer than this many caches of prompt tokens waiting when the later arrival was admitted
-    WAITED = 1e9  # ... and a mean wait of the admitted requests so far under this many cache-times
-    TAIL_GATE = 0.0  # ... and (if > 0) this quantile of the work admitted while a request waited over that of arrivals
-    K_SHALLOW = 48.0  # K on a full cache, a trace not thin, while under SHALLOW caches of prompt tokens wait
-    EPISODE_SHALLOW = 1e9  # ... and under this many caches arrived since an arrival found none waiting
 
     def __init__(self, estimates: PrefixEstimates, full_cache: int) -> None:
         super().__init__(estimates, full_cache)
@@ -118,10 +112,6 @@ class Auto(Policy):
         self.share = self.SHARE  # the due share of the last order() (SHARE_OVER in a thin trace's backlog)
         self.risk: dict[Queued, float] = {}  # admitted_tokens at which a waiting request is at risk
         self.episode_from = 0  # arrived_tokens when an arrival last found no prompt waiting
-        self.was_thin = False  # thin() at the last order()
-        self.since: dict[Queued, int] = {}  # admitted_tokens when a waiting request arrived
-        self.waited = 0.0  # clock time the first admissions so far waited
-        self.starts = 0  # ... how many
 
     @property
     def backlog(self) -> int:
@@ -136,7 +126,6 @@ class Auto(Policy):
         self.shape.found(backlog / slots)
         if backlog <= 0:
             self.episode_from = self.arrived_tokens
-        self.since[req] = self.admitted_tokens
         self.risk[req] = self.admitted_tokens + max(backlog, self.shape.ahead_quantile(self.TAIL) * slots)
         self.arrived_tokens += len(req.tokens)
         self.seq[req] = self.arrivals
@@ -161,14 +150,12 @@ class Auto(Policy):
         self.contended = bool(due)
         if not due:
             self.contested_tokens = self.bound_tokens = 0  # the next contended period starts afresh
-        self.was_thin = thin = self.thin()
+        thin = self.thin()
         backlog = self.backlog
         slots = self.estimates.cache.config.num_slots
         over = thin and backlog >= self.OVER * slots
         heavy = thin and self.shape.busy(now, backlog > 0) >= self.BUSY
         length, k = self.estimates.length, self.K_THIN if heavy else self.K_LIGHT if thin else self.SLOWDOWN
-        if not thin and slots >= self.full_cache and backlog < self.SHALLOW * slots:
-            k = self.K_SHALLOW
         self.share = self.SHARE_OVER if over else self.SHARE
         self.lengths = lengths = {r: length(r) for r in window}
         by_deadline = sorted((r for r in window if r in turn),
@@ -225,33 +212,19 @@ class Auto(Policy):
             out.append(req)
         return out + [r for r in by_deadline[j:] if r not in taken]
 
-    def _overtakes(self) -> int:
-        """How many later arrivals admitted first age a request now."""
-        slots = self.estimates.cache.config.num_slots
-        shallow = slots >= self.full_cache and not self.was_thin and self.backlog < self.SHALLOW * slots
-        light = self.waited < self.WAITED * slots * self.starts
-        light = light and self.arrived_tokens - self.episode_from < self.EPISODE_SHALLOW * slots
-        if self.TAIL_GATE > 0:
-            q = self.TAIL_GATE
-            light = light and self.shape.passed_quantile(q) > self.shape.ahead_quantile(q)
-        return self.OVERTAKEN_SHALLOW if shallow and light else self.OVERTAKEN
-
     def admitted(self, req: Queued, now: float) -> None:
         self.shape.note(now, self.backlog > 0)
         if self.turn.pop(req, None) is None:
             return
         del self.risk[req]
-        self.shape.started((self.admitted_tokens - self.since.pop(req)) / self.estimates.cache.config.num_slots)
         mine, seq = self.seq.pop(req), self.seq
         self.passed.pop(req, None)
         self.aged.discard(req)
-        newly, limit = [], self._overtakes()
-        self.waited += now - req.arrival
-        self.starts += 1
+        newly = []
         for r, n in self.passed.items():  # arrival order: those that arrived before req come first
             if seq[r] > mine:
                 break
-            if n + 1 >= limit:
+            if n + 1 >= self.OVERTAKEN:
                 newly.append(r)
             else:
                 self.passed[r] = n + 1

@@ -23,8 +23,6 @@ class TraceShape:
         self.seen_at = 0.0  # ... counted up to this clock
         self.ahead = [0] * (self.BINS * self.CACHES)  # arrivals by the work waiting when they came, in 1/BINS caches
         self.arrivals = 0
-        self.passed = [0] * (self.BINS * self.CACHES)  # first admissions by the work admitted while they waited
-        self.starts = 0
 
     def arrived(self, now: float, waiting: bool) -> None:
         """A request arrived at `now`; `waiting`: some request was waiting just before."""
@@ -62,23 +60,11 @@ class TraceShape:
         self.ahead[min(len(self.ahead) - 1, int(caches * self.BINS))] += 1
         self.arrivals += 1
 
-    def started(self, caches: float) -> None:
-        """A first admission after `caches` caches of prompt tokens were admitted while it waited."""
-        self.passed[min(len(self.passed) - 1, int(caches * self.BINS))] += 1
-        self.starts += 1
-
     def ahead_quantile(self, q: float) -> float:
         """A level, in caches, under which a share of at least `q` of the arrivals so far found the work waiting (the
         upper edge of the first 1/BINS cache bin where that share is reached; CACHES if no arrival yet)."""
-        return self._quantile(self.ahead, self.arrivals, q)
-
-    def passed_quantile(self, q: float) -> float:
-        """The same level for the work admitted while each first admission so far waited."""
-        return self._quantile(self.passed, self.starts, q)
-
-    def _quantile(self, bins: list[int], total: int, q: float) -> float:
-        need, seen = q * total, 0
-        for i, n in enumerate(bins if total else []):
+        need, seen = q * self.arrivals, 0
+        for i, n in enumerate(self.ahead if self.arrivals else []):
             seen += n
             if seen >= need:
                 return (i + 1) / self.BINS
