@@ -32,11 +32,6 @@ standing rule applies (issue 20, rounds 11-13).
 Thin traces (few prompts per cache, little reuse, steady arrivals): K 12 while the
 server does not keep up, 24 while it does, S 0.05 in a backlog, and while it keeps up a
 bound on the tail in short congestion episodes (the class's docstring).
-A shallow queue on a full cache (round 24): on a cache of at least one H100 and a trace
-not thin, K is 24 while under half a cache of prompt tokens waits. There a queue forms in
-short bursts of congestion, whose slowest requests are cold long prompts that a dozen later
-shorter ones passed; a shorter deadline lets fewer pass. A deeper queue keeps K 48: there the
-reordering's mean gain is what meets lpm's mean (bench/RESULTS.md, issue 20, round 24).
 """
 
 from __future__ import annotations
@@ -95,8 +90,6 @@ class Auto(Policy):
     TAIL = 0.96  # at risk: once max(work ahead at arrival, this quantile of it over all arrivals) was admitted
     TAIL_AFTER = 300  # ... read on a thin trace the server keeps up with, once this many requests arrived
     EPISODE = 7.0  # ... while under this many caches of prompt tokens arrived since an arrival found none waiting
-    K_SHALLOW = 24.0  # K on a cache of at least one H100 and a trace not thin while under SHALLOW caches of prompt
-    SHALLOW = 0.5  # tokens wait (round 24)
 
     def __init__(self, estimates: PrefixEstimates, full_cache: int) -> None:
         super().__init__(estimates, full_cache)
@@ -162,9 +155,7 @@ class Auto(Policy):
         slots = self.estimates.cache.config.num_slots
         over = thin and backlog >= self.OVER * slots
         heavy = thin and self.shape.busy(now, backlog > 0) >= self.BUSY
-        shallow = not thin and slots >= self.full_cache and backlog < self.SHALLOW * slots
-        k = self.K_THIN if heavy else self.K_LIGHT if thin else self.K_SHALLOW if shallow else self.SLOWDOWN
-        length = self.estimates.length
+        length, k = self.estimates.length, self.K_THIN if heavy else self.K_LIGHT if thin else self.SLOWDOWN
         self.share = self.SHARE_OVER if over else self.SHARE
         self.lengths = lengths = {r: length(r) for r in window}
         by_deadline = sorted((r for r in window if r in turn),
