@@ -77,3 +77,14 @@ def test_a_stop_judges_the_window_alone_and_with_the_windows_just_before_it_in_t
         got.append(_window(duty, leads))
         assert got == stops, (span, between)
         assert (duty.left, len(duty.run)) == ((200, 0) if stops[-1] else (0, 1))  # a stop: OFF turnovers, no run
+
+
+def test_a_window_whose_differing_lookups_all_favour_the_followed_expert_stops_at_sign_of_them() -> None:
+    """A sign test beside the z: SIGN differing lookups in a window, every one for the followed expert, stop
+    the shadow though their sum is under QUIET_Z sd (one long lookup and five short ones: 1.46 sd); a bar of
+    seven does not, nor the same window with one lookup for the other expert, nor any window at SIGN 0."""
+    few = [-10, -1, -1, -1, -1, -1, 0, 0]  # 6 differing lookups, all for the followed expert: sum -15, 1.46 sd
+    for sign, leads, stops in ((6, few, True), (7, few, False), (0, few, False), (6, few + [1], False)):
+        duty = DutyCycle(1.0, 3.0, 1, 2.0, 8.0, 0.5, 0.03, 0.5, sign)
+        assert _window(duty, leads) == stops, (sign, leads)
+        assert duty.left == (200 if stops else 0) and (duty.calm_for, duty.calm_against) == (0, 0)
