@@ -88,3 +88,19 @@ def test_a_window_whose_differing_lookups_all_favour_the_followed_expert_stops_a
         duty = DutyCycle(1.0, 3.0, 1, 2.0, 8.0, 0.5, 0.03, 0.5, sign)
         assert _window(duty, leads) == stops, (sign, leads)
         assert duty.left == (200 if stops else 0) and (duty.calm_for, duty.calm_against) == (0, 0)
+
+
+def test_the_policys_duty_cycle_stops_on_ten_lookups_all_one_way_and_its_canary_waits_out_a_small_dip() -> None:
+    """Adaptive's constants: a window of ten differing lookups, all for the followed expert, stops the shadow at
+    1.8 sd (QUIET_SIGN 10; nine do not); stopped at a hit ratio of 0.70, a canary window at 0.66 (a dip of
+    0.04: chat's windows swing by more) keeps it off (DROP 0.05), one at 0.60 restarts it."""
+    assert not _window(Adaptive()._duty, [-10] + [-1] * 8)  # sum -18, squares 108: 1.73 sd
+    duty = Adaptive()._duty
+    for lead in [-10] + [-1] * 9:  # sum -19, squares 109: 1.82 sd
+        duty.lookup(lead, 70, 100)
+    assert duty.cached(100, 100, True)
+    canary = int(duty.canary * 100)
+    duty.idle_lookup(66, 100)
+    assert not duty.idle(canary, 100)
+    duty.idle_lookup(60, 100)
+    assert duty.idle(canary, 100) and duty.warm > 0

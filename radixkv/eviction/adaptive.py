@@ -106,11 +106,11 @@ class Adaptive(EvictionPolicy):
     QUIET = 1.0  # the other expert's shadow stops (eviction/duty.py) when, over a window of QUIET turnovers
     QUIET_Z = 3.0  # ... in steady state, the leads favoured the followed expert by QUIET_Z sd (0: never),
     QUIET_SPAN = 2  # ... or over the last QUIET_SPAN windows, each in its favour;
-    QUIET_SIGN = 0  # ... or every one of at least QUIET_SIGN differing lookups in a window favoured it (0: never);
+    QUIET_SIGN = 10  # ... or every one of at least QUIET_SIGN differing lookups in a window favoured it (0: never);
     OFF = 2.0  # ... for OFF turnovers, twice as long after each stop since the last switch, up to
     OFF_MAX = 8.0  # ... OFF_MAX; then it restarts as a copy of the real cache,
     REWARM = 0.5  # ... whose leads count after REWARM turnovers (its transient)
-    DROP = 0.03  # ... or earlier: when the real cache's hit ratio over a window of CANARY turnovers
+    DROP = 0.05  # ... or earlier: when the real cache's hit ratio over a window of CANARY turnovers
     CANARY = 0.5  # ... falls DROP below the ratio over the window that stopped it
 
     def __init__(self) -> None:
