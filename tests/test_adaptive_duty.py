@@ -77,3 +77,30 @@ def test_a_stop_judges_the_window_alone_and_with_the_windows_just_before_it_in_t
         got.append(_window(duty, leads))
         assert got == stops, (span, between)
         assert (duty.left, len(duty.run)) == ((200, 0) if stops[-1] else (0, 1))  # a stop: OFF turnovers, no run
+
+
+def test_a_window_whose_differing_lookups_all_favour_the_followed_expert_stops_at_sign_of_them() -> None:
+    """A sign test beside the z: SIGN differing lookups in a window, every one for the followed expert, stop
+    the shadow though their sum is under QUIET_Z sd (one long lookup and five short ones: 1.46 sd); a bar of
+    seven does not, nor the same window with one lookup for the other expert, nor any window at SIGN 0."""
+    few = [-10, -1, -1, -1, -1, -1, 0, 0]  # 6 differing lookups, all for the followed expert: sum -15, 1.46 sd
+    for sign, leads, stops in ((6, few, True), (7, few, False), (0, few, False), (6, few + [1], False)):
+        duty = DutyCycle(1.0, 3.0, 1, 2.0, 8.0, 0.5, 0.03, 0.5, sign)
+        assert _window(duty, leads) == stops, (sign, leads)
+        assert duty.left == (200 if stops else 0) and (duty.calm_for, duty.calm_against) == (0, 0)
+
+
+def test_the_policys_duty_cycle_stops_on_ten_lookups_all_one_way_and_its_canary_waits_out_a_small_dip() -> None:
+    """Adaptive's constants: a window of ten differing lookups, all for the followed expert, stops the shadow at
+    1.8 sd (QUIET_SIGN 10; nine do not); stopped at a hit ratio of 0.70, a canary window at 0.66 (a dip of
+    0.04: chat's windows swing by more) keeps it off (DROP 0.05), one at 0.60 restarts it."""
+    assert not _window(Adaptive()._duty, [-10] + [-1] * 8)  # sum -18, squares 108: 1.73 sd
+    duty = Adaptive()._duty
+    for lead in [-10] + [-1] * 9:  # sum -19, squares 109: 1.82 sd
+        duty.lookup(lead, 70, 100)
+    assert duty.cached(100, 100, True)
+    canary = int(duty.canary * 100)
+    duty.idle_lookup(66, 100)
+    assert not duty.idle(canary, 100)
+    duty.idle_lookup(60, 100)
+    assert duty.idle(canary, 100) and duty.warm > 0

@@ -29,7 +29,8 @@ once (WARMUP), so the comparison never pits a steady expert against one in trans
 In steady state the other expert's shadow runs on every request, most of the policy's cost. Where
 it keeps losing it is stopped (freed) and later restarted as a copy of the real cache (eviction/duty.py
 says when: QUIET windows judged by QUIET_Z, alone or with up to QUIET_SPAN - 1 windows before them,
-OFF to OFF_MAX turnovers off, a CANARY on the real cache's hit ratio, REWARM turnovers of transient).
+or by a sign test of QUIET_SIGN differing lookups, OFF to OFF_MAX turnovers off, a CANARY on the real
+cache's hit ratio, REWARM turnovers of transient).
 The twin stops with it (the ghosts stay as they are) and, unless they are on, evictions write no
 ghosts meanwhile. Switching waits for the restart: what a stop costs is a later switch when the
 traffic changes, which the windows and the canary bound.
@@ -105,10 +106,11 @@ class Adaptive(EvictionPolicy):
     QUIET = 1.0  # the other expert's shadow stops (eviction/duty.py) when, over a window of QUIET turnovers
     QUIET_Z = 3.0  # ... in steady state, the leads favoured the followed expert by QUIET_Z sd (0: never),
     QUIET_SPAN = 2  # ... or over the last QUIET_SPAN windows, each in its favour;
+    QUIET_SIGN = 10  # ... or every one of at least QUIET_SIGN differing lookups in a window favoured it (0: never);
     OFF = 2.0  # ... for OFF turnovers, twice as long after each stop since the last switch, up to
     OFF_MAX = 8.0  # ... OFF_MAX; then it restarts as a copy of the real cache,
     REWARM = 0.5  # ... whose leads count after REWARM turnovers (its transient)
-    DROP = 0.03  # ... or earlier: when the real cache's hit ratio over a window of CANARY turnovers
+    DROP = 0.05  # ... or earlier: when the real cache's hit ratio over a window of CANARY turnovers
     CANARY = 0.5  # ... falls DROP below the ratio over the window that stopped it
 
     def __init__(self) -> None:
@@ -136,7 +138,7 @@ class Adaptive(EvictionPolicy):
         self._twin: ShadowView | None = None  # plain LFU, copied from the real cache at a switch to LFU
         self._twin_lead = 0  # tokens the twin matched more than the real cache since that switch
         self._duty = DutyCycle(self.QUIET, self.QUIET_Z, self.QUIET_SPAN, self.OFF, self.OFF_MAX, self.REWARM,
-                               self.DROP, self.CANARY)
+                               self.DROP, self.CANARY, self.QUIET_SIGN)
 
     @property
     def leader(self) -> str:

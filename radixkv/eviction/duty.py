@@ -5,7 +5,9 @@ policy's cost. Where it keeps losing it is stopped (freed): when, over a window 
 with no switch's shadow left, its paired leads sum to `quiet_z` standard deviations in the followed
 expert's favour, or do so together with the windows just before it (up to `span` windows in all, each
 in that favour: a short run, 150-400 requests, sees only 3-4 windows, none alone at 3 sd where the
-followed expert leads by 2.4-2.6 sd in each; bench/RESULTS.md, round 13). The decayed sums the switch
+followed expert leads by 2.4-2.6 sd in each; bench/RESULTS.md, round 13), or when every one of at
+least `sign` differing lookups in the window favoured it (a sign test, 2^-sign at even odds: lookups
+all one way whose z a few long ones hold under `quiet_z`). The decayed sums the switch
 test reads are no test here: a switch hands them over already in the new expert's favour
 (bench/RESULTS.md, round 12: stopping on them held a wrong switch on chat 25%, -0.62 -> -8.83
 points). It restarts after `off` turnovers (doubling with each stop since the last switch, up to
@@ -25,12 +27,14 @@ class DutyCycle:
     """The counters of adaptive.py's duty-cycled shadow (module docstring)."""
 
     def __init__(self, quiet: float, quiet_z: float, span: int, off: float, off_max: float, rewarm: float,
-                 drop: float, canary: float) -> None:
+                 drop: float, canary: float, sign: int = 0) -> None:
         self.quiet, self.quiet_z, self.span, self.off, self.off_max = quiet, quiet_z, span, off, off_max
-        self.rewarm, self.drop, self.canary = rewarm, drop, canary
+        self.rewarm, self.drop, self.canary, self.sign = rewarm, drop, canary, sign
         self.calm = 0  # tokens cached in the quiet window so far
         self.calm_lead = 0  # sum of the window's leads
         self.calm_var = 0  # sum of their squares
+        self.calm_for = 0  # its lookups where the followed expert matched more
+        self.calm_against = 0  # ... and those where the other one did
         self.calm_hit = 0  # tokens the real cache matched in the window (of calm_asked asked)
         self.calm_asked = 0
         self.run: list[tuple[int, int]] = []  # (lead, squares) of the last windows (up to span), each in the
@@ -47,6 +51,10 @@ class DutyCycle:
         """A lookup with the shadow running and warm: its paired lead, the real cache's hit, the tokens asked."""
         self.calm_lead += lead
         self.calm_var += lead * lead
+        if lead < 0:
+            self.calm_for += 1
+        elif lead > 0:
+            self.calm_against += 1
         self.calm_hit += hit
         self.calm_asked += asked
 
@@ -97,11 +105,15 @@ class DutyCycle:
 
     def _judge(self, lead: int, var: int) -> bool:
         """Stop if the window that ends, alone or with the windows just before it (each in the followed
-        expert's favour, up to `span` in all), favours the followed expert by `quiet_z` sd."""
+        expert's favour, up to `span` in all), favours the followed expert by `quiet_z` sd, or if at least
+        `sign` of its lookups differed and all of them favoured it."""
         run = self.run
         if lead >= 0:
             run.clear()
             return False
+        if 0 < self.sign <= self.calm_for and self.calm_against == 0:
+            run.clear()
+            return True
         run.append((lead, var))
         del run[:-self.span]
         z2, total, squares = self.quiet_z * self.quiet_z, 0, 0
@@ -115,3 +127,4 @@ class DutyCycle:
 
     def _restart_window(self) -> None:
         self.calm = self.calm_lead = self.calm_var = self.calm_hit = self.calm_asked = 0
+        self.calm_for = self.calm_against = 0
