@@ -148,6 +148,16 @@ def held_names(traces: list[str]) -> list[str]:
     return HELD + [f"file:{t}" for t in traces]
 
 
+def grid_args(ap: argparse.ArgumentParser, both: bool = False) -> None:
+    """The arguments every grid script takes: the grid (`both`: tune and held, where the script offers it), `--only`
+    and `--jobs`."""
+    grids = ["tune", "check", "held", "both", "bench", "fit", "val"] if both else \
+        ["tune", "check", "held", "bench", "fit", "val"]
+    ap.add_argument("grid", choices=grids)
+    ap.add_argument("--only", default="", help="keep the grid entries whose name contains this")
+    ap.add_argument("--jobs", type=int, default=1, help="processes")
+
+
 def grid_names(grid: str, held: list[str], only: str) -> list[str]:
     """The trace names of `grid` (`held`: the held grid's, held_names) that contain `only`."""
     chosen = {"tune": TUNE, "check": CHECK, "held": held, "both": TUNE + held, "bench": BENCH,
@@ -214,16 +224,14 @@ def against(rows: list[tuple[str, float, float]], before: dict[tuple[str, str], 
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
-    ap.add_argument("grid", choices=["tune", "check", "held", "both", "bench", "fit", "val"])
+    grid_args(ap, both=True)
     ap.add_argument("--trace", action="append", default=[], metavar="FILE:PAGE", help="add a trace to the held grid")
     ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="override an Adaptive constant")
     ap.add_argument("--fixed-cache", help="JSON file keeping the fixed policies' hit rates between runs")
-    ap.add_argument("--jobs", type=int, default=1, help="processes")
     ap.add_argument("--cells", action="store_true", help="print every cell")
     ap.add_argument("--classes", type=float, metavar="T", help="classify the cells below T points (docstring)")
     ap.add_argument("--against", metavar="FILE", help="an earlier --cells output to compare with (docstring)")
     ap.add_argument("--first", choices=("lru", "lfu"), help="force the prior's verdict (docstring)")
-    ap.add_argument("--only", default="", help="keep the grid entries whose name contains this")
     a = ap.parse_args(argv)
     overrides = {k: ast.literal_eval(v) for k, _, v in (s.partition("=") for s in a.set)}
     for key in overrides:

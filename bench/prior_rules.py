@@ -31,7 +31,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # policy_grid, beside this file
 
-from policy_grid import FRACS, each, grid_names, held_names, load, summary  # noqa: E402
+from policy_grid import FRACS, each, grid_args, grid_names, held_names, load, summary  # noqa: E402
 
 from radixkv import RadixCache  # noqa: E402
 from radixkv.bench.opt import build_segments  # noqa: E402
@@ -201,14 +201,12 @@ def margins(path: str) -> dict[tuple[str, float], float]:
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
-    ap.add_argument("grid", choices=["tune", "check", "held", "bench", "fit", "val"])
+    grid_args(ap)
     ap.add_argument("--lru", required=True, help="policy_grid.py GRID --cells --first lru's output")
     ap.add_argument("--lfu", required=True, help="... --first lfu's")
     ap.add_argument("--rules", default="base", help="comma-separated: base, round19 or "
                     "SIZE/FROM/CHECK/Z[/REUSE[/HITS/REPEATS]]; the first is the reference")
     ap.add_argument("--trace", action="append", default=[], metavar="FILE:PAGE", help="add a trace to the held grid")
-    ap.add_argument("--jobs", type=int, default=1, help="processes")
-    ap.add_argument("--only", default="", help="keep the grid entries whose name contains this")
     ap.add_argument("--cells", action="store_true", help="print every cell's reuse, lookups, hits, repeats and "
                     "differing lookups, verdicts and entries replayed")
     a = ap.parse_args(argv)

@@ -32,7 +32,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # policy_grid, beside this file
 
-from policy_grid import FRACS, each, grid_names, held_names, load  # noqa: E402
+from policy_grid import FRACS, each, grid_args, grid_names, held_names, load  # noqa: E402
 
 from radixkv import COMPILED_CORE  # noqa: E402
 from radixkv.bench.opt import build_segments  # noqa: E402
@@ -179,12 +179,10 @@ def table(events: list[dict[str, float]], label: str, least: float = 0.3) -> lis
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
-    ap.add_argument("grid", choices=["tune", "check", "held", "bench", "fit", "val"])
-    ap.add_argument("--only", default="", help="keep the grid entries whose name contains this")
+    grid_args(ap)
     ap.add_argument("--horizon", type=float, default=0.2, help="the label's horizon, a share of the requests")
     ap.add_argument("--lax-lead", type=float, default=LAX[0], help="the laxer test's MIN_LEAD")
     ap.add_argument("--lax-z", type=float, default=LAX[1], help="the laxer test's Z")
-    ap.add_argument("--jobs", type=int, default=1, help="processes")
     ap.add_argument("--json", metavar="OUT", help="write every event with its features and labels")
     a = ap.parse_args(argv)
     if COMPILED_CORE:

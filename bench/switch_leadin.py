@@ -36,7 +36,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # policy_grid and switch_features, beside this file
 
-from policy_grid import FRACS, each, grid_names, held_names, load  # noqa: E402
+from policy_grid import FRACS, each, grid_args, grid_names, held_names, load  # noqa: E402
 from switch_features import per_request  # noqa: E402
 
 import radixkv.eviction.prior as prior_module  # noqa: E402
@@ -261,9 +261,7 @@ def report(cells: list[Cell], tests: list[str], horizon: float, least: float) ->
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
-    ap.add_argument("grid", choices=["tune", "check", "held", "bench", "fit", "val"])
-    ap.add_argument("--only", default="", help="keep the grid entries whose name contains this")
-    ap.add_argument("--jobs", type=int, default=1, help="processes")
+    grid_args(ap)
     ap.add_argument("--tests", default=BASE, help="first-switch tests, MIN_LEAD/UNANIMOUS/Z/VETO, comma-separated")
     ap.add_argument("--horizon", type=float, default=0.2, help="a wrong pass's horizon, a share of the requests")
     ap.add_argument("--least", type=float, default=0.1, help="list the cells whose lead-in loses more points")

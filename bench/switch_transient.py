@@ -39,7 +39,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # policy_grid and switch_features, beside this file
 
-from policy_grid import FIXED, FRACS, each, grid_names, held_names, load  # noqa: E402
+from policy_grid import FIXED, FRACS, each, grid_args, grid_names, held_names, load  # noqa: E402
 from switch_features import per_request  # noqa: E402
 
 from radixkv.bench.opt import build_segments  # noqa: E402
@@ -168,10 +168,8 @@ def bounds(rows: list[Row]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
-    ap.add_argument("grid", choices=["tune", "check", "held", "bench", "fit", "val"])
-    ap.add_argument("--only", default="", help="keep the grid entries whose name contains this")
+    grid_args(ap)
     ap.add_argument("--trace", action="append", default=[], metavar="FILE:PAGE", help="add a trace to the held grid")
-    ap.add_argument("--jobs", type=int, default=1, help="processes")
     ap.add_argument("--cells", action="store_true", help="print every cell's parts")
     a = ap.parse_args(argv)
     rows: list[Row] = []
