@@ -123,6 +123,13 @@ class FirstExpert(Adaptive):
         super().on_evict(victim)
 
 
+def shares(name: str) -> tuple[list[Request], int, list[tuple[float, int]]]:
+    """A grid entry's requests, its page size, and (share, capacity in tokens) for every share in FRACS."""
+    reqs, page = load(name)
+    unique, longest = build_segments(reqs, page).total_pages * page, max(len(r.tokens) for r in reqs)
+    return reqs, page, [(f, capacity(f, unique, longest, page)) for f in FRACS]
+
+
 def run(job: tuple[str, dict[str, object], tuple[str, ...], int | None]) -> dict[str, float]:
     name, overrides, policies, first = job
     for key, value in overrides.items():
@@ -130,12 +137,9 @@ def run(job: tuple[str, dict[str, object], tuple[str, ...], int | None]) -> dict
     FirstExpert.first = 0 if first is None else first
     POLICIES["adaptive"] = Adaptive if first is None else FirstExpert
     try:
-        reqs, page = load(name)
-        unique = build_segments(reqs, page).total_pages * page
-        longest = max(len(r.tokens) for r in reqs)
+        reqs, page, caps = shares(name)
         out = {}
-        for f in FRACS:
-            cap = capacity(f, unique, longest, page)
+        for f, cap in caps:
             for p in policies:
                 out[f"{name}|{f}|{p}"] = replay(reqs, cap, p, page).hit_rate
         return out

@@ -32,14 +32,14 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # policy_grid, beside this file
 
-from policy_grid import FRACS, each, grid_args, grid_names, held_names, load  # noqa: E402
+from policy_grid import each, grid_args, grid_names, held_names, shares  # noqa: E402
 
 from radixkv import COMPILED_CORE  # noqa: E402
-from radixkv.bench.opt import build_segments  # noqa: E402
-from radixkv.bench.runner import Replay, capacity  # noqa: E402
+from radixkv.bench.runner import Replay  # noqa: E402
 from radixkv.cli_args import HelpFormatter  # noqa: E402
 from radixkv.eviction import POLICIES  # noqa: E402
 from radixkv.eviction.adaptive import Adaptive  # noqa: E402
+from radixkv.eviction.policies import EvictionPolicy  # noqa: E402
 
 FEATURES = ("lead", "zeff", "count", "ratio", "sessions", "persist", "margin")
 LAX = (0.03, 0.3)  # the laxer test's MIN_LEAD and Z (`--lax-lead`, `--lax-z`)
@@ -114,9 +114,17 @@ class Logged(Adaptive):
         super()._decay(added)
 
 
-def per_request(reqs: list, cap: int, policy: str, page: int, before: Callable[[], object] | None = None) -> list[int]:
-    """Tokens each request's lookup matched under `policy`; `before()` is called before each request, if given (an
-    observer reading the policy's state then: bench/switch_transient.py)."""
+def per_request(reqs: list, cap: int, policy: str | EvictionPolicy, page: int,
+                before: Callable[[], object] | None = None) -> list[int]:
+    """Tokens each request's lookup matched under `policy` (a name, or a policy object the run uses as it is, to
+    be read during and after it); `before()` is called before each request, if given (an observer reading the
+    policy's state then: bench/switch_transient.py, bench/switch_leadin.py)."""
+    if not isinstance(policy, str):
+        POLICIES["per-request"] = lambda: policy
+        try:
+            return per_request(reqs, cap, "per-request", page, before)
+        finally:
+            del POLICIES["per-request"]
     run, out = Replay(reqs, cap, policy, page), []
     for _ in reqs:
         if before is not None:
@@ -131,12 +139,10 @@ def cell_events(job: tuple[str, float, tuple[float, float]]) -> list[dict[str, f
     """Every logged event of a trace's cells (job: its name, the horizon, the lax test), labelled (`gain`: to the
     horizon, `gain_end`: to the end)."""
     name, horizon, lax = job
-    reqs, page = load(name)
-    unique, longest = build_segments(reqs, page).total_pages * page, max(len(r.tokens) for r in reqs)
+    reqs, page, caps = shares(name)
     prompt = np.array([r.prompt_len for r in reqs])
     out = []
-    for f in FRACS:
-        cap = capacity(f, unique, longest, page)
+    for f, cap in caps:
         policy = Logged(lax)
         POLICIES["logged"] = lambda: policy
         try:

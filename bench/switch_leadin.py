@@ -34,17 +34,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # policy_grid and switch_features, beside this file
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the scripts it imports, beside it
 
-from policy_grid import FRACS, each, grid_args, grid_names, held_names, load  # noqa: E402
+from policy_grid import each, grid_args, grid_names, held_names, shares  # noqa: E402
 from switch_features import per_request  # noqa: E402
+from switch_transient import LEAD, observe  # noqa: E402
 
 import radixkv.eviction.prior as prior_module  # noqa: E402
 from radixkv import COMPILED_CORE  # noqa: E402
-from radixkv.bench.opt import build_segments  # noqa: E402
-from radixkv.bench.runner import capacity  # noqa: E402
 from radixkv.cli_args import HelpFormatter  # noqa: E402
-from radixkv.eviction import POLICIES  # noqa: E402
 from radixkv.eviction.adaptive import Adaptive  # noqa: E402
 
 EVIDENCE = ("lead", "var", "sign", "count", "asked")
@@ -122,19 +120,13 @@ class Cell:
 def trace_cell(reqs: list, cap: int, page: int, name: str = "", share: float = 0.0) -> Cell:
     """Run the policy request by request beside plain LRU and LFU, logging what Cell holds."""
     policy, log = Traced(), []
-    started: list[int] = []
+    prior: list[int] = []
 
     def before() -> None:
-        if policy._tree is not None and not started:
-            started.append(policy.switches)
-        lead_in = bool(started) and policy.switches == started[0]
+        lead_in = observe(policy, prior)[1] == LEAD
         log.append((policy.mode, lead_in, policy._capacity, policy.added) + policy.after)
 
-    POLICIES["traced"] = lambda: policy
-    try:
-        per_request(reqs, cap, "traced", page, before)
-    finally:
-        del POLICIES["traced"]
+    per_request(reqs, cap, policy, page, before)
     cols = list(zip(*log))
     lead_in = np.array(cols[1], dtype=bool)
     pre = int(np.argmax(lead_in)) if lead_in.any() else len(reqs)
@@ -200,9 +192,8 @@ def test_reads(c: Cell, test: tuple[float, float, float, float], horizon: float)
 
 
 def cell_logs(name: str) -> list[Cell]:
-    reqs, page = load(name)
-    unique, longest = build_segments(reqs, page).total_pages * page, max(len(r.tokens) for r in reqs)
-    return [trace_cell(reqs, capacity(f, unique, longest, page), page, name, f) for f in FRACS]
+    reqs, page, caps = shares(name)
+    return [trace_cell(reqs, cap, page, name, f) for f, cap in caps]
 
 
 def parse_test(s: str) -> tuple[float, float, float, float]:

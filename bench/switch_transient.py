@@ -39,13 +39,11 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # policy_grid and switch_features, beside this file
 
-from policy_grid import FIXED, FRACS, each, grid_args, grid_names, held_names, load  # noqa: E402
+from policy_grid import FIXED, each, grid_args, grid_names, held_names, shares  # noqa: E402
 from switch_features import per_request  # noqa: E402
 
-from radixkv.bench.opt import build_segments  # noqa: E402
-from radixkv.bench.runner import capacity, replay  # noqa: E402
+from radixkv.bench.runner import replay  # noqa: E402
 from radixkv.cli_args import HelpFormatter  # noqa: E402
-from radixkv.eviction import POLICIES  # noqa: E402
 from radixkv.eviction.adaptive import Adaptive  # noqa: E402
 
 PHASES = ("lead-in", "transient", "steady")
@@ -94,11 +92,7 @@ class Row:
 def decompose(reqs: list, cap: int, page: int) -> Row:
     """One cell: the adaptive policy's hits, the plain experts', the oracle's, and the loss by phase and part."""
     policy, prior, seen = Adaptive(), [], []
-    POLICIES["observed"] = lambda: policy
-    try:
-        hits = np.array(per_request(reqs, cap, "observed", page, lambda: seen.append(observe(policy, prior))))
-    finally:
-        del POLICIES["observed"]
+    hits = np.array(per_request(reqs, cap, policy, page, lambda: seen.append(observe(policy, prior))))
     experts = [np.array(per_request(reqs, cap, p, page)) for p in EXPERTS]
     mode = np.array([m for m, _ in seen])
     phase = np.array([p for _, p in seen])
@@ -122,9 +116,8 @@ def decompose(reqs: list, cap: int, page: int) -> Row:
 
 def cell_rows(name: str) -> list[Row]:
     """Every share of one grid entry, decomposed."""
-    reqs, page = load(name)
-    unique, longest = build_segments(reqs, page).total_pages * page, max(len(r.tokens) for r in reqs)
-    return [replace(decompose(reqs, capacity(f, unique, longest, page), page), cell=name, share=f) for f in FRACS]
+    reqs, page, caps = shares(name)
+    return [replace(decompose(reqs, cap, page), cell=name, share=f) for f, cap in caps]
 
 
 def table(rows: list[Row]) -> list[str]:

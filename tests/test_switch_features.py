@@ -9,8 +9,7 @@ import pytest
 from scripts import ROOT, load_script
 
 from radixkv import COMPILED_CORE
-from radixkv.bench.opt import build_segments
-from radixkv.bench.runner import Replay, capacity, replay
+from radixkv.bench.runner import Replay, replay
 from radixkv.eviction import POLICIES
 
 pytestmark = pytest.mark.skipif(COMPILED_CORE, reason="wraps the policy's methods, which the compiled class calls "
@@ -21,8 +20,8 @@ CELL, SHARE = "seed:2013", 0.1  # the held-out cell with three switches after th
 def test_the_log_holds_the_policys_own_switches_with_the_evidence_it_switched_on() -> None:
     sf = load_script(ROOT / "bench" / "switch_features.py")
     switches = load_script(ROOT / "bench" / "policy_switches.py")
-    reqs, page = sf.load(CELL)
-    cap = capacity(SHARE, build_segments(reqs, page).total_pages * page, max(len(r.tokens) for r in reqs), page)
+    reqs, page, caps = sf.shares(CELL)
+    cap = dict(caps)[SHARE]
     policy = sf.Logged()
     POLICIES["logged"] = lambda: policy
     try:
@@ -46,8 +45,8 @@ def test_the_log_holds_the_policys_own_switches_with_the_evidence_it_switched_on
 
 def test_labels_come_from_each_requests_hits_and_auc_ranks_right_above_wrong() -> None:
     sf = load_script(ROOT / "bench" / "switch_features.py")
-    reqs, page = sf.load(CELL)
-    cap = capacity(SHARE, build_segments(reqs, page).total_pages * page, max(len(r.tokens) for r in reqs), page)
+    reqs, page, caps = sf.shares(CELL)
+    cap = dict(caps)[SHARE]
     for p in ("lru", "lfu"):
         assert sum(sf.per_request(reqs, cap, p, page)) / sum(r.prompt_len for r in reqs) == replay(
             reqs, cap, p, page).hit_rate

@@ -9,8 +9,7 @@ import pytest
 from scripts import ROOT, load_script
 
 from radixkv import COMPILED_CORE
-from radixkv.bench.opt import build_segments
-from radixkv.bench.runner import capacity, replay
+from radixkv.bench.runner import replay
 
 pytestmark = pytest.mark.skipif(COMPILED_CORE, reason="wraps the prior's replay, which the compiled class calls "
                                 "natively")
@@ -24,8 +23,8 @@ def sl():  # noqa: ANN201 - a module
 
 @pytest.fixture(scope="module")
 def cell(sl):  # noqa: ANN001, ANN201 - the module, a Cell
-    reqs, page = sl.load(CELL)
-    cap = capacity(SHARE, build_segments(reqs, page).total_pages * page, max(len(r.tokens) for r in reqs), page)
+    reqs, page, caps = sl.shares(CELL)
+    cap = dict(caps)[SHARE]
     return sl.trace_cell(reqs, cap, page, CELL, SHARE), reqs, cap, page
 
 
@@ -48,9 +47,8 @@ def test_the_policys_own_test_never_passes_before_its_first_switch_and_a_laxer_o
     """fit's seed 4042 (60 requests): at 50% the replay saw no lookup differ, kept LRU, and LFU wins (a 34-request
     lead-in, 3.26 points lost); at 10% LRU wins. Any lead for the other expert (no veto) passes 6 requests before
     the policy's switch at 50%, and 7 requests before the end at 10%, where it would leave the right expert."""
-    reqs, page = sl.load("seed:4042")
-    unique, longest = build_segments(reqs, page).total_pages * page, max(len(r.tokens) for r in reqs)
-    right, wrong = (sl.trace_cell(reqs, capacity(f, unique, longest, page), page) for f in (0.1, 0.5))
+    reqs, page, caps = sl.shares("seed:4042")
+    right, wrong = (sl.trace_cell(reqs, dict(caps)[f], page) for f in (0.1, 0.5))
     assert wrong.how == right.how == "replay 0" and wrong.prior == right.prior == right.better == 0 != wrong.better
     for c in (right, wrong):
         assert sl.test_reads(c, sl.parse_test("base"), 0.2) == (0, 0.0)

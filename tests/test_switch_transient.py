@@ -6,8 +6,7 @@ from __future__ import annotations
 import pytest
 from scripts import ROOT, load_script
 
-from radixkv.bench.opt import build_segments
-from radixkv.bench.runner import capacity, replay
+from radixkv.bench.runner import replay
 
 CELL, SHARE = "seed:2013", 0.1  # the held-out cell with three switches after the prior (test_adaptive.py)
 
@@ -18,8 +17,8 @@ def st():  # noqa: ANN201 - a module
 
 
 def test_the_parts_sum_to_the_loss_and_the_lead_in_follows_the_plain_expert_exactly(st) -> None:  # noqa: ANN001
-    reqs, page = st.load(CELL)
-    cap = capacity(SHARE, build_segments(reqs, page).total_pages * page, max(len(r.tokens) for r in reqs), page)
+    reqs, page, caps = st.shares(CELL)
+    cap = dict(caps)[SHARE]
     row = st.decompose(reqs, cap, page)
     rates = {p: replay(reqs, cap, p, page).hit_rate for p in st.FIXED + ("adaptive",)}
     assert row.better == 1 and row.moves == [1, 0, 1]  # the prior's LRU, then LFU, LRU and LFU (RESULTS)
