@@ -15,7 +15,6 @@ import argparse
 import os
 import statistics
 import sys
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -48,10 +47,10 @@ def lacking(tree: Any, shadow: Any) -> tuple[int, int]:  # noqa: ANN401 - a Radi
     return out, total
 
 
-def shares(spec: str, every: int) -> list[float]:
+def lacking_shares(spec: str, every: int) -> list[float]:
     """The share lacking, every `every` requests of the cell while the followed expert has no shadow."""
     reqs, cap, page = cell(spec, 100_000)
-    run = Replay(reqs, cap, "adaptive", page, None, False, False, "xxh3", time.perf_counter_ns, None)
+    run = Replay(reqs, cap, "adaptive", page)
     tree = run.cache.tree
     policy, got = tree.policy, []
     for i in range(len(reqs)):
@@ -72,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     print("| cell | samples | share lacking: median | min | max |\n|---|---:|---:|---:|---:|")
     for spec in a.cells.split(","):
-        got = shares(spec, a.every)
+        got = lacking_shares(spec, a.every)
         row = f"{statistics.median(got):.3f} | {min(got):.3f} | {max(got):.3f}" if got else "- | - | -"
         print(f"| {spec} | {len(got)} | {row} |", flush=True)
     return 0
