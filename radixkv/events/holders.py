@@ -29,11 +29,12 @@ class Holders:
     def add(self, hashes: Iterable[int], medium: str, group: int) -> list[bool] | None:
         """One more holder of each of `hashes`; which of them had none before (None: all of them)."""
         held, extra = self._of(medium, group)
-        if held.isdisjoint(hashes):
-            held.update(hashes)
+        ints = _ints(hashes)
+        if held.isdisjoint(ints):
+            held.update(ints)
             return None
         new = []
-        for h in hashes:
+        for h in ints:
             if h in held:
                 extra[h] = extra.get(h, 0) + 1
                 new.append(False)
@@ -45,11 +46,12 @@ class Holders:
     def remove(self, hashes: Iterable[int], medium: str, group: int) -> Iterable[int]:
         """One holder fewer of each of `hashes` (all held); those that have none left, in order."""
         held, extra = self._of(medium, group)
-        if not extra or extra.keys().isdisjoint(hashes):
-            held.difference_update(hashes)
+        ints = _ints(hashes)
+        if not extra or extra.keys().isdisjoint(ints):
+            held.difference_update(ints)
             return hashes
         gone = []
-        for h in hashes:
+        for h in ints:
             n = extra.get(h)
             if n is None:
                 held.discard(h)
@@ -59,6 +61,11 @@ class Holders:
             else:
                 extra[h] = n - 1
         return gone
+
+
+def _ints(hashes: Iterable[int]) -> list[int]:
+    """`hashes` as a list, made once: a recorder's are records.BlockHashes, whose every read makes its ints."""
+    return hashes if isinstance(hashes, list) else list(hashes)
 
 
 def new_runs(new: list[bool]) -> list[tuple[int, int]]:
