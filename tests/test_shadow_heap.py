@@ -4,13 +4,13 @@ live entries are exactly the evictable leaves, one each, keyed as the policy key
 
 from __future__ import annotations
 
-import sys
 
 import numpy as np
 import pytest
 
 from radixkv.bench.workloads import agent
 from radixkv.eviction import make_policy
+from radixkv.radix.core import NO_CHILDREN
 from radixkv.radix.shadow import ShadowTree
 from radixkv.radix.shadow_heap import TUPLE_KEY, _int_key
 
@@ -57,9 +57,9 @@ def test_the_heap_holds_each_evictable_leaf_once_at_its_key(policy: str, page_si
     assert evicting > 50
 
 
-def test_a_leaf_emptied_by_eviction_holds_a_new_dict() -> None:
-    """A parent whose last child was evicted gets a new children dict: an emptied one keeps its table (~160 bytes
-    more a leaf, round 19)."""
+def test_a_leaf_emptied_by_eviction_holds_no_children() -> None:
+    """A parent whose last child was evicted holds NO_CHILDREN (radix/core.py): an emptied dict keeps its table
+    (~160 bytes more a leaf, round 19)."""
     shadow = ShadowTree(make_policy("lfu"), 4)
     for r in REQS:
         shadow.match(b"", r.tokens[:r.prompt_len].tobytes())
@@ -68,4 +68,4 @@ def test_a_leaf_emptied_by_eviction_holds_a_new_dict() -> None:
     for node in nodes:
         nodes.extend(node.children.values())
     leaves = [n for n in nodes if not n.children]
-    assert len(leaves) > 10 and all(sys.getsizeof(n.children) == sys.getsizeof({}) for n in leaves)
+    assert len(leaves) > 10 and all(n.children is NO_CHILDREN for n in leaves)

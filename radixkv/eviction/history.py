@@ -32,41 +32,55 @@ Item = Union[bytes, int, "NodeView"]  # key bytes, a length into the next entry'
 
 
 class History:
-    ENTRY_BYTES: Final = 112  # per entry besides the key bytes it keeps: its 3-tuple (64), list slot (8, 9 amortized)
-    # and a kept key's bytes header (33), rounded up; the namespace is the root's own object, shared
-    # (tests/test_adaptive.py measures it with tracemalloc: ~99-106 + len(key))
+    ENTRY_BYTES: Final = 112  # charged per entry besides the key bytes it keeps: what an entry took as a 3-tuple in a
+    # list (tuple 64, list slot 8, 9 amortized; a kept key's bytes header 33, rounded up). Kept now that an entry is
+    # three list slots (24, 27 amortized, no tuple), so the budget (adaptive.py's HISTORY) drops the history where
+    # it did: the charge decides, not the bytes (tests/test_adaptive.py measures the real bytes below the budget)
 
     def __init__(self) -> None:
-        self.entries: list[tuple[bytes, Item, bool | None]] = []  # (ns, item, None: a lookup | the insert's use)
+        # entry i is (ns[i], items[i], uses[i]): three lists, no tuple an entry (a GC-counted allocation each)
+        self._ns: list[bytes] = []
+        self._items: list[Item] = []  # a key's bytes, a length into the next entry's key, or a leaf
+        self._uses: list[bool | None] = []  # None: a lookup; else the insert's use
         self.bytes = 0
         self.inserted = 0  # tokens the inserts' keys held, new or not (the prior's reuse: eviction/prior.py)
 
     def __len__(self) -> int:
-        return len(self.entries)
+        return len(self._uses)
+
+    @property
+    def entries(self) -> list[tuple[bytes, Item, bool | None]]:
+        """(ns, item, use) per entry, made on each call (for tests and bench scripts)."""
+        return list(zip(self._ns, self._items, self._uses))
+
+    def _append(self, ns: bytes, item: Item, use: bool | None) -> None:
+        self._ns.append(ns)
+        self._items.append(item)
+        self._uses.append(use)
 
     def lookup(self, ns: bytes, key: bytes) -> None:
         """A lookup of `key` (from the root of namespace `ns`)."""
-        self.entries.append((ns, key, None))
+        self._append(ns, key, None)
         self.bytes += self.ENTRY_BYTES + len(key)
 
     def insert(self, ns: bytes, key: bytes, leaf: NodeView | None, use: bool, head: bytes | None = None,
                cut: int = 0) -> None:
         """`key` (from the root of `ns`; with `head`, head[:cut] + key, put together only if kept as bytes) is
         cached now; `leaf` is the leaf this insert made, if any."""
-        entries = self.entries
+        items = self._items
         self.inserted += (cut + len(key)) // 4
-        if entries:
-            last_ns, last, last_use = entries[-1]
-            if last_use is None and isinstance(last, bytes) and last_ns == ns and (
+        if items:
+            last = items[-1]
+            if self._uses[-1] is None and isinstance(last, bytes) and self._ns[-1] == ns and (
                     key.startswith(last) if head is None else last is head and key.startswith(last[cut:])):
-                entries[-1] = (ns, len(last), None)
+                items[-1] = len(last)
                 self.bytes -= len(last)
         if leaf is not None and leaf.end * 4 == cut + len(key):
-            entries.append((ns, leaf, use))
+            self._append(ns, leaf, use)
             self.bytes += self.ENTRY_BYTES
         else:
             whole = key if head is None else head[:cut] + key
-            entries.append((ns, whole, use))
+            self._append(ns, whole, use)
             self.bytes += self.ENTRY_BYTES + len(whole)
 
     def __iter__(self) -> Iterator[tuple[bytes, bytes, bool | None]]:
@@ -79,11 +93,11 @@ class History:
         """As iteration, but each entry's key as `key[:end]` (a lookup that the next insert
         extends: that insert's key, not copied) and with the real leaf whose path spells the key (an insert that
         made it) or goes on from it (that insert's leaf), None for a key kept as bytes: (ns, key, end, use, leaf)."""
-        entries, ahead = self.entries, b""
-        for i in range(len(entries)):
-            ns, item, use = entries[i]
+        names, items, uses, ahead = self._ns, self._items, self._uses, b""
+        for i in range(len(items)):
+            ns, item, use = names[i], items[i], uses[i]
             if isinstance(item, int):  # a prefix of the next entry's key (an insert: bytes or a leaf)
-                after = entries[i + 1][1]
+                after = items[i + 1]
                 ahead = _resolve(after)
                 yield ns, ahead, item, use, _leaf(after)
                 continue

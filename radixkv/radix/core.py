@@ -13,6 +13,11 @@ NodeFields, which PrefixNode extends: policies read nodes through its NodeView (
 satisfy), compiled as NodeFields (a field offset, not a getattr). The core writes them; its subclasses
 add their own slots and write those.
 
+A leaf's `children` is NO_CHILDREN, one empty dict every tree's leaves share, which refuses every write: most
+nodes are leaves, and a dict each was a GC-counted allocation and 64 bytes a leaf. A node gets a dict of its own
+when its first child is linked (`link_child`, or split_edge's new upper node) and gives it back when its last goes
+(`unlink_child`: an emptied dict keeps its table). Whoever links or unlinks a child does so through these two.
+
 Cost: a walk is one dict lookup and one memcmp per edge (a binary search of them on the edge where it ends
 inside; compiled, one C call an edge does both: radixkv/_runs_native.c's `shared`); a split is O(1) (plus the
 subclass's part).
@@ -25,7 +30,9 @@ its fields would be read by generic getattrs, compiled.)
 
 from __future__ import annotations
 
-from typing import Callable, Final, Generic, TypeVar
+from typing import Any, Callable, Final, Generic, NoReturn, TypeVar
+
+from mypy_extensions import mypyc_attr
 
 from radixkv.core_loader import native
 from radixkv.eviction.view import NodeFields
@@ -50,6 +57,60 @@ def starts_part(key: bytes, head: bytes, lo: int, hi: int) -> bool:
     return key.startswith(head[lo:hi]) if _c_starts_part is None else _c_starts_part(key, head, lo, hi)
 
 
+@mypyc_attr(native_class=False)  # (a plain class, compiled too: a native one cannot extend dict)
+class _NoChildren(dict):  # type: ignore[type-arg]
+    """NO_CHILDREN's class: an empty dict that refuses every write (reads are a dict's own, compiled and not)."""
+
+    __slots__ = ()
+
+    def _refuse(self) -> NoReturn:
+        raise TypeError("NO_CHILDREN is every leaf's shared empty children: link a child with link_child")
+
+    def __setitem__(self, key: Any, value: Any) -> NoReturn:
+        self._refuse()
+
+    def __delitem__(self, key: Any) -> NoReturn:
+        self._refuse()
+
+    def __ior__(self, other: Any) -> NoReturn:  # type: ignore[misc]
+        self._refuse()
+
+    def clear(self) -> NoReturn:
+        self._refuse()
+
+    def pop(self, *args: Any) -> NoReturn:
+        self._refuse()
+
+    def popitem(self) -> NoReturn:
+        self._refuse()
+
+    def setdefault(self, *args: Any) -> NoReturn:
+        self._refuse()
+
+    def update(self, *args: Any, **kwargs: Any) -> NoReturn:
+        self._refuse()
+
+
+NO_CHILDREN: Final[dict[bytes, Any]] = _NoChildren()  # a leaf's children (module docstring)
+
+
+def link_child(parent: N, first: bytes, child: N) -> None:
+    """`child` under `parent` by its first page `first`: parent's first child gets parent a dict of its own."""
+    children = parent.children
+    if children is NO_CHILDREN:
+        parent.children = {first: child}
+    else:
+        children[first] = child
+
+
+def unlink_child(parent: N, first: bytes) -> None:
+    """The child under `parent` by first page `first` goes; parent's last gives its dict back for NO_CHILDREN."""
+    children = parent.children
+    del children[first]
+    if not children:
+        parent.children = NO_CHILDREN
+
+
 class PrefixNode(NodeFields[N]):
     """A node of any tree: the fields policies read (eviction/view.py's NodeFields) and its children."""
 
@@ -57,7 +118,7 @@ class PrefixNode(NodeFields[N]):
 
     def __init__(self, node_id: int, ns: bytes, parent: N | None, key: bytes, tick: int) -> None:
         NodeFields.__init__(self, node_id, ns, parent, key, tick)
-        self.children: dict[bytes, N] = {}  # first page of the child's key -> child
+        self.children: dict[bytes, N] = NO_CHILDREN  # first page of the child's key -> child; a leaf's: shared
 
     def __len__(self) -> int:
         return self.size
@@ -164,12 +225,12 @@ class TreeCore(Generic[N]):
         node.size -= k
         node.depth += k
         node.parent = upper
-        upper.children[node.key[:self.page_bytes]] = node
+        upper.children = {node.key[:self.page_bytes]: node}  # (a new node's first child)
         parent.children[upper.key[:self.page_bytes]] = upper
         return upper
 
     def add_leaf(self, parent: N, key: bytes) -> N:
         leaf = self.make_node(parent.ns, parent, key)
-        parent.children[key[:self.page_bytes]] = leaf
+        link_child(parent, key[:self.page_bytes], leaf)
         return leaf
 

@@ -14,7 +14,7 @@ import numpy as np
 
 from radixkv.eviction import EvictableIndex
 from radixkv.radix.components import drop_component
-from radixkv.radix.core import TreeCore
+from radixkv.radix.core import TreeCore, unlink_child
 from radixkv.radix.node import TreeNode
 from radixkv.radix.types import DEVICE, HOST, PinKeeper, ResidencyListener
 
@@ -41,12 +41,12 @@ def reindex(tree: ResidentTree, node: TreeNode | None) -> None:
     """Recompute `node`'s membership of both evictable indexes (None, a root's parent: nothing)."""
     if node is None or node.parent is None:
         return
-    children = node.children.values()
+    children = node.children  # (a leaf's, NO_CHILDREN, not iterated: its values() would be a generic call, compiled)
     tree.index.set(node, node.pages is not None and not node.lock_ref
-                   and not any(c.pages is not None for c in children))
+                   and not (children and any(c.pages is not None for c in children.values())))
     if tree.host_index is not None:
         tree.host_index.set(node, node.host_pages is not None
-                            and not any(c.host_pages is not None for c in children))
+                            and not (children and any(c.host_pages is not None for c in children.values())))
 
 
 def device_changed(tree: ResidentTree, node: TreeNode) -> None:
@@ -113,7 +113,7 @@ def unlink(tree: ResidentTree, node: TreeNode) -> None:
         tree.host_index.discard(node)
     parent = node.parent
     assert parent is not None  # a root is never unlinked
-    del parent.children[node.key[:tree.page_bytes]]
+    unlink_child(parent, node.key[:tree.page_bytes])
     node.evicted = True
     reindex(tree, parent)
     if parent.parent is None:

@@ -31,7 +31,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Final, cast
 
 from radixkv.eviction.view import NodeFields, ShadowView
-from radixkv.radix.core import PrefixNode, joined, starts_part
+from radixkv.radix.core import PrefixNode, joined, starts_part, unlink_child
 from radixkv.radix.shadow_heap import LeafHeap, ShadowNode, pop_first
 from radixkv.radix.shadow_keys import ShadowKeys
 
@@ -108,6 +108,8 @@ class ShadowTree(LeafHeap, ShadowView):
             if pos + len(edge) > end or 4 * r.depth != pos:
                 break
             children, child = node.children, None
+            if not children:  # (a leaf: NO_CHILDREN, whose values() would be a generic call, compiled)
+                return path, pos
             if len(children) <= _SCAN:  # the child that shares the edge, by the key object (no slice, no hash)
                 for c in children.values():
                     if c.key is edge:
@@ -258,12 +260,9 @@ class ShadowTree(LeafHeap, ShadowView):
             freed += leaf.size
             parent = leaf.parent
             assert parent is not None  # a leaf in the heap is never a root
-            children = parent.children
-            del children[leaf.first]  # (the dict's own key object: no slice, its hash kept)
-            if not children:  # (a dict emptied keeps its table: ~160 bytes more than a new one)
-                parent.children = {}
-                if parent.parent is None:
-                    del self.roots[parent.ns]
+            unlink_child(parent, leaf.first)  # (the dict's own key object: no slice, its hash kept)
+            if parent.parent is None and not parent.children:
+                del self.roots[parent.ns]
             if parent.children or parent.parent is None or parent is self._held:
                 pop_first(self._heap)
             else:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Callable, Final, Iterable
 
 from radixkv.core_loader import native
 from radixkv.eviction.policies import LFU, LRU
-from radixkv.radix.core import PrefixNode, TreeCore
+from radixkv.radix.core import PrefixNode, TreeCore, link_child
 
 if TYPE_CHECKING:
     from radixkv.eviction.view import FixedPolicyView
@@ -177,7 +177,7 @@ class LeafHeap(TreeCore[ShadowNode]):
 
     def _link(self, parent: ShadowNode, child: ShadowNode, first: bytes) -> None:
         """`child` under `parent` by key object `first` (its first page), which `child.first` then is."""
-        parent.children[first] = child
+        link_child(parent, first, child)
         child.first = first
 
     def split_edge(self, node: ShadowNode, k: int) -> ShadowNode:
