@@ -10,6 +10,9 @@ policy with the stops round 25 tried, each a class constant that `--set` scans (
   AGE       until the first switch, the ghosts halve every AGE evictions (eviction/ghosts.py: every GHOSTS, 1024):
             the prior's ghosts are counts LFU itself evicted, a memory of the first traffic's frequencies
   DUTY_OFF  the ghosts go off when the duty cycle first stops the LRU shadow (eviction/duty.py)
+  TWIN_OFF  (>= 0) a plain-LFU twin, copied from the real cache at the first eviction, is fed the same traffic while
+            the LRU shadow runs (a third shadow, as after a switch to LFU); the ghosts go off once it has matched
+            TWIN_OFF x the cache's size more than the real cache since then (its lead, undecayed)
 
 GHOSTS_ON False is the policy itself (main's decisions: the script's base row). Every other argument is
 policy_grid.py's; its fixed policies do not run this class.
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import TYPE_CHECKING
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # policy_grid, beside this file
 
@@ -28,6 +32,9 @@ import policy_grid  # noqa: E402
 
 from radixkv.eviction.adaptive import Adaptive  # noqa: E402
 from radixkv.eviction.ghosts import _END, GhostLFU  # noqa: E402
+
+if TYPE_CHECKING:
+    from radixkv.eviction.view import ShadowView
 
 
 class AgingGhosts(GhostLFU):
@@ -58,6 +65,7 @@ class PriorGhosts(Adaptive):
     SIGN_OFF = 0.0
     AGE = 1024
     DUTY_OFF = False
+    TWIN_OFF = -1.0
 
     def __init__(self) -> None:
         super().__init__()
@@ -65,9 +73,12 @@ class PriorGhosts(Adaptive):
         self.experts = (self.experts[0], self._ghosts)
         self._current = self.experts[self.mode]
         self.lead_ghosts = False  # on from the prior, not stopped yet
+        self.twin: ShadowView | None = None  # plain LFU from the first eviction (TWIN_OFF)
+        self.twin_lead = 0  # tokens it matched more than the real cache
 
     def _off(self) -> None:
         self.lead_ghosts = False
+        self.twin = None
         self._ghosts.active = False
         self.epoch += 1
 
@@ -77,19 +88,35 @@ class PriorGhosts(Adaptive):
         if first and self.GHOSTS_ON and self.mode == 1:  # the prior's verdict: LFU
             self._ghosts.active = self.lead_ghosts = True
             self._ghosts.age = self.AGE
+            if self.TWIN_OFF >= 0 and self._tree is not None:
+                self.twin = self._tree.shadow_copy(self._shadowed[1])
 
     def on_lookup(self, start, key: bytes, length: int) -> None:  # noqa: ANN001 - a CachedNodeView
-        super().on_lookup(start, key, length)
+        shadows = bool(self._shadows)
+        super().on_lookup(start, key, length)  # (its key from the root: _looked, where a shadow runs)
+        if self.twin is not None and shadows:
+            self.twin_lead += self.twin.match(start.ns, self._looked) - start.end - length
         if self.lead_ghosts and 0 < self.SIGN_OFF <= self._long.sign:
             self._off()
 
     def on_cache(self, start, key: bytes, cached: int, use: bool) -> None:  # noqa: ANN001 - a CachedNodeView
+        twin = self.twin if self._shadows else None
+        if twin is not None:
+            whole, head, cut = self._split_key(start, key)
+            tail = self._leaf.key if self._leaf is not None else None
         super().on_cache(start, key, cached, use)
-        if self.lead_ghosts and self.DUTY_OFF and not self._shadows:
-            self._off()
+        if twin is not None:
+            twin.insert(start.ns, whole, cached, use, tail, head, cut)
+            if self.twin_lead > self.TWIN_OFF * self._capacity:
+                self._off()
+        if not self._shadows:  # stopped (eviction/duty.py): the twin with them
+            self.twin = None
+            if self.lead_ghosts and self.DUTY_OFF:
+                self._off()
 
     def _switch(self) -> None:
         self.lead_ghosts = False
+        self.twin = None
         self._ghosts.age = self._ghosts.GHOSTS
         super()._switch()
 

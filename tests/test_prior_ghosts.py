@@ -45,6 +45,7 @@ def test_ghosts_from_the_prior_lose_the_canary_and_the_sign_stop_with_faster_agi
     assert hit(pg, cell, SIGN_OFF=1.0) < base - 0.015  # no lookup there favours LRU: the sign stop alone never fires
     assert hit(pg, cell, SIGN_OFF=1.0, AGE=256) > base - 0.0005
     assert hit(pg, cell, DUTY_OFF=True) > base - 0.0005  # off at the shadow's first stop
+    assert hit(pg, cell, TWIN_OFF=0.0) < base - 0.015  # the plain-LFU twin stops with the shadow, before the loss
 
 
 def test_aging_ghosts_halve_every_age_evictions(pg) -> None:  # noqa: ANN001
@@ -61,3 +62,10 @@ def test_aging_ghosts_halve_every_age_evictions(pg) -> None:  # noqa: ANN001
     assert sorted(v >> 40 for v in g.ghosts.values()) == [4, 4]
     g.remember(Victim(3))  # the third eviction: all halve
     assert sorted(v >> 40 for v in g.ghosts.values()) == [2, 2, 2] and g.aged == 0
+
+
+def test_the_twin_stops_the_ghosts_where_plain_lfu_matches_more(pg) -> None:  # noqa: ANN001
+    reqs, page, caps = pg.policy_grid.shares("moon:12")
+    moon = reqs, dict(caps)[0.1], page  # LFU wins it; round 25: the twin's stop moves it -0.38 -> -0.57 points
+    stops = {"SIGN_OFF": 1.0, "AGE": 256}
+    assert hit(pg, moon, **stops, TWIN_OFF=0.02) < hit(pg, moon, **stops) - 0.001
