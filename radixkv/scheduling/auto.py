@@ -90,15 +90,6 @@ class Auto(Policy):
     TAIL = 0.96  # at risk: once max(work ahead at arrival, this quantile of it over all arrivals) was admitted
     TAIL_AFTER = 300  # ... read on a thin trace the server keeps up with, once this many requests arrived
     EPISODE = 7.0  # ... while under this many caches of prompt tokens arrived since an arrival found none waiting
-    RESCUE = 0.0  # overdue (a cache of at least one H100, not thin): waited RESCUE x max(work ahead at arrival, ...
-    RESCUE_Q = 0.99  # ... this quantile of it over all arrivals) cache-times; read once TAIL_AFTER requests arrived
-    RESCUE_AGING = 0.0  # > 0: overdue requests go first only when aged ones do (the aging gate)
-    RESCUE_DEPTH = 0.0  # > 0: ... only while under this many caches of prompt tokens wait
-    RESCUE_ONE = 0.0  # > 0: only the oldest overdue request goes first
-    RESCUE_NOW = 0.0  # overdue only once waited this many times the cache-times of prompt tokens waiting now
-    RESCUE_RECENT = 0.0  # ... and this many times the mean wait of the last RECENT admissions (an average moving
-    RECENT = 50.0  # by 1 / RECENT per admission)
-    RESCUE_BUSY = 0.0  # ... only while shape.busy() is at least this
 
     def __init__(self, estimates: PrefixEstimates, full_cache: int) -> None:
         super().__init__(estimates, full_cache)
@@ -121,8 +112,6 @@ class Auto(Policy):
         self.share = self.SHARE  # the due share of the last order() (SHARE_OVER in a thin trace's backlog)
         self.risk: dict[Queued, float] = {}  # admitted_tokens at which a waiting request is at risk
         self.episode_from = 0  # arrived_tokens when an arrival last found no prompt waiting
-        self.overdue: dict[Queued, float] = {}  # the clock at which a waiting request is overdue
-        self.recent_wait = 0.0  # the recent admissions' mean wait (clock units), moving by 1 / RECENT
 
     @property
     def backlog(self) -> int:
@@ -138,7 +127,6 @@ class Auto(Policy):
         if backlog <= 0:
             self.episode_from = self.arrived_tokens
         self.risk[req] = self.admitted_tokens + max(backlog, self.shape.ahead_quantile(self.TAIL) * slots)
-        self.overdue[req] = now + self.RESCUE * max(backlog, self.shape.ahead_quantile(self.RESCUE_Q) * slots)
         self.arrived_tokens += len(req.tokens)
         self.seq[req] = self.arrivals
         self.passed[req] = 0
@@ -175,14 +163,7 @@ class Auto(Policy):
         aging = self._aging_first(now)
         episode = self.arrived_tokens - self.episode_from
         risky = thin and not heavy and self.arrivals >= self.TAIL_AFTER and episode < self.EPISODE * slots
-        rescue = (self.RESCUE > 0 and not thin and slots >= self.full_cache and self.arrivals >= self.TAIL_AFTER
-                  and (aging or self.RESCUE_AGING <= 0) and self.shape.busy(now, backlog > 0) >= self.RESCUE_BUSY
-                  and (backlog < self.RESCUE_DEPTH * slots or self.RESCUE_DEPTH <= 0))
         first = [r for r in window if r in turn and (aging and r in self.aged or risky and self.risk[r] <= done)]
-        if rescue:
-            over = [r for r in window if r in turn and self.overdue[r] <= now and r not in first
-                    and now - r.arrival >= max(self.RESCUE_NOW * backlog, self.RESCUE_RECENT * self.recent_wait)]
-            first = sorted(first + over[:1] if self.RESCUE_ONE > 0 else first + over, key=lambda r: self.seq[r])
         if first:
             chosen = set(first)
             due = [r for r in due if r not in chosen]
@@ -236,8 +217,6 @@ class Auto(Policy):
         if self.turn.pop(req, None) is None:
             return
         del self.risk[req]
-        del self.overdue[req]
-        self.recent_wait += (now - req.arrival - self.recent_wait) / self.RECENT
         mine, seq = self.seq.pop(req), self.seq
         self.passed.pop(req, None)
         self.aged.discard(req)
