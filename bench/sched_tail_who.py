@@ -2,9 +2,10 @@
 auto (an instrumented copy of the class: decisions unchanged), and for every request whose TTFT under auto is above
 fcfs's p99: its prompt blocks, the share of it the tree held when auto first ordered it, the work waiting when it
 arrived (caches), how many later arrivals were admitted before it, whether it was aged, and which side of auto's
-order admitted it (first: aged, at risk or overdue; due: the due share; late / deadline: the deadline order, its
-deadline passed or not). The same over all requests that aged and over all requests; and how many requests' waits
-(in tokens admitted, or clock) crossed m x max(work ahead at arrival, a quantile of it), the rescue probes' bound.
+order admitted it (first: aged or at risk; due: the due share; late / deadline: the deadline order, its deadline
+at K = SLOWDOWN passed or not). The same over all requests that aged and over all requests; and how many requests' waits
+(in tokens admitted, or clock) crossed m x max(work ahead at arrival, a quantile of it): the bound of round 25's
+rescue probes (a75cf9b, bench/RESULTS.md).
 
     python bench/sched_tail_who.py base-s2 1 1.2 [--set OVERTAKEN=8]
 (from a git worktree, prefix `PYTHONPATH=.`.)
@@ -33,7 +34,8 @@ class Watched(Auto):
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.log: dict[int, dict] = {}
-        self.route: dict = {}
+        self.route: dict = {}  # each request's side of the last order it was in
+        self.merged: list = []  # the last order's interleaved part (after those that go first)
 
     def arrived(self, req, now: float) -> None:
         slots = self.estimates.cache.config.num_slots
