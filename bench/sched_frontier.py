@@ -170,8 +170,8 @@ def plot(cell: Cell, base: dict[str, float], row: dict[str, Point], path: str) -
         ax.scatter(p.mean_lpm, p.p99_min, marker="s" if outside else "o", s=40,
                    facecolors="none" if p.hit_lpm < -0.01 else ("tab:orange" if outside else "tab:blue"),
                    edgecolors="tab:orange" if outside else "tab:blue", zorder=3)
-        ax.annotate(name.replace("SLOWDOWN", "K").replace("OVERTAKEN", "O"), (p.mean_lpm, p.p99_min), fontsize=6,
-                    xytext=(3, 3), textcoords="offset points")
+        short = name.replace("SLOWDOWN", "K").replace("OVERTAKEN", "O").replace("SHARE", "S")
+        ax.annotate(short, (p.mean_lpm, p.p99_min), fontsize=6, xytext=(3, 3), textcoords="offset points")
     for name, mean, p99 in (("fcfs", base["fcfs_mean"], base["fcfs_p99"]), ("lpm", base["lpm_mean"],
                                                                             base["lpm_p99"])):
         ax.scatter(mean / base["lpm_mean"], p99 / min(base["fcfs_p99"], base["lpm_p99"]), marker="x", c="k")
