@@ -14,12 +14,12 @@ under each setting in this script's own (`--runs`, keyed also by Auto's sources)
 
 on the medians over `--replicates` loads 0.01% apart, as the sweep judges. `--from-json` takes the cells from a
 sweep's JSON (`--failing`: those that miss a goal there); `--cells` names them (trace|cap|load). A setting is one
-point of the product of the `--axis NAME=V1,V2` grids (every setting names every axis: a worker keeps the last
-run's constants); main's constants always run too, as "main". `--plots N` draws the N farthest unreached cells
-(else the N worst met by fewest settings): mean/lpm against p99/min, the goals' box, each setting a point.
+point of a `--grid "NAME=V1,V2 NAME=V1,V2"` product (several grids: their union; every setting names every axis,
+as a worker keeps the last run's constants); main's constants always run too, as "main". `--plots N` draws the
+cells met by fewest settings, farthest from the box first: mean/lpm against p99/min, the box, each setting a point.
 
     python bench/sched_frontier.py --from-json bench/out/sw_main_full3.json --failing --replicates 3 \\
-        --axis SLOWDOWN=24,48,96 --axis OVERTAKEN=8,16,32 --jobs 2
+        --grid "SLOWDOWN=24,48,96 OVERTAKEN=8,16,32" --grid "SHARE=0.05,0.3" --jobs 2
 (from a git worktree, prefix `PYTHONPATH=.` so that its radixkv/ is the one imported.)
 """
 
@@ -67,19 +67,26 @@ class Point(NamedTuple):
         return max(over + ([self.mean_fcfs - 0.9] if load >= 1.2 else []))
 
 
-def settings(axes: list[str]) -> list[dict[str, float]]:
-    """main's constants, then the product of the `NAME=V1,V2` grids, each naming every axis (duplicates dropped)."""
-    grid = {}
-    for axis in axes:
-        name, values = axis.split("=", 1)
-        if not hasattr(Auto, name):
-            raise SystemExit(f"Auto has no constant {name}")
-        grid[name] = [float(v) for v in values.split(",")]
-    out = [{k: float(getattr(Auto, k)) for k in grid}]
-    for values in itertools.product(*grid.values()):
-        s = dict(zip(grid, values))
-        if s not in out:
-            out.append(s)
+def settings(grids: list[str]) -> list[dict[str, float]]:
+    """main's constants, then each grid's product ("NAME=V1,V2 NAME=V1,..."), each setting naming every axis of any
+    grid (Auto's value where its grid has none), duplicates dropped."""
+    products = []
+    for text in grids:
+        grid = {}
+        for axis in text.split():
+            name, values = axis.split("=", 1)
+            if not hasattr(Auto, name):
+                raise SystemExit(f"Auto has no constant {name}")
+            grid[name] = [float(v) for v in values.split(",")]
+        products.append(grid)
+    names = list(dict.fromkeys(n for grid in products for n in grid))
+    main = {n: float(getattr(Auto, n)) for n in names}
+    out = [main]
+    for grid in products:
+        for values in itertools.product(*grid.values()):
+            s = {**main, **dict(zip(grid, values))}
+            if s not in out:
+                out.append(s)
     return out
 
 
@@ -264,7 +271,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--from-json", default=None, help="a sweep's --json: its cells")
     p.add_argument("--failing", action="store_true", help="only the --from-json cells that miss a goal there")
     p.add_argument("--cells", default="", help="comma-separated trace|cap|load (added to --from-json's)")
-    p.add_argument("--axis", action="append", default=[], metavar="NAME=V1,V2", help="a grid of an Auto constant")
+    p.add_argument("--grid", action="append", default=[], metavar="'NAME=V1,V2 ...'",
+                   help="a product of Auto constants' values (repeatable: the union)")
     p.add_argument("--outside", default=",".join(OUTSIDE), help="other policies drawn as points")
     p.add_argument("--requests", type=int, default=3000)
     p.add_argument("--replicates", type=int, default=3)
@@ -278,7 +286,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", default=None)
     a = p.parse_args(argv)
     cells = (cells_from_json(a.from_json, a.failing) if a.from_json else []) + parse_cells(a.cells)
-    grid = settings(a.axis)
+    grid = settings(a.grid)
     outside = [o for o in a.outside.split(",") if o]
     for o in outside:
         if o not in schedules.POLICIES or not sweep.cached(o):

@@ -19,12 +19,12 @@ def run(hit: float, mean: float, p99: float) -> dict[str, float]:
 
 
 def test_settings_start_with_main_and_name_every_axis() -> None:
-    grid = frontier.settings(["SLOWDOWN=24,48", "OVERTAKEN=8,16"])
-    assert grid[0] == {"SLOWDOWN": Auto.SLOWDOWN, "OVERTAKEN": Auto.OVERTAKEN}
-    assert len(grid) == 4  # main is (48, 16): in the product, listed once
-    assert all(set(s) == {"SLOWDOWN", "OVERTAKEN"} for s in grid)
+    grid = frontier.settings(["SLOWDOWN=24,48 OVERTAKEN=8,16", "SHARE=0.3 SLOWDOWN=96"])
+    assert grid[0] == {"SLOWDOWN": Auto.SLOWDOWN, "OVERTAKEN": Auto.OVERTAKEN, "SHARE": Auto.SHARE}
+    assert len(grid) == 5  # main is (48, 16): in the first product, listed once
+    assert all(set(s) == {"SLOWDOWN", "OVERTAKEN", "SHARE"} for s in grid)
     assert [frontier.label(s) for s in grid] == ["main", "OVERTAKEN=8 SLOWDOWN=24", "SLOWDOWN=24",
-                                                 "OVERTAKEN=8"]
+                                                 "OVERTAKEN=8", "SHARE=0.3 SLOWDOWN=96"]
     with pytest.raises(SystemExit):
         frontier.settings(["NOT_A_CONSTANT=1"])
 
@@ -59,7 +59,7 @@ def test_a_settings_constants_do_not_leak_into_the_next_run(tmp_path: Path, caps
     """One worker runs main, then (K 1, OVERTAKEN 64), then OVERTAKEN 64 alone: each run is the sweep's own auto
     run with those constants (K 1 does not stay on)."""
     args = ["--cells", "base-s1|1|1.2", "--requests", "60", "--replicates", "1", "--jobs", "1",
-            "--axis", "SLOWDOWN=1,48", "--axis", "OVERTAKEN=64", "--outside", "hrrn", "--plots", "1",
+            "--grid", "SLOWDOWN=1,48 OVERTAKEN=64", "--outside", "hrrn", "--plots", "1",
             "--png-dir", str(tmp_path / "png"), "--traces-dir", str(tmp_path / "traces"),
             "--cache", str(tmp_path / "base.json"), "--runs", str(tmp_path / "runs.json"),
             "--json", str(tmp_path / "f.json")]
