@@ -246,15 +246,16 @@ def report(a: argparse.Namespace, bases: dict, points: dict[Cell, dict[str, Poin
         for name, p in row.items():
             print(f"| {name} | {p.mean_lpm:.3f} | {p.p99_min:.3f} | {p.hit_lpm:+.3f} | {p.mean_fcfs:.3f} | "
                   f"{p.gap(cell.load):+.3f} | {'Y' if p.meets else '-'} | {p.runs_met}/{k} |")
-    print("\n## Cells no setting of auto meets (best setting: its gap, the largest excess over a goal's line)")
+    print("\n## Per cell: the best setting of auto (least gap: the largest excess over a goal's line), who meets it")
+    print("| cell | main's gap | best setting | its mean/lpm, p99/min, mean/fcfs | gap | settings meeting | outside "
+          "meeting |\n|---|---:|---|---|---:|---:|---|")
     for cell, row in points.items():
         mine = {n: p for n, p in row.items() if n not in outside}
-        if not any(p.meets for p in mine.values()):
-            best = min(mine, key=lambda n: mine[n].gap(cell.load))
-            by = [o for o in outside if row[o].meets]
-            print(f"- {cell}: best {best} gap {mine[best].gap(cell.load):+.3f} (mean/lpm {mine[best].mean_lpm:.3f}, "
-                  f"p99/min {mine[best].p99_min:.3f}, mean/fcfs {mine[best].mean_fcfs:.3f})"
-                  + (f"; met by {', '.join(by)}" if by else ""))
+        best = min(mine, key=lambda n: mine[n].gap(cell.load))
+        b = mine[best]
+        print(f"| {cell} | {row['main'].gap(cell.load):+.3f} | {best} | {b.mean_lpm:.3f}, {b.p99_min:.3f}, "
+              f"{b.mean_fcfs:.3f} | {b.gap(cell.load):+.3f} | {sum(p.meets for p in mine.values())} of {len(mine)} "
+              f"| {', '.join(o for o in outside if row[o].meets) or '-'} |")
     ranked = [(n, c) for n, c in joint(points) if n not in outside]
     main_met = dict(ranked).get("main", [])
     print(f"\n## Settings by cells met together (of {len(points)}; main meets {len(main_met)})")
