@@ -1,7 +1,6 @@
 """Is issue 20's bar reachable cell by cell? `auto` over a grid of its constants, on chosen cells of
 bench/sched_sweep.py, with other policies as outside points: per cell, where each setting lands against the goals'
-box, the cells no setting meets (and how far the best point lies from the box), and the settings that meet the
-most cells together.
+box, its best setting and how far that lies from the box, and the settings that meet the most cells together.
 
 Every run goes through sched_sweep's own machinery (its traces, `run_one`, replicate loads, medians and `goals`):
 fcfs, lpm and the outside points are kept in the sweep's cache (`--cache`, the same file and keys), auto's runs
@@ -13,12 +12,13 @@ under each setting in this script's own (`--runs`, keyed also by Auto's sources)
     mean/fcfs  at load >= 1.2, mean / fcfs's   (goal: <= 0.9)
 
 on the medians over `--replicates` loads 0.01% apart, as the sweep judges. `--from-json` takes the cells from a
-sweep's JSON (`--failing`: those that miss a goal there); `--cells` names them (trace|cap|load). A setting is one
-point of a `--grid "NAME=V1,V2 NAME=V1,V2"` product (several grids: their union; every setting names every axis,
-as a worker keeps the last run's constants); main's constants always run too, as "main". `--plots N` draws the
-cells met by fewest settings, farthest from the box first: mean/lpm against p99/min, the box, each setting a point.
+sweep's JSON (`--which failing` / `met`: those that miss a goal there / meet every one); `--cells` names them
+(trace|cap|load). A setting is one point of a `--grid "NAME=V1,V2 NAME=V1,V2"` product (several grids: their
+union; every setting names every axis, as a worker keeps the last run's constants); main's constants always run
+too, as "main". `--plots N` draws the cells met by fewest settings, farthest from the box first: mean/lpm against
+p99/min, the box, each setting a point.
 
-    python bench/sched_frontier.py --from-json bench/out/sw_main_full3.json --failing --replicates 3 \\
+    python bench/sched_frontier.py --from-json bench/out/sw_main_full3.json --which failing --replicates 3 \\
         --grid "SLOWDOWN=24,48,96 OVERTAKEN=8,16,32" --grid "SHARE=0.05,0.3" --jobs 2
 (from a git worktree, prefix `PYTHONPATH=.` so that its radixkv/ is the one imported.)
 """
@@ -96,11 +96,12 @@ def label(setting: dict[str, float]) -> str:
     return " ".join(f"{k}={v:g}" for k, v in sorted(setting.items()) if v != getattr(Auto, k)) or "main"
 
 
-def cells_from_json(path: str, failing: bool) -> list[Cell]:
+def cells_from_json(path: str, which: str) -> list[Cell]:
+    """A sweep's cells: `all`, those `failing` a goal there, or those that `met` every one."""
     with open(path) as f:
         cells = json.load(f)["cells"]
     return [Cell(c["trace"], c["capacity"], c["load"]) for c in cells
-            if not failing or any(v is False for v in c["goals"].values())]
+            if which == "all" or (which == "failing") == any(v is False for v in c["goals"].values())]
 
 
 def parse_cells(text: str) -> list[Cell]:
@@ -270,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--from-json", default=None, help="a sweep's --json: its cells")
-    p.add_argument("--failing", action="store_true", help="only the --from-json cells that miss a goal there")
+    p.add_argument("--which", choices=["all", "failing", "met"], default="all", help="of --from-json's cells")
     p.add_argument("--cells", default="", help="comma-separated trace|cap|load (added to --from-json's)")
     p.add_argument("--grid", action="append", default=[], metavar="'NAME=V1,V2 ...'",
                    help="a product of Auto constants' values (repeatable: the union)")
@@ -286,7 +287,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--runs", default=os.path.join("bench", "out", "frontier_runs.json"), help="auto's runs")
     p.add_argument("--json", default=None)
     a = p.parse_args(argv)
-    cells = (cells_from_json(a.from_json, a.failing) if a.from_json else []) + parse_cells(a.cells)
+    cells = (cells_from_json(a.from_json, a.which) if a.from_json else []) + parse_cells(a.cells)
     grid = settings(a.grid)
     outside = [o for o in a.outside.split(",") if o]
     for o in outside:

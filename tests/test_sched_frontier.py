@@ -46,8 +46,9 @@ def test_cells_from_a_sweeps_json_and_the_settings_met_together(tmp_path: Path) 
     cells = [{"trace": "base-s1", "capacity": "1", "load": 0.8, "goals": {"hit": True, "0.9f": None}},
              {"trace": "base-s2", "capacity": "1", "load": 1.2, "goals": {"hit": True, "p99": False}}]
     (tmp_path / "sw.json").write_text(json.dumps({"cells": cells}))
-    assert frontier.cells_from_json(str(tmp_path / "sw.json"), True) == [frontier.Cell("base-s2", "1", 1.2)]
-    assert len(frontier.cells_from_json(str(tmp_path / "sw.json"), False)) == 2
+    assert frontier.cells_from_json(str(tmp_path / "sw.json"), "failing") == [frontier.Cell("base-s2", "1", 1.2)]
+    assert frontier.cells_from_json(str(tmp_path / "sw.json"), "met") == [frontier.Cell("base-s1", "1", 0.8)]
+    assert len(frontier.cells_from_json(str(tmp_path / "sw.json"), "all")) == 2
     assert frontier.parse_cells("base-s2|1/4|0.8") == [frontier.Cell("base-s2", "1/4", 0.8)]
     yes, no = frontier.Point(1, 1, 0, 0.5, True, 1), frontier.Point(1, 2, 0, 0.5, False, 0)
     points = {"a": {"main": no, "K": yes}, "b": {"main": yes, "K": yes}}
@@ -77,4 +78,5 @@ def test_a_settings_constants_do_not_leak_into_the_next_run(tmp_path: Path, caps
     assert list(out["cells"][0]["points"]) == ["main", "OVERTAKEN=64 SLOWDOWN=1", "OVERTAKEN=64", "hrrn"]
     assert json.loads((tmp_path / "base.json").read_text())["base-s1|1|1.2|60|hrrn"]["schedule"] == "hrrn"
     assert (tmp_path / "png" / "base-s1_1_1.2.png").stat().st_size > 0
-    assert "### base-s1 1 1.2" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "### base-s1 1 1.2" in printed and "| base-s1 1 1.2 | " in printed  # its table, the summary's row
