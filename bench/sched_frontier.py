@@ -105,11 +105,8 @@ def cells_from_json(path: str, which: str) -> list[Cell]:
 
 
 def parse_cells(text: str) -> list[Cell]:
-    out = []
-    for item in filter(None, text.split(",")):
-        trace, cap, load = item.split("|")
-        out.append(Cell(trace, cap, float(load)))
-    return out
+    """`trace|cap|load,...` as Cells."""
+    return [Cell(t, c, float(x)) for t, c, x in (item.split("|") for item in text.split(",") if item)]
 
 
 def auto_version() -> str:
@@ -180,10 +177,10 @@ def plot(cell: Cell, base: dict[str, float], row: dict[str, Point], path: str) -
                    edgecolors="tab:orange" if outside else "tab:blue", zorder=3)
         short = name.replace("SLOWDOWN", "K").replace("OVERTAKEN", "O").replace("SHARE", "S")
         ax.annotate(short, (p.mean_lpm, p.p99_min), fontsize=6, xytext=(3, 3), textcoords="offset points")
-    for name, mean, p99 in (("fcfs", base["fcfs_mean"], base["fcfs_p99"]), ("lpm", base["lpm_mean"],
-                                                                            base["lpm_p99"])):
-        ax.scatter(mean / base["lpm_mean"], p99 / min(base["fcfs_p99"], base["lpm_p99"]), marker="x", c="k")
-        ax.annotate(name, (mean / base["lpm_mean"], p99 / min(base["fcfs_p99"], base["lpm_p99"])), fontsize=8)
+    for name in ("fcfs", "lpm"):
+        x, y = base[f"{name}_mean"] / base["lpm_mean"], base[f"{name}_p99"] / min(base["fcfs_p99"], base["lpm_p99"])
+        ax.scatter(x, y, marker="x", c="k")
+        ax.annotate(name, (x, y), fontsize=8)
     ax.set_xlabel("mean TTFT / lpm's (box: <= 1.02" + (", <= 0.9x fcfs's)" if cell.load >= 1.2 else ")"))
     ax.set_ylabel("p99 TTFT / min(fcfs's, lpm's) (box: <= 1)")
     ax.set_title(f"{cell}: auto's settings (dots), outside policies (squares); hollow: hit-rate miss", fontsize=9)
