@@ -13,7 +13,7 @@ import torch
 
 from radixkv import CacheConfig, RadixCache
 from radixkv.cluster import InMemoryIndex, Publisher, ZmqPublisher, ZmqSubscriber, kv_topic
-from radixkv.errors import ConfigError
+from radixkv.errors import ConfigError, InvalidArgumentError
 from radixkv.events import BlockStored
 
 BOUND_S = 5.0  # every convergence below must happen within this (it takes well under a second)
@@ -72,6 +72,28 @@ def test_a_cache_without_kv_events_is_refused_at_construction() -> None:
         ZmqPublisher(make_cache(events=False), "tcp://127.0.0.1:*")
     with pytest.raises(ConfigError, match="kv_events"):
         Publisher("pod-0", make_cache(events=False), InMemoryIndex())
+
+
+def test_connect_names_the_instance_a_plain_topic_does_not() -> None:
+    """A publisher whose topic names no instance (here an empty topic) speaks for the one `connect` names; a
+    bad or already connected instance is refused before any socket opens (connect had lost its import of the
+    id check: every `instance=` raised NameError)."""
+    rng, cache, index = np.random.default_rng(1), make_cache(), InMemoryIndex()
+    pub = ZmqPublisher(cache, "tcp://127.0.0.1:*", "tcp://127.0.0.1:*")
+    pub.start(0.002)
+    sub = ZmqSubscriber(index, sync_interval_s=0.2)
+    for bad in ("pod:1", "", 7):
+        with pytest.raises(InvalidArgumentError, match="instance_id"):
+            sub.connect(pub.endpoint, pub.replay_endpoint, instance=bad)  # type: ignore[arg-type]
+    assert not sub._sources
+    sub.connect(pub.endpoint, pub.replay_endpoint, instance="pod-7")
+    with pytest.raises(InvalidArgumentError, match="already connected"):
+        sub.connect(pub.endpoint, pub.replay_endpoint, instance="pod-7")
+    join(sub, pub, cache, rng)
+    converge(sub, index, "pod-7", cache)
+    assert truth(cache) and len(sub._sources) == 2
+    sub.close()
+    pub.close()
 
 
 def test_live_stream_and_a_late_subscriber_after_the_ring_rolled_over() -> None:

@@ -43,7 +43,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from radixkv.cluster.index import IndexUnavailableError, KVIndex
+from radixkv.cluster.index import IndexUnavailableError, KVIndex, check_instance_id
 from radixkv.cluster.subscriber_stats import SubscriberStats, stats_prometheus
 from radixkv.cluster.zmq_replay import END_SEQ
 from radixkv.cluster.zmq_streams import FUTURE, Stream, classify, instance_of
