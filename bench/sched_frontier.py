@@ -14,7 +14,7 @@ under each setting in this script's own (`--runs`, keyed also by Auto's sources)
 on the medians over `--replicates` loads 0.01% apart, as the sweep judges. `--from-json` takes the cells from a
 sweep's JSON (`--which failing` / `met`: those that miss a goal there / meet every one); `--cells` names them
 (trace|cap|load). A setting is one point of a `--grid "NAME=V1,V2 NAME=V1,V2"` product (several grids: their
-union; every setting names every axis, as a worker keeps the last run's constants); main's constants always run
+union; every setting names every axis, so its label is every constant it ran with); main's constants always run
 too, as "main". `--plots N` draws the cells met by fewest settings, farthest from the box first: mean/lpm against
 p99/min, the box, each setting a point.
 
@@ -31,7 +31,6 @@ import itertools
 import json
 import os
 import sys
-from concurrent.futures import ProcessPoolExecutor
 from typing import NamedTuple
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -145,15 +144,14 @@ def run_all(jobs: list[tuple], caches: dict[bool, tuple[dict, str]], workers: in
     """Run `jobs` (sweep.run_one's tuples) in `workers` processes; each result goes in caches[whether its key names
     a setting], written back as it comes (a stopped run keeps what it made)."""
     out = {}
-    with ProcessPoolExecutor(max_workers=workers) as pool:
-        for done, (key, summary, sec) in enumerate(pool.map(sweep.run_one, jobs), 1):
-            out[key] = summary
-            print(f"{done}/{len(jobs)} {key} {sec:.1f} s", file=sys.stderr, flush=True)
-            cache, path = caches[key.count("|") == 5]
-            cache[key] = summary
-            with open(path + ".tmp", "w") as fh:
-                json.dump(cache, fh, indent=1, sort_keys=True)
-            os.replace(path + ".tmp", path)
+    for done, (key, summary, sec) in enumerate(sweep.run_all(jobs, workers), 1):
+        out[key] = summary
+        print(f"{done}/{len(jobs)} {key} {sec:.1f} s", file=sys.stderr, flush=True)
+        cache, path = caches[key.count("|") == 5]
+        cache[key] = summary
+        with open(path + ".tmp", "w") as fh:
+            json.dump(cache, fh, indent=1, sort_keys=True)
+        os.replace(path + ".tmp", path)
     return out
 
 

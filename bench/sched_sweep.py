@@ -46,6 +46,7 @@ import os
 import statistics
 import sys
 import time
+from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
 
 from radixkv.scheduling import schedules
@@ -127,17 +128,33 @@ def trace_path(out: str, name: str, spec: dict, requests: int) -> str:
 
 
 def run_one(job: tuple[str, str, str, float, str, dict[str, float]]) -> tuple[str, dict, float]:
+    """One simulated run: (key, its summary, CPU seconds); `Auto`'s constants as `overrides` says for this run only."""
     key, path, cap, load, schedule, overrides = job
+    before = {name: getattr(Auto, name) for name in overrides}
     for name, value in overrides.items():
         setattr(Auto, name, value)
-    cost = CostModel()
-    trace = read_sim_trace(path, os.path.basename(path))
-    capacity = CAPACITIES[cap] or cost.kv_capacity_tokens
-    sim = Simulation(trace, schedule, load, capacity, 16, cost)
-    t0 = time.process_time()
-    out = sim.run()
-    summary = Run(trace.name, schedule, load, out, sim.capacity, 0.0).summary()
+    try:
+        cost = CostModel()
+        trace = read_sim_trace(path, os.path.basename(path))
+        capacity = CAPACITIES[cap] or cost.kv_capacity_tokens
+        sim = Simulation(trace, schedule, load, capacity, 16, cost)
+        t0 = time.process_time()
+        out = sim.run()
+        summary = Run(trace.name, schedule, load, out, sim.capacity, 0.0).summary()
+    finally:
+        for name, value in before.items():
+            setattr(Auto, name, value)
     return key, summary, time.process_time() - t0
+
+
+def run_all(jobs: list[tuple], workers: int) -> Iterator[tuple[str, dict, float]]:
+    """run_one of every job, in order, in `workers` processes; one: in this process. (Never a pool of one: a forked
+    child of a process whose torch ran its OpenMP thread pool hangs in its first parallel op, as a test's did.)"""
+    if workers <= 1:
+        yield from map(run_one, jobs)
+        return
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        yield from pool.map(run_one, jobs)
 
 
 def goals(f: dict, lpm: dict, a: dict, load: float) -> dict[str, bool | None]:
@@ -199,16 +216,15 @@ def main(argv: list[str] | None = None) -> int:
                         jobs.append((key, path, cap, load, sched, overrides))
     cpu = 0.0
     os.makedirs(os.path.dirname(a.cache) or ".", exist_ok=True)
-    with ProcessPoolExecutor(max_workers=a.jobs) as pool:
-        for done, (key, summary, sec) in enumerate(pool.map(run_one, jobs), 1):
-            results[key] = summary
-            cpu += sec
-            print(f"{done}/{len(jobs)} {key} {sec:.1f} s", file=sys.stderr, flush=True)
-            if cached(key.rsplit("|", 1)[1]):
-                cache[key] = summary
-                with open(a.cache + ".tmp", "w") as f:
-                    json.dump(cache, f, indent=1, sort_keys=True)
-                os.replace(a.cache + ".tmp", a.cache)
+    for done, (key, summary, sec) in enumerate(run_all(jobs, a.jobs), 1):
+        results[key] = summary
+        cpu += sec
+        print(f"{done}/{len(jobs)} {key} {sec:.1f} s", file=sys.stderr, flush=True)
+        if cached(key.rsplit("|", 1)[1]):
+            cache[key] = summary
+            with open(a.cache + ".tmp", "w") as f:
+                json.dump(cache, f, indent=1, sort_keys=True)
+            os.replace(a.cache + ".tmp", a.cache)
     print(f"# {len(jobs)} runs, {cpu:.0f} s of CPU in the workers; judged: {a.schedule}; "
           f"auto overrides: {overrides or 'none'}")
     print("| trace | cap | load | lpm hit / mean / p99 | fcfs mean / p99 | auto hit / mean / p99 "

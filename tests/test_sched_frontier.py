@@ -55,24 +55,24 @@ def test_cells_from_a_sweeps_json_and_the_settings_met_together(tmp_path: Path) 
     assert frontier.joint(points) == [("K", ["a", "b"]), ("main", ["b"])]
 
 
-def test_a_settings_constants_do_not_leak_into_the_next_run(tmp_path: Path, capsys: pytest.CaptureFixture,
-                                                             monkeypatch: pytest.MonkeyPatch) -> None:
-    """One worker runs main, then (K 1, OVERTAKEN 64), then OVERTAKEN 64 alone: each run is the sweep's own auto
-    run with those constants (K 1 does not stay on)."""
+def test_a_settings_constants_do_not_leak_into_the_next_run(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """One process (`--jobs 1` runs in this one: no fork) runs main, then (K 1, OVERTAKEN 64), then OVERTAKEN 64
+    alone: each run is the sweep's own auto run with those constants (K 1 does not stay on), and Auto's constants
+    are its own again after them."""
+    constants = {name: getattr(Auto, name) for name in ("SLOWDOWN", "OVERTAKEN")}
     args = ["--cells", "base-s1|1|1.2", "--requests", "60", "--replicates", "1", "--jobs", "1",
             "--grid", "SLOWDOWN=1,48 OVERTAKEN=64", "--outside", "hrrn", "--plots", "1",
             "--png-dir", str(tmp_path / "png"), "--traces-dir", str(tmp_path / "traces"),
             "--cache", str(tmp_path / "base.json"), "--runs", str(tmp_path / "runs.json"),
             "--json", str(tmp_path / "f.json")]
     assert frontier.main(args) == 0
+    assert {name: getattr(Auto, name) for name in constants} == constants
     runs = json.loads((tmp_path / "runs.json").read_text())
     mine = runs["base-s1|1|1.2|60|auto|main"]
     path = sweep.trace_path(str(tmp_path / "traces"), "base-s1", sweep.TRACES["tune"]["base-s1"], 60)
     assert sweep.run_one(("k", path, "1", 1.2, "auto", {}))[1] == mine
-    for name in ("SLOWDOWN", "OVERTAKEN"):
-        monkeypatch.setattr(Auto, name, getattr(Auto, name))  # run_one sets them on the class: restored after
     late = sweep.run_one(("k", path, "1", 1.2, "auto", {"OVERTAKEN": 64.0}))[1]
-    assert runs["base-s1|1|1.2|60|auto|OVERTAKEN=64"] == late
+    assert runs["base-s1|1|1.2|60|auto|OVERTAKEN=64"] == late and Auto.OVERTAKEN == constants["OVERTAKEN"]
     assert runs["base-s1|1|1.2|60|auto|OVERTAKEN=64 SLOWDOWN=1"]["ttft_mean_s"] != late["ttft_mean_s"]
     out = json.loads((tmp_path / "f.json").read_text())
     assert list(out["cells"][0]["points"]) == ["main", "OVERTAKEN=64 SLOWDOWN=1", "OVERTAKEN=64", "hrrn"]
