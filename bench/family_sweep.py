@@ -175,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     counts: dict[str, int] = {}
     start = time.perf_counter()
     print(f"transformers {transformers.__version__}, torch {torch.__version__}, {len(types)} model types")
-    print(f"| model_type | class | s | detail |\n|---|---|---|---|")
+    print("| model_type | class | s | detail |\n|---|---|---|---|")
     for t in types:
         verdict, detail, secs = run(t, args.timeout)
         counts[verdict] = counts.get(verdict, 0) + 1

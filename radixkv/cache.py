@@ -39,7 +39,7 @@ from radixkv.events import KVEvent
 from radixkv.insert_slots import InsertSlots, MatchedSlots
 from radixkv.invariants import check_cache, check_groups
 from radixkv.metrics import collect_metrics
-from radixkv.pools import CACHED, PRIVATE
+from radixkv.pools import PRIVATE
 from radixkv.radix import USER, locks, lookup
 from radixkv.results import BatchInputs, LockHandle, MatchResult, SizeInfo
 from radixkv.runs import count, expand_slots

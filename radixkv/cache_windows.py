@@ -122,7 +122,7 @@ class WindowGroup(SecondaryGroup):
         (a node with two children: where other requests' matches end); not
         protected by another lock. Each node is decided once (`_trimmed[row]`), so a commit walks
         only the nodes since the last one."""
-        lo, done, g = self.reach.first(bottom.end), self._trimmed.get(row, cached_len), self.index - 1
+        lo, done = self.reach.first(bottom.end), self._trimmed.get(row, cached_len)
         node, branch, decided, chunks = bottom, None, done, list[np.ndarray]()
         while node.parent is not None and node.depth >= done:
             if len(node.children) > 1:

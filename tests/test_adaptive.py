@@ -4,7 +4,6 @@ and LFU, `lrfu` against its learned regimes, `slru` against LRU."""
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
 
@@ -15,7 +14,7 @@ from radixkv.bench.workloads import Request, agent, chat, gsp, tot
 from radixkv.eviction import POLICIES, make_policy
 from radixkv.eviction.adaptive import Adaptive
 from radixkv.eviction.history import History
-from radixkv.eviction.view import CachedNodeView, NodeView
+from radixkv.eviction.view import CachedNodeView
 from radixkv.eviction.lrfu import LRFU
 from radixkv.radix.shadow import ShadowTree
 

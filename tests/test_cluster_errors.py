@@ -7,8 +7,6 @@ from __future__ import annotations
 from typing import Any, Callable
 
 import numpy as np
-import pytest
-import torch
 from redis_fixtures import RedisServer, shared_redis  # noqa: F401  (fixtures)
 
 from radixkv import CacheConfig, RadixCache

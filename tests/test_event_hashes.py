@@ -158,7 +158,7 @@ def test_namespaces_share_vllm_hashes_and_are_counted(monkeypatch) -> None:
     monkeypatch.setenv("PYTHONHASHSEED", "3")
     c = cache(4, 8)
     for ns in ("a", "b"):
-        r = c.match_prefix(TOKENS[:32], ns)
+        c.match_prefix(TOKENS[:32], ns)
         c.insert(TOKENS[:32], c.alloc(32), ns)
     held: set[tuple[int, str]] = set()
     replay(c.take_events(), held)

@@ -14,8 +14,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from kernel_checks import assert_close, randn, random_kv_cache
 from test_cascade_plan import decoding
 from radixkv.kernels import (CascadeLevel, CascadePlan, KernelInputError, cascade_attention,
-                             cascade_attention_ref, cascade_decode, cascade_decode_launch, cascade_decode_ref,
-                             decode_attention_ref, merge_states, merge_states_ref, with_padding)
+                             cascade_attention_ref, cascade_decode, cascade_decode_launch, decode_attention_ref,
+                             merge_states, merge_states_ref, with_padding)
 from radixkv.kernels.merge import merge_launch_config
 
 KV_HEADS, DIM, SCALE = 2, 24, 0.3  # dim 24 is padded to 32 inside the kernel

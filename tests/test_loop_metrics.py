@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
 
 from radixkv import CacheConfig, RadixCache
 from radixkv.cluster import InMemoryIndex, Publisher, Router

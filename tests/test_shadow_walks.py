@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
 
 from radixkv.bench.workloads import agent
 from radixkv.eviction import make_policy

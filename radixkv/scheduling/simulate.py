@@ -27,7 +27,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
-import torch
 
 from radixkv import CacheConfig, RadixCache
 from radixkv.errors import InvalidArgumentError
