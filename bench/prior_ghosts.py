@@ -31,7 +31,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # policy_grid, b
 import policy_grid  # noqa: E402
 
 from radixkv.eviction.adaptive import Adaptive  # noqa: E402
-from radixkv.eviction.ghosts import _END, GhostLFU  # noqa: E402
+from radixkv.eviction.ghosts import GhostLFU  # noqa: E402
 
 if TYPE_CHECKING:
     from radixkv.eviction.view import ShadowView
@@ -51,11 +51,7 @@ class AgingGhosts(GhostLFU):
         self.aged += 1
         if self.aged >= self.age:
             self.aged = 0
-            for s, ghost in list(self.ghosts.items()):
-                if ghost >> 41:
-                    self.ghosts[s] = ghost >> 41 << 40 | ghost & _END
-                else:
-                    del self.ghosts[s]
+            self.halve()
 
 
 class PriorGhosts(Adaptive):

@@ -105,8 +105,13 @@ class GhostLFU(LFU):
         self._evictions += 1
         if self._evictions >= self.GHOSTS:
             self._evictions = 0
-            for s, ghost in list(ghosts.items()):
-                if ghost >> 41:
-                    ghosts[s] = ghost >> 41 << 40 | ghost & _END
-                else:
-                    del ghosts[s]
+            self.halve()
+
+    def halve(self) -> None:
+        """Every ghost's uses halved (every GHOSTS evictions: old counts fade); a ghost left with none goes."""
+        ghosts = self.ghosts
+        for s, ghost in list(ghosts.items()):
+            if ghost >> 41:
+                ghosts[s] = ghost >> 41 << 40 | ghost & _END
+            else:
+                del ghosts[s]
