@@ -32,7 +32,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # policy_grid, beside this file
 
-from policy_grid import each, grid_args, grid_names, held_names, shares  # noqa: E402
+from policy_grid import gathered, grid_args, grid_names, held_names, shares  # noqa: E402
 
 from radixkv import COMPILED_CORE  # noqa: E402
 from radixkv.bench.runner import Replay  # noqa: E402
@@ -193,11 +193,8 @@ def main(argv: list[str] | None = None) -> None:
     a = ap.parse_args(argv)
     if COMPILED_CORE:
         ap.error("needs the pure-Python core: run with RADIXKV_PURE_PYTHON=1")
-    events: list[dict[str, float]] = []
     jobs = [(n, a.horizon, (a.lax_lead, a.lax_z)) for n in grid_names(a.grid, held_names([]), a.only)]
-    for got in each(cell_events, jobs, a.jobs):
-        events += got
-    events.sort(key=lambda e: (e["cell"], e["share"], e["request"]))
+    events = gathered(cell_events, jobs, a.jobs, lambda e: (e["cell"], e["share"], e["request"]))
     print("\n".join(table(events, "gain") + table(events, "gain_end")))
     if a.json:
         with open(a.json, "w") as f:

@@ -36,7 +36,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the scripts it imports, beside it
 
-from policy_grid import each, grid_args, grid_names, held_names, shares  # noqa: E402
+from policy_grid import gathered, grid_args, grid_names, held_names, shares  # noqa: E402
 from switch_features import per_request  # noqa: E402
 from switch_transient import LEAD, observe  # noqa: E402
 
@@ -259,10 +259,7 @@ def main(argv: list[str] | None = None) -> None:
     a = ap.parse_args(argv)
     if COMPILED_CORE:
         ap.error("needs the pure-Python core: run with RADIXKV_PURE_PYTHON=1")
-    cells: list[Cell] = []
-    for got in each(cell_logs, grid_names(a.grid, held_names([]), a.only), a.jobs):
-        cells += got
-    cells.sort(key=lambda c: (c.cell, c.share))
+    cells = gathered(cell_logs, grid_names(a.grid, held_names([]), a.only), a.jobs, lambda c: (c.cell, c.share))
     print("\n".join(report(cells, a.tests.split(","), a.horizon, a.least)))
 
 

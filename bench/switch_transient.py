@@ -39,7 +39,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # policy_grid and switch_features, beside this file
 
-from policy_grid import FIXED, each, grid_args, grid_names, held_names, shares  # noqa: E402
+from policy_grid import FIXED, gathered, grid_args, grid_names, held_names, shares  # noqa: E402
 from switch_features import per_request  # noqa: E402
 
 from radixkv.bench.runner import replay  # noqa: E402
@@ -165,10 +165,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--trace", action="append", default=[], metavar="FILE:PAGE", help="add a trace to the held grid")
     ap.add_argument("--cells", action="store_true", help="print every cell's parts")
     a = ap.parse_args(argv)
-    rows: list[Row] = []
-    for got in each(cell_rows, grid_names(a.grid, held_names(a.trace), a.only), a.jobs):
-        rows += got
-    rows.sort(key=lambda r: (r.cell, r.share))
+    rows = gathered(cell_rows, grid_names(a.grid, held_names(a.trace), a.only), a.jobs, lambda r: (r.cell, r.share))
     if a.cells:
         print("| cell | share | class | switches to | margin | adaptive - E | "
               + " | ".join(f"{p} {q}" for p in PHASES for q in PARTS) + " |")
