@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Callable
 
 import numpy as np
 
@@ -41,15 +42,21 @@ def simulate(name: str, cap: str, load: float, schedule: str, requests: int,
     return sim, sim.run()
 
 
+def passers(sim: Simulation) -> Callable[[int], list[int]]:
+    """Request i -> the later arrivals admitted before it (admission order; ties: arrival)."""
+    reqs = sim.reqs
+    order = sorted(range(len(reqs)), key=lambda i: (reqs[i].admitted_s, i))
+    place = {i: p for p, i in enumerate(order)}
+    return lambda i: [j for j in order[:place[i]] if j > i]
+
+
 def tail(sim: Simulation, out: Outcome, k: int) -> list[dict[str, float | int]]:
     """The k longest TTFTs, longest first, each with the later arrivals admitted before it."""
-    reqs = sim.reqs
-    order = sorted(range(len(reqs)), key=lambda i: (reqs[i].admitted_s, i))  # admission order (ties: arrival)
-    place = {i: p for p, i in enumerate(order)}
+    reqs, passed_by = sim.reqs, passers(sim)
     rows = []
     for i in np.argsort(-out.ttft_s, kind="stable")[:k].tolist():
         r = reqs[i]
-        passed = [j for j in order[:place[i]] if j > i]
+        passed = passed_by(i)
         rows.append({"request": i, "ttft_s": float(out.ttft_s[i]), "wait_s": float(r.admitted_s - r.arrive_s),
                      "blocks": r.prompt_len, "cached": r.reused_tokens, "passed_by": len(passed),
                      "passed_blocks": sum(reqs[j].prompt_len for j in passed)})

@@ -95,9 +95,8 @@ def main(argv: list[str] | None = None) -> int:
     pol = sim.sched.policy
     reqs = sim.reqs
     line = float(np.percentile(fcfs.ttft_s, 99))
-    order = sorted(range(len(reqs)), key=lambda i: (reqs[i].admitted_s, i))
-    place = {i: k for k, i in enumerate(order)}
-    passed = {i: sum(1 for j in order[:place[i]] if j > i) for i in range(len(reqs))}
+    passed_by = sched_tail.passers(sim)
+    passed = {i: len(passed_by(i)) for i in range(len(reqs))}
     print(f"## {a.trace} {a.capacity} {a.load}: fcfs p99 {line:.2f} s, auto p99 {np.percentile(out.ttft_s, 99):.2f}"
           f" s, auto mean {out.ttft_s.mean():.3f} s, fcfs mean {fcfs.ttft_s.mean():.3f} s")
     tail = [i for i in np.argsort(-out.ttft_s, kind="stable") if out.ttft_s[i] > line]
