@@ -168,13 +168,16 @@ def plot(cell: Cell, base: dict[str, float], row: dict[str, Point], path: str) -
     ax.add_patch(plt.Rectangle((lo, 0), right - lo, 1.0, color="tab:green", alpha=0.12, label="goals' box"))
     ax.axvline(1.02, color="tab:green", lw=0.8, ls="--")
     ax.axhline(1.0, color="tab:green", lw=0.8, ls="--")
+    names: dict[tuple[float, float], list[str]] = {}  # settings that land on one point share one label
     for name, p in row.items():
         outside = name in OUTSIDE
         ax.scatter(p.mean_lpm, p.p99_min, marker="s" if outside else "o", s=40,
                    facecolors="none" if p.hit_lpm < -0.01 else ("tab:orange" if outside else "tab:blue"),
                    edgecolors="tab:orange" if outside else "tab:blue", zorder=3)
         short = name.replace("SLOWDOWN", "K").replace("OVERTAKEN", "O").replace("SHARE", "S")
-        ax.annotate(short, (p.mean_lpm, p.p99_min), fontsize=6, xytext=(3, 3), textcoords="offset points")
+        names.setdefault((p.mean_lpm, p.p99_min), []).append(short)
+    for xy, shorts in names.items():
+        ax.annotate("; ".join(shorts), xy, fontsize=6, xytext=(3, 3), textcoords="offset points")
     for name in ("fcfs", "lpm"):
         x, y = base[f"{name}_mean"] / base["lpm_mean"], base[f"{name}_p99"] / min(base["fcfs_p99"], base["lpm_p99"])
         ax.scatter(x, y, marker="x", c="k")
