@@ -15,7 +15,8 @@ methods, so they need the interpreted core (RADIXKV_PURE_PYTHON=1; its decisions
 
 `--young`: the cyclic collector's side instead, compiled or not: each collection the replay triggers (its request,
 generation and the young generation's objects by type), then the GC-tracked objects a request leaves in the young
-generation (gc disabled, by type) before the first eviction and over the last 100 requests.
+generation (gc disabled, by type) before the first eviction and over the last 100 requests. Where a collection falls
+depends on everything the process allocated before: one cell a process reads as a fresh run (events_instructions.py's).
 """
 
 from __future__ import annotations
@@ -171,8 +172,9 @@ def young(workload: str, page: int, requests: int = 0) -> list[str]:
                             f"{sum(kinds.values()) / (hi - lo):.2f} | "
                             + ", ".join(f"{k} {v / (hi - lo):.2f}" for k, v in kinds.most_common(6)) + " |")
         replay(workload, page, each, requests)
-    census("before the first eviction", 0, first[0])
-    census(f"the last {min(100, n - first[0])}", max(n - 100, first[0]), n)
+    if first[0] > 0:  # (none where the requests replayed never evict)
+        census("before the first eviction", 0, first[0])
+        census(f"the last {min(100, n - first[0])}", max(n - 100, first[0]), n)
     return rows
 
 

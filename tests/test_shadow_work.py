@@ -45,3 +45,7 @@ def test_the_collections_and_the_young_objects() -> None:
     assert len(young) == 2 and "before the first eviction (0-151)" in young[0] and "(151-200)" in young[1]
     # before the first eviction a request leaves a node and its runs list young, and more
     assert float(young[0].split("|")[3]) > 2.0 and "TreeNode 1.0" in young[0]
+
+
+def test_no_census_where_the_replay_never_evicts() -> None:
+    assert not [r for r in shadow_work.young("agent", 1, 100) if "left young" in r]  # agent p1 first evicts at 151
