@@ -15,7 +15,12 @@ sign veto (`_vetoed`'s, read on the scouts' evidence and size) allows it. After 
 dropped. SCOUT 0 is the policy itself; SCOUT_TO keeps them to one direction (none run where the
 prior's verdict is already the expert they may switch to).
 
-    RADIXKV_PURE_PYTHON=1 .venv/bin/python bench/switch_scout.py tune --jobs 2 --cells --set SCOUT=0.25
+Round 26 (bench/RESULTS.md): at SCOUT 0.5, to LRU only, after the warmup, every in-sample grid gains (tune -0.073 ->
+-0.065, bench -0.122 -> -0.109, fit -0.325 -> -0.313), check and held too, but val loses (-0.521 -> -0.524, one more
+cell below -0.5); at 0.25 or 0.75, or towards LFU, tune loses: the scouts' size is a coin per cell, as the prior's is.
+
+    RADIXKV_PURE_PYTHON=1 .venv/bin/python bench/switch_scout.py tune --jobs 2 --cells --set SCOUT=0.5 \
+        --set SCOUT_TO=0 --set SCOUT_WARM=True
 """
 
 from __future__ import annotations
