@@ -18,7 +18,7 @@ from radixkv.bench.workloads import make_workload
 SCRIPTS = ["calls_per_request", "compile_gain", "e2e", "fleet", "host_tier", "opt", "peer_spread",
            "policy_cost", "policy_grid", "policy_long", "policy_margins", "policy_memory", "policy_switches",
            "recurrent_reuse", "sched_overhead", "sched_sweep", "sched_tail", "sched_traces", "shadow_overlap",
-           "shadow_work", "switch_features", "switch_leadin", "switch_transient", "workloads"]
+           "shadow_work", "switch_features", "switch_leadin", "switch_scout", "switch_transient", "workloads"]
 
 
 @pytest.mark.parametrize("name", SCRIPTS)

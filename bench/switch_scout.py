@@ -1,0 +1,124 @@
+"""Scouts in the lead-in: a small LRU/LFU pair that sees a reuse's consequences sooner, scored on policy_grid.py's
+grids (a subclass, not the policy).
+
+Round 26's map (bench/RESULTS.md) puts most of the held grid's failing cells within reach of one switch at the right
+request, and most of those where the prior follows LRU and LFU wins from early on, with a history of a few lookups
+that no rule at the first eviction can judge: what they lack is evidence soon enough. The policy's evidence comes
+from the other expert's shadow at the real size, so it shows only once an evicted prefix is asked again within a
+cache size. `Scout` adds a new signal, from the first eviction to the first switch after it (the lead-in): two
+shadows of SCOUT x the real size (each a copy of the real cache, shrunk by its own expert's order at the first
+insert), one per expert, the prior's replay running on (eviction/prior.py) but live. Their paired lead (the other
+expert's scout's match minus the followed one's, per lookup) is summed over WINDOW as the policy's (an Evidence of
+its own), and the policy also leaves its expert where that evidence is clear by the policy's own test (`_clear`,
+MIN_LEAD of the scouts' size) while its own evidence does not favour staying (sign >= 0, lead >= 0), and, to LFU, the
+sign veto (`_vetoed`'s, read on the scouts' evidence and size) allows it. After the first switch the scouts are
+dropped. SCOUT 0 is the policy itself; SCOUT_TO keeps them to one direction (none run where the
+prior's verdict is already the expert they may switch to).
+
+Round 26 (bench/RESULTS.md): at SCOUT 0.5, to LRU only, after the warmup, every in-sample grid gains (tune -0.073 ->
+-0.065, bench -0.122 -> -0.109, fit -0.325 -> -0.313), check and held too, but val loses (-0.521 -> -0.524, one more
+cell below -0.5); at 0.25 or 0.75, or towards LFU, tune loses: the scouts' size is a coin per cell, as the prior's is.
+
+    RADIXKV_PURE_PYTHON=1 .venv/bin/python bench/switch_scout.py tune --jobs 2 --cells --set SCOUT=0.5 \
+        --set SCOUT_TO=0 --set SCOUT_WARM=True
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import TYPE_CHECKING, cast
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # policy_grid, beside this file
+
+import policy_grid  # noqa: E402
+
+from radixkv.eviction.adaptive import Adaptive  # noqa: E402
+from radixkv.eviction.evidence import Evidence  # noqa: E402
+from radixkv.eviction.history import absolute_key  # noqa: E402
+from radixkv.eviction.view import NodeFields  # noqa: E402
+
+if TYPE_CHECKING:
+    from radixkv.eviction.view import CachedNodeView, ShadowView
+
+
+class Scout(Adaptive):
+    """Adaptive with scouts in its lead-in (module docstring)."""
+
+    SCOUT = 0.0  # the scouts' size, a share of the real cache's (0: none)
+    SCOUT_AGREE = False  # ... only once the policy's own evidence leans the same way (sign and lead > 0), not just
+    # does not favour staying
+    SCOUT_WARM = False  # their leads count only after they turned over WARMUP times (the shrunk copies' transient)
+    SCOUT_TO = -1  # the expert they may switch to (0: LRU, 1: LFU; -1: either); none run where the prior follows it
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._scouts: list[ShadowView] = []  # per expert (0: LRU, 1: LFU), from the first eviction to a switch
+        self._scouted = Evidence()
+        self._left = 0  # the policy's switch count when the scouts started
+        self._warm = 0  # tokens the scouts must still cache before their leads count (their transient: WARMUP)
+
+    def on_evict(self, victim: CachedNodeView) -> None:
+        first = self._tree is None
+        super().on_evict(victim)
+        if first and self.SCOUT > 0 and self._tree is not None and self.mode != self.SCOUT_TO:
+            self._scouts = [self._tree.shadow_copy(p) for p in self._shadowed]
+            self._left = self.switches
+            self._warm = int(self.SCOUT_WARM * self.WARMUP * self.SCOUT * self._capacity)
+
+    def on_lookup(self, start: CachedNodeView, key: bytes, length: int) -> None:
+        scouts, mode = self._scouts, self.mode
+        lead = 0
+        if scouts:
+            s = cast(NodeFields, start)
+            full = key if s.parent is None else absolute_key(start, key)
+            other = scouts[1 - mode].match(s.ns, full) - s.end
+            own = scouts[mode].match(s.ns, full) - s.end
+            lead = (other if other > 0 else 0) - (own if own > 0 else 0)
+        super().on_lookup(start, key, length)
+        if not scouts:
+            return
+        if self.switches != self._left:  # the policy switched: the lead-in is over
+            self._scouts = []
+            return
+        if self._warm > 0:
+            return
+        ev = self._scouted
+        ev.add(lead, len(key) // 4)
+        own = self._long
+        if not self._shadows or own.sign < 0.0 or own.lead < 0.0 or (self.SCOUT_AGREE and own.sign * own.lead <= 0.0):
+            return
+        capacity = self._capacity
+        size = self._capacity = max(1, int(self.SCOUT * capacity))  # _clear's MIN_LEAD, of the scouts' size
+        clear = self._clear(ev)
+        self._capacity = capacity
+        vetoed = ev.sign <= -self.SIGN_VETO or (ev.sign <= 0.0 and ev.lead <= self.SIGN_LEAD * size)
+        if clear and (mode == 1 or not vetoed):
+            self._switch()
+            self._scouts = []
+
+    def on_cache(self, start: CachedNodeView, key: bytes, cached: int, use: bool) -> None:
+        scouts = self._scouts
+        if not scouts:
+            super().on_cache(start, key, cached, use)
+            return
+        ns = cast(NodeFields, start).ns
+        split, head, cut = self._split_key(start, key)
+        leaf = self._leaf
+        tail = cast(NodeFields, leaf).key if leaf is not None else None
+        super().on_cache(start, key, cached, use)
+        size = max(1, int(self.SCOUT * self._capacity))
+        added = max(s.insert(ns, split, size, use, tail, head, cut) for s in scouts)
+        self._warm -= added
+        decay = 1.0 - added / (self.WINDOW * size)
+        if decay < 1.0:
+            self._scouted.decay(decay if decay > 0.0 else 0.0)
+
+
+def main(argv: list[str] | None = None) -> None:
+    policy_grid.Adaptive = Scout  # type: ignore[misc] - run() and --set read the module's name
+    policy_grid.main(argv)
+
+
+if __name__ == "__main__":
+    main()

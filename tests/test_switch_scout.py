@@ -1,0 +1,58 @@
+"""bench/switch_scout.py: scouts in the lead-in (a small LRU/LFU pair from the first eviction to the first switch).
+Without scouts it is the policy to the digit; with them (SCOUT 0.5, to LRU only, after their warmup) it leaves the
+prior's LFU verdict sooner on longchat 25%; without the warmup the shrunk copies' transient takes moon:12 25% off
+LFU, which wins there by 3.65 points (bench/RESULTS.md, round 26)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from scripts import ROOT, load_script
+
+from radixkv.bench.runner import replay
+from radixkv.eviction import POLICIES
+
+SCOUT = load_script(ROOT / "bench" / "switch_scout.py").Scout
+GRID = load_script(ROOT / "bench" / "policy_grid.py")
+
+
+@pytest.fixture
+def scout() -> Iterator[type]:
+    """The Scout class registered as a policy, its constants restored after the test."""
+    before = {k: getattr(SCOUT, k) for k in ("SCOUT", "SCOUT_TO", "SCOUT_WARM")}
+    POLICIES["scout"] = SCOUT
+    try:
+        yield SCOUT
+    finally:
+        del POLICIES["scout"]
+        for k, v in before.items():
+            setattr(SCOUT, k, v)
+
+
+def _hits(name: str, share: float) -> dict[str, float]:
+    """adaptive's and scout's hit rates on a grid cell."""
+    reqs, page, caps = GRID.shares(name)
+    cap = dict(caps)[share]
+    return {p: replay(reqs, cap, p, page).hit_rate for p in ("adaptive", "scout")}
+
+
+def test_without_scouts_it_is_the_policy(scout: type) -> None:
+    scout.SCOUT = 0.0
+    hits = _hits("wl:longchat:16:0", 0.25)
+    assert hits["scout"] == hits["adaptive"]
+
+
+def test_scouts_leave_a_wrong_lfu_verdict_sooner(scout: type) -> None:
+    scout.SCOUT, scout.SCOUT_TO, scout.SCOUT_WARM = 0.5, 0, True
+    hits = _hits("wl:longchat:16:0", 0.25)
+    assert hits["scout"] > hits["adaptive"] + 0.002  # -1.06 -> -0.76 points
+
+
+def test_the_scouts_warmup_keeps_a_right_lfu_verdict(scout: type) -> None:
+    scout.SCOUT, scout.SCOUT_TO = 0.5, 0
+    scout.SCOUT_WARM = False
+    cold = _hits("moon:12", 0.25)
+    assert cold["scout"] < cold["adaptive"] - 0.01  # +0.00 -> -2.21 points
+    scout.SCOUT_WARM = True
+    assert _hits("moon:12", 0.25)["scout"] == cold["adaptive"]
