@@ -234,7 +234,7 @@ def frontier(a: argparse.Namespace, cells: list[Cell], grid: list[dict[str, floa
               for x in loads]
         f, lpm = (fl[0] if len(fl) == 1 else [sweep.median_run([r[i] for r in fl]) for i in range(2)])
         bases[cell] = {"fcfs_mean": f["ttft_mean_s"], "fcfs_p99": f["ttft_p99_s"], "lpm_mean": lpm["ttft_mean_s"],
-                       "lpm_p99": lpm["ttft_p99_s"], "lpm_hit": lpm["hit_rate"]}
+                       "lpm_p99": lpm["ttft_p99_s"], "lpm_hit": lpm["hit_rate"], "fcfs_hit": f["hit_rate"]}
         names = [(label(s), "auto", label(s)) for s in grid] + [(o, o, "") for o in outside]
         points[cell] = {name: judge([(f_, l_, results[run_key(cell, x, a.requests, sched, setting)])
                                      for (f_, l_), x in zip(fl, loads)], cell.load)

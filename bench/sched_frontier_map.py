@@ -1,6 +1,6 @@
 """Which of issue 20's misses can any order reach? bench/sched_frontier.py's JSONs read as one map: per cell, each
 goal line's least excess over every point run there (auto's settings, the outside policies, fcfs and lpm
-themselves), and a class:
+themselves), the orders other than auto's settings that meet every goal there, and a class:
 
     met       main's auto meets every goal (on the medians, as the sweep judges)
     reached   some setting of auto meets every goal (which, listed)
@@ -53,11 +53,18 @@ def merged(paths: list[str]) -> dict[tuple, dict]:
 
 
 def references(base: dict[str, float]) -> dict[str, fr.Point]:
-    """fcfs and lpm as points beside the settings (fcfs's hit rate is not kept: NaN, never the least excess)."""
+    """fcfs and lpm as points beside the settings (fcfs's hit rate NaN where a JSON lacks it: never the least
+    excess, never inside the box)."""
     least_p99 = min(base["fcfs_p99"], base["lpm_p99"])
     lpm = fr.Point(1.0, base["lpm_p99"] / least_p99, 0.0, base["lpm_mean"] / base["fcfs_mean"], False, 0)
-    fcfs = fr.Point(base["fcfs_mean"] / base["lpm_mean"], base["fcfs_p99"] / least_p99, math.nan, 1.0, False, 0)
+    fcfs = fr.Point(base["fcfs_mean"] / base["lpm_mean"], base["fcfs_p99"] / least_p99,
+                    base.get("fcfs_hit", math.nan) - base["lpm_hit"], 1.0, False, 0)
     return {"lpm": lpm, "fcfs": fcfs}
+
+
+def inside(p: fr.Point, load: float) -> bool:
+    """Every goal's line held (an unknown excess, NaN, holds none)."""
+    return all(x <= 0 for x in p.over(load).values())
 
 
 def classify(load: float, cell: dict) -> dict:
@@ -78,7 +85,8 @@ def classify(load: float, cell: dict) -> dict:
     main_binds = max(mine["main"].over(load).items(), key=lambda kv: kv[1])[0]
     return {"class": kind, "reached_by": reached, "best": best, "gap": gap, "binds": binds,
             "main_gap": mine["main"].gap(load), "main_binds": main_binds, "blocked": blocked, "least": least,
-            "outside_meeting": [n for n, p in points.items() if n not in mine and p.meets],
+            "orders_meeting": [n for n, p in points.items() if n not in mine and p.meets]
+            + [n for n, p in references(base).items() if inside(p, load)],
             "lpm_mean_fcfs": base["lpm_mean"] / base["fcfs_mean"], "lpm_p99_fcfs": base["lpm_p99"] / base["fcfs_p99"]}
 
 
@@ -95,14 +103,14 @@ def sweep_cells(paths: list[str]) -> dict[tuple, bool]:
 
 
 def table(rows: dict[tuple, dict]) -> None:
-    print("| cell | reps | class | main: gap, binds | best setting | its gap, binds | reached by | outside meeting "
-          "| least excess per line | lpm mean / fcfs's | lpm p99 / fcfs's |")
+    print("| cell | reps | class | main: gap, binds | best setting | its gap, binds | reached by | "
+          "other orders meeting | least excess per line | lpm mean / fcfs's | lpm p99 / fcfs's |")
     print("|---|---:|---|---|---|---|---|---|---|---:|---:|")
     for (trace, cap, load, reps), r in rows.items():
         least = ", ".join(f"{line} {x:+.3f}" for line, x in r["least"].items())
         print(f"| {trace} {cap} {load:g} | {reps} | {r['class']} | {r['main_gap']:+.3f}, {r['main_binds']} | "
               f"{r['best']} | {r['gap']:+.3f}, {r['binds']} | {'; '.join(r['reached_by']) or '-'} | "
-              f"{', '.join(r['outside_meeting']) or '-'} | {least} | {r['lpm_mean_fcfs']:.3f} | "
+              f"{', '.join(r['orders_meeting']) or '-'} | {least} | {r['lpm_mean_fcfs']:.3f} | "
               f"{r['lpm_p99_fcfs']:.3f} |")
 
 
@@ -126,8 +134,10 @@ def summary(rows: dict[tuple, dict], swept: dict[tuple, bool]) -> None:
               + " | ".join(str(count[c]) for c in CLASSES) + f" | {count['not mapped']} |")
     binds = Counter(r["binds"] for r in rows.values() if r["class"] in ("near", "apart"))
     blocked = Counter(line for r in rows.values() if r["class"] == "blocked" for line in r["blocked"])
+    others = Counter(n for r in rows.values() if r["class"] not in ("met", "reached") for n in r["orders_meeting"])
     print(f"\nnear / apart cells by the best setting's binding line: {dict(binds) or '-'}; "
-          f"blocked cells by the line no order reaches: {dict(blocked) or '-'}")
+          f"blocked cells by the line no order reaches: {dict(blocked) or '-'}; cells no setting reaches that "
+          f"another order meets, by order: {dict(others) or '-'}")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -42,7 +42,7 @@ def test_each_class_and_the_line_that_binds(tmp_path: Path) -> None:
     assert kinds == {"base-s1": "met", "base-s2": "reached", "base-s3": "near", "base-s4": "apart",
                      "short-s12": "blocked"}
     s2, s3, s4 = (rows[("base-s%d" % i, "1", 0.8, 3)] for i in (2, 3, 4))
-    assert s2["reached_by"] == ["K=24"] and s2["outside_meeting"] == [] and s2["main_binds"] == "p99"
+    assert s2["reached_by"] == ["K=24"] and s2["orders_meeting"] == [] and s2["main_binds"] == "p99"
     assert s3["best"] == "K=24" and s3["binds"] == "mean" and s3["gap"] == pytest.approx(0.005)
     assert s4["binds"] == "p99" and s4["gap"] == pytest.approx(0.02)
     short = rows[("short-s12", "1", 1.2, 3)]
@@ -57,6 +57,18 @@ def test_fcfs_and_lpm_count_as_points_and_a_blocked_line_needs_all_of_them_to_mi
     row = fmap.classify(1.2, fmap.merged([path])[("base-s2", "1", 1.2, 3)])
     assert row["blocked"] == [] and row["class"] == "apart"
     assert row["least"]["0.9f"] == pytest.approx(0.85 - 0.9) and row["least"]["p99"] == pytest.approx(0.0)
+    assert row["orders_meeting"] == []  # lpm's p99 is over fcfs's, fcfs's mean over 0.9 of its own
+    tail = dict(BASE, lpm_mean=8.5, lpm_p99=45.0, fcfs_hit=0.25)  # lpm's tail the min: lpm meets every goal
+    path = frontier_json(tmp_path / "d.json", ["main"], {("base-s2", 1.2): {"main": point(1.0, 1.1, mean_fcfs=0.95)},
+                                                        ("base-s3", 0.8): {"main": point(1.0, 1.1)}}, base=tail)
+    rows = {k: fmap.classify(k[2], c) for k, c in fmap.merged([path]).items()}
+    assert [r["orders_meeting"] for r in rows.values()] == [["lpm"], ["lpm"]]
+    light = dict(tail, lpm_p99=55.0, lpm_mean=9.9)  # at 0.8 fcfs meets them all (mean 1.01 of lpm's, its hit 0.05 off)
+    cell = fmap.merged([frontier_json(tmp_path / "e.json", ["main"], {("base-s3", 0.8): {"main": point(1.0, 1.1)}},
+                                      base=light)])[("base-s3", "1", 0.8, 3)]
+    assert fmap.classify(0.8, cell)["orders_meeting"] == []  # fcfs's hit rate 0.05 under lpm's
+    cell["base"] = dict(light, fcfs_hit=0.295)
+    assert fmap.classify(0.8, cell)["orders_meeting"] == ["fcfs"]
 
 
 def test_the_summary_counts_each_group_with_the_sweeps_cells(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
