@@ -212,12 +212,12 @@ def collect(a: argparse.Namespace, cells: list[Cell], grid: list[dict[str, float
         for load in sweep.replicate_loads(cell.load, a.replicates):
             wanted = [(run_key(cell, load, a.requests, s), s, {}) for s in ("fcfs", "lpm", *outside)]
             wanted += [(run_key(cell, load, a.requests, "auto", label(s)), "auto", s) for s in grid]
-            for key, schedule, setting in wanted:
-                cache = mine if setting else base_cache
+            for key, schedule, setting in wanted:  # main with no --grid is the empty setting: auto's all the same
+                cache = mine if schedule == "auto" else base_cache
                 if key in cache:
                     results[key] = cache[key]
                 else:  # baselines first, then auto setting by setting
-                    (later if setting else jobs).append((key, path, cell.cap, load, schedule, setting))
+                    (later if schedule == "auto" else jobs).append((key, path, cell.cap, load, schedule, setting))
     later.sort(key=lambda job: [label(s) for s in grid].index(label(job[5])))
     os.makedirs(os.path.dirname(a.cache) or ".", exist_ok=True)
     results.update(run_all(jobs + later, {False: (base_cache, a.cache), True: (mine, a.runs)}, a.jobs))

@@ -95,3 +95,8 @@ def test_a_settings_constants_do_not_leak_into_the_next_run(tmp_path: Path, caps
     assert (tmp_path / "png" / "base-s1_1_1.2.png").stat().st_size > 0
     printed = capsys.readouterr().out
     assert "### base-s1 1 1.2" in printed and "| base-s1 1 1.2 | " in printed  # its table, the summary's row
+    runs["base-s1|1|1.2|60|auto|main"]["ttft_mean_s"] = 1e6  # marked: with no --grid, main comes from the runs
+    (tmp_path / "runs.json").write_text(json.dumps(runs))
+    assert frontier.main(args[:args.index("--grid")] + args[args.index("--outside"):]) == 0
+    again = json.loads((tmp_path / "f.json").read_text())["cells"][0]
+    assert list(again["points"]) == ["main", "hrrn"] and again["points"]["main"]["mean_lpm"] > 1e3
