@@ -60,10 +60,16 @@ class Point(NamedTuple):
     meets: bool  # every goal of sweep.goals on the medians
     runs_met: int  # replicates meeting every goal
 
+    def over(self, load: float) -> dict[str, float]:
+        """The excess over each goal's line of sweep.LINES, keyed as sweep.goals (<= 0: that goal holds)."""
+        line = sweep.LINES
+        over = {"hit": line["hit"] - self.hit_lpm, "mean": self.mean_lpm - line["mean"]}
+        over |= {"0.9f": self.mean_fcfs - line["0.9f"]} if load >= sweep.HEAVY else {}
+        return over | {"p99": self.p99_min - line["p99"]}
+
     def gap(self, load: float) -> float:
         """How far outside the goals' box: the largest excess over a goal's line (0 or less: inside)."""
-        over = [self.mean_lpm - 1.02, self.p99_min - 1.0, -0.01 - self.hit_lpm]
-        return max(over + ([self.mean_fcfs - 0.9] if load >= 1.2 else []))
+        return max(self.over(load).values())
 
 
 def settings(grids: list[str]) -> list[dict[str, float]]:
@@ -162,17 +168,18 @@ def plot(cell: Cell, base: dict[str, float], row: dict[str, Point], path: str) -
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    line, heavy = sweep.LINES, cell.load >= sweep.HEAVY
     fig, ax = plt.subplots(figsize=(7, 5.5))
-    right = min(1.02, 0.9 * base["fcfs_mean"] / base["lpm_mean"]) if cell.load >= 1.2 else 1.02
+    right = min(line["mean"], line["0.9f"] * base["fcfs_mean"] / base["lpm_mean"]) if heavy else line["mean"]
     lo = min([p.mean_lpm for p in row.values()] + [right, 0.9]) - 0.02
-    ax.add_patch(plt.Rectangle((lo, 0), right - lo, 1.0, color="tab:green", alpha=0.12, label="goals' box"))
-    ax.axvline(1.02, color="tab:green", lw=0.8, ls="--")
-    ax.axhline(1.0, color="tab:green", lw=0.8, ls="--")
+    ax.add_patch(plt.Rectangle((lo, 0), right - lo, line["p99"], color="tab:green", alpha=0.12, label="goals' box"))
+    ax.axvline(line["mean"], color="tab:green", lw=0.8, ls="--")
+    ax.axhline(line["p99"], color="tab:green", lw=0.8, ls="--")
     names: dict[tuple[float, float], list[str]] = {}  # settings that land on one point share one label
     for name, p in row.items():
         outside = name in OUTSIDE
         ax.scatter(p.mean_lpm, p.p99_min, marker="s" if outside else "o", s=40,
-                   facecolors="none" if p.hit_lpm < -0.01 else ("tab:orange" if outside else "tab:blue"),
+                   facecolors="none" if p.hit_lpm < line["hit"] else ("tab:orange" if outside else "tab:blue"),
                    edgecolors="tab:orange" if outside else "tab:blue", zorder=3)
         short = name.replace("SLOWDOWN", "K").replace("OVERTAKEN", "O").replace("SHARE", "S")
         names.setdefault((p.mean_lpm, p.p99_min), []).append(short)
@@ -182,8 +189,9 @@ def plot(cell: Cell, base: dict[str, float], row: dict[str, Point], path: str) -
         x, y = base[f"{name}_mean"] / base["lpm_mean"], base[f"{name}_p99"] / min(base["fcfs_p99"], base["lpm_p99"])
         ax.scatter(x, y, marker="x", c="k")
         ax.annotate(name, (x, y), fontsize=8)
-    ax.set_xlabel("mean TTFT / lpm's (box: <= 1.02" + (", <= 0.9x fcfs's)" if cell.load >= 1.2 else ")"))
-    ax.set_ylabel("p99 TTFT / min(fcfs's, lpm's) (box: <= 1)")
+    fast = f", <= {line['0.9f']:g}x fcfs's" if heavy else ""
+    ax.set_xlabel(f"mean TTFT / lpm's (box: <= {line['mean']:g}{fast})")
+    ax.set_ylabel(f"p99 TTFT / min(fcfs's, lpm's) (box: <= {line['p99']:g})")
     ax.set_title(f"{cell}: auto's settings (dots), outside policies (squares); hollow: hit-rate miss", fontsize=9)
     ax.set_xlim(left=lo)
     ax.set_ylim(bottom=min(0.9, min(p.p99_min for p in row.values()) - 0.02))
@@ -204,12 +212,12 @@ def collect(a: argparse.Namespace, cells: list[Cell], grid: list[dict[str, float
         for load in sweep.replicate_loads(cell.load, a.replicates):
             wanted = [(run_key(cell, load, a.requests, s), s, {}) for s in ("fcfs", "lpm", *outside)]
             wanted += [(run_key(cell, load, a.requests, "auto", label(s)), "auto", s) for s in grid]
-            for key, schedule, setting in wanted:
-                cache = mine if setting else base_cache
+            for key, schedule, setting in wanted:  # main with no --grid is the empty setting: auto's all the same
+                cache = mine if schedule == "auto" else base_cache
                 if key in cache:
                     results[key] = cache[key]
                 else:  # baselines first, then auto setting by setting
-                    (later if setting else jobs).append((key, path, cell.cap, load, schedule, setting))
+                    (later if schedule == "auto" else jobs).append((key, path, cell.cap, load, schedule, setting))
     later.sort(key=lambda job: [label(s) for s in grid].index(label(job[5])))
     os.makedirs(os.path.dirname(a.cache) or ".", exist_ok=True)
     results.update(run_all(jobs + later, {False: (base_cache, a.cache), True: (mine, a.runs)}, a.jobs))
@@ -226,7 +234,7 @@ def frontier(a: argparse.Namespace, cells: list[Cell], grid: list[dict[str, floa
               for x in loads]
         f, lpm = (fl[0] if len(fl) == 1 else [sweep.median_run([r[i] for r in fl]) for i in range(2)])
         bases[cell] = {"fcfs_mean": f["ttft_mean_s"], "fcfs_p99": f["ttft_p99_s"], "lpm_mean": lpm["ttft_mean_s"],
-                       "lpm_p99": lpm["ttft_p99_s"], "lpm_hit": lpm["hit_rate"]}
+                       "lpm_p99": lpm["ttft_p99_s"], "lpm_hit": lpm["hit_rate"], "fcfs_hit": f["hit_rate"]}
         names = [(label(s), "auto", label(s)) for s in grid] + [(o, o, "") for o in outside]
         points[cell] = {name: judge([(f_, l_, results[run_key(cell, x, a.requests, sched, setting)])
                                      for (f_, l_), x in zip(fl, loads)], cell.load)

@@ -42,6 +42,21 @@ def test_a_point_is_judged_on_the_medians_as_the_sweep_judges() -> None:
     assert frontier.judge([(f, lpm, run(0.2, 9.5, 40.0))], 0.8).gap(0.8) == slow.gap(1.2)
 
 
+def test_the_sweeps_goals_and_a_points_gap_read_one_table_of_lines(monkeypatch: pytest.MonkeyPatch) -> None:
+    """sweep.LINES is the goals' one table: a line moved there moves both the sweep's verdict and the gap."""
+    f, lpm, x = run(0.10, 10.0, 50.0), run(0.20, 7.0, 60.0), run(0.185, 7.5, 49.0)
+    p = frontier.judge([(f, lpm, x)], 1.2)
+    assert p.over(1.2) == pytest.approx({"hit": 0.005, "mean": 7.5 / 7 - 1.02, "0.9f": -0.15, "p99": -0.02})
+    assert list(p.over(0.8)) == ["hit", "mean", "p99"] and p.gap(1.2) == pytest.approx(7.5 / 7 - 1.02)
+    assert sweep.goals(f, lpm, x, 1.2) == {"hit": False, "mean": False, "0.9f": True, "p99": True}
+    monkeypatch.setitem(sweep.LINES, "mean", 1.1)
+    monkeypatch.setitem(sweep.LINES, "hit", -0.02)
+    monkeypatch.setattr(sweep, "HEAVY", 1.0)
+    assert sweep.goals(f, lpm, x, 1.0) == {"hit": True, "mean": True, "0.9f": True, "p99": True}
+    assert frontier.judge([(f, lpm, x)], 1.2).meets and p.gap(1.0) == pytest.approx(-0.005)
+    assert p.over(1.0)["0.9f"] == pytest.approx(-0.15)
+
+
 def test_cells_from_a_sweeps_json_and_the_settings_met_together(tmp_path: Path) -> None:
     cells = [{"trace": "base-s1", "capacity": "1", "load": 0.8, "goals": {"hit": True, "0.9f": None}},
              {"trace": "base-s2", "capacity": "1", "load": 1.2, "goals": {"hit": True, "p99": False}}]
@@ -80,3 +95,8 @@ def test_a_settings_constants_do_not_leak_into_the_next_run(tmp_path: Path, caps
     assert (tmp_path / "png" / "base-s1_1_1.2.png").stat().st_size > 0
     printed = capsys.readouterr().out
     assert "### base-s1 1 1.2" in printed and "| base-s1 1 1.2 | " in printed  # its table, the summary's row
+    runs["base-s1|1|1.2|60|auto|main"]["ttft_mean_s"] = 1e6  # marked: with no --grid, main comes from the runs
+    (tmp_path / "runs.json").write_text(json.dumps(runs))
+    assert frontier.main(args[:args.index("--grid")] + args[args.index("--outside"):]) == 0
+    again = json.loads((tmp_path / "f.json").read_text())["cells"][0]
+    assert list(again["points"]) == ["main", "hrrn"] and again["points"]["main"]["mean_lpm"] > 1e3
