@@ -67,3 +67,20 @@ def test_a_request_past_its_fcfs_start_goes_first(late: float, first: bool, monk
     got, policy = overdue_queue()
     assert (policy.fcfs is None) == (late < 0)
     assert got == ([1, 2, 3, 4] if first else [2, 3, 4, 1])
+
+
+@pytest.mark.parametrize("passed, first", [(1, False), (2, True)])
+def test_an_overdue_request_goes_first_only_once_fcfs_passed_later_arrivals_went_before_it(
+        passed: int, first: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """FCFS_PASSED 2: overdue (FCFS_LATE 0) only once two later arrivals were admitted before it. Its due share is
+    spent, so only the overdue rule puts it first."""
+    monkeypatch.setattr(Auto, "FCFS_LATE", 0.0)
+    monkeypatch.setattr(Auto, "FCFS_PASSED", 2)
+    got, policy = overdue_queue()
+    assert got == [2, 3, 4, 1]  # passed by none yet
+    policy.bound_tokens = policy.contested_tokens = 1000
+    for r in [r for r in policy.turn if r.index in (2, 3)][:passed]:
+        policy.admitted(r, 100.0)
+    window = [r for r in policy.turn]
+    policy.estimates.refresh(window)
+    assert [r.index for r in policy.order(window, 100.0)][0] == (1 if first else 3)

@@ -99,6 +99,7 @@ class Auto(Policy):
     FCFS_WINDOW = 1.0  # the FCFS clock's rate: averaged over this many cache-times in which ...
     FCFS_BUSY = 0.1  # ... at least this many caches of prompt tokens waited (the server admitted at its capacity)
     FCFS_GATE = 1.0  # 1: overdue requests go first only while aged ones do (the aging gate); 0: always
+    FCFS_PASSED = 0  # ... and only once this many later arrivals were admitted before them (or they aged)
 
     def __init__(self, estimates: PrefixEstimates, full_cache: int) -> None:
         super().__init__(estimates, full_cache)
@@ -196,9 +197,11 @@ class Auto(Policy):
         fcfs.step(now, self._saturated())
         margin, late = self.FCFS_MARGIN * self.estimates.cache.config.num_slots, 1 + self.FCFS_LATE
         self.overdue = overdue = set()
+        passed, aged, least = self.passed, self.aged, self.FCFS_PASSED
         for r in window:
             start = fcfs.start(r)
-            if r in turn and start is not None and now - r.arrival > late * (start - r.arrival) + margin:
+            if r in turn and start is not None and now - r.arrival > late * (start - r.arrival) + margin and (
+                    r in aged or passed.get(r, 0) >= least):
                 overdue.add(r)
         return [r for r in window if r in overdue]
 
