@@ -99,7 +99,8 @@ class Auto(Policy):
     FCFS_WINDOW = 1.0  # the FCFS clock's rate: averaged over this many cache-times in which ...
     FCFS_BUSY = 0.1  # ... at least this many caches of prompt tokens waited (the server admitted at its capacity)
     FCFS_GATE = 1.0  # 1: overdue requests go first only while aged ones do (the aging gate); 0: always
-    FCFS_PASSED = 0  # ... and only once this many later arrivals were admitted before them (or they aged)
+    FCFS_PASSED = 0  # ... and only once this many later arrivals were admitted before them (or they aged), ...
+    FCFS_MAX = 3.0  # ... and while fewer than this many caches of prompt tokens wait
 
     def __init__(self, estimates: PrefixEstimates, full_cache: int) -> None:
         super().__init__(estimates, full_cache)
@@ -181,7 +182,7 @@ class Auto(Policy):
         first = [r for r in window if r in turn and (aging and r in self.aged or risky and self.risk[r] <= done)]
         if self.fcfs is not None:
             overdue = self._overdue(window, now)
-            if aging or not self.FCFS_GATE:
+            if (aging or not self.FCFS_GATE) and backlog < self.FCFS_MAX * slots:
                 first = overdue + [r for r in first if r not in self.overdue]
         if first:
             chosen = set(first)
