@@ -84,3 +84,15 @@ def test_an_overdue_request_goes_first_only_once_fcfs_passed_later_arrivals_went
     window = [r for r in policy.turn]
     policy.estimates.refresh(window)
     assert [r.index for r in policy.order(window, 100.0)][0] == (1 if first else 3)
+
+
+@pytest.mark.parametrize("most, first", [(0.2, True), (0.1, False)])
+def test_overdue_requests_go_first_only_while_fewer_than_fcfs_max_caches_wait(
+        most: float, first: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """504 prompt tokens wait, 0.12 of the 4,096-slot cache: under FCFS_MAX 0.2 the overdue request goes first, not
+    under 0.1 (a deep queue, where fcfs's own waits are longer than the clock's)."""
+    monkeypatch.setattr(Auto, "FCFS_LATE", 0.0)
+    monkeypatch.setattr(Auto, "FCFS_MAX", most)
+    got, policy = overdue_queue()
+    assert policy.backlog == 504
+    assert got == ([1, 2, 3, 4] if first else [2, 3, 4, 1])
