@@ -33,8 +33,9 @@ Thin traces (few prompts per cache, little reuse, steady arrivals): K 12 while t
 server does not keep up, 24 while it does, S 0.05 in a backlog, and while it keeps up a
 bound on the tail in short congestion episodes (the class's docstring).
 Overdue (round 26, off unless FCFS_LATE >= 0): a request that waited past (1 + FCFS_LATE) x the wait a fluid FCFS
-queue on the same arrivals gives it (fcfs_clock.py) + FCFS_MARGIN cache-times goes first, oldest first, while
-the aging gate lets aged requests go first (FCFS_GATE).
+queue on the same arrivals gives it (fcfs_clock.py) + FCFS_MARGIN cache-times, and that FCFS_PASSED later arrivals
+were admitted before, goes first, oldest first, while the aging gate lets aged requests go first (FCFS_GATE) and
+under FCFS_MAX caches wait. Not a default: its best setting lost fresh base-s33 1 1.2 (bench/RESULTS.md, round 26).
 """
 
 from __future__ import annotations

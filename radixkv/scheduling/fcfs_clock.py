@@ -7,7 +7,7 @@ before any, one token per clock unit: the clock's unit is one token's prefill). 
 clock at which everything that arrived ahead of it has drained: when FCFS would have admitted it, had it admitted
 tokens as fast as this server does. Auto reads it (auto.py: a request is overdue once it waited past its FCFS
 start by a slack). bench/sched_tail_clock.py measures how well it predicts fcfs's own run (bench/RESULTS.md, issue
-20, round 26: it starts the requests fcfs kept waiting early, at a median 0.4-0.6 of fcfs's wait).
+20, round 26: it starts the requests fcfs kept waiting early, at a median 0.4-0.5 of fcfs's wait).
 
 The clock on the Scheduler's unit (one token's prefill); tokens are the cache's (a slot a token, or a block).
 """
