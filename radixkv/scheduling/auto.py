@@ -32,12 +32,17 @@ standing rule applies (issue 20, rounds 11-13).
 Thin traces (few prompts per cache, little reuse, steady arrivals): K 12 while the
 server does not keep up, 24 while it does, S 0.05 in a backlog, and while it keeps up a
 bound on the tail in short congestion episodes (the class's docstring).
+Overdue (round 26, off unless FCFS_LATE >= 0): a request that waited past (1 + FCFS_LATE) x the wait a fluid FCFS
+queue on the same arrivals gives it (fcfs_clock.py) + FCFS_MARGIN cache-times, and that FCFS_PASSED later arrivals
+were admitted before, goes first, oldest first, while the aging gate lets aged requests go first (FCFS_GATE) and
+under FCFS_MAX caches wait. Not a default: its best setting lost fresh base-s33 1 1.2 (bench/RESULTS.md, round 26).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from radixkv.scheduling.fcfs_clock import FcfsClock
 from radixkv.scheduling.policies import Policy
 from radixkv.scheduling.shape import TraceShape
 
@@ -90,6 +95,13 @@ class Auto(Policy):
     TAIL = 0.96  # at risk: once max(work ahead at arrival, this quantile of it over all arrivals) was admitted
     TAIL_AFTER = 300  # ... read on a thin trace the server keeps up with, once this many requests arrived
     EPISODE = 7.0  # ... while under this many caches of prompt tokens arrived since an arrival found none waiting
+    FCFS_LATE = -1.0  # overdue: waited past (1 + this) x its FCFS wait (fcfs_clock.py) + FCFS_MARGIN; < 0: off
+    FCFS_MARGIN = 0.0  # cache-times
+    FCFS_WINDOW = 1.0  # the FCFS clock's rate: averaged over this many cache-times in which ...
+    FCFS_BUSY = 0.1  # ... at least this many caches of prompt tokens waited (the server admitted at its capacity)
+    FCFS_GATE = 1.0  # 1: overdue requests go first only while aged ones do (the aging gate); 0: always
+    FCFS_PASSED = 0  # ... and only once this many later arrivals were admitted before them (or they aged), ...
+    FCFS_MAX = 3.0  # ... and while fewer than this many caches of prompt tokens wait
 
     def __init__(self, estimates: PrefixEstimates, full_cache: int) -> None:
         super().__init__(estimates, full_cache)
@@ -112,6 +124,9 @@ class Auto(Policy):
         self.share = self.SHARE  # the due share of the last order() (SHARE_OVER in a thin trace's backlog)
         self.risk: dict[Queued, float] = {}  # admitted_tokens at which a waiting request is at risk
         self.episode_from = 0  # arrived_tokens when an arrival last found no prompt waiting
+        slots = estimates.cache.config.num_slots
+        self.fcfs = FcfsClock(self.FCFS_WINDOW * slots) if self.FCFS_LATE >= 0 else None
+        self.overdue: set[Queued] = set()  # the last order()'s overdue requests
 
     @property
     def backlog(self) -> int:
@@ -120,6 +135,8 @@ class Auto(Policy):
 
     def arrived(self, req: Queued, now: float) -> None:
         backlog = self.backlog
+        if self.fcfs is not None:
+            self.fcfs.arrived(req, now)
         self.shape.arrived(now, backlog > 0)
         self.turn[req] = self.admitted_tokens + (1 + self.SLACK) * backlog
         slots = self.estimates.cache.config.num_slots
@@ -164,11 +181,35 @@ class Auto(Policy):
         episode = self.arrived_tokens - self.episode_from
         risky = thin and not heavy and self.arrivals >= self.TAIL_AFTER and episode < self.EPISODE * slots
         first = [r for r in window if r in turn and (aging and r in self.aged or risky and self.risk[r] <= done)]
+        if self.fcfs is not None:
+            overdue = self._overdue(window, now)
+            if (aging or not self.FCFS_GATE) and backlog < self.FCFS_MAX * slots:
+                first = overdue + [r for r in first if r not in self.overdue]
         if first:
             chosen = set(first)
             due = [r for r in due if r not in chosen]
             by_deadline = [r for r in by_deadline if r not in chosen]
         return resumed + first + self._interleave(due, by_deadline)
+
+    def _overdue(self, window: list[Queued], now: float) -> list[Queued]:
+        """The window's overdue requests, in arrival order: waited past (1 + FCFS_LATE) x their FCFS wait (the
+        fluid FCFS queue's start, less their arrival) + FCFS_MARGIN cache-times."""
+        fcfs, turn = self.fcfs, self.turn
+        assert fcfs is not None
+        fcfs.step(now, self._saturated())
+        margin, late = self.FCFS_MARGIN * self.estimates.cache.config.num_slots, 1 + self.FCFS_LATE
+        self.overdue = overdue = set()
+        passed, aged, least = self.passed, self.aged, self.FCFS_PASSED
+        for r in window:
+            start = fcfs.start(r)
+            if r in turn and start is not None and now - r.arrival > late * (start - r.arrival) + margin and (
+                    r in aged or passed.get(r, 0) >= least):
+                overdue.add(r)
+        return [r for r in window if r in overdue]
+
+    def _saturated(self) -> bool:
+        """Whether FCFS_BUSY caches of prompt tokens wait: the server admits at its capacity (the FCFS clock's rate)."""
+        return self.backlog >= self.FCFS_BUSY * self.estimates.cache.config.num_slots
 
     def _aging_first(self, now: float) -> bool:
         """Whether aged requests go strictly first now: fewer than AGED_MAX caches wait, and the queue
@@ -216,6 +257,8 @@ class Auto(Policy):
         self.shape.note(now, self.backlog > 0)
         if self.turn.pop(req, None) is None:
             return
+        if self.fcfs is not None:
+            self.fcfs.admitted(req, now)
         del self.risk[req]
         mine, seq = self.seq.pop(req), self.seq
         self.passed.pop(req, None)

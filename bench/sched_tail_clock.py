@@ -1,0 +1,202 @@
+"""How late is `auto`'s tail against fcfs's own run, and how well does a fluid FCFS clock predict fcfs's admissions?
+
+One run of a bench/sched_sweep.py cell under fcfs and one under auto. For the requests whose TTFT under auto is over
+fcfs's p99 (the tail): how far auto admitted each past fcfs's admission of it (seconds). Then a fluid FCFS queue on
+the same arrivals: the prompt blocks that arrived ahead of request i drain at a rate, and i's predicted FCFS
+admission is when they have drained. The rate is read causally (a trailing window, over the time a queue stood):
+
+    auto        prompt blocks auto's run admitted (cached ones included): what an online clock inside auto reads
+    auto/h      blocks auto's run computed (uncached) / (1 - fcfs's final hit rate): auto's throughput of work
+                priced at fcfs's hit rate (an oracle of the hit rate only)
+    fcfs        prompt blocks fcfs's own run admitted: the fluid model's own error (an oracle)
+    clock       radixkv/scheduling/fcfs_clock.py as auto would read it online (its window in cache-times of busy
+                time; a run of auto feeding it, decisions unchanged)
+
+Per estimator and window: the error (predicted - fcfs's admission, seconds) over all requests and over the tail, and
+how many tail requests auto admitted after the prediction.
+
+    python bench/sched_tail_clock.py base-s2 1 1.2 [--windows 5,15,60]
+(from a git worktree, prefix `PYTHONPATH=.`.)
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import sched_tail  # noqa: E402  (bench/ is no package)
+
+from radixkv.scheduling import schedules  # noqa: E402
+from radixkv.scheduling.auto import Auto  # noqa: E402
+from radixkv.scheduling.fcfs_clock import FcfsClock  # noqa: E402
+from radixkv.scheduling.simulate import Simulation  # noqa: E402
+
+DT = 0.02  # seconds: the fluid queue's step
+
+
+class Recording(FcfsClock):
+    """The clock, keeping every request's FCFS start (admitted ones too)."""
+
+    def admitted(self, req, now: float) -> None:
+        self.advance(now)
+        if self.saturated:
+            self.pending += len(req.tokens)
+
+
+class Clocked(Auto):
+    """Auto (its decisions) feeding a Recording clock of WINDOW cache-times."""
+    WINDOW = 1.0
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.fcfs = Recording(self.WINDOW * self.estimates.cache.config.num_slots)
+
+    def _overdue(self, window, now: float):
+        self.fcfs.step(now, self._saturated())
+        self.overdue = set()
+        return []
+
+
+def clocked_starts(name: str, cap: str, load: float, requests: int, traces_dir: str,
+                   window: float) -> tuple[np.ndarray, np.ndarray]:
+    """Each request's FCFS start (seconds) as the clock read it online in a run of auto, and the run's TTFTs."""
+    saved = schedules.POLICIES["auto"]
+    schedules.POLICIES["auto"] = Clocked
+    Clocked.WINDOW = window
+    try:
+        sim, out = sched_tail.simulate(name, cap, load, "auto", requests, traces_dir)
+    finally:
+        schedules.POLICIES["auto"] = saved
+    clock = sim.sched.policy.fcfs
+    clock.advance(float("inf"))
+    per_unit = sim.sched.clock() / sim.now
+    return np.array([clock.started.get(r, np.nan) / per_unit for r in sim.reqs]), out.ttft_s
+
+
+def trailing_rate(grid: np.ndarray, admit_s: np.ndarray, blocks: np.ndarray, busy: np.ndarray,
+                  window: float) -> np.ndarray:
+    """At each grid time t: blocks admitted in [t - window, t) / the time in it that some request waited."""
+    order = np.argsort(admit_s, kind="stable")
+    cum = np.concatenate([[0.0], np.cumsum(blocks[order])])
+    times = admit_s[order]
+    hi = np.searchsorted(times, grid, side="left")
+    lo = np.searchsorted(times, grid - window, side="left")
+    busy_cum = np.concatenate([[0.0], np.cumsum(busy * DT)])
+    steps = int(round(window / DT))
+    idx = np.arange(len(grid))
+    busy_time = busy_cum[idx] - busy_cum[np.maximum(0, idx - steps)]
+    rate = np.full(len(grid), np.nan)
+    ok = busy_time > 0.25 * window
+    rate[ok] = (cum[hi] - cum[lo])[ok] / busy_time[ok]
+    for i in range(len(rate)):  # no busy time in the window: the last rate read (none yet: the first read)
+        if np.isnan(rate[i]):
+            rate[i] = rate[i - 1] if i else np.nan
+    first = np.flatnonzero(~np.isnan(rate))
+    rate[np.isnan(rate)] = rate[first[0]] if len(first) else 1.0
+    return rate
+
+
+def waiting(grid: np.ndarray, arrive: np.ndarray, admit: np.ndarray) -> np.ndarray:
+    """1.0 where some request had arrived and was not admitted at the grid time."""
+    arrived = np.searchsorted(np.sort(arrive), grid, side="right")
+    admitted = np.searchsorted(np.sort(admit), grid, side="right")
+    return (arrived > admitted).astype(np.float64)
+
+
+def fluid(grid: np.ndarray, rate: np.ndarray, arrive: np.ndarray, blocks: np.ndarray) -> np.ndarray:
+    """Each request's predicted FCFS admission: when the blocks arrived ahead of it have drained at `rate`."""
+    ahead = np.concatenate([[0.0], np.cumsum(blocks)[:-1]])
+    arrived_cum = np.cumsum(blocks)
+    pred = np.full(len(arrive), np.nan)
+    drained, i, k, n = 0.0, 0, 0, len(arrive)
+    for g, t in enumerate(grid):
+        while k < n and arrive[k] <= t:
+            k += 1
+        while i < k and drained >= ahead[i] - 1e-9:  # its turn: everything ahead has drained
+            pred[i] = max(t, arrive[i])
+            i += 1
+        if i >= n:
+            break
+        cap = arrived_cum[k - 1] if k else 0.0
+        drained = min(cap, drained + rate[g] * DT)
+    return pred
+
+
+def quantiles(x: np.ndarray, sign: str = "+") -> str:
+    if len(x) == 0:
+        return "-"
+    q = np.percentile(x, [10, 50, 90])
+    return f"{q[0]:{sign}.2f} / {q[1]:{sign}.2f} / {q[2]:{sign}.2f}"
+
+
+def row(name: str, window: str, pred: np.ndarray, arrive: np.ndarray, f_admit: np.ndarray, a_admit: np.ndarray,
+        tail: np.ndarray) -> str:
+    """One estimator's line: its error in seconds over all requests; its predicted wait / fcfs's over the requests
+    fcfs kept waiting over a second, and over the tail; how long after the prediction auto admitted the tail."""
+    err = pred - f_admit
+    f_wait = f_admit - arrive
+    long = f_wait > 1.0
+    ratio = (pred - arrive) / np.maximum(f_wait, 1e-9)
+    over = a_admit[tail] - pred[tail]
+    return (f"| {name} | {window} | {quantiles(err)} | {quantiles(ratio[long], '')} | {quantiles(ratio[tail], '')} "
+            f"| {np.median(over) if len(over) else 0:.2f}, {int((over > 0).sum())} |")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("trace")
+    p.add_argument("capacity")
+    p.add_argument("load", type=float)
+    p.add_argument("--requests", type=int, default=3000)
+    p.add_argument("--windows", default="5,15,60", help="trailing windows of the rate, seconds")
+    p.add_argument("--clock-windows", default="0.33,1,4", help="the online clock's windows, cache-times")
+    p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="an Auto constant (the clock's)")
+    p.add_argument("--traces-dir", default=os.path.join("bench", "out", "sweep_traces"))
+    a = p.parse_args(argv)
+    for name, value in (s.split("=", 1) for s in a.set):
+        setattr(Auto, name, float(value))
+    runs: dict[str, Simulation] = {}
+    outs = {}
+    for schedule in ("fcfs", "auto"):
+        runs[schedule], outs[schedule] = sched_tail.simulate(a.trace, a.capacity, a.load, schedule, a.requests,
+                                                             a.traces_dir)
+    fs, au = runs["fcfs"].reqs, runs["auto"].reqs
+    arrive = np.array([r.arrive_s for r in fs])
+    blocks = np.array([r.prompt_len for r in fs], dtype=np.float64)
+    f_admit = np.array([r.admitted_s for r in fs])
+    a_admit = np.array([r.admitted_s for r in au])
+    a_reused = np.array([r.reused_tokens for r in au], dtype=np.float64)
+    f_hit = sum(r.reused_tokens for r in fs) / blocks.sum()
+    a_hit = a_reused.sum() / blocks.sum()
+    line = float(np.percentile(outs["fcfs"].ttft_s, 99))
+    tail = np.flatnonzero(outs["auto"].ttft_s > line)
+    late = a_admit[tail] - f_admit[tail]
+    print(f"## {a.trace} {a.capacity} {a.load}: fcfs hit {f_hit:.3f}, p99 {line:.2f} s; auto hit {a_hit:.3f}, "
+          f"p99 {np.percentile(outs['auto'].ttft_s, 99):.2f} s; tail {len(tail)} requests")
+    print(f"auto's admission - fcfs's, s (p10 / median / p90): tail {quantiles(late)}, all "
+          f"{quantiles(a_admit - f_admit)}; tail requests auto admitted later than fcfs: {int((late > 0).sum())}; "
+          f"fcfs waits of the tail (median) {np.median(f_admit[tail] - arrive[tail]):.2f} s, auto's "
+          f"{np.median(a_admit[tail] - arrive[tail]):.2f} s")
+    grid = np.arange(0.0, max(f_admit.max(), a_admit.max()) + 1.0, DT)
+    a_busy, f_busy = waiting(grid, arrive, a_admit), waiting(grid, arrive, f_admit)
+    print("| rate | window | error, all: p10 / median / p90 s | wait / fcfs's, fcfs wait > 1 s | wait / fcfs's, tail "
+          "| tail admitted after the prediction by: median s, count |")
+    print("|---|---:|---|---|---|---|")
+    for w in (float(x) for x in a.windows.split(",") if x):
+        rates = {"auto": trailing_rate(grid, a_admit, blocks, a_busy, w),
+                 "auto/h": trailing_rate(grid, a_admit, blocks - a_reused, a_busy, w) / (1 - f_hit),
+                 "fcfs": trailing_rate(grid, f_admit, blocks, f_busy, w)}
+        for name, rate in rates.items():
+            print(row(name, f"{w:g} s", fluid(grid, rate, arrive, blocks), arrive, f_admit, a_admit, tail))
+    for w in (float(x) for x in a.clock_windows.split(",") if x):
+        pred, _ = clocked_starts(a.trace, a.capacity, a.load, a.requests, a.traces_dir, w)
+        print(row("clock", f"{w:g} caches", pred, arrive, f_admit, a_admit, tail))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
