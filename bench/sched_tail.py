@@ -124,20 +124,22 @@ def print_episodes(runs: list[tuple[str, Simulation, Outcome]], n: int) -> None:
         print(f"| {part.start}-{part.stop - 1} ({len(part)}) | " + " | ".join(cells) + " |")
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+def cell_parser(doc: str) -> argparse.ArgumentParser:
+    """The arguments of every bench/sched_tail*.py script: one sweep cell (trace, capacity, load), --requests,
+    --set (an Auto constant) and --traces-dir; `cell_args` parses them."""
+    p = argparse.ArgumentParser(description=doc.split("\n\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("trace", help="a trace name of bench/sched_sweep.py (any half)")
     p.add_argument("capacity", choices=list(sched_sweep.CAPACITIES))
     p.add_argument("load", type=float)
-    p.add_argument("--schedules", default="fcfs,lpm,auto")
     p.add_argument("--requests", type=int, default=3000)
-    p.add_argument("--k", type=int, default=35, help="rows per schedule (3000 requests: the 30th is the p99)")
-    p.add_argument("--profile", action="store_true", help="mean TTFT, cached share and backlog per tenth instead")
-    p.add_argument("--episodes", type=int, default=0, metavar="N",
-                   help="the N congestion episodes of the first schedule's longest TTFTs instead")
     p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="override an Auto constant")
     p.add_argument("--traces-dir", default=os.path.join("bench", "out", "sweep_traces"))
+    return p
+
+
+def cell_args(p: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
+    """`p`'s arguments, with --set applied to Auto (each name must be a constant of it) and the trace checked."""
     a = p.parse_args(argv)
     for name, value in (s.split("=", 1) for s in a.set):
         if not hasattr(Auto, name):
@@ -145,6 +147,17 @@ def main(argv: list[str] | None = None) -> int:
         setattr(Auto, name, float(value))
     if not any(a.trace in specs for specs in sched_sweep.TRACES.values()):
         p.error(f"no trace {a.trace!r} in bench/sched_sweep.py")
+    return a
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = cell_parser(__doc__)
+    p.add_argument("--schedules", default="fcfs,lpm,auto")
+    p.add_argument("--k", type=int, default=35, help="rows per schedule (3000 requests: the 30th is the p99)")
+    p.add_argument("--profile", action="store_true", help="mean TTFT, cached share and backlog per tenth instead")
+    p.add_argument("--episodes", type=int, default=0, metavar="N",
+                   help="the N congestion episodes of the first schedule's longest TTFTs instead")
+    a = cell_args(p, argv)
     runs = []
     for schedule in a.schedules.split(","):
         sim, out = simulate(a.trace, a.capacity, a.load, schedule, a.requests, a.traces_dir)

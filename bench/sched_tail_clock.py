@@ -21,7 +21,6 @@ how many tail requests auto admitted after the prediction.
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 
@@ -147,18 +146,10 @@ def row(name: str, window: str, pred: np.ndarray, arrive: np.ndarray, f_admit: n
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("trace")
-    p.add_argument("capacity")
-    p.add_argument("load", type=float)
-    p.add_argument("--requests", type=int, default=3000)
+    p = sched_tail.cell_parser(__doc__)
     p.add_argument("--windows", default="5,15,60", help="trailing windows of the rate, seconds")
     p.add_argument("--clock-windows", default="0.33,1,4", help="the online clock's windows, cache-times")
-    p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="an Auto constant (the clock's)")
-    p.add_argument("--traces-dir", default=os.path.join("bench", "out", "sweep_traces"))
-    a = p.parse_args(argv)
-    for name, value in (s.split("=", 1) for s in a.set):
-        setattr(Auto, name, float(value))
+    a = sched_tail.cell_args(p, argv)
     runs: dict[str, Simulation] = {}
     outs = {}
     for schedule in ("fcfs", "auto"):

@@ -13,7 +13,6 @@ rescue probes (a75cf9b, bench/RESULTS.md).
 
 from __future__ import annotations
 
-import argparse
 import collections
 import os
 import sys
@@ -80,16 +79,8 @@ def watch(name: str, cap: str, load: float, requests: int, traces_dir: str) -> t
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("trace")
-    p.add_argument("capacity")
-    p.add_argument("load", type=float)
-    p.add_argument("--requests", type=int, default=3000)
-    p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE")
-    p.add_argument("--traces-dir", default=os.path.join("bench", "out", "sweep_traces"))
-    a = p.parse_args(argv)
-    for name, value in (s.split("=", 1) for s in a.set):
-        setattr(Auto, name, float(value))
+    p = sched_tail.cell_parser(__doc__)
+    a = sched_tail.cell_args(p, argv)
     _, fcfs = sched_tail.simulate(a.trace, a.capacity, a.load, "fcfs", a.requests, a.traces_dir)
     sim, out = watch(a.trace, a.capacity, a.load, a.requests, a.traces_dir)
     pol = sim.sched.policy
