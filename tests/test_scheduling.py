@@ -134,14 +134,19 @@ def test_auto_gives_due_requests_a_share_of_the_tokens_not_all() -> None:
     assert order(sched) == [4, 3, 1, 2]  # the share carries over: 4 and 3 first, then 1 (oldest)
 
 
-def test_auto_runs_a_request_once_its_fcfs_turn_has_passed() -> None:
-    """A cold request is overtaken by cached ones only until 1.5x the tokens ahead of it at arrival
-    have been admitted; then it goes first, whatever its deadline."""
+def cold_behind_cached() -> tuple[Scheduler, list[Request]]:
+    """Under auto: a 40-token request (0), a cold 300-token one (1), then three whose 60-token prefix is cached."""
     cache = make_cache()
     hot = tokens(1, 60)
     cache_prefix(cache, hot)
     prompts = [tokens(2, 40), tokens(3, 300)] + [hot + tokens(5 + i, 8) for i in range(3)]
-    sched, reqs = queued(cache, prompts, "auto")
+    return queued(cache, prompts, "auto")
+
+
+def test_auto_runs_a_request_once_its_fcfs_turn_has_passed() -> None:
+    """A cold request is overtaken by cached ones only until 1.5x the tokens ahead of it at arrival
+    have been admitted; then it goes first, whatever its deadline."""
+    sched, reqs = cold_behind_cached()
     policy = sched.policy
     assert policy.turn[reqs[1]] == 60  # 1.5 x the 40 tokens of request 0
     assert order(sched) == [0, 2, 3, 4, 1]

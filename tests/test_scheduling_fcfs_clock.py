@@ -10,7 +10,7 @@ from radixkv.scheduling.auto import Auto
 from radixkv.scheduling.fcfs_clock import FcfsClock
 from radixkv.scheduling.scheduler import Request
 
-from test_scheduling import cache_prefix, make_cache, order, queued, tokens
+from test_scheduling import cold_behind_cached, order
 
 
 def req(i: int, n: int) -> Request:
@@ -46,11 +46,7 @@ def test_the_fluid_queue_starts_each_request_once_the_tokens_ahead_of_it_drained
 def overdue_queue() -> tuple[list[int], Auto]:
     """A cold request (1) behind a 40-token one (0), then three cached ones; 0 is admitted at clock 0, and the queue
     is ordered at clock 100: the fluid queue started 1 at clock 40 (one token a clock unit)."""
-    cache = make_cache()
-    hot = tokens(1, 60)
-    cache_prefix(cache, hot)
-    prompts = [tokens(2, 40), tokens(3, 300)] + [hot + tokens(5 + i, 8) for i in range(3)]
-    sched, reqs = queued(cache, prompts, "auto")
+    sched, reqs = cold_behind_cached()
     policy = sched.policy
     assert isinstance(policy, Auto)
     sched.waiting.remove(reqs[0])
