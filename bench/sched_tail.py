@@ -25,6 +25,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import sched_sweep  # noqa: E402  (bench/ is no package)
 
+from radixkv.scheduling import schedules  # noqa: E402
 from radixkv.scheduling.auto import Auto  # noqa: E402
 from radixkv.scheduling.cost_model import CostModel  # noqa: E402
 from radixkv.scheduling.sim_trace import read_sim_trace  # noqa: E402
@@ -40,6 +41,17 @@ def simulate(name: str, cap: str, load: float, schedule: str, requests: int,
     sim = Simulation(read_sim_trace(path, os.path.basename(path)), schedule, load,
                      sched_sweep.CAPACITIES[cap] or cost.kv_capacity_tokens, 16, cost)
     return sim, sim.run()
+
+
+def simulate_as(policy: type, name: str, cap: str, load: float, requests: int,
+                traces_dir: str) -> tuple[Simulation, Outcome]:
+    """One run of the cell under `policy` (an Auto subclass) in auto's place; sim.sched.policy is its instance."""
+    saved = schedules.POLICIES["auto"]
+    schedules.POLICIES["auto"] = policy
+    try:
+        return simulate(name, cap, load, "auto", requests, traces_dir)
+    finally:
+        schedules.POLICIES["auto"] = saved
 
 
 def passers(sim: Simulation) -> Callable[[int], list[int]]:

@@ -29,7 +29,6 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import sched_tail  # noqa: E402  (bench/ is no package)
 
-from radixkv.scheduling import schedules  # noqa: E402
 from radixkv.scheduling.auto import Auto  # noqa: E402
 from radixkv.scheduling.fcfs_clock import FcfsClock  # noqa: E402
 from radixkv.scheduling.simulate import Simulation  # noqa: E402
@@ -63,13 +62,8 @@ class Clocked(Auto):
 def clocked_starts(name: str, cap: str, load: float, requests: int, traces_dir: str,
                    window: float) -> tuple[np.ndarray, np.ndarray]:
     """Each request's FCFS start (seconds) as the clock read it online in a run of auto, and the run's TTFTs."""
-    saved = schedules.POLICIES["auto"]
-    schedules.POLICIES["auto"] = Clocked
     Clocked.WINDOW = window
-    try:
-        sim, out = sched_tail.simulate(name, cap, load, "auto", requests, traces_dir)
-    finally:
-        schedules.POLICIES["auto"] = saved
+    sim, out = sched_tail.simulate_as(Clocked, name, cap, load, requests, traces_dir)
     clock = sim.sched.policy.fcfs
     clock.advance(float("inf"))
     per_unit = sim.sched.clock() / sim.now

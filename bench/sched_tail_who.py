@@ -22,7 +22,6 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import sched_tail  # noqa: E402  (bench/ is no package)
 
-from radixkv.scheduling import schedules  # noqa: E402
 from radixkv.scheduling.auto import Auto  # noqa: E402
 from radixkv.scheduling.simulate import Outcome, Simulation  # noqa: E402
 
@@ -70,12 +69,7 @@ class Watched(Auto):
 
 def watch(name: str, cap: str, load: float, requests: int, traces_dir: str) -> tuple[Simulation, Outcome]:
     """One run of the cell under `Watched` in auto's place (sim.sched.policy holds what it recorded)."""
-    saved = schedules.POLICIES["auto"]
-    schedules.POLICIES["auto"] = Watched
-    try:
-        return sched_tail.simulate(name, cap, load, "auto", requests, traces_dir)
-    finally:
-        schedules.POLICIES["auto"] = saved
+    return sched_tail.simulate_as(Watched, name, cap, load, requests, traces_dir)
 
 
 def main(argv: list[str] | None = None) -> int:
