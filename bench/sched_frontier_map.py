@@ -52,14 +52,12 @@ def merged(paths: list[str]) -> dict[tuple, dict]:
     return cells
 
 
-def references(base: dict[str, float]) -> dict[str, fr.Point]:
-    """fcfs and lpm as points beside the settings (fcfs's hit rate NaN where a JSON lacks it: never the least
-    excess, never inside the box)."""
-    least_p99 = min(base["fcfs_p99"], base["lpm_p99"])
-    lpm = fr.Point(1.0, base["lpm_p99"] / least_p99, 0.0, base["lpm_mean"] / base["fcfs_mean"], False, 0)
-    fcfs = fr.Point(base["fcfs_mean"] / base["lpm_mean"], base["fcfs_p99"] / least_p99,
-                    base.get("fcfs_hit", math.nan) - base["lpm_hit"], 1.0, False, 0)
-    return {"lpm": lpm, "fcfs": fcfs}
+def references(base: dict[str, float], load: float) -> dict[str, fr.Point]:
+    """fcfs and lpm as points beside the settings, judged as a setting is (fcfs's hit rate NaN where a JSON lacks it:
+    never the least excess, never inside the box)."""
+    f = {"ttft_mean_s": base["fcfs_mean"], "ttft_p99_s": base["fcfs_p99"], "hit_rate": base.get("fcfs_hit", math.nan)}
+    lpm = {"ttft_mean_s": base["lpm_mean"], "ttft_p99_s": base["lpm_p99"], "hit_rate": base["lpm_hit"]}
+    return {"lpm": fr.judge([(f, lpm, lpm)], load), "fcfs": fr.judge([(f, lpm, f)], load)}
 
 
 def inside(p: fr.Point, load: float) -> bool:
@@ -71,7 +69,8 @@ def classify(load: float, cell: dict) -> dict:
     """One cell's place on the map (the module's docstring)."""
     points, base = cell["points"], cell["base"]
     mine = {n: p for n, p in points.items() if n in cell["settings"]}
-    every = points | references(base)
+    refs = references(base, load)
+    every = points | refs
     lines = list(mine["main"].over(load))
     least = {line: min((p.over(load)[line] for p in every.values() if not math.isnan(p.over(load)[line])))
              for line in lines}
@@ -86,7 +85,7 @@ def classify(load: float, cell: dict) -> dict:
     return {"class": kind, "reached_by": reached, "best": best, "gap": gap, "binds": binds,
             "main_gap": mine["main"].gap(load), "main_binds": main_binds, "blocked": blocked, "least": least,
             "orders_meeting": [n for n, p in points.items() if n not in mine and p.meets]
-            + [n for n, p in references(base).items() if inside(p, load)],
+            + [n for n, p in refs.items() if inside(p, load)],
             "lpm_mean_fcfs": base["lpm_mean"] / base["fcfs_mean"], "lpm_p99_fcfs": base["lpm_p99"] / base["fcfs_p99"]}
 
 
