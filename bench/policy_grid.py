@@ -20,6 +20,8 @@ at 5/10/25/50% of each trace's unique tokens. The grids:
   fit    bench/policy_margins.py's random traces at seeds 4000-4069 (280 cells): a fit grid for the prior's
          rules (round 21) where tune and bench hold too few cells of a kind; no other grid uses these seeds
   val    the same at seeds 5000-5069 (280 cells): to check a rule fit on fit before held and check see it
+  fresh  the same at seeds 6000-6069 (280 cells, round 27): scored once per candidate that held everywhere else,
+         since val, check and held have seen round 26's scouts; nobody tunes on it
   bench  issue 23's bench cells: agent, tools, rag, chat, longchat and gsp (seed 0) at pages 1 and 16
          (48 cells; the page-1 ones but longchat are tune's too): what `radixkv bench --workloads
          agent,tools,rag,chat,longchat,gsp` gives, without its timings
@@ -83,6 +85,7 @@ TUNE = ([f"wl:{w}:1:0" for w in DEFAULT_WORKLOADS] + ["wl:longchat:16:0", "wl:lo
 CHECK = [f"seed:{s}" for s in range(3000, 3070) if f"seed:{s}" not in TUNE]
 FIT = [f"seed:{s}" for s in range(4000, 4070)]
 VAL = [f"seed:{s}" for s in range(5000, 5070)]
+FRESH = [f"seed:{s}" for s in range(6000, 6070)]
 BENCH = [f"wl:{w}:{p}:0" for p in (1, 16) for w in ("agent", "tools", "rag", "chat", "longchat", "gsp")]
 HELD = ([f"seed:{s}" for s in range(2000, 2040)] + [f"moon:{s}" for s in (1, 2, 3)]
         + [f"wl:{w}:{p}:{s}" for w in ("tools", "agent", "longchat", "chat") for p, s in ((1, 5), (16, 6))])
@@ -155,8 +158,8 @@ def held_names(traces: list[str]) -> list[str]:
 def grid_args(ap: argparse.ArgumentParser, both: bool = False) -> None:
     """The arguments every grid script takes: the grid (`both`: tune and held, where the script offers it), `--only`
     and `--jobs`."""
-    grids = ["tune", "check", "held", "both", "bench", "fit", "val"] if both else \
-        ["tune", "check", "held", "bench", "fit", "val"]
+    grids = ["tune", "check", "held", "both", "bench", "fit", "val", "fresh"] if both else \
+        ["tune", "check", "held", "bench", "fit", "val", "fresh"]
     ap.add_argument("grid", choices=grids)
     ap.add_argument("--only", default="", help="keep the grid entries whose name contains this")
     ap.add_argument("--jobs", type=int, default=1, help="processes")
@@ -165,7 +168,7 @@ def grid_args(ap: argparse.ArgumentParser, both: bool = False) -> None:
 def grid_names(grid: str, held: list[str], only: str) -> list[str]:
     """The trace names of `grid` (`held`: the held grid's, held_names) that contain `only`."""
     chosen = {"tune": TUNE, "check": CHECK, "held": held, "both": TUNE + held, "bench": BENCH,
-              "fit": FIT, "val": VAL}[grid]
+              "fit": FIT, "val": VAL, "fresh": FRESH}[grid]
     return [n for n in chosen if only in n]
 
 
@@ -273,7 +276,8 @@ def main(argv: list[str] | None = None) -> None:
             if a.cells:
                 print(f"| {n} | {f:.0%} | " + " | ".join(f"{hit[p]:.4f}" for p in FIXED)
                       + f" | {got[f'{n}|{f}|adaptive']:.4f} | {rows[-1][2]:+.2f} |")
-    grids = {"bench": (("bench", BENCH),), "fit": (("fit", FIT),), "val": (("val", VAL),)}.get(
+    grids = {"bench": (("bench", BENCH),), "fit": (("fit", FIT),), "val": (("val", VAL),),
+             "fresh": (("fresh", FRESH),)}.get(
         a.grid, (("tune", TUNE), ("check", CHECK), ("held", held)))
     for label, part in ((label, [r for r in rows if r[0] in grid]) for label, grid in grids):
         if part:

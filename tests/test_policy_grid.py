@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from scripts import ROOT, load_script
 
 
@@ -53,3 +55,23 @@ def test_against_lists_the_cells_that_moved_and_those_new_below_minus_one(tmp_pa
         "against: 4 cells, 2 moved by more than 0.05 (1 better), new below -1: seed:1 10% -1.00 -> -1.01",
         "| seed:1 | 5% | +0.00 | -0.30 |",
         "| seed:2 | 5% | -3.00 | -1.20 |"]
+
+
+def test_the_fresh_grid_is_seeds_6000_to_6069_that_no_other_grid_uses_and_prints_its_own_summary(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """Round 27's fresh grid: scored once per candidate, tuned on by nobody, so no other grid holds its seeds."""
+    grid = load_script(ROOT / "bench" / "policy_grid.py")
+    others = set(grid.TUNE + grid.CHECK + grid.held_names([]) + grid.BENCH + grid.FIT + grid.VAL)
+    assert grid.FRESH == [f"seed:{s}" for s in range(6000, 6070)] and not set(grid.FRESH) & others
+    assert grid.grid_names("fresh", [], "seed:600") == grid.FRESH[:10]
+
+    def fake(job: tuple[str, dict[str, object], tuple[str, ...], int | None]) -> dict[str, float]:
+        """lru best everywhere; adaptive 0.8 points below it."""
+        name, _, policies, _ = job
+        rate = {"lru": 0.5, "lfu": 0.4, "fifo": 0.3, "slru": 0.45, "adaptive": 0.492}
+        return {f"{name}|{f}|{p}": rate[p] for f in grid.FRACS for p in policies}
+
+    monkeypatch.setattr(grid, "run", fake)
+    grid.main(["fresh", "--only", "seed:6001"])
+    out = capsys.readouterr().out
+    assert "fresh: 4 cells, worst -0.80 (seed:6001 5%), mean -0.800, below -0.5: 4, below -1: 0" in out

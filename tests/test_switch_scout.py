@@ -1,7 +1,8 @@
 """bench/switch_scout.py: scouts in the lead-in (a small LRU/LFU pair from the first eviction to the first switch).
 Without scouts it is the policy to the digit; with them (SCOUT 0.5, to LRU only, after their warmup) it leaves the
 prior's LFU verdict sooner on longchat 25%; without the warmup the shrunk copies' transient takes moon:12 25% off
-LFU, which wins there by 3.65 points (bench/RESULTS.md, round 26)."""
+LFU, which wins there by 3.65 points (bench/RESULTS.md, round 26). With SCOUT_QUIET they act only while the real size
+is silent (round 27)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ GRID = load_script(ROOT / "bench" / "policy_grid.py")
 @pytest.fixture
 def scout() -> Iterator[type]:
     """The Scout class registered as a policy, its constants restored after the test."""
-    before = {k: getattr(SCOUT, k) for k in ("SCOUT", "SCOUT_TO", "SCOUT_WARM")}
+    before = {k: getattr(SCOUT, k) for k in ("SCOUT", "SCOUT_TO", "SCOUT_WARM", "SCOUT_QUIET")}
     POLICIES["scout"] = SCOUT
     try:
         yield SCOUT
@@ -56,3 +57,17 @@ def test_the_scouts_warmup_keeps_a_right_lfu_verdict(scout: type) -> None:
     assert cold["scout"] < cold["adaptive"] - 0.01  # +0.00 -> -2.21 points
     scout.SCOUT_WARM = True
     assert _hits("moon:12", 0.25)["scout"] == cold["adaptive"]
+
+
+def test_quiet_scouts_keep_quiet_once_the_real_size_spoke(scout: type) -> None:
+    """fit's seed:4036 10%: the scouts leave LFU after two lookups differed at the real size (+1.23 -> +0.56 points);
+    quiet, they are dropped there and the cell is the policy's. seed:4060 10%: nothing differed at the real size
+    when they leave (-1.12 -> +1.03 points), quiet or not."""
+    scout.SCOUT, scout.SCOUT_TO, scout.SCOUT_WARM = 0.5, 0, True
+    spoke = _hits("seed:4036", 0.1)
+    assert spoke["scout"] < spoke["adaptive"] - 0.005
+    silent = _hits("seed:4060", 0.1)
+    assert silent["scout"] > silent["adaptive"] + 0.02
+    scout.SCOUT_QUIET = True
+    assert _hits("seed:4036", 0.1)["scout"] == spoke["adaptive"]
+    assert _hits("seed:4060", 0.1)["scout"] == silent["scout"]
