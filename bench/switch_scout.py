@@ -15,13 +15,17 @@ sign veto (`_vetoed`'s, read on the scouts' evidence and size) allows it. After 
 dropped. SCOUT 0 is the policy itself; SCOUT_TO keeps them to one direction (none run where the
 prior's verdict is already the expert they may switch to). SCOUT_QUIET lets them speak only while the real size is
 silent: they are dropped at the first lookup where the two experts' matches at the real size (the policy's own
-evidence) differ, and from then on that evidence alone decides.
+evidence) differ, and from then on that evidence alone decides. SMALL_MAX adds a second pair at half their size: a
+clear lead for LFU while that pair's lead exceeds SMALL_MAX of its size ends the lead-in without a switch.
 
 Round 26 (bench/RESULTS.md): at SCOUT 0.5, to LRU only, after the warmup, every in-sample grid gains (tune -0.073 ->
 -0.065, bench -0.122 -> -0.109, fit -0.325 -> -0.313), check and held too, but val loses (-0.521 -> -0.524, one more
 cell below -0.5); at 0.25 or 0.75, or towards LFU, tune loses: the scouts' size is a coin per cell, as the prior's is.
 Round 27: on fit, all four of the scouts' LRU switches that lost came after lookups had differed at the real size,
-four of the five that gained before; quiet (SCOUT_QUIET), no grid's mean falls (val -0.521 -> -0.519).
+four of the five that gained before; quiet (SCOUT_QUIET), no grid's mean falls (val -0.521 -> -0.519). Quiet in
+both directions, the silent switches to LFU that lose are those the real size takes back (or an LFU spell it ends
+anyway); SMALL_MAX 0.25 drops 6 of fit's 13 losses and 5 of its gains (fit -0.282 -> -0.272, tune and bench
+unchanged), but val falls (-0.498 -> -0.503).
 
     RADIXKV_PURE_PYTHON=1 .venv/bin/python bench/switch_scout.py tune --jobs 2 --cells --set SCOUT=0.5 \
         --set SCOUT_TO=0 --set SCOUT_WARM=True --set SCOUT_QUIET=True
@@ -56,10 +60,16 @@ class Scout(Adaptive):
     SCOUT_TO = -1  # the expert they may switch to (0: LRU, 1: LFU; -1: either); none run where the prior follows it
     SCOUT_QUIET = False  # ... only while the real size is silent: no lookup yet where the experts' matches at the
     # real size differed (the policy's own evidence counts none); from the first such lookup that evidence decides
+    SMALL_MAX = 0.0  # a second pair at half the scouts' size: where the scouts are clear for LFU while its lead (per
+    # token of its size) exceeds this, the lead-in is over, no switch (a lead that grows as the cache shrinks is a
+    # small cache's); 0: no second pair
 
     def __init__(self) -> None:
         super().__init__()
         self._scouts: list[ShadowView] = []  # per expert (0: LRU, 1: LFU), from the first eviction to a switch
+        self._small: list[ShadowView] = []  # the second pair (SMALL_MAX), alive as long as the scouts
+        self._small_ev = Evidence()
+        self._small_warm = 0
         self._scouted = Evidence()
         self._left = 0  # the policy's switch count when the scouts started
         self._warm = 0  # tokens the scouts must still cache before their leads count (their transient: WARMUP)
@@ -71,6 +81,9 @@ class Scout(Adaptive):
             self._scouts = [self._tree.shadow_copy(p) for p in self._shadowed]
             self._left = self.switches
             self._warm = int(self.SCOUT_WARM * self.WARMUP * self.SCOUT * self._capacity)
+            if self.SMALL_MAX > 0.0:
+                self._small = [self._tree.shadow_copy(p) for p in self._shadowed]
+                self._small_warm = int(self.SCOUT_WARM * self.WARMUP * self.SCOUT / 2 * self._capacity)
 
     def on_lookup(self, start: CachedNodeView, key: bytes, length: int) -> None:
         scouts, mode = self._scouts, self.mode
@@ -78,14 +91,14 @@ class Scout(Adaptive):
         if scouts:
             s = cast(NodeFields, start)
             full = key if s.parent is None else absolute_key(start, key)
-            other = scouts[1 - mode].match(s.ns, full) - s.end
-            own = scouts[mode].match(s.ns, full) - s.end
-            lead = (other if other > 0 else 0) - (own if own > 0 else 0)
+            lead = self._lead(scouts, s, full)
+            if self._small and self._small_warm <= 0:
+                self._small_ev.add(self._lead(self._small, s, full), len(key) // 4)
         super().on_lookup(start, key, length)
         if not scouts:
             return
         if self.switches != self._left or (self.SCOUT_QUIET and self._long.count > 0.0):
-            self._scouts = []  # the policy switched, or (SCOUT_QUIET) the real size spoke: the lead-in is over
+            self._scouts = self._small = []  # the policy switched, or (SCOUT_QUIET) the real size spoke: it is over
             return
         if self._warm > 0:
             return
@@ -99,9 +112,18 @@ class Scout(Adaptive):
         clear = self._clear(ev)
         self._capacity = capacity
         vetoed = ev.sign <= -self.SIGN_VETO or (ev.sign <= 0.0 and ev.lead <= self.SIGN_LEAD * size)
-        if clear and (mode == 1 or not vetoed):
+        small = self.SMALL_MAX > 0.0 and self._small_ev.lead > self.SMALL_MAX * self.SCOUT / 2 * capacity
+        if clear and small and mode == 0:
+            self._scouts = self._small = []  # SMALL_MAX: a small cache's lead, the lead-in is over
+        elif clear and (mode == 1 or not vetoed):
             self._switch()
-            self._scouts = []
+            self._scouts = self._small = []
+
+    def _lead(self, pair: list[ShadowView], s: NodeFields, full: bytes) -> int:
+        """The other expert's match minus the followed one's, in one pair of shadows."""
+        other = pair[1 - self.mode].match(s.ns, full) - s.end
+        own = pair[self.mode].match(s.ns, full) - s.end
+        return (other if other > 0 else 0) - (own if own > 0 else 0)
 
     def on_cache(self, start: CachedNodeView, key: bytes, cached: int, use: bool) -> None:
         scouts = self._scouts
@@ -112,13 +134,22 @@ class Scout(Adaptive):
         split, head, cut = self._split_key(start, key)
         leaf = self._leaf
         tail = cast(NodeFields, leaf).key if leaf is not None else None
+        if self._small:  # sized before this insert's growth of the real cache (as round 27's screen logged it)
+            size = max(1, int(self.SCOUT / 2 * self._capacity))
+            added = max(s.insert(ns, split, size, use, tail, head, cut) for s in self._small)
+            self._small_warm -= added
+            self._fade(self._small_ev, added, size)
         super().on_cache(start, key, cached, use)
         size = max(1, int(self.SCOUT * self._capacity))
         added = max(s.insert(ns, split, size, use, tail, head, cut) for s in scouts)
         self._warm -= added
+        self._fade(self._scouted, added, size)
+
+    def _fade(self, ev: Evidence, added: int, size: int) -> None:
+        """Evidence over WINDOW turnovers of its pair's size."""
         decay = 1.0 - added / (self.WINDOW * size)
         if decay < 1.0:
-            self._scouted.decay(decay if decay > 0.0 else 0.0)
+            ev.decay(decay if decay > 0.0 else 0.0)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -2,7 +2,8 @@
 Without scouts it is the policy to the digit; with them (SCOUT 0.5, to LRU only, after their warmup) it leaves the
 prior's LFU verdict sooner on longchat 25%; without the warmup the shrunk copies' transient takes moon:12 25% off
 LFU, which wins there by 3.65 points (bench/RESULTS.md, round 26). With SCOUT_QUIET they act only while the real size
-is silent (round 27)."""
+is silent (round 27); with SMALL_MAX a switch to LFU waits while a pair at half their size leads for LFU by more
+(round 27, a second section)."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ GRID = load_script(ROOT / "bench" / "policy_grid.py")
 @pytest.fixture
 def scout() -> Iterator[type]:
     """The Scout class registered as a policy, its constants restored after the test."""
-    before = {k: getattr(SCOUT, k) for k in ("SCOUT", "SCOUT_TO", "SCOUT_WARM", "SCOUT_QUIET")}
+    before = {k: getattr(SCOUT, k) for k in ("SCOUT", "SCOUT_TO", "SCOUT_WARM", "SCOUT_QUIET", "SMALL_MAX")}
     POLICIES["scout"] = SCOUT
     try:
         yield SCOUT
@@ -71,3 +72,20 @@ def test_quiet_scouts_keep_quiet_once_the_real_size_spoke(scout: type) -> None:
     scout.SCOUT_QUIET = True
     assert _hits("seed:4036", 0.1)["scout"] == spoke["adaptive"]
     assert _hits("seed:4060", 0.1)["scout"] == silent["scout"]
+
+
+def test_a_small_pairs_lfu_lead_holds_a_silent_switch_to_lfu(scout: type) -> None:
+    """fit's seed:4055 25%: quiet scouts in both directions leave LRU for LFU, which loses there by 9.27 points
+    (+0.00 -> -0.98); the pair at half their size leads for LFU by 0.26 of its size, and at SMALL_MAX 0.25 the switch
+    waits (the cell is the policy's). seed:4024 5% keeps its gain (-1.22 -> +0.00: LFU wins, the small lead 0.10);
+    a bound no lead reaches changes nothing."""
+    scout.SCOUT, scout.SCOUT_TO, scout.SCOUT_WARM, scout.SCOUT_QUIET = 0.5, -1, True, True
+    wrong = _hits("seed:4055", 0.25)
+    assert wrong["scout"] < wrong["adaptive"] - 0.005
+    right = _hits("seed:4024", 0.05)
+    assert right["scout"] > right["adaptive"] + 0.005
+    scout.SMALL_MAX = 1e9
+    assert _hits("seed:4055", 0.25)["scout"] == wrong["scout"]
+    scout.SMALL_MAX = 0.25
+    assert _hits("seed:4055", 0.25)["scout"] == wrong["adaptive"]
+    assert _hits("seed:4024", 0.05)["scout"] == right["scout"]
