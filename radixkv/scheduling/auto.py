@@ -92,6 +92,8 @@ class Auto(Policy):
     WARMUP = 1.0
     OVER = 3.0  # on a thin trace, while OVER caches of prompt tokens wait, the due share is SHARE_OVER
     SHARE_OVER = 0.05
+    SHARE_HEAVY = -1.0  # on a thin trace while shape.busy() >= BUSY, the due share is this (< 0: off, as elsewhere)
+    AGED_HEAVY = 1.0  # 0: on a thin trace while shape.busy() >= BUSY, aged requests do not go strictly first
     TAIL = 0.96  # at risk: once max(work ahead at arrival, this quantile of it over all arrivals) was admitted
     TAIL_AFTER = 300  # ... read on a thin trace the server keeps up with, once this many requests arrived
     EPISODE = 7.0  # ... while under this many caches of prompt tokens arrived since an arrival found none waiting
@@ -173,11 +175,11 @@ class Auto(Policy):
         over = thin and backlog >= self.OVER * slots
         heavy = thin and self.shape.busy(now, backlog > 0) >= self.BUSY
         length, k = self.estimates.length, self.K_THIN if heavy else self.K_LIGHT if thin else self.SLOWDOWN
-        self.share = self.SHARE_OVER if over else self.SHARE
+        self.share = self.SHARE_HEAVY if heavy and self.SHARE_HEAVY >= 0 else self.SHARE_OVER if over else self.SHARE
         self.lengths = lengths = {r: length(r) for r in window}
         by_deadline = sorted((r for r in window if r in turn),
                              key=lambda r: (max(now, r.arrival + k * (len(r.tokens) - 2 * lengths[r])), -lengths[r]))
-        aging = self._aging_first(now)
+        aging = self._aging_first(now) and (self.AGED_HEAVY or not heavy)
         episode = self.arrived_tokens - self.episode_from
         risky = thin and not heavy and self.arrivals >= self.TAIL_AFTER and episode < self.EPISODE * slots
         first = [r for r in window if r in turn and (aging and r in self.aged or risky and self.risk[r] <= done)]
@@ -238,7 +240,7 @@ class Auto(Policy):
         taken: set[Queued] = set()
         spent, total, i, j = self.bound_tokens, self.contested_tokens, 0, 0
         while i < len(due) and j < len(by_deadline):
-            if spent <= self.share * total:
+            if self.share > 0 and spent <= self.share * total:
                 req, i = due[i], i + 1
                 if req in taken:
                     continue
@@ -278,6 +280,6 @@ class Auto(Policy):
         n = len(req.tokens)
         self.admitted_tokens += n
         self.shape.admitted_one(n, self.lengths.get(req, 0))
-        if self.contended:
+        if self.contended and self.share > 0:  # a share of 0 owes the oldest-first side nothing later
             self.contested_tokens += n
             self.bound_tokens += n if req in self.picked else 0
