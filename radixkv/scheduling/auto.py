@@ -31,7 +31,10 @@ few prompts, a queue under 3 of its caches is under one full cache and only the
 standing rule applies (issue 20, rounds 11-13).
 Thin traces (few prompts per cache, little reuse, steady arrivals): K 12 while the
 server does not keep up, 24 while it does, S 0.05 in a backlog, and while it keeps up a
-bound on the tail in short congestion episodes (the class's docstring).
+bound on the tail in short congestion episodes (the class's docstring). SHARE_HEAVY and AGED_HEAVY (round 26, off by
+default) set the due share and aging-first on a thin trace while the server does not keep up. A due share of 0 picks
+nobody oldest-first, and the tokens admitted at 0 are owed to nobody once the share rises (before round 26 they were,
+and the oldest-first side then took its share of the whole contended period in one run: base-s1 1/4 1.2's mean).
 Overdue (round 26, off unless FCFS_LATE >= 0): a request that waited past (1 + FCFS_LATE) x the wait a fluid FCFS
 queue on the same arrivals gives it (fcfs_clock.py) + FCFS_MARGIN cache-times, and that FCFS_PASSED later arrivals
 were admitted before, goes first, oldest first, while the aging gate lets aged requests go first (FCFS_GATE) and
