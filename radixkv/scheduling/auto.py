@@ -97,6 +97,7 @@ class Auto(Policy):
     SHARE_OVER = 0.05
     SHARE_HEAVY = -1.0  # on a thin trace while shape.busy() >= BUSY, the due share is this (< 0: off, as elsewhere)
     AGED_HEAVY = 1.0  # 0: on a thin trace while shape.busy() >= BUSY, aged requests do not go strictly first
+    PASSED_HEAVY = -1.0  # ... and a request this many later arrivals were admitted before goes first (< 0: off)
     TAIL = 0.96  # at risk: once max(work ahead at arrival, this quantile of it over all arrivals) was admitted
     TAIL_AFTER = 300  # ... read on a thin trace the server keeps up with, once this many requests arrived
     EPISODE = 7.0  # ... while under this many caches of prompt tokens arrived since an arrival found none waiting
@@ -120,6 +121,7 @@ class Auto(Policy):
         self.seq: dict[Queued, int] = {}  # waiting requests' arrival numbers
         self.passed: dict[Queued, int] = {}  # those not aged yet, in arrival order: later arrivals admitted first
         self.aged: set[Queued] = set()
+        self.overtaken: dict[Queued, int] = {}  # waiting requests: later arrivals admitted first (PASSED_HEAVY)
         self.arrivals = 0
         self.above_since: float | None = None  # when the queue last rose above one cache (None: under it)
         self.low_at = 0.0  # when it was last under RISE_LOW full caches
@@ -185,7 +187,9 @@ class Auto(Policy):
         aging = self._aging_first(now) and (self.AGED_HEAVY or not heavy)
         episode = self.arrived_tokens - self.episode_from
         risky = thin and not heavy and self.arrivals >= self.TAIL_AFTER and episode < self.EPISODE * slots
-        first = [r for r in window if r in turn and (aging and r in self.aged or risky and self.risk[r] <= done)]
+        tail, overtaken = heavy and self.PASSED_HEAVY >= 0, self.overtaken
+        first = [r for r in window if r in turn and (aging and r in self.aged or risky and self.risk[r] <= done
+                                                     or tail and overtaken.get(r, 0) >= self.PASSED_HEAVY)]
         if self.fcfs is not None:
             overdue = self._overdue(window, now)
             if (aging or not self.FCFS_GATE) and backlog < self.FCFS_MAX * slots:
@@ -235,6 +239,15 @@ class Auto(Policy):
         standing = self.above_since is not None and (now - self.above_since) / slots >= self.STAND
         return not standing or (self.rise < self.RISE and backlog > full)
 
+    def _overtake(self, req: Queued, mine: int) -> None:
+        """Counts `req`'s admission (arrival number `mine`) against every waiting request that arrived before it."""
+        overtaken, seq = self.overtaken, self.seq
+        overtaken.pop(req, None)
+        for r, n in seq.items():  # arrival order
+            if n > mine:
+                break
+            overtaken[r] = overtaken.get(r, 0) + 1
+
     def _interleave(self, due: list[Queued], by_deadline: list[Queued]) -> list[Queued]:
         """Both orders merged: the oldest due request whenever the oldest-first side's picks so far
         (this contended period, then this order if all were admitted) are within SHARE of the tokens."""
@@ -268,6 +281,8 @@ class Auto(Policy):
         mine, seq = self.seq.pop(req), self.seq
         self.passed.pop(req, None)
         self.aged.discard(req)
+        if self.PASSED_HEAVY >= 0:
+            self._overtake(req, mine)
         newly = []
         for r, n in self.passed.items():  # arrival order: those that arrived before req come first
             if seq[r] > mine:

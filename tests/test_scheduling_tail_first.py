@@ -1,0 +1,51 @@
+"""auto's tail-first rule on a thin trace while heavy (radixkv/scheduling/auto.py, `Auto.PASSED_HEAVY`): a request
+that PASSED_HEAVY later arrivals were admitted before goes first, oldest first, whatever the backlog; the rest follow
+the deadline order (lpm's at K_THIN 0). Off (< 0, the default) nothing is put first this way."""
+
+from __future__ import annotations
+
+import pytest
+
+from test_scheduling import cache_prefix, make_cache, order, queued, tokens
+
+
+def heavy_queue(passed: float, thin: bool = True) -> tuple[object, list]:
+    """Three cold 48-token requests, then four that share a cached 40-token prefix; requests 1, 2 and 3 (the cold
+    ones after 0, 1) arrived first. The four hot ones are admitted one by one as on a thin trace the server does not
+    keep up with (K_THIN 0: lpm's order puts them first): each passes every cold one."""
+    cache = make_cache()
+    hot = tokens(1, 40)
+    cache_prefix(cache, hot)
+    prompts = [tokens(10 + i, 48) for i in range(3)] + [hot + tokens(20 + i, 8) for i in range(6)]
+    sched, reqs = queued(cache, prompts, "auto")
+    policy = sched.policy
+    policy.K_THIN, policy.SHARE_HEAVY, policy.AGED_HEAVY, policy.PASSED_HEAVY = 0.0, 0.0, 0.0, passed
+    policy.thin = lambda: thin
+    policy.shape.busy = lambda now, waiting: 1.0  # heavy: someone waited all along
+    sched.planned = 10_000
+    for i in (3, 4, 5, 6):
+        sched.waiting.remove(reqs[i])
+        policy.admitted(reqs[i], 0)
+    return sched, reqs
+
+
+@pytest.mark.parametrize("passed", [4.0, 3.0])
+def test_a_request_passed_often_enough_goes_first_oldest_first(passed: float) -> None:
+    sched, _ = heavy_queue(passed)
+    assert sched.policy.overtaken[sched.waiting[0]] == 4
+    assert order(sched) == [0, 1, 2, 7, 8]  # all three cold ones were passed 4 times: oldest first
+
+
+def test_below_the_count_the_order_is_lpms() -> None:
+    sched, _ = heavy_queue(5.0)
+    assert order(sched) == [7, 8, 0, 1, 2]
+
+
+def test_off_the_order_is_lpms() -> None:
+    sched, _ = heavy_queue(-1.0)
+    assert order(sched) == [7, 8, 0, 1, 2]
+
+
+def test_not_thin_the_count_changes_nothing() -> None:
+    (on, _), (off, _) = heavy_queue(4.0, thin=False), heavy_queue(-1.0, thin=False)
+    assert order(on) == order(off) != [0, 1, 2, 7, 8]
