@@ -1,6 +1,7 @@
-"""auto's tail-first rule on a thin trace while heavy (radixkv/scheduling/auto.py, `Auto.PASSED_HEAVY`): a request
-that PASSED_HEAVY later arrivals were admitted before goes first, oldest first, whatever the backlog; the rest follow
-the deadline order (lpm's at K_THIN 0). Off (< 0, the default) nothing is put first this way."""
+"""auto's due requests on a thin trace while heavy (radixkv/scheduling/auto.py, `Auto.PASSED_HEAVY`): those that
+PASSED_HEAVY later arrivals were admitted before, not those whose FCFS turn passed; the due share (SHARE_HEAVY) serves
+them oldest first, the rest follow the deadline order (lpm's at K_THIN 0). Off (< 0, the default) the due are as
+before, whose turn passed."""
 
 from __future__ import annotations
 
@@ -9,17 +10,17 @@ import pytest
 from test_scheduling import cache_prefix, make_cache, order, queued, tokens
 
 
-def heavy_queue(passed: float, thin: bool = True) -> tuple[object, list]:
-    """Three cold 48-token requests, then four that share a cached 40-token prefix; requests 1, 2 and 3 (the cold
-    ones after 0, 1) arrived first. The four hot ones are admitted one by one as on a thin trace the server does not
-    keep up with (K_THIN 0: lpm's order puts them first): each passes every cold one."""
+def heavy_queue(passed: float, share: float = 1.0, thin: bool = True) -> tuple[object, list]:
+    """Three cold 48-token requests, then six that share a cached 40-token prefix. Four of the hot ones are admitted
+    one by one, as lpm's order would (K_THIN 0), on a thin trace the server does not keep up with: each passes every
+    cold one, which is then due from PASSED_HEAVY 4 down. Every FCFS turn has passed."""
     cache = make_cache()
     hot = tokens(1, 40)
     cache_prefix(cache, hot)
     prompts = [tokens(10 + i, 48) for i in range(3)] + [hot + tokens(20 + i, 8) for i in range(6)]
     sched, reqs = queued(cache, prompts, "auto")
     policy = sched.policy
-    policy.K_THIN, policy.SHARE_HEAVY, policy.AGED_HEAVY, policy.PASSED_HEAVY = 0.0, 0.0, 0.0, passed
+    policy.K_THIN, policy.SHARE_HEAVY, policy.AGED_HEAVY, policy.PASSED_HEAVY = 0.0, share, 0.0, passed
     policy.thin = lambda: thin
     policy.shape.busy = lambda now, waiting: 1.0  # heavy: someone waited all along
     sched.planned = 10_000
@@ -30,10 +31,10 @@ def heavy_queue(passed: float, thin: bool = True) -> tuple[object, list]:
 
 
 @pytest.mark.parametrize("passed", [4.0, 3.0])
-def test_a_request_passed_often_enough_goes_first_oldest_first(passed: float) -> None:
+def test_at_a_share_of_1_the_often_passed_go_first_oldest_first(passed: float) -> None:
     sched, _ = heavy_queue(passed)
     assert sched.policy.overtaken[sched.waiting[0]] == 4
-    assert order(sched) == [0, 1, 2, 7, 8]  # all three cold ones were passed 4 times: oldest first
+    assert order(sched) == [0, 1, 2, 7, 8]
 
 
 def test_below_the_count_the_order_is_lpms() -> None:
@@ -41,8 +42,13 @@ def test_below_the_count_the_order_is_lpms() -> None:
     assert order(sched) == [7, 8, 0, 1, 2]
 
 
+def test_a_share_under_1_serves_the_often_passed_in_turn() -> None:
+    sched, _ = heavy_queue(4.0, share=0.25)
+    assert order(sched) == [0, 7, 8, 1, 2]  # the oldest, then lpm's order until the picks are under a quarter again
+
+
 def test_off_the_order_is_lpms() -> None:
-    sched, _ = heavy_queue(-1.0)
+    sched, _ = heavy_queue(-1.0, share=0.0)
     assert order(sched) == [7, 8, 0, 1, 2]
 
 

@@ -97,7 +97,7 @@ class Auto(Policy):
     SHARE_OVER = 0.05
     SHARE_HEAVY = -1.0  # on a thin trace while shape.busy() >= BUSY, the due share is this (< 0: off, as elsewhere)
     AGED_HEAVY = 1.0  # 0: on a thin trace while shape.busy() >= BUSY, aged requests do not go strictly first
-    PASSED_HEAVY = -1.0  # ... and a request this many later arrivals were admitted before goes first (< 0: off)
+    PASSED_HEAVY = -1.0  # ... and the due are those this many later arrivals were admitted before (< 0: off)
     TAIL = 0.96  # at risk: once max(work ahead at arrival, this quantile of it over all arrivals) was admitted
     TAIL_AFTER = 300  # ... read on a thin trace the server keeps up with, once this many requests arrived
     EPISODE = 7.0  # ... while under this many caches of prompt tokens arrived since an arrival found none waiting
@@ -170,15 +170,18 @@ class Auto(Policy):
     def order(self, window: list[Queued], now: float) -> list[Queued]:
         turn, done = self.turn, self.admitted_tokens
         resumed = [r for r in window if r not in turn]  # preempted: no turn, first
-        due = [r for r in window if r in turn and turn[r] <= done]
-        self.contended = bool(due)
-        if not due:
-            self.contested_tokens = self.bound_tokens = 0  # the next contended period starts afresh
         thin = self.thin()
         backlog = self.backlog
         slots = self.estimates.cache.config.num_slots
         over = thin and backlog >= self.OVER * slots
         heavy = thin and self.shape.busy(now, backlog > 0) >= self.BUSY
+        if heavy and self.PASSED_HEAVY >= 0:  # due: passed often enough, not past the FCFS turn
+            due = [r for r in window if r in turn and self.overtaken.get(r, 0) >= self.PASSED_HEAVY]
+        else:
+            due = [r for r in window if r in turn and turn[r] <= done]
+        self.contended = bool(due)
+        if not due:
+            self.contested_tokens = self.bound_tokens = 0  # the next contended period starts afresh
         length, k = self.estimates.length, self.K_THIN if heavy else self.K_LIGHT if thin else self.SLOWDOWN
         self.share = self.SHARE_HEAVY if heavy and self.SHARE_HEAVY >= 0 else self.SHARE_OVER if over else self.SHARE
         self.lengths = lengths = {r: length(r) for r in window}
@@ -187,9 +190,7 @@ class Auto(Policy):
         aging = self._aging_first(now) and (self.AGED_HEAVY or not heavy)
         episode = self.arrived_tokens - self.episode_from
         risky = thin and not heavy and self.arrivals >= self.TAIL_AFTER and episode < self.EPISODE * slots
-        tail, overtaken = heavy and self.PASSED_HEAVY >= 0, self.overtaken
-        first = [r for r in window if r in turn and (aging and r in self.aged or risky and self.risk[r] <= done
-                                                     or tail and overtaken.get(r, 0) >= self.PASSED_HEAVY)]
+        first = [r for r in window if r in turn and (aging and r in self.aged or risky and self.risk[r] <= done)]
         if self.fcfs is not None:
             overdue = self._overdue(window, now)
             if (aging or not self.FCFS_GATE) and backlog < self.FCFS_MAX * slots:
