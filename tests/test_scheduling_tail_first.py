@@ -55,3 +55,14 @@ def test_off_the_order_is_lpms() -> None:
 def test_not_thin_the_count_changes_nothing() -> None:
     (on, _), (off, _) = heavy_queue(4.0, thin=False), heavy_queue(-1.0, thin=False)
     assert order(on) == order(off) != [0, 1, 2, 7, 8]
+
+
+def test_the_count_rises_to_a_quantile_of_the_counts_at_admission() -> None:
+    sched, _ = heavy_queue(4.0)
+    policy = sched.policy
+    assert policy.passes[0] == 4 and policy.prompts_admitted == 4  # the four hot ones, passed by none
+    policy.PASSED_Q = 0.5
+    assert policy._passes_quantile() == 1 and order(sched) == [0, 1, 2, 7, 8]  # 4 >= max(4, 1)
+    policy.passes[9] += 10  # ten more admitted after 9 passes each: half of the 14 were passed 9 times or fewer
+    policy.prompts_admitted += 10
+    assert policy._passes_quantile() == 10 and order(sched) == [7, 8, 0, 1, 2]  # 4 < 10: lpm's order

@@ -97,7 +97,8 @@ class Auto(Policy):
     SHARE_OVER = 0.05
     SHARE_HEAVY = -1.0  # on a thin trace while shape.busy() >= BUSY, the due share is this (< 0: off, as elsewhere)
     AGED_HEAVY = 1.0  # 0: on a thin trace while shape.busy() >= BUSY, aged requests do not go strictly first
-    PASSED_HEAVY = -1.0  # ... and the due are those this many later arrivals were admitted before (< 0: off)
+    PASSED_HEAVY = -1.0  # ... and the due are those this many later arrivals were admitted before (< 0: off), and
+    PASSED_Q = 1.0  # ... more than this quantile of the counts at admission so far (>= 1: the count alone)
     TAIL = 0.96  # at risk: once max(work ahead at arrival, this quantile of it over all arrivals) was admitted
     TAIL_AFTER = 300  # ... read on a thin trace the server keeps up with, once this many requests arrived
     EPISODE = 7.0  # ... while under this many caches of prompt tokens arrived since an arrival found none waiting
@@ -122,6 +123,8 @@ class Auto(Policy):
         self.passed: dict[Queued, int] = {}  # those not aged yet, in arrival order: later arrivals admitted first
         self.aged: set[Queued] = set()
         self.overtaken: dict[Queued, int] = {}  # waiting requests: later arrivals admitted first (PASSED_HEAVY)
+        self.passes = [0] * 1024  # admitted requests by their count (the last counts the rest), PASSED_Q's
+        self.prompts_admitted = 0  # ... their sum
         self.arrivals = 0
         self.above_since: float | None = None  # when the queue last rose above one cache (None: under it)
         self.low_at = 0.0  # when it was last under RISE_LOW full caches
@@ -176,7 +179,8 @@ class Auto(Policy):
         over = thin and backlog >= self.OVER * slots
         heavy = thin and self.shape.busy(now, backlog > 0) >= self.BUSY
         if heavy and self.PASSED_HEAVY >= 0:  # due: passed often enough, not past the FCFS turn
-            due = [r for r in window if r in turn and self.overtaken.get(r, 0) >= self.PASSED_HEAVY]
+            least = max(self.PASSED_HEAVY, self._passes_quantile())
+            due = [r for r in window if r in turn and self.overtaken.get(r, 0) >= least]
         else:
             due = [r for r in window if r in turn and turn[r] <= done]
         self.contended = bool(due)
@@ -243,11 +247,23 @@ class Auto(Policy):
     def _overtake(self, req: Queued, mine: int) -> None:
         """Counts `req`'s admission (arrival number `mine`) against every waiting request that arrived before it."""
         overtaken, seq = self.overtaken, self.seq
-        overtaken.pop(req, None)
+        self.passes[min(len(self.passes) - 1, overtaken.pop(req, 0))] += 1
+        self.prompts_admitted += 1
         for r, n in seq.items():  # arrival order
             if n > mine:
                 break
             overtaken[r] = overtaken.get(r, 0) + 1
+
+    def _passes_quantile(self) -> int:
+        """The least count above those of a share PASSED_Q of the requests admitted so far (0 if none or off)."""
+        need, seen = self.PASSED_Q * self.prompts_admitted, 0
+        if self.PASSED_Q >= 1 or not need:
+            return 0
+        for n, k in enumerate(self.passes):
+            seen += k
+            if seen >= need:
+                return n + 1
+        return len(self.passes)
 
     def _interleave(self, due: list[Queued], by_deadline: list[Queued]) -> list[Queued]:
         """Both orders merged: the oldest due request whenever the oldest-first side's picks so far
