@@ -66,3 +66,10 @@ def test_the_count_rises_to_a_quantile_of_the_counts_at_admission() -> None:
     policy.passes[9] += 10  # ten more admitted after 9 passes each: half of the 14 were passed 9 times or fewer
     policy.prompts_admitted += 10
     assert policy._passes_quantile() == 10 and order(sched) == [7, 8, 0, 1, 2]  # 4 < 10: lpm's order
+
+
+@pytest.mark.parametrize("caches, first", [(1.0, [0, 1, 2, 7, 8]), (0.05, [7, 8, 0, 1, 2])])
+def test_in_a_queue_of_passed_max_caches_or_more_none_is_due(caches: float, first: list[int]) -> None:
+    sched, _ = heavy_queue(4.0)
+    sched.policy.PASSED_MAX = caches  # five 48-token prompts wait: 240 tokens, under one 4096-slot cache, over 0.05
+    assert order(sched) == first

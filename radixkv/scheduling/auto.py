@@ -35,6 +35,9 @@ bound on the tail in short congestion episodes (the class's docstring). SHARE_HE
 default) set the due share and aging-first on a thin trace while the server does not keep up. A due share of 0 picks
 nobody oldest-first, and the tokens admitted at 0 are owed to nobody once the share rises (before round 26 they were,
 and the oldest-first side then took its share of the whole contended period in one run: base-s1 1/4 1.2's mean).
+PASSED_HEAVY, PASSED_Q and PASSED_MAX (round 27, off by default): on a thin trace while heavy the due are the requests
+that many later arrivals were admitted before (and more than a quantile of the counts at admission), not those past
+their turn; none while PASSED_MAX caches or more wait.
 Overdue (round 26, off unless FCFS_LATE >= 0): a request that waited past (1 + FCFS_LATE) x the wait a fluid FCFS
 queue on the same arrivals gives it (fcfs_clock.py) + FCFS_MARGIN cache-times, and that FCFS_PASSED later arrivals
 were admitted before, goes first, oldest first, while the aging gate lets aged requests go first (FCFS_GATE) and
@@ -99,6 +102,7 @@ class Auto(Policy):
     AGED_HEAVY = 1.0  # 0: on a thin trace while shape.busy() >= BUSY, aged requests do not go strictly first
     PASSED_HEAVY = -1.0  # ... and the due are those this many later arrivals were admitted before (< 0: off), and
     PASSED_Q = 1.0  # ... more than this quantile of the counts at admission so far (>= 1: the count alone)
+    PASSED_MAX = 1e9  # ... while fewer than this many caches of prompt tokens wait
     TAIL = 0.96  # at risk: once max(work ahead at arrival, this quantile of it over all arrivals) was admitted
     TAIL_AFTER = 300  # ... read on a thin trace the server keeps up with, once this many requests arrived
     EPISODE = 7.0  # ... while under this many caches of prompt tokens arrived since an arrival found none waiting
@@ -178,8 +182,8 @@ class Auto(Policy):
         slots = self.estimates.cache.config.num_slots
         over = thin and backlog >= self.OVER * slots
         heavy = thin and self.shape.busy(now, backlog > 0) >= self.BUSY
-        if heavy and self.PASSED_HEAVY >= 0:  # due: passed often enough, not past the FCFS turn
-            least = max(self.PASSED_HEAVY, self._passes_quantile())
+        if heavy and self.PASSED_HEAVY >= 0:  # due: passed often enough, not past the FCFS turn; none in a deep queue
+            least = max(self.PASSED_HEAVY, self._passes_quantile()) if backlog < self.PASSED_MAX * slots else 1e18
             due = [r for r in window if r in turn and self.overtaken.get(r, 0) >= least]
         else:
             due = [r for r in window if r in turn and turn[r] <= done]
