@@ -1,7 +1,7 @@
 """auto's due requests on a thin trace while heavy (radixkv/scheduling/auto.py, `Auto.PASSED_HEAVY`): those that
-PASSED_HEAVY later arrivals were admitted before, not those whose FCFS turn passed; the due share (SHARE_HEAVY) serves
-them oldest first, the rest follow the deadline order (lpm's at K_THIN 0). Off (< 0, the default) the due are as
-before, whose turn passed."""
+PASSED_HEAVY later arrivals were admitted before, not those whose FCFS turn passed; the due share (SHARE_PASSED) serves
+them oldest first, the rest follow the deadline order (lpm's at K_PASSED 0), while under PASSED_MAX caches wait (then
+K_THIN and SHARE_HEAVY, as before). Off (< 0, the default) the due are as before, whose turn passed."""
 
 from __future__ import annotations
 
@@ -20,7 +20,8 @@ def heavy_queue(passed: float, share: float = 1.0, thin: bool = True) -> tuple[o
     prompts = [tokens(10 + i, 48) for i in range(3)] + [hot + tokens(20 + i, 8) for i in range(6)]
     sched, reqs = queued(cache, prompts, "auto")
     policy = sched.policy
-    policy.K_THIN, policy.SHARE_HEAVY, policy.AGED_HEAVY, policy.PASSED_HEAVY = 0.0, share, 0.0, passed
+    policy.K_THIN, policy.SHARE_HEAVY, policy.AGED_HEAVY, policy.PASSED_HEAVY = 0.0, 0.0, 0.0, passed
+    policy.SHARE_PASSED = share
     policy.thin = lambda: thin
     policy.shape.busy = lambda now, waiting: 1.0  # heavy: someone waited all along
     sched.planned = 10_000
@@ -69,7 +70,8 @@ def test_the_count_rises_to_a_quantile_of_the_counts_at_admission() -> None:
 
 
 @pytest.mark.parametrize("caches, first", [(1.0, [0, 1, 2, 7, 8]), (0.05, [7, 8, 0, 1, 2])])
-def test_in_a_queue_of_passed_max_caches_or_more_none_is_due(caches: float, first: list[int]) -> None:
+def test_from_passed_max_caches_on_the_heavy_order_is_back(caches: float, first: list[int]) -> None:
     sched, _ = heavy_queue(4.0)
     sched.policy.PASSED_MAX = caches  # five 48-token prompts wait: 240 tokens, under one 4096-slot cache, over 0.05
+    # over it: K_THIN 0 and SHARE_HEAVY 0 (heavy_queue), lpm's order
     assert order(sched) == first

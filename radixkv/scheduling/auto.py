@@ -37,7 +37,7 @@ nobody oldest-first, and the tokens admitted at 0 are owed to nobody once the sh
 and the oldest-first side then took its share of the whole contended period in one run: base-s1 1/4 1.2's mean).
 PASSED_HEAVY, PASSED_Q and PASSED_MAX (round 27, off by default): on a thin trace while heavy the due are the requests
 that many later arrivals were admitted before (and more than a quantile of the counts at admission), not those past
-their turn; none while PASSED_MAX caches or more wait.
+their turn, with a due share SHARE_PASSED and K_PASSED, while under PASSED_MAX caches wait.
 Overdue (round 26, off unless FCFS_LATE >= 0): a request that waited past (1 + FCFS_LATE) x the wait a fluid FCFS
 queue on the same arrivals gives it (fcfs_clock.py) + FCFS_MARGIN cache-times, and that FCFS_PASSED later arrivals
 were admitted before, goes first, oldest first, while the aging gate lets aged requests go first (FCFS_GATE) and
@@ -102,7 +102,9 @@ class Auto(Policy):
     AGED_HEAVY = 1.0  # 0: on a thin trace while shape.busy() >= BUSY, aged requests do not go strictly first
     PASSED_HEAVY = -1.0  # ... and the due are those this many later arrivals were admitted before (< 0: off), and
     PASSED_Q = 1.0  # ... more than this quantile of the counts at admission so far (>= 1: the count alone)
-    PASSED_MAX = 1e9  # ... while fewer than this many caches of prompt tokens wait
+    PASSED_MAX = 1e9  # ... while fewer than this many caches of prompt tokens wait; then K is K_PASSED and the due
+    K_PASSED = 0.0  # share SHARE_PASSED (above PASSED_MAX caches: K_THIN and the due share of a thin trace while heavy)
+    SHARE_PASSED = 0.3
     TAIL = 0.96  # at risk: once max(work ahead at arrival, this quantile of it over all arrivals) was admitted
     TAIL_AFTER = 300  # ... read on a thin trace the server keeps up with, once this many requests arrived
     EPISODE = 7.0  # ... while under this many caches of prompt tokens arrived since an arrival found none waiting
@@ -182,8 +184,9 @@ class Auto(Policy):
         slots = self.estimates.cache.config.num_slots
         over = thin and backlog >= self.OVER * slots
         heavy = thin and self.shape.busy(now, backlog > 0) >= self.BUSY
-        if heavy and self.PASSED_HEAVY >= 0:  # due: passed often enough, not past the FCFS turn; none in a deep queue
-            least = max(self.PASSED_HEAVY, self._passes_quantile()) if backlog < self.PASSED_MAX * slots else 1e18
+        counted = heavy and self.PASSED_HEAVY >= 0 and backlog < self.PASSED_MAX * slots
+        if counted:  # due: passed often enough, not past the FCFS turn
+            least = max(self.PASSED_HEAVY, self._passes_quantile())
             due = [r for r in window if r in turn and self.overtaken.get(r, 0) >= least]
         else:
             due = [r for r in window if r in turn and turn[r] <= done]
@@ -192,6 +195,8 @@ class Auto(Policy):
             self.contested_tokens = self.bound_tokens = 0  # the next contended period starts afresh
         length, k = self.estimates.length, self.K_THIN if heavy else self.K_LIGHT if thin else self.SLOWDOWN
         self.share = self.SHARE_HEAVY if heavy and self.SHARE_HEAVY >= 0 else self.SHARE_OVER if over else self.SHARE
+        if counted:
+            k, self.share = self.K_PASSED, self.SHARE_PASSED
         self.lengths = lengths = {r: length(r) for r in window}
         by_deadline = sorted((r for r in window if r in turn),
                              key=lambda r: (max(now, r.arrival + k * (len(r.tokens) - 2 * lengths[r])), -lengths[r]))
