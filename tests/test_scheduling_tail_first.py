@@ -1,7 +1,7 @@
 """auto's due requests on a thin trace while heavy (radixkv/scheduling/auto.py, `Auto.PASSED_HEAVY`): those that
 PASSED_HEAVY later arrivals were admitted before, not those whose FCFS turn passed; the due share (SHARE_PASSED) serves
 them oldest first, the rest follow the deadline order (lpm's at K_PASSED 0), while under PASSED_MAX caches wait (then
-K_THIN and SHARE_HEAVY, as before). Off (< 0, the default) the due are as before, whose turn passed."""
+K_THIN and SHARE_HEAVY, as before). Off (< 0) the due are as before, whose turn passed."""
 
 from __future__ import annotations
 

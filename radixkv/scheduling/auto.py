@@ -31,13 +31,17 @@ few prompts, a queue under 3 of its caches is under one full cache and only the
 standing rule applies (issue 20, rounds 11-13).
 Thin traces (few prompts per cache, little reuse, steady arrivals): K 12 while the
 server does not keep up, 24 while it does, S 0.05 in a backlog, and while it keeps up a
-bound on the tail in short congestion episodes (the class's docstring). SHARE_HEAVY and AGED_HEAVY (round 26, off by
-default) set the due share and aging-first on a thin trace while the server does not keep up. A due share of 0 picks
-nobody oldest-first, and the tokens admitted at 0 are owed to nobody once the share rises (before round 26 they were,
-and the oldest-first side then took its share of the whole contended period in one run: base-s1 1/4 1.2's mean).
-PASSED_HEAVY, PASSED_Q and PASSED_MAX (round 27, off by default): on a thin trace while heavy the due are the requests
-that many later arrivals were admitted before (and more than a quantile of the counts at admission), not those past
-their turn, with a due share SHARE_PASSED and K_PASSED, while under PASSED_MAX caches wait.
+bound on the tail in short congestion episodes (the class's docstring). SHARE_HEAVY and AGED_HEAVY (round 26) set the
+due share and aging-first on a thin trace while the server does not keep up (SHARE_HEAVY off, AGED_HEAVY 0: aged
+requests do not go first there). A due share of 0 picks nobody oldest-first, and the tokens admitted at 0 are owed to
+nobody once the share rises (before round 26 they were, and the oldest-first side then took its share of the whole
+contended period in one run: base-s1 1/4 1.2's mean).
+Passed (round 27): on a thin trace while heavy and under PASSED_MAX (12) caches wait, lpm's order (K_PASSED 0), and the
+due are the requests that PASSED_HEAVY (40) later arrivals were admitted before and more than all but 3% (PASSED_Q) of
+those admitted so far, not those past their turn; the due share is SHARE_PASSED (0.3). So the cold requests lpm passes
+most, which set its p99, are served oldest first at a bounded share, and nobody else is. In a deeper queue (a standing
+overload: sparse-s14 1/4 1.2 grows to 25 caches) K_THIN and the heavy due share as before (quarter 1.2: 5 -> 8 of 16
+cells tune + held, fresh 3 -> 6 of 8, no loss; bench/RESULTS.md, issue 20, round 27).
 Overdue (round 26, off unless FCFS_LATE >= 0): a request that waited past (1 + FCFS_LATE) x the wait a fluid FCFS
 queue on the same arrivals gives it (fcfs_clock.py) + FCFS_MARGIN cache-times, and that FCFS_PASSED later arrivals
 were admitted before, goes first, oldest first, while the aging gate lets aged requests go first (FCFS_GATE) and
@@ -99,10 +103,11 @@ class Auto(Policy):
     OVER = 3.0  # on a thin trace, while OVER caches of prompt tokens wait, the due share is SHARE_OVER
     SHARE_OVER = 0.05
     SHARE_HEAVY = -1.0  # on a thin trace while shape.busy() >= BUSY, the due share is this (< 0: off, as elsewhere)
-    AGED_HEAVY = 1.0  # 0: on a thin trace while shape.busy() >= BUSY, aged requests do not go strictly first
-    PASSED_HEAVY = -1.0  # ... and the due are those this many later arrivals were admitted before (< 0: off), and
-    PASSED_Q = 1.0  # ... more than this quantile of the counts at admission so far (>= 1: the count alone)
-    PASSED_MAX = 1e9  # ... while fewer than this many caches of prompt tokens wait; then K is K_PASSED and the due
+    AGED_HEAVY = 0.0  # 0: on a thin trace while shape.busy() >= BUSY, aged requests do not go strictly first
+    PASSED_HEAVY = 40.0  # ... and the due are those this many later arrivals were admitted before (< 0: off; -1 and
+    # AGED_HEAVY 1 give the order of before round 27), and
+    PASSED_Q = 0.97  # ... more than this quantile of the counts at admission so far (>= 1: the count alone)
+    PASSED_MAX = 12.0  # ... while fewer than this many caches of prompt tokens wait; then K is K_PASSED and the due
     K_PASSED = 0.0  # share SHARE_PASSED (above PASSED_MAX caches: K_THIN and the due share of a thin trace while heavy)
     SHARE_PASSED = 0.3
     TAIL = 0.96  # at risk: once max(work ahead at arrival, this quantile of it over all arrivals) was admitted
