@@ -122,7 +122,8 @@ def test_a_thin_trace_the_server_keeps_up_with_orders_by_k_light(constants: dict
 
 
 def test_a_thin_trace_the_server_does_not_keep_up_with_orders_by_k_thin() -> None:
-    policy, order = deadline_order(delay=9.0)  # 0.9 of the clock waited (21 x 9 of 210)
+    policy, order = deadline_order(delay=9.0, PASSED_HEAVY=-1.0)  # 0.9 of the clock waited (21 x 9 of 210); the
+    # passed rule off (under PASSED_MAX caches wait it would order by K_PASSED: test_scheduling_tail_first.py)
     assert policy.shape.busy(210.0, True) == pytest.approx(0.9) and order == ["longer", "short"]
     assert policy.share == 0.15
     policy.arrived_tokens += 1  # one cache waits (OVER 1): the due share drops
@@ -173,7 +174,7 @@ def test_a_request_at_risk_goes_first_on_a_thin_trace_the_server_keeps_up_with(d
     cache): a request is at risk once max(the work it found, 12.5 tokens) were admitted since it arrived (read once
     TAIL_AFTER, here 40, requests arrived). The longer request (40 tokens), passed by the shorter one's deadline,
     goes first once at risk, and only then."""
-    policy, order = deadline_order(delay, earlier, gaps=40, TAIL_AFTER=40)
+    policy, order = deadline_order(delay, earlier, gaps=40, TAIL_AFTER=40, PASSED_HEAVY=-1.0)  # K_THIN, not K_PASSED
     assert order == ["short", "longer"]  # nobody at risk yet: the deadline order
     policy.REUSE = reuse
     longer, short = policy.turn

@@ -31,7 +31,17 @@ few prompts, a queue under 3 of its caches is under one full cache and only the
 standing rule applies (issue 20, rounds 11-13).
 Thin traces (few prompts per cache, little reuse, steady arrivals): K 12 while the
 server does not keep up, 24 while it does, S 0.05 in a backlog, and while it keeps up a
-bound on the tail in short congestion episodes (the class's docstring).
+bound on the tail in short congestion episodes (the class's docstring). SHARE_HEAVY and AGED_HEAVY (round 26) set the
+due share and aging-first on a thin trace while the server does not keep up (SHARE_HEAVY off, AGED_HEAVY 0: aged
+requests do not go first there). A due share of 0 picks nobody oldest-first, and the tokens admitted at 0 are owed to
+nobody once the share rises (before round 26 they were, and the oldest-first side then took its share of the whole
+contended period in one run: base-s1 1/4 1.2's mean).
+Passed (round 27): on a thin trace while heavy and under PASSED_MAX (12) caches wait, lpm's order (K_PASSED 0), and the
+due are the requests that PASSED_HEAVY (40) later arrivals were admitted before and more than all but 3% (PASSED_Q) of
+those admitted so far, not those past their turn; the due share is SHARE_PASSED (0.3). So the cold requests lpm passes
+most, which set its p99, are served oldest first at a bounded share, and nobody else is. In a deeper queue (a standing
+overload: sparse-s14 1/4 1.2 grows to 25 caches) K_THIN and the heavy due share as before (quarter 1.2: 5 -> 8 of 16
+cells tune + held, fresh 3 -> 6 of 8, no loss; bench/RESULTS.md, issue 20, round 27).
 Overdue (round 26, off unless FCFS_LATE >= 0): a request that waited past (1 + FCFS_LATE) x the wait a fluid FCFS
 queue on the same arrivals gives it (fcfs_clock.py) + FCFS_MARGIN cache-times, and that FCFS_PASSED later arrivals
 were admitted before, goes first, oldest first, while the aging gate lets aged requests go first (FCFS_GATE) and
@@ -92,6 +102,14 @@ class Auto(Policy):
     WARMUP = 1.0
     OVER = 3.0  # on a thin trace, while OVER caches of prompt tokens wait, the due share is SHARE_OVER
     SHARE_OVER = 0.05
+    SHARE_HEAVY = -1.0  # on a thin trace while shape.busy() >= BUSY, the due share is this (< 0: off, as elsewhere)
+    AGED_HEAVY = 0.0  # 0: on a thin trace while shape.busy() >= BUSY, aged requests do not go strictly first
+    PASSED_HEAVY = 40.0  # ... and the due are those this many later arrivals were admitted before (< 0: off; -1 and
+    # AGED_HEAVY 1 give the order of before round 27), and
+    PASSED_Q = 0.97  # ... more than this quantile of the counts at admission so far (>= 1: the count alone)
+    PASSED_MAX = 12.0  # ... while fewer than this many caches of prompt tokens wait; then K is K_PASSED and the due
+    K_PASSED = 0.0  # share SHARE_PASSED (above PASSED_MAX caches: K_THIN and the due share of a thin trace while heavy)
+    SHARE_PASSED = 0.3
     TAIL = 0.96  # at risk: once max(work ahead at arrival, this quantile of it over all arrivals) was admitted
     TAIL_AFTER = 300  # ... read on a thin trace the server keeps up with, once this many requests arrived
     EPISODE = 7.0  # ... while under this many caches of prompt tokens arrived since an arrival found none waiting
@@ -115,6 +133,9 @@ class Auto(Policy):
         self.seq: dict[Queued, int] = {}  # waiting requests' arrival numbers
         self.passed: dict[Queued, int] = {}  # those not aged yet, in arrival order: later arrivals admitted first
         self.aged: set[Queued] = set()
+        self.overtaken: dict[Queued, int] = {}  # waiting requests: later arrivals admitted first (PASSED_HEAVY)
+        self.passes = [0] * 1024  # admitted requests by their count (the last counts the rest), PASSED_Q's
+        self.prompts_admitted = 0  # ... their sum
         self.arrivals = 0
         self.above_since: float | None = None  # when the queue last rose above one cache (None: under it)
         self.low_at = 0.0  # when it was last under RISE_LOW full caches
@@ -163,21 +184,28 @@ class Auto(Policy):
     def order(self, window: list[Queued], now: float) -> list[Queued]:
         turn, done = self.turn, self.admitted_tokens
         resumed = [r for r in window if r not in turn]  # preempted: no turn, first
-        due = [r for r in window if r in turn and turn[r] <= done]
-        self.contended = bool(due)
-        if not due:
-            self.contested_tokens = self.bound_tokens = 0  # the next contended period starts afresh
         thin = self.thin()
         backlog = self.backlog
         slots = self.estimates.cache.config.num_slots
         over = thin and backlog >= self.OVER * slots
         heavy = thin and self.shape.busy(now, backlog > 0) >= self.BUSY
+        counted = heavy and self.PASSED_HEAVY >= 0 and backlog < self.PASSED_MAX * slots
+        if counted:  # due: passed often enough, not past the FCFS turn
+            least = max(self.PASSED_HEAVY, self._passes_quantile())
+            due = [r for r in window if r in turn and self.overtaken.get(r, 0) >= least]
+        else:
+            due = [r for r in window if r in turn and turn[r] <= done]
+        self.contended = bool(due)
+        if not due:
+            self.contested_tokens = self.bound_tokens = 0  # the next contended period starts afresh
         length, k = self.estimates.length, self.K_THIN if heavy else self.K_LIGHT if thin else self.SLOWDOWN
-        self.share = self.SHARE_OVER if over else self.SHARE
+        self.share = self.SHARE_HEAVY if heavy and self.SHARE_HEAVY >= 0 else self.SHARE_OVER if over else self.SHARE
+        if counted:
+            k, self.share = self.K_PASSED, self.SHARE_PASSED
         self.lengths = lengths = {r: length(r) for r in window}
         by_deadline = sorted((r for r in window if r in turn),
                              key=lambda r: (max(now, r.arrival + k * (len(r.tokens) - 2 * lengths[r])), -lengths[r]))
-        aging = self._aging_first(now)
+        aging = self._aging_first(now) and (self.AGED_HEAVY or not heavy)
         episode = self.arrived_tokens - self.episode_from
         risky = thin and not heavy and self.arrivals >= self.TAIL_AFTER and episode < self.EPISODE * slots
         first = [r for r in window if r in turn and (aging and r in self.aged or risky and self.risk[r] <= done)]
@@ -230,6 +258,27 @@ class Auto(Policy):
         standing = self.above_since is not None and (now - self.above_since) / slots >= self.STAND
         return not standing or (self.rise < self.RISE and backlog > full)
 
+    def _overtake(self, req: Queued, mine: int) -> None:
+        """Counts `req`'s admission (arrival number `mine`) against every waiting request that arrived before it."""
+        overtaken, seq = self.overtaken, self.seq
+        self.passes[min(len(self.passes) - 1, overtaken.pop(req, 0))] += 1
+        self.prompts_admitted += 1
+        for r, n in seq.items():  # arrival order
+            if n > mine:
+                break
+            overtaken[r] = overtaken.get(r, 0) + 1
+
+    def _passes_quantile(self) -> int:
+        """The least count above those of a share PASSED_Q of the requests admitted so far (0 if none or off)."""
+        need, seen = self.PASSED_Q * self.prompts_admitted, 0
+        if self.PASSED_Q >= 1 or not need:
+            return 0
+        for n, k in enumerate(self.passes):
+            seen += k
+            if seen >= need:
+                return n + 1
+        return len(self.passes)
+
     def _interleave(self, due: list[Queued], by_deadline: list[Queued]) -> list[Queued]:
         """Both orders merged: the oldest due request whenever the oldest-first side's picks so far
         (this contended period, then this order if all were admitted) are within SHARE of the tokens."""
@@ -238,7 +287,7 @@ class Auto(Policy):
         taken: set[Queued] = set()
         spent, total, i, j = self.bound_tokens, self.contested_tokens, 0, 0
         while i < len(due) and j < len(by_deadline):
-            if spent <= self.share * total:
+            if self.share > 0 and spent <= self.share * total:
                 req, i = due[i], i + 1
                 if req in taken:
                     continue
@@ -263,6 +312,8 @@ class Auto(Policy):
         mine, seq = self.seq.pop(req), self.seq
         self.passed.pop(req, None)
         self.aged.discard(req)
+        if self.PASSED_HEAVY >= 0:
+            self._overtake(req, mine)
         newly = []
         for r, n in self.passed.items():  # arrival order: those that arrived before req come first
             if seq[r] > mine:
@@ -278,6 +329,6 @@ class Auto(Policy):
         n = len(req.tokens)
         self.admitted_tokens += n
         self.shape.admitted_one(n, self.lengths.get(req, 0))
-        if self.contended:
+        if self.contended and self.share > 0:  # a share of 0 owes the oldest-first side nothing later
             self.contested_tokens += n
             self.bound_tokens += n if req in self.picked else 0
