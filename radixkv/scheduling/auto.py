@@ -36,6 +36,7 @@ Overdue (round 26, off unless FCFS_LATE >= 0): a request that waited past (1 + F
 queue on the same arrivals gives it (fcfs_clock.py) + FCFS_MARGIN cache-times, and that FCFS_PASSED later arrivals
 were admitted before, goes first, oldest first, while the aging gate lets aged requests go first (FCFS_GATE) and
 under FCFS_MAX caches wait. Not a default: its best setting lost fresh base-s33 1 1.2 (bench/RESULTS.md, round 26).
+Keeping up on a full cache (round 26, off unless HRRN_BUSY > 0): `_keeps_up`.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from radixkv.scheduling.fcfs_clock import FcfsClock
-from radixkv.scheduling.policies import Policy
+from radixkv.scheduling.policies import Policy, ResponseRatio
 from radixkv.scheduling.shape import TraceShape
 
 if TYPE_CHECKING:
@@ -102,6 +103,7 @@ class Auto(Policy):
     FCFS_GATE = 1.0  # 1: overdue requests go first only while aged ones do (the aging gate); 0: always
     FCFS_PASSED = 0  # ... and only once this many later arrivals were admitted before them (or they aged), ...
     FCFS_MAX = 3.0  # ... and while fewer than this many caches of prompt tokens wait
+    HRRN_BUSY = 0.0  # hrrn's order while the cache is full-size and shape.busy() is under this (0: off, main's order)
 
     def __init__(self, estimates: PrefixEstimates, full_cache: int) -> None:
         super().__init__(estimates, full_cache)
@@ -175,8 +177,11 @@ class Auto(Policy):
         length, k = self.estimates.length, self.K_THIN if heavy else self.K_LIGHT if thin else self.SLOWDOWN
         self.share = self.SHARE_OVER if over else self.SHARE
         self.lengths = lengths = {r: length(r) for r in window}
-        by_deadline = sorted((r for r in window if r in turn),
-                             key=lambda r: (max(now, r.arrival + k * (len(r.tokens) - 2 * lengths[r])), -lengths[r]))
+        if self._keeps_up(now, backlog):
+            by_deadline = sorted((r for r in window if r in turn), key=lambda r: ResponseRatio.key(r, now))
+        else:
+            by_deadline = sorted((r for r in window if r in turn), key=lambda r: (
+                max(now, r.arrival + k * (len(r.tokens) - 2 * lengths[r])), -lengths[r]))
         aging = self._aging_first(now)
         episode = self.arrived_tokens - self.episode_from
         risky = thin and not heavy and self.arrivals >= self.TAIL_AFTER and episode < self.EPISODE * slots
@@ -190,6 +195,16 @@ class Auto(Policy):
             due = [r for r in due if r not in chosen]
             by_deadline = [r for r in by_deadline if r not in chosen]
         return resumed + first + self._interleave(due, by_deadline)
+
+    def _keeps_up(self, now: float, backlog: int) -> bool:
+        """Whether the order behind the aged, at-risk and due requests is hrrn's (policies.py) instead of the
+        deadline's: the cache holds at least one H100's KV (`full_cache`) and the server keeps up, some request
+        having waited for under HRRN_BUSY of the clock since the first arrival (`TraceShape.busy`, cumulative, so
+        it settles). There the tree's reuse barely depends on the order (the cache outlives the short queue) and
+        hrrn's wait-aware shortest-first met the fresh full-H100 0.8 cells auto's constants missed
+        (bench/RESULTS.md, issue 20, round 26); under load, where lpm's reuse pays, the deadline order stays."""
+        slots = self.estimates.cache.config.num_slots
+        return slots >= self.full_cache and self.shape.busy(now, backlog > 0) < self.HRRN_BUSY
 
     def _overdue(self, window: list[Queued], now: float) -> list[Queued]:
         """The window's overdue requests, in arrival order: waited past (1 + FCFS_LATE) x their FCFS wait (the

@@ -1,0 +1,73 @@
+"""auto's keeping-up rule (radixkv/scheduling/auto.py, `Auto._keeps_up`): on a cache of at least one H100's KV
+(`full_cache`), while some request waited for under HRRN_BUSY of the clock since the first arrival, the order behind
+the aged and due requests is hrrn's (policies.py's key), not the deadline's; on a smaller cache, under load, or with
+HRRN_BUSY 0 (the default, main's order) the deadline's. The queue: a 100-token request (A) and a 20-token one (B, 50
+later), both past their deadlines, so that the deadline order keeps arrival order (A, B) and hrrn's puts B first.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from radixkv import CacheConfig, RadixCache
+from radixkv.scheduling.auto import Auto
+from radixkv.scheduling.policies import ResponseRatio
+from radixkv.scheduling.scheduler import Request, Scheduler
+
+SLOTS = 400
+
+
+def cold(i: int, n: int) -> list[int]:
+    return [i * 1000 + j for j in range(n)]  # distinct first tokens: nothing cached
+
+
+def late_pair(full_cache: int, idle: float) -> tuple[Scheduler, list[float], list[Request]]:
+    """A 10-token request arrives at clock 0 and is admitted at once; the queue stays empty for `idle`, then A (100
+    tokens) and B (20 tokens, 50 later) arrive; the clock is 5,000 past A's arrival (both deadlines passed: 4,800 and
+    1,010 after their arrivals). The due share is spent, so the order behind it is the one that shows."""
+    now = [0.0]
+    cache = RadixCache(CacheConfig(num_layers=1, num_kv_heads=1, head_dim=4, num_slots=SLOTS, page_size=1,
+                                   max_requests=64, max_context_len=512, dtype=torch.float32))
+    sched = Scheduler(cache, 64, schedule="auto", clock=lambda: now[0], full_cache=full_cache)
+    first = Request(0, cold(0, 10), 10, 1)
+    sched.add(first)
+    sched.waiting.remove(first)
+    sched.policy.admitted(first, 0.0)
+    reqs = []
+    for i, (n, at) in enumerate([(100, idle), (20, idle + 50)], start=1):
+        now[0] = at
+        reqs.append(Request(i, cold(i, n), n, 1))
+        sched.add(reqs[-1])
+    now[0] = idle + 5000
+    sched.policy.bound_tokens = sched.policy.contested_tokens = 1000
+    return sched, now, reqs
+
+
+def ordered(sched: Scheduler, now: list[float]) -> list[int]:
+    window = list(sched.waiting)
+    sched.estimates.refresh(window)
+    return [r.index for r in sched.policy.order(window, now[0])]
+
+
+@pytest.mark.parametrize("busy, full_cache, idle, hrrn", [
+    (0.0, SLOTS, 10_000, False),  # off: main's deadline order
+    (0.6, SLOTS, 10_000, True),  # full cache, waited 5,000 of 15,000 (0.33): keeps up
+    (0.6, 4 * SLOTS, 10_000, False),  # a quarter of a full cache: the deadline order
+    (0.6, SLOTS, 1_000, False),  # waited 5,000 of 6,000 (0.83): under load
+    (0.9, SLOTS, 1_000, True),  # ... under a laxer bound
+])
+def test_auto_orders_as_hrrn_while_the_server_keeps_up_on_a_full_cache(
+        busy: float, full_cache: int, idle: float, hrrn: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(Auto, "HRRN_BUSY", busy)
+    sched, now, reqs = late_pair(full_cache, idle)
+    assert sched.policy.turn[reqs[0]] <= sched.policy.admitted_tokens  # A is due; the share is spent
+    assert sorted(reqs, key=lambda r: ResponseRatio.key(r, now[0]))[0] is reqs[1]
+    assert ordered(sched, now) == ([2, 1] if hrrn else [1, 2])
+
+
+def test_aged_requests_still_go_first_while_auto_orders_as_hrrn(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(Auto, "HRRN_BUSY", 0.6)
+    sched, now, reqs = late_pair(SLOTS, 10_000)
+    sched.policy.aged.add(reqs[0])
+    assert ordered(sched, now) == [1, 2]
