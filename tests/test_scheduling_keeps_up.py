@@ -1,7 +1,7 @@
 """auto's keeping-up rule (radixkv/scheduling/auto.py, `Auto._keeps_up`): on a cache of at least one H100's KV
-(`full_cache`), while some request waited for under HRRN_BUSY of the clock since the first arrival, the order behind
-the aged and due requests is hrrn's (policies.py's key), not the deadline's; on a smaller cache, under load, or with
-HRRN_BUSY 0 (the default, main's order) the deadline's. The queue: a 100-token request (A) and a 20-token one (B, 50
+(`full_cache`), while some request waited for under HRRN_BUSY of the clock since the first arrival,
+auto's order is hrrn's alone (policies.py's key: no due share, no aged request first); on a smaller cache, under load,
+or with HRRN_BUSY 0 (the default, main's order) auto's own. The queue: a 100-token request (A) and a 20-token one (B, 50
 later), both past their deadlines, so that the deadline order keeps arrival order (A, B) and hrrn's puts B first.
 """
 
@@ -66,8 +66,12 @@ def test_auto_orders_as_hrrn_while_the_server_keeps_up_on_a_full_cache(
     assert ordered(sched, now) == ([2, 1] if hrrn else [1, 2])
 
 
-def test_aged_requests_still_go_first_while_auto_orders_as_hrrn(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(Auto, "HRRN_BUSY", 0.6)
+@pytest.mark.parametrize("busy, first", [(0.0, 1), (0.6, 2)])
+def test_while_it_keeps_up_neither_the_due_share_nor_aging_puts_a_request_first(
+        busy: float, first: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """hrrn's order alone: A, due with the share unspent and aged, goes first in auto's order, not in hrrn's."""
+    monkeypatch.setattr(Auto, "HRRN_BUSY", busy)
     sched, now, reqs = late_pair(SLOTS, 10_000)
+    sched.policy.bound_tokens = sched.policy.contested_tokens = 0
     sched.policy.aged.add(reqs[0])
-    assert ordered(sched, now) == [1, 2]
+    assert ordered(sched, now)[0] == first

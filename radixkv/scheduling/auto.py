@@ -177,12 +177,12 @@ class Auto(Policy):
         length, k = self.estimates.length, self.K_THIN if heavy else self.K_LIGHT if thin else self.SLOWDOWN
         self.share = self.SHARE_OVER if over else self.SHARE
         self.lengths = lengths = {r: length(r) for r in window}
-        if self._keeps_up(now, backlog):
-            by_deadline = sorted((r for r in window if r in turn), key=lambda r: ResponseRatio.key(r, now))
-        else:
-            by_deadline = sorted((r for r in window if r in turn), key=lambda r: (
-                max(now, r.arrival + k * (len(r.tokens) - 2 * lengths[r])), -lengths[r]))
         aging = self._aging_first(now)
+        if self._keeps_up(now, backlog):  # hrrn's order alone: no due share, no aged or at-risk first
+            self.contended, self.picked, self.contested_tokens, self.bound_tokens = False, set(), 0, 0
+            return resumed + sorted((r for r in window if r in turn), key=lambda r: ResponseRatio.key(r, now))
+        by_deadline = sorted((r for r in window if r in turn),
+                             key=lambda r: (max(now, r.arrival + k * (len(r.tokens) - 2 * lengths[r])), -lengths[r]))
         episode = self.arrived_tokens - self.episode_from
         risky = thin and not heavy and self.arrivals >= self.TAIL_AFTER and episode < self.EPISODE * slots
         first = [r for r in window if r in turn and (aging and r in self.aged or risky and self.risk[r] <= done)]
@@ -197,8 +197,9 @@ class Auto(Policy):
         return resumed + first + self._interleave(due, by_deadline)
 
     def _keeps_up(self, now: float, backlog: int) -> bool:
-        """Whether the order behind the aged, at-risk and due requests is hrrn's (policies.py) instead of the
-        deadline's: the cache holds at least one H100's KV (`full_cache`) and the server keeps up, some request
+        """Whether the order is hrrn's (policies.py) alone, without the due share and the aged or at-risk requests
+        first (with them it lost 3 cells of 16 at full 0.8, alone it gained 2: bench/RESULTS.md, issue 20, round 26),
+        instead of auto's: the cache holds at least one H100's KV (`full_cache`) and the server keeps up, some request
         having waited for under HRRN_BUSY of the clock since the first arrival (`TraceShape.busy`, cumulative, so
         it settles). There the tree's reuse barely depends on the order (the cache outlives the short queue) and
         hrrn's wait-aware shortest-first met the fresh full-H100 0.8 cells auto's constants missed
