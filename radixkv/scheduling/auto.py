@@ -36,7 +36,7 @@ Overdue (round 26, off unless FCFS_LATE >= 0): a request that waited past (1 + F
 queue on the same arrivals gives it (fcfs_clock.py) + FCFS_MARGIN cache-times, and that FCFS_PASSED later arrivals
 were admitted before, goes first, oldest first, while the aging gate lets aged requests go first (FCFS_GATE) and
 under FCFS_MAX caches wait. Not a default: its best setting lost fresh base-s33 1 1.2 (bench/RESULTS.md, round 26).
-Keeping up on a full cache (round 26, off unless HRRN_BUSY > 0): `_keeps_up`.
+Keeping up on a full cache (round 26, off unless HRRN_BUSY > 0): hrrn's order alone (`_keeps_up`).
 """
 
 from __future__ import annotations
@@ -197,13 +197,11 @@ class Auto(Policy):
         return resumed + first + self._interleave(due, by_deadline)
 
     def _keeps_up(self, now: float, backlog: int) -> bool:
-        """Whether the order is hrrn's (policies.py) alone, without the due share and the aged or at-risk requests
-        first (with them it lost 3 cells of 16 at full 0.8, alone it gained 2: bench/RESULTS.md, issue 20, round 26),
-        instead of auto's: the cache holds at least one H100's KV (`full_cache`) and the server keeps up, some request
-        having waited for under HRRN_BUSY of the clock since the first arrival (`TraceShape.busy`, cumulative, so
-        it settles). There the tree's reuse barely depends on the order (the cache outlives the short queue) and
-        hrrn's wait-aware shortest-first met the fresh full-H100 0.8 cells auto's constants missed
-        (bench/RESULTS.md, issue 20, round 26); under load, where lpm's reuse pays, the deadline order stays."""
+        """Whether the order is hrrn's (policies.py) alone, no due share and no aged or at-risk request first: the
+        cache holds at least one H100's KV (`full_cache`) and some request waited for under HRRN_BUSY of the clock
+        since the first arrival (`TraceShape.busy`, cumulative, so it settles). Not a default: at 0.3 it met 20 of the
+        32 full-H100 tune + held cells (main 17, none lost) but lost fresh short-s42 1 0.8; at 0.6 it acts at 1.2
+        too, where the busy share does not tell a full cache's 1.2 from 0.8 (bench/RESULTS.md, issue 20, round 26)."""
         slots = self.estimates.cache.config.num_slots
         return slots >= self.full_cache and self.shape.busy(now, backlog > 0) < self.HRRN_BUSY
 
