@@ -1,8 +1,9 @@
 """auto's keeping-up rule (radixkv/scheduling/auto.py, `Auto._keeps_up`): on a cache of at least one H100's KV
-(`full_cache`), while some request waited for under HRRN_BUSY of the clock since the first arrival,
-auto's order is hrrn's alone (policies.py's key: no due share, no aged request first); on a smaller cache, under load,
-or with HRRN_BUSY 0 (the default, main's order) auto's own. The queue: a 100-token request (A) and a 20-token one (B, 50
-later), both past their deadlines, so that the deadline order keeps arrival order (A, B) and hrrn's puts B first.
+(`full_cache`), while the prompt tokens arrived so far came at under HRRN_LOAD per unit of the clock since the first
+arrival (shape.py's `TraceShape.rate`), auto's order is hrrn's alone (policies.py's key: no due share, no aged request
+first); on a smaller cache, at a higher rate or with HRRN_LOAD 0 (the default, main's order) auto's own. The queue: a
+100-token request (A) and a 20-token one (B, 50 later), both past their deadlines, so that the deadline order keeps
+arrival order (A, B) and hrrn's puts B first.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from radixkv import CacheConfig, RadixCache
 from radixkv.scheduling.auto import Auto
 from radixkv.scheduling.policies import ResponseRatio
 from radixkv.scheduling.scheduler import Request, Scheduler
+from radixkv.scheduling.shape import TraceShape
 
 SLOTS = 400
 
@@ -22,15 +24,15 @@ def cold(i: int, n: int) -> list[int]:
     return [i * 1000 + j for j in range(n)]  # distinct first tokens: nothing cached
 
 
-def late_pair(full_cache: int, idle: float) -> tuple[Scheduler, list[float], list[Request]]:
-    """A 10-token request arrives at clock 0 and is admitted at once; the queue stays empty for `idle`, then A (100
-    tokens) and B (20 tokens, 50 later) arrive; the clock is 5,000 past A's arrival (both deadlines passed: 4,800 and
-    1,010 after their arrivals). The due share is spent, so the order behind it is the one that shows."""
+def late_pair(full_cache: int, idle: float, first_len: int = 10) -> tuple[Scheduler, list[float], list[Request]]:
+    """A `first_len`-token request arrives at clock 0 and is admitted at once; the queue stays empty for `idle`, then
+    A (100 tokens) and B (20 tokens, 50 later) arrive; the clock is 5,000 past A's arrival (both deadlines passed: 4,800
+    and 1,010 after their arrivals). The due share is spent, so the order behind it is the one that shows."""
     now = [0.0]
     cache = RadixCache(CacheConfig(num_layers=1, num_kv_heads=1, head_dim=4, num_slots=SLOTS, page_size=1,
                                    max_requests=64, max_context_len=512, dtype=torch.float32))
     sched = Scheduler(cache, 64, schedule="auto", clock=lambda: now[0], full_cache=full_cache)
-    first = Request(0, cold(0, 10), 10, 1)
+    first = Request(0, cold(0, first_len), first_len, 1)
     sched.add(first)
     sched.waiting.remove(first)
     sched.policy.admitted(first, 0.0)
@@ -50,27 +52,36 @@ def ordered(sched: Scheduler, now: list[float]) -> list[int]:
     return [r.index for r in sched.policy.order(window, now[0])]
 
 
-@pytest.mark.parametrize("busy, full_cache, idle, hrrn", [
-    (0.0, SLOTS, 10_000, False),  # off: main's deadline order
-    (0.6, SLOTS, 10_000, True),  # full cache, waited 5,000 of 15,000 (0.33): keeps up
-    (0.6, 4 * SLOTS, 10_000, False),  # a quarter of a full cache: the deadline order
-    (0.6, SLOTS, 1_000, False),  # waited 5,000 of 6,000 (0.83): under load
-    (0.9, SLOTS, 1_000, True),  # ... under a laxer bound
+def test_the_rate_is_prompt_tokens_per_unit_of_the_clock_since_the_first_arrival() -> None:
+    shape = TraceShape()
+    assert shape.rate(5.0, 0) == float("inf")  # no arrival yet
+    shape.arrived(100.0, False)
+    assert shape.rate(100.0, 40) == float("inf")  # the clock has not moved past it
+    assert shape.rate(300.0, 40) == 0.2
+
+
+@pytest.mark.parametrize("load, full_cache, idle, first_len, hrrn", [
+    (0.0, SLOTS, 10_000, 10, False),  # off: main's deadline order
+    (0.015, SLOTS, 10_000, 10, True),  # full cache, 130 tokens in 15,000 (0.009): keeps up
+    (0.015, 4 * SLOTS, 10_000, 10, False),  # a quarter of a full cache: the deadline order
+    (0.015, SLOTS, 1_000, 10, False),  # 130 in 6,000 (0.022): under load
+    (0.03, SLOTS, 1_000, 10, True),  # ... under a laxer bound
+    (0.015, SLOTS, 10_000, 200, False),  # 320 in 15,000 (0.021): the same waits as the second case, more load
 ])
 def test_auto_orders_as_hrrn_while_the_server_keeps_up_on_a_full_cache(
-        busy: float, full_cache: int, idle: float, hrrn: bool, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(Auto, "HRRN_BUSY", busy)
-    sched, now, reqs = late_pair(full_cache, idle)
+        load: float, full_cache: int, idle: float, first_len: int, hrrn: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(Auto, "HRRN_LOAD", load)
+    sched, now, reqs = late_pair(full_cache, idle, first_len)
     assert sched.policy.turn[reqs[0]] <= sched.policy.admitted_tokens  # A is due; the share is spent
     assert sorted(reqs, key=lambda r: ResponseRatio.key(r, now[0]))[0] is reqs[1]
     assert ordered(sched, now) == ([2, 1] if hrrn else [1, 2])
 
 
-@pytest.mark.parametrize("busy, first", [(0.0, 1), (0.6, 2)])
+@pytest.mark.parametrize("load, first", [(0.0, 1), (0.015, 2)])
 def test_while_it_keeps_up_neither_the_due_share_nor_aging_puts_a_request_first(
-        busy: float, first: int, monkeypatch: pytest.MonkeyPatch) -> None:
+        load: float, first: int, monkeypatch: pytest.MonkeyPatch) -> None:
     """hrrn's order alone: A, due with the share unspent and aged, goes first in auto's order, not in hrrn's."""
-    monkeypatch.setattr(Auto, "HRRN_BUSY", busy)
+    monkeypatch.setattr(Auto, "HRRN_LOAD", load)
     sched, now, reqs = late_pair(SLOTS, 10_000)
     sched.policy.bound_tokens = sched.policy.contested_tokens = 0
     sched.policy.aged.add(reqs[0])

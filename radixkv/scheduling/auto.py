@@ -36,7 +36,7 @@ Overdue (round 26, off unless FCFS_LATE >= 0): a request that waited past (1 + F
 queue on the same arrivals gives it (fcfs_clock.py) + FCFS_MARGIN cache-times, and that FCFS_PASSED later arrivals
 were admitted before, goes first, oldest first, while the aging gate lets aged requests go first (FCFS_GATE) and
 under FCFS_MAX caches wait. Not a default: its best setting lost fresh base-s33 1 1.2 (bench/RESULTS.md, round 26).
-Keeping up on a full cache (round 26, off unless HRRN_BUSY > 0): hrrn's order alone (`_keeps_up`).
+Keeping up on a full cache (rounds 26-27, off unless HRRN_LOAD > 0): hrrn's order alone (`_keeps_up`).
 """
 
 from __future__ import annotations
@@ -103,7 +103,7 @@ class Auto(Policy):
     FCFS_GATE = 1.0  # 1: overdue requests go first only while aged ones do (the aging gate); 0: always
     FCFS_PASSED = 0  # ... and only once this many later arrivals were admitted before them (or they aged), ...
     FCFS_MAX = 3.0  # ... and while fewer than this many caches of prompt tokens wait
-    HRRN_BUSY = 0.0  # hrrn's order while the cache is full-size and shape.busy() is under this (0: off, main's order)
+    HRRN_LOAD = 0.0  # hrrn's order on a full-size cache while shape.rate() is under this (0: off, main's order)
 
     def __init__(self, estimates: PrefixEstimates, full_cache: int) -> None:
         super().__init__(estimates, full_cache)
@@ -178,7 +178,7 @@ class Auto(Policy):
         self.share = self.SHARE_OVER if over else self.SHARE
         self.lengths = lengths = {r: length(r) for r in window}
         aging = self._aging_first(now)
-        if self._keeps_up(now, backlog):  # hrrn's order alone: no due share, no aged or at-risk first
+        if self._keeps_up(now):  # hrrn's order alone: no due share, no aged or at-risk first
             self.contended, self.picked, self.contested_tokens, self.bound_tokens = False, set(), 0, 0
             return resumed + sorted((r for r in window if r in turn), key=lambda r: ResponseRatio.key(r, now))
         by_deadline = sorted((r for r in window if r in turn),
@@ -196,14 +196,16 @@ class Auto(Policy):
             by_deadline = [r for r in by_deadline if r not in chosen]
         return resumed + first + self._interleave(due, by_deadline)
 
-    def _keeps_up(self, now: float, backlog: int) -> bool:
+    def _keeps_up(self, now: float) -> bool:
         """Whether the order is hrrn's (policies.py) alone, no due share and no aged or at-risk request first: the
-        cache holds at least one H100's KV (`full_cache`) and some request waited for under HRRN_BUSY of the clock
-        since the first arrival (`TraceShape.busy`, cumulative, so it settles). Not a default: at 0.3 it met 20 of the
-        32 full-H100 tune + held cells (main 17, none lost) but lost fresh short-s42 1 0.8; at 0.6 it acts at 1.2
-        too, where the busy share does not tell a full cache's 1.2 from 0.8 (bench/RESULTS.md, issue 20, round 26)."""
+        cache holds at least one H100's KV (`full_cache`) and the prompt tokens arrived so far came at under HRRN_LOAD
+        per unit of the clock since the first arrival (`TraceShape.rate`: the share of the prefill rate they would take
+        with no reuse; online and cumulative, so it settles). Not the share of the clock some request waited (round
+        26): a full cache at the sweep's load 1.2 waits about as rarely as at 0.8, and not the rate priced at the hit
+        rate seen: the traces that reuse most keep up at 1.2 and read under the least reusing ones at 0.8, so neither
+        splits the loads; the unpriced rate reads 0.34-0.48 at 0.8 and 0.52-0.72 at 1.2 (bench/RESULTS.md, round 27)."""
         slots = self.estimates.cache.config.num_slots
-        return slots >= self.full_cache and self.shape.busy(now, backlog > 0) < self.HRRN_BUSY
+        return slots >= self.full_cache and self.shape.rate(now, self.arrived_tokens) < self.HRRN_LOAD
 
     def _overdue(self, window: list[Queued], now: float) -> list[Queued]:
         """The window's overdue requests, in arrival order: waited past (1 + FCFS_LATE) x their FCFS wait (the
