@@ -77,6 +77,16 @@ def test_auto_orders_as_hrrn_while_the_server_keeps_up_on_a_full_cache(
     assert ordered(sched, now) == ([2, 1] if hrrn else [1, 2])
 
 
+@pytest.mark.parametrize("after, hrrn", [(0.0, True), (0.3, True), (0.4, False)])
+def test_the_rate_is_read_once_enough_prompt_tokens_arrived(
+        after: float, hrrn: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """130 tokens arrived, a third of the cache's 400 slots: HRRN_AFTER 0.3 reads the rate, 0.4 not yet."""
+    monkeypatch.setattr(Auto, "HRRN_LOAD", 0.015)
+    monkeypatch.setattr(Auto, "HRRN_AFTER", after)
+    sched, now, reqs = late_pair(SLOTS, 10_000)
+    assert ordered(sched, now) == ([2, 1] if hrrn else [1, 2])
+
+
 @pytest.mark.parametrize("load, first", [(0.0, 1), (0.015, 2)])
 def test_while_it_keeps_up_neither_the_due_share_nor_aging_puts_a_request_first(
         load: float, first: int, monkeypatch: pytest.MonkeyPatch) -> None:

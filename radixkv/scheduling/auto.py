@@ -103,7 +103,8 @@ class Auto(Policy):
     FCFS_GATE = 1.0  # 1: overdue requests go first only while aged ones do (the aging gate); 0: always
     FCFS_PASSED = 0  # ... and only once this many later arrivals were admitted before them (or they aged), ...
     FCFS_MAX = 3.0  # ... and while fewer than this many caches of prompt tokens wait
-    HRRN_LOAD = 0.0  # hrrn's order on a full-size cache while shape.rate() is under this (0: off, main's order)
+    HRRN_LOAD = 0.0  # hrrn's order on a full-size cache while shape.rate() is under this (0: off, main's order), ...
+    HRRN_AFTER = 0.0  # ... once this many caches of prompt tokens arrived
 
     def __init__(self, estimates: PrefixEstimates, full_cache: int) -> None:
         super().__init__(estimates, full_cache)
@@ -198,14 +199,14 @@ class Auto(Policy):
 
     def _keeps_up(self, now: float) -> bool:
         """Whether the order is hrrn's (policies.py) alone, no due share and no aged or at-risk request first: the
-        cache holds at least one H100's KV (`full_cache`) and the prompt tokens arrived so far came at under HRRN_LOAD
-        per unit of the clock since the first arrival (`TraceShape.rate`: the share of the prefill rate they would take
-        with no reuse; online and cumulative, so it settles). Not the share of the clock some request waited (round
-        26): a full cache at the sweep's load 1.2 waits about as rarely as at 0.8, and not the rate priced at the hit
-        rate seen: the traces that reuse most keep up at 1.2 and read under the least reusing ones at 0.8, so neither
-        splits the loads; the unpriced rate reads 0.34-0.48 at 0.8 and 0.52-0.72 at 1.2 (bench/RESULTS.md, round 27)."""
-        slots = self.estimates.cache.config.num_slots
-        return slots >= self.full_cache and self.shape.rate(now, self.arrived_tokens) < self.HRRN_LOAD
+        cache holds at least one H100's KV (`full_cache`), HRRN_AFTER caches of prompt tokens arrived, and they came
+        at under HRRN_LOAD per unit of the clock since the first arrival (`TraceShape.rate`: the share of the prefill
+        rate they would take with no reuse; online and cumulative, so it settles). Not the share of the clock some
+        request waited (round 26), nor the rate priced at the hit rate seen: neither splits the sweep's loads 0.8 and
+        1.2 on a full cache, the unpriced rate does (bench/RESULTS.md, issue 20, round 27)."""
+        slots, arrived = self.estimates.cache.config.num_slots, self.arrived_tokens
+        return (slots >= self.full_cache and arrived >= self.HRRN_AFTER * slots
+                and self.shape.rate(now, arrived) < self.HRRN_LOAD)
 
     def _overdue(self, window: list[Queued], now: float) -> list[Queued]:
         """The window's overdue requests, in arrival order: waited past (1 + FCFS_LATE) x their FCFS wait (the
