@@ -87,6 +87,19 @@ def test_the_rate_is_read_once_enough_prompt_tokens_arrived(
     assert ordered(sched, now) == ([2, 1] if hrrn else [1, 2])
 
 
+@pytest.mark.parametrize("reuse, hrrn", [(1.0, True), (0.7, True), (0.5, False)])
+def test_not_where_most_admitted_prompt_tokens_were_cached(
+        reuse: float, hrrn: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """6 of the 10 admitted prompt tokens cached (0.6): hrrn's size is not the work there; HRRN_REUSE 0.5 keeps
+    auto's order, which counts the cached prefix."""
+    monkeypatch.setattr(Auto, "HRRN_LOAD", 0.015)
+    monkeypatch.setattr(Auto, "HRRN_REUSE", reuse)
+    sched, now, reqs = late_pair(SLOTS, 10_000)
+    assert sched.policy.shape.admitted == 10
+    sched.policy.shape.cached = 6
+    assert ordered(sched, now) == ([2, 1] if hrrn else [1, 2])
+
+
 @pytest.mark.parametrize("load, first", [(0.0, 1), (0.015, 2)])
 def test_while_it_keeps_up_neither_the_due_share_nor_aging_puts_a_request_first(
         load: float, first: int, monkeypatch: pytest.MonkeyPatch) -> None:

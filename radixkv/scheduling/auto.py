@@ -104,7 +104,8 @@ class Auto(Policy):
     FCFS_PASSED = 0  # ... and only once this many later arrivals were admitted before them (or they aged), ...
     FCFS_MAX = 3.0  # ... and while fewer than this many caches of prompt tokens wait
     HRRN_LOAD = 0.0  # hrrn's order on a full-size cache while shape.rate() is under this (0: off, main's order), ...
-    HRRN_AFTER = 0.0  # ... once this many caches of prompt tokens arrived
+    HRRN_AFTER = 0.0  # ... once this many caches of prompt tokens arrived, while at most HRRN_REUSE of the admitted
+    HRRN_REUSE = 1.0  # prompt tokens were cached when ordered
 
     def __init__(self, estimates: PrefixEstimates, full_cache: int) -> None:
         super().__init__(estimates, full_cache)
@@ -198,15 +199,15 @@ class Auto(Policy):
         return resumed + first + self._interleave(due, by_deadline)
 
     def _keeps_up(self, now: float) -> bool:
-        """Whether the order is hrrn's (policies.py) alone, no due share and no aged or at-risk request first: the
-        cache holds at least one H100's KV (`full_cache`), HRRN_AFTER caches of prompt tokens arrived, and they came
-        at under HRRN_LOAD per unit of the clock since the first arrival (`TraceShape.rate`: the share of the prefill
-        rate they would take with no reuse; online and cumulative, so it settles). Not the share of the clock some
-        request waited (round 26), nor the rate priced at the hit rate seen: neither splits the sweep's loads 0.8 and
-        1.2 on a full cache, the unpriced rate does (bench/RESULTS.md, issue 20, round 27)."""
-        slots, arrived = self.estimates.cache.config.num_slots, self.arrived_tokens
+        """Whether the order is hrrn's (policies.py) alone, no due share and no aged or at-risk request first: on a
+        cache of at least one H100's KV (`full_cache`), once HRRN_AFTER caches of prompt tokens arrived, while they came
+        at under HRRN_LOAD per unit of the clock (`TraceShape.rate`: the share of the prefill rate they take with no
+        reuse) and at most HRRN_REUSE of those admitted were cached (hrrn's size, the whole prompt, is not the work
+        where most of it is cached). Not the share of the clock some request waited (round 26), nor the rate priced at
+        the hit rate seen: neither splits the loads 0.8 and 1.2 on a full cache (bench/RESULTS.md, round 27)."""
+        slots, arrived, shape = self.estimates.cache.config.num_slots, self.arrived_tokens, self.shape
         return (slots >= self.full_cache and arrived >= self.HRRN_AFTER * slots
-                and self.shape.rate(now, arrived) < self.HRRN_LOAD)
+                and shape.cached <= self.HRRN_REUSE * shape.admitted and shape.rate(now, arrived) < self.HRRN_LOAD)
 
     def _overdue(self, window: list[Queued], now: float) -> list[Queued]:
         """The window's overdue requests, in arrival order: waited past (1 + FCFS_LATE) x their FCFS wait (the
