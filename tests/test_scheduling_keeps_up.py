@@ -1,9 +1,9 @@
 """auto's keeping-up rule (radixkv/scheduling/auto.py, `Auto._keeps_up`): on a cache of at least one H100's KV
 (`full_cache`), while the prompt tokens arrived so far came at under HRRN_LOAD per unit of the clock since the first
 arrival (shape.py's `TraceShape.rate`), auto's order is hrrn's alone (policies.py's key: no due share, no aged request
-first); on a smaller cache, at a higher rate or with HRRN_LOAD 0 (the default, main's order) auto's own. The queue: a
-100-token request (A) and a 20-token one (B, 50 later), both past their deadlines, so that the deadline order keeps
-arrival order (A, B) and hrrn's puts B first.
+first); on a smaller cache, at a higher rate or with HRRN_LOAD 0 (off: the order before the rule) auto's own. The
+queue: a 100-token request (A) and a 20-token one (B, 50 later), both past their deadlines, so that the deadline order
+keeps arrival order (A, B) and hrrn's puts B first.
 """
 
 from __future__ import annotations
@@ -44,6 +44,13 @@ def late_pair(full_cache: int, idle: float, first_len: int = 10) -> tuple[Schedu
     now[0] = idle + 5000
     sched.policy.bound_tokens = sched.policy.contested_tokens = 1000
     return sched, now, reqs
+
+
+@pytest.fixture(autouse=True)
+def no_warmup_or_reuse_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The queues here are a few hundred tokens with nothing cached: the rate is read at once, any reuse passes."""
+    monkeypatch.setattr(Auto, "HRRN_AFTER", 0.0)
+    monkeypatch.setattr(Auto, "HRRN_REUSE", 1.0)
 
 
 def ordered(sched: Scheduler, now: list[float]) -> list[int]:

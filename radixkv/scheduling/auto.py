@@ -36,7 +36,7 @@ Overdue (round 26, off unless FCFS_LATE >= 0): a request that waited past (1 + F
 queue on the same arrivals gives it (fcfs_clock.py) + FCFS_MARGIN cache-times, and that FCFS_PASSED later arrivals
 were admitted before, goes first, oldest first, while the aging gate lets aged requests go first (FCFS_GATE) and
 under FCFS_MAX caches wait. Not a default: its best setting lost fresh base-s33 1 1.2 (bench/RESULTS.md, round 26).
-Keeping up on a full cache (rounds 26-27, off unless HRRN_LOAD > 0): hrrn's order alone (`_keeps_up`).
+Keeping up on a full cache (rounds 26-27; HRRN_LOAD 0 turns it off): hrrn's order alone (`_keeps_up`).
 """
 
 from __future__ import annotations
@@ -103,9 +103,9 @@ class Auto(Policy):
     FCFS_GATE = 1.0  # 1: overdue requests go first only while aged ones do (the aging gate); 0: always
     FCFS_PASSED = 0  # ... and only once this many later arrivals were admitted before them (or they aged), ...
     FCFS_MAX = 3.0  # ... and while fewer than this many caches of prompt tokens wait
-    HRRN_LOAD = 0.0  # hrrn's order on a full-size cache while shape.rate() is under this (0: off, main's order), ...
-    HRRN_AFTER = 0.0  # ... once this many caches of prompt tokens arrived, while at most HRRN_REUSE of the admitted
-    HRRN_REUSE = 1.0  # prompt tokens were cached when ordered
+    HRRN_LOAD = 0.5  # hrrn's order on a full-size cache while shape.rate() is under this (0: off),
+    HRRN_AFTER = 8.0  # ... once this many caches of prompt tokens arrived, while at most HRRN_REUSE of the admitted
+    HRRN_REUSE = 0.5  # prompt tokens were cached when ordered
 
     def __init__(self, estimates: PrefixEstimates, full_cache: int) -> None:
         super().__init__(estimates, full_cache)
