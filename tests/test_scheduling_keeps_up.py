@@ -48,9 +48,11 @@ def late_pair(full_cache: int, idle: float, first_len: int = 10) -> tuple[Schedu
 
 @pytest.fixture(autouse=True)
 def no_warmup_or_reuse_bound(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The queues here are a few hundred tokens with nothing cached: the rate is read at once, any reuse passes."""
+    """The queues here are a few hundred tokens with nothing cached: the rate is read at once, any reuse and any queue
+    pass."""
     monkeypatch.setattr(Auto, "HRRN_AFTER", 0.0)
     monkeypatch.setattr(Auto, "HRRN_REUSE", 1.0)
+    monkeypatch.setattr(Auto, "HRRN_QUEUE", float("inf"))
 
 
 def ordered(sched: Scheduler, now: list[float]) -> list[int]:
@@ -104,6 +106,17 @@ def test_not_where_most_admitted_prompt_tokens_were_cached(
     sched, now, reqs = late_pair(SLOTS, 10_000)
     assert sched.policy.shape.admitted == 10
     sched.policy.shape.cached = 6
+    assert ordered(sched, now) == ([2, 1] if hrrn else [1, 2])
+
+
+@pytest.mark.parametrize("queue, hrrn", [(float("inf"), True), (0.5, True), (0.25, False)])
+def test_not_while_hrrn_queue_caches_of_prompt_tokens_wait(
+        queue: float, hrrn: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A and B wait: 120 prompt tokens, 0.3 of the cache's 400 slots."""
+    monkeypatch.setattr(Auto, "HRRN_LOAD", 0.015)
+    monkeypatch.setattr(Auto, "HRRN_QUEUE", queue)
+    sched, now, reqs = late_pair(SLOTS, 10_000)
+    assert sched.policy.backlog == 120
     assert ordered(sched, now) == ([2, 1] if hrrn else [1, 2])
 
 

@@ -103,9 +103,10 @@ class Auto(Policy):
     FCFS_GATE = 1.0  # 1: overdue requests go first only while aged ones do (the aging gate); 0: always
     FCFS_PASSED = 0  # ... and only once this many later arrivals were admitted before them (or they aged), ...
     FCFS_MAX = 3.0  # ... and while fewer than this many caches of prompt tokens wait
-    HRRN_LOAD = 0.5  # hrrn's order on a full-size cache while shape.rate() is under this (0: off),
+    HRRN_LOAD = 0.55  # hrrn's order on a full-size cache while shape.rate() is under this (0: off),
     HRRN_AFTER = 8.0  # ... once this many caches of prompt tokens arrived, while at most HRRN_REUSE of the admitted
-    HRRN_REUSE = 0.5  # prompt tokens were cached when ordered
+    HRRN_REUSE = 0.5  # prompt tokens were cached when ordered and fewer than HRRN_QUEUE caches of them wait
+    HRRN_QUEUE = 1.0
 
     def __init__(self, estimates: PrefixEstimates, full_cache: int) -> None:
         super().__init__(estimates, full_cache)
@@ -201,13 +202,14 @@ class Auto(Policy):
     def _keeps_up(self, now: float) -> bool:
         """Whether the order is hrrn's (policies.py) alone, no due share and no aged or at-risk request first: on a
         cache of at least one H100's KV (`full_cache`), once HRRN_AFTER caches of prompt tokens arrived, while they came
-        at under HRRN_LOAD per unit of the clock (`TraceShape.rate`: the share of the prefill rate they take with no
-        reuse) and at most HRRN_REUSE of those admitted were cached (hrrn's size, the whole prompt, is not the work
-        where most of it is cached). Not the share of the clock some request waited (round 26), nor the rate priced at
-        the hit rate seen: neither splits the loads 0.8 and 1.2 on a full cache (bench/RESULTS.md, round 27)."""
+        at under HRRN_LOAD per unit of the clock (`TraceShape.rate`: their share of the prefill rate with no reuse; not
+        priced at the hit rate, nor the share of the clock some request waited: neither splits loads 0.8 and 1.2), at
+        most HRRN_REUSE of those admitted were cached (hrrn's size, the whole prompt, is not the work there) and under
+        HRRN_QUEUE caches wait (under a deep queue hrrn doubled long-s11 1.2's mean; bench/RESULTS.md, round 27)."""
         slots, arrived, shape = self.estimates.cache.config.num_slots, self.arrived_tokens, self.shape
         return (slots >= self.full_cache and arrived >= self.HRRN_AFTER * slots
-                and shape.cached <= self.HRRN_REUSE * shape.admitted and shape.rate(now, arrived) < self.HRRN_LOAD)
+                and shape.cached <= self.HRRN_REUSE * shape.admitted and shape.rate(now, arrived) < self.HRRN_LOAD
+                and self.backlog < self.HRRN_QUEUE * slots)
 
     def _overdue(self, window: list[Queued], now: float) -> list[Queued]:
         """The window's overdue requests, in arrival order: waited past (1 + FCFS_LATE) x their FCFS wait (the
