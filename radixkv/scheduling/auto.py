@@ -46,6 +46,7 @@ Overdue (round 26, off unless FCFS_LATE >= 0): a request that waited past (1 + F
 queue on the same arrivals gives it (fcfs_clock.py) + FCFS_MARGIN cache-times, and that FCFS_PASSED later arrivals
 were admitted before, goes first, oldest first, while the aging gate lets aged requests go first (FCFS_GATE) and
 under FCFS_MAX caches wait. Not a default: its best setting lost fresh base-s33 1 1.2 (bench/RESULTS.md, round 26).
+Keeping up on a full cache (rounds 26-27; HRRN_LOAD 0 turns it off): hrrn's order alone (`_keeps_up`).
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from radixkv.scheduling.fcfs_clock import FcfsClock
-from radixkv.scheduling.policies import Policy
+from radixkv.scheduling.policies import Policy, ResponseRatio
 from radixkv.scheduling.shape import TraceShape
 
 if TYPE_CHECKING:
@@ -120,6 +121,10 @@ class Auto(Policy):
     FCFS_GATE = 1.0  # 1: overdue requests go first only while aged ones do (the aging gate); 0: always
     FCFS_PASSED = 0  # ... and only once this many later arrivals were admitted before them (or they aged), ...
     FCFS_MAX = 3.0  # ... and while fewer than this many caches of prompt tokens wait
+    HRRN_LOAD = 0.5  # hrrn's order on a full-size cache while shape.rate() is under this (0: off),
+    HRRN_AFTER = 8.0  # ... once this many caches of prompt tokens arrived, while at most HRRN_REUSE of the admitted
+    HRRN_REUSE = 0.5  # prompt tokens were cached when ordered and fewer than HRRN_QUEUE caches of them wait
+    HRRN_QUEUE = 1.0
 
     def __init__(self, estimates: PrefixEstimates, full_cache: int) -> None:
         super().__init__(estimates, full_cache)
@@ -203,9 +208,12 @@ class Auto(Policy):
         if counted:
             k, self.share = self.K_PASSED, self.SHARE_PASSED
         self.lengths = lengths = {r: length(r) for r in window}
+        aging = self._aging_first(now) and (self.AGED_HEAVY or not heavy)
+        if self._keeps_up(now):  # hrrn's order alone: no due share, no aged or at-risk first
+            self.contended, self.picked, self.contested_tokens, self.bound_tokens = False, set(), 0, 0
+            return resumed + sorted((r for r in window if r in turn), key=lambda r: ResponseRatio.key(r, now))
         by_deadline = sorted((r for r in window if r in turn),
                              key=lambda r: (max(now, r.arrival + k * (len(r.tokens) - 2 * lengths[r])), -lengths[r]))
-        aging = self._aging_first(now) and (self.AGED_HEAVY or not heavy)
         episode = self.arrived_tokens - self.episode_from
         risky = thin and not heavy and self.arrivals >= self.TAIL_AFTER and episode < self.EPISODE * slots
         first = [r for r in window if r in turn and (aging and r in self.aged or risky and self.risk[r] <= done)]
@@ -218,6 +226,18 @@ class Auto(Policy):
             due = [r for r in due if r not in chosen]
             by_deadline = [r for r in by_deadline if r not in chosen]
         return resumed + first + self._interleave(due, by_deadline)
+
+    def _keeps_up(self, now: float) -> bool:
+        """Whether the order is hrrn's (policies.py) alone, no due share and no aged or at-risk request first: on a
+        cache of at least one H100's KV (`full_cache`), once HRRN_AFTER caches of prompt tokens arrived, while they came
+        at under HRRN_LOAD per unit of the clock (`TraceShape.rate`: their share of the prefill rate with no reuse; not
+        priced at the hit rate, nor the share of the clock some request waited: neither splits loads 0.8 and 1.2), at
+        most HRRN_REUSE of those admitted were cached (hrrn's size, the whole prompt, is not the work there) and under
+        HRRN_QUEUE caches wait (under a deep queue hrrn doubled long-s11 1.2's mean; bench/RESULTS.md, round 27)."""
+        slots, arrived, shape = self.estimates.cache.config.num_slots, self.arrived_tokens, self.shape
+        return (slots >= self.full_cache and arrived >= self.HRRN_AFTER * slots
+                and shape.cached <= self.HRRN_REUSE * shape.admitted and shape.rate(now, arrived) < self.HRRN_LOAD
+                and self.backlog < self.HRRN_QUEUE * slots)
 
     def _overdue(self, window: list[Queued], now: float) -> list[Queued]:
         """The window's overdue requests, in arrival order: waited past (1 + FCFS_LATE) x their FCFS wait (the

@@ -99,5 +99,11 @@ class DfsWeight(Policy):
 class ResponseRatio(Policy):
     name = "hrrn"
 
+    @staticmethod
+    def key(req: Queued, now: float) -> tuple[float, int]:
+        """hrrn's sort key at `now`: the highest response ratio first, then the shorter prompt (auto reuses it)."""
+        s = len(req.tokens)
+        return -(now - req.arrival + s) / s, s
+
     def order(self, window: list[Queued], now: float) -> list[Queued]:
-        return sorted(window, key=lambda r: (-(now - r.arrival + (s := len(r.tokens))) / s, s))
+        return sorted(window, key=lambda r: self.key(r, now))

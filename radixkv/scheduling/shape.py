@@ -2,8 +2,9 @@
 admitted prompt tokens was cached when ordered, how irregular the gaps between arrivals are, and for what share of
 the clock some request waited, which is near 1 where the server does not keep up at the hit rate it gets and
 0.2-0.5 at a load of 0.8 on the sweep's thin traces (bench/RESULTS.md, issue 20, round 19), and how much work each
-arrival found waiting (its tail: Auto's at-risk bound, round 21). All of it cumulative from the first arrival, so that
-a rule reading it settles instead of flapping."""
+arrival found waiting (its tail: Auto's at-risk bound, round 21); for its keeping-up rule, the rate prompt tokens
+arrive at (round 27). All of it cumulative from the first arrival, so that a rule reading it settles instead of
+flapping."""
 
 from __future__ import annotations
 
@@ -54,6 +55,12 @@ class TraceShape:
         request waited since the last note. It changes nothing, so it reads the same whenever it is called."""
         waited = self.waited + (now - self.seen_at if waiting else 0.0)
         return waited / (now - self.first) if self.first is not None and now > self.first else 0.0
+
+    def rate(self, now: float, tokens: int) -> float:
+        """`tokens` (every arrival's prompt tokens so far) per unit of the clock from the first arrival to `now`: on the
+        Scheduler's clock (one token's prefill) the share of the server's prefill rate the arrivals would take with no
+        prefix reuse. Infinite until the clock has moved past the first arrival."""
+        return tokens / (now - self.first) if self.first is not None and now > self.first else float("inf")
 
     def found(self, caches: float) -> None:
         """An arrival found `caches` caches of prompt tokens waiting."""
