@@ -36,13 +36,15 @@ Overdue (round 26, off unless FCFS_LATE >= 0): a request that waited past (1 + F
 queue on the same arrivals gives it (fcfs_clock.py) + FCFS_MARGIN cache-times, and that FCFS_PASSED later arrivals
 were admitted before, goes first, oldest first, while the aging gate lets aged requests go first (FCFS_GATE) and
 under FCFS_MAX caches wait. Not a default: its best setting lost fresh base-s33 1 1.2 (bench/RESULTS.md, round 26).
+The clock's work (round 27): what FCFS's own cache would lack, a metadata-only tree of FCFS_TREE caches under
+FCFS_EVICT fed in the fluid queue's order (0: the prompt, round 26's clock).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from radixkv.scheduling.fcfs_clock import FcfsClock
+from radixkv.scheduling.fcfs_clock import make_clock
 from radixkv.scheduling.policies import Policy
 from radixkv.scheduling.shape import TraceShape
 
@@ -102,6 +104,8 @@ class Auto(Policy):
     FCFS_GATE = 1.0  # 1: overdue requests go first only while aged ones do (the aging gate); 0: always
     FCFS_PASSED = 0  # ... and only once this many later arrivals were admitted before them (or they aged), ...
     FCFS_MAX = 3.0  # ... and while fewer than this many caches of prompt tokens wait
+    FCFS_TREE = 1.0  # the clock's work: what a tree of this many caches under FCFS_EVICT lacks (0: the prompt)
+    FCFS_EVICT = "lru"
 
     def __init__(self, estimates: PrefixEstimates, full_cache: int) -> None:
         super().__init__(estimates, full_cache)
@@ -125,7 +129,8 @@ class Auto(Policy):
         self.risk: dict[Queued, float] = {}  # admitted_tokens at which a waiting request is at risk
         self.episode_from = 0  # arrived_tokens when an arrival last found no prompt waiting
         slots = estimates.cache.config.num_slots
-        self.fcfs = FcfsClock(self.FCFS_WINDOW * slots) if self.FCFS_LATE >= 0 else None
+        self.fcfs = make_clock(self.FCFS_WINDOW * slots, estimates.cache.config, self.FCFS_TREE,
+                               self.FCFS_EVICT) if self.FCFS_LATE >= 0 else None
         self.overdue: set[Queued] = set()  # the last order()'s overdue requests
 
     @property
@@ -258,7 +263,7 @@ class Auto(Policy):
         if self.turn.pop(req, None) is None:
             return
         if self.fcfs is not None:
-            self.fcfs.admitted(req, now)
+            self.fcfs.admitted(req, now, self.lengths.get(req, 0))
         del self.risk[req]
         mine, seq = self.seq.pop(req), self.seq
         self.passed.pop(req, None)
