@@ -96,3 +96,32 @@ def test_auto_reads_the_tree_clock(share: float, first: bool, monkeypatch: pytes
     sched.estimates.refresh(window)
     got = [r.index for r in policy.order(window, sched.clock())]
     assert got == ([2, 3, 4, 5] if first else [3, 4, 5, 2])
+
+
+def test_the_fcfs_waits_quantile() -> None:
+    """Waits of every request reached (start - arrival): 0, 200, 201 here; the lower quantile."""
+    fluid = clock(1.0)
+    a = tokens(1, 200)
+    for r in [Request(0, a, 200, 1), Request(1, a + [7], 201, 1), Request(2, tokens(2, 300), 300, 1)]:
+        fluid.arrived(r, 0.0)
+    assert fluid.wait_quantile(0.9) == 0.0
+    fluid.advance(1000.0)
+    assert fluid.waits == [0.0, 200.0, pytest.approx(201.0)]
+    assert (fluid.wait_quantile(0.4), fluid.wait_quantile(0.5), fluid.wait_quantile(1.0)) == (0.0, 200.0, 201.0)
+
+
+@pytest.mark.parametrize("tail, first", [(0.0, True), (0.5, True), (1.0, False)])
+def test_with_fcfs_tail_an_overdue_request_must_also_have_waited_past_the_tail_s_fcfs_wait(
+        tail: float, first: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tree clock's scenario above (2 waited 300, its FCFS wait 201), the clock's waits so far 0, 200, 201 and
+    one of 1,000: past the 0.5 quantile (200), not the 1.0 one (1,000); FCFS_TAIL 0: no such condition."""
+    monkeypatch.setattr(Auto, "FCFS_TAIL", tail)
+    orig = FcfsClock._reach
+
+    def reach(self: FcfsClock, req: Request, n: int, t: float) -> None:
+        orig(self, req, n, t)
+        if req.index == 0:
+            self.waits.append(1000.0)  # an earlier request FCFS kept waiting long
+
+    monkeypatch.setattr(FcfsClock, "_reach", reach)
+    test_auto_reads_the_tree_clock(1.0, first, monkeypatch)

@@ -106,6 +106,7 @@ class Auto(Policy):
     FCFS_MAX = 3.0  # ... and while fewer than this many caches of prompt tokens wait
     FCFS_TREE = 1.0  # the clock's work: what a tree of this many caches under FCFS_EVICT lacks (0: the prompt)
     FCFS_EVICT = "lru"
+    FCFS_TAIL = 0.0  # > 0: overdue only past this quantile of the FCFS waits so far too (its tail, not its body)
 
     def __init__(self, estimates: PrefixEstimates, full_cache: int) -> None:
         super().__init__(estimates, full_cache)
@@ -203,11 +204,13 @@ class Auto(Policy):
         assert fcfs is not None
         fcfs.step(now, self._saturated())
         margin, late = self.FCFS_MARGIN * self.estimates.cache.config.num_slots, 1 + self.FCFS_LATE
+        tail = fcfs.wait_quantile(self.FCFS_TAIL) if self.FCFS_TAIL > 0 else 0.0  # and past the tail's FCFS wait
         self.overdue = overdue = set()
         passed, aged, least = self.passed, self.aged, self.FCFS_PASSED
         for r in window:
             start = fcfs.start(r)
-            if r in turn and start is not None and now - r.arrival > late * (start - r.arrival) + margin and (
+            waited = now - r.arrival
+            if r in turn and start is not None and waited > late * (start - r.arrival) + margin and waited > tail and (
                     r in aged or passed.get(r, 0) >= least):
                 overdue.add(r)
         return [r for r in window if r in overdue]

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 from array import array
+from bisect import insort
 from collections import deque
 from typing import TYPE_CHECKING
 
@@ -56,6 +57,7 @@ class FcfsClock:
         self.prompts = 0  # ... and the prompt tokens it was fed
         self.gone: set[Queued] = set()  # admitted by the real server before the fluid queue reached them
         self.started: dict[Queued, float] = {}  # the FCFS start of each request reached and not admitted
+        self.waits: list[float] = []  # the FCFS wait (start - arrival) of every request reached, sorted
 
     @property
     def rate(self) -> float:
@@ -88,6 +90,7 @@ class FcfsClock:
         """The fluid queue reaches `req` (of an `n`-token prompt) at `t`: FCFS starts it (its cache takes the
         prompt)."""
         self.head, self.left = req, float(self.cost(req, n))
+        insort(self.waits, t - req.arrival)
         if req in self.gone:
             self.gone.discard(req)
         else:
@@ -130,6 +133,11 @@ class FcfsClock:
         self.count(req, now, cached)
         if self.started.pop(req, None) is None and req is not self.head:
             self.gone.add(req)  # left in the queue until the fluid queue reaches it
+
+    def wait_quantile(self, q: float) -> float:
+        """The `q` quantile of the FCFS waits so far (the lower one; 0 before any)."""
+        waits = self.waits
+        return waits[int(q * (len(waits) - 1))] if waits else 0.0
 
     def start(self, req: Queued) -> float | None:
         """`req`'s FCFS start, or None while the fluid queue has not reached it."""
