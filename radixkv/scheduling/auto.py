@@ -37,7 +37,8 @@ queue on the same arrivals gives it (fcfs_clock.py) + FCFS_MARGIN cache-times, a
 were admitted before, goes first, oldest first, while the aging gate lets aged requests go first (FCFS_GATE) and
 under FCFS_MAX caches wait. Not a default: its best setting lost fresh base-s33 1 1.2 (bench/RESULTS.md, round 26).
 The clock's work (round 27): what FCFS's own cache would lack, a metadata-only tree of FCFS_TREE caches under
-FCFS_EVICT fed in the fluid queue's order (0: the prompt, round 26's clock).
+FCFS_EVICT fed in the fluid queue's order (0: the prompt, round 26's clock); FCFS_TAIL > 0: overdue only past that
+quantile of the clock's FCFS waits too (bench/RESULTS.md, round 27).
 """
 
 from __future__ import annotations
