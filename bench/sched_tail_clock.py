@@ -10,7 +10,11 @@ admission is when they have drained. The rate is read causally (a trailing windo
                 priced at fcfs's hit rate (an oracle of the hit rate only)
     fcfs        prompt blocks fcfs's own run admitted: the fluid model's own error (an oracle)
     clock       radixkv/scheduling/fcfs_clock.py as auto would read it online (its window in cache-times of busy
-                time; a run of auto feeding it, decisions unchanged)
+                time; a run of auto feeding it, decisions unchanged), of three kinds (`--clocks`):
+      prompt    work is the prompt, drained at the prompt tokens auto admitted (round 26's clock)
+      oracle    work is (1 - fcfs's final hit rate) of the prompt, drained at the uncached tokens auto admitted
+      tree      work is what FCFS's cache (a metadata-only tree fed in FCFS order, learned online) lacks, drained
+                at the uncached tokens auto admitted (round 27's; the row gives the tree's hit rate)
 
 Per estimator and window: the error (predicted - fcfs's admission, seconds) over all requests and over the tail, and
 how many tail requests auto admitted after the prediction.
@@ -21,8 +25,10 @@ how many tail requests auto admitted after the prediction.
 
 from __future__ import annotations
 
+import math
 import os
 import sys
+import time
 
 import numpy as np
 
@@ -30,7 +36,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import sched_tail  # noqa: E402  (bench/ is no package)
 
 from radixkv.scheduling.auto import Auto  # noqa: E402
-from radixkv.scheduling.fcfs_clock import FcfsClock  # noqa: E402
+from radixkv.scheduling.fcfs_clock import FcfsClock, make_clock  # noqa: E402
 from radixkv.scheduling.simulate import Simulation  # noqa: E402
 
 DT = 0.02  # seconds: the fluid queue's step
@@ -39,19 +45,39 @@ DT = 0.02  # seconds: the fluid queue's step
 class Recording(FcfsClock):
     """The clock, keeping every request's FCFS start (admitted ones too)."""
 
-    def admitted(self, req, now: float) -> None:
+    def admitted(self, req, now: float, cached: int = 0) -> None:
+        self.count(req, now, cached)
+
+
+class Oracle(Recording):
+    """The clock with fcfs's final hit rate given (an oracle): each request's work is (1 - HIT) of its prompt,
+    drained at the uncached prompt tokens the real server admitted."""
+    HIT = 0.0
+
+    def cost(self, req, n: int) -> float:
+        return n * (1 - self.HIT)
+
+    def count(self, req, now: float, cached: int) -> None:
         self.advance(now)
         if self.saturated:
-            self.pending += len(req.tokens)
+            self.pending += len(req.tokens) - cached
 
 
 class Clocked(Auto):
-    """Auto (its decisions) feeding a Recording clock of WINDOW cache-times."""
+    """Auto (its decisions) feeding a Recording clock of WINDOW cache-times: KIND "prompt" (round 26's: work is the
+    prompt), "oracle" (Oracle) or "tree" (FCFS's cache online, Auto.FCFS_TREE caches under Auto.FCFS_EVICT)."""
     WINDOW = 1.0
+    KIND = "tree"
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
-        self.fcfs = Recording(self.WINDOW * self.estimates.cache.config.num_slots)
+        config = self.estimates.cache.config
+        window = self.WINDOW * config.num_slots
+        if self.KIND == "oracle":
+            self.fcfs = Oracle(window)
+        else:
+            made = make_clock(window, config, self.FCFS_TREE if self.KIND == "tree" else 0.0, self.FCFS_EVICT)
+            self.fcfs = Recording(window, made.tree, made.capacity)
 
     def _overdue(self, window, now: float):
         self.fcfs.step(now, self._saturated())
@@ -59,15 +85,30 @@ class Clocked(Auto):
         return []
 
 
-def clocked_starts(name: str, cap: str, load: float, requests: int, traces_dir: str,
-                   window: float) -> tuple[np.ndarray, np.ndarray]:
-    """Each request's FCFS start (seconds) as the clock read it online in a run of auto, and the run's TTFTs."""
-    Clocked.WINDOW = window
+def clocked_starts(name: str, cap: str, load: float, requests: int, traces_dir: str, window: float,
+                   kind: str = "prompt") -> tuple[np.ndarray, np.ndarray, FcfsClock, float]:
+    """Each request's FCFS start (seconds) as the clock of `kind` read it online in a run of auto, the run's TTFTs,
+    the clock, and the run's process seconds."""
+    Clocked.WINDOW, Clocked.KIND = window, kind
+    began = time.process_time()
     sim, out = sched_tail.simulate_as(Clocked, name, cap, load, requests, traces_dir)
+    took = time.process_time() - began
     clock = sim.sched.policy.fcfs
     clock.advance(float("inf"))
     per_unit = sim.sched.clock() / sim.now
-    return np.array([clock.started.get(r, np.nan) / per_unit for r in sim.reqs]), out.ttft_s
+    return np.array([clock.started.get(r, np.nan) / per_unit for r in sim.reqs]), out.ttft_s, clock, took
+
+
+def tree_seconds(sim: Simulation, repeat: int) -> float:
+    """Process seconds the tree clock's tree takes for every request of `sim` (its prompts, arrival order)."""
+    best = math.inf
+    for _ in range(repeat):
+        fluid = make_clock(1.0, sim.cache.config, Auto.FCFS_TREE, Auto.FCFS_EVICT)
+        began = time.process_time()
+        for r in sim.reqs:
+            fluid.cost(r, r.prompt_len)
+        best = min(best, time.process_time() - began)
+    return best
 
 
 def trailing_rate(grid: np.ndarray, admit_s: np.ndarray, blocks: np.ndarray, busy: np.ndarray,
@@ -143,6 +184,8 @@ def main(argv: list[str] | None = None) -> int:
     p = sched_tail.cell_parser(__doc__)
     p.add_argument("--windows", default="5,15,60", help="trailing windows of the rate, seconds")
     p.add_argument("--clock-windows", default="0.33,1,4", help="the online clock's windows, cache-times")
+    p.add_argument("--clocks", default="prompt,oracle,tree", help="the online clocks (Clocked.KIND)")
+    p.add_argument("--repeat", type=int, default=1, help="runs of each clock (and of auto with none) timed: the best")
     a = sched_tail.cell_args(p, argv)
     runs: dict[str, Simulation] = {}
     outs = {}
@@ -177,9 +220,23 @@ def main(argv: list[str] | None = None) -> int:
                  "fcfs": trailing_rate(grid, f_admit, blocks, f_busy, w)}
         for name, rate in rates.items():
             print(row(name, f"{w:g} s", fluid(grid, rate, arrive, blocks), arrive, f_admit, a_admit, tail))
+    Oracle.HIT = f_hit
+    seconds: dict[str, float] = {}
     for w in (float(x) for x in a.clock_windows.split(",") if x):
-        pred, _ = clocked_starts(a.trace, a.capacity, a.load, a.requests, a.traces_dir, w)
-        print(row("clock", f"{w:g} caches", pred, arrive, f_admit, a_admit, tail))
+        for kind in a.clocks.split(","):
+            for _ in range(a.repeat):
+                pred, _, clock, took = clocked_starts(a.trace, a.capacity, a.load, a.requests, a.traces_dir, w, kind)
+                seconds[kind] = min(seconds.get(kind, took), took)
+            learned = f", hit {1 - clock.work / clock.prompts:.3f}" if clock.tree is not None else ""
+            print(row(f"clock {kind}{learned}", f"{w:g} caches", pred, arrive, f_admit, a_admit, tail))
+    for _ in range(a.repeat):  # auto with no clock (main's)
+        began = time.process_time()
+        sched_tail.simulate(a.trace, a.capacity, a.load, "auto", a.requests, a.traces_dir)
+        seconds["none"] = min(seconds.get("none", math.inf), time.process_time() - began)
+    print(f"requests a process second of a run of auto feeding each clock (best of {a.repeat}): "
+          + ", ".join(f"{k} {len(fs) / v:.0f}" for k, v in seconds.items()))
+    print(f"the tree alone (a match and an insert a request, arrival order, best of {a.repeat}): "
+          f"{tree_seconds(runs['auto'], a.repeat) / len(fs) * 1e6:.1f} us a request")
     return 0
 
 

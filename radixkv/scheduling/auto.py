@@ -47,13 +47,16 @@ queue on the same arrivals gives it (fcfs_clock.py) + FCFS_MARGIN cache-times, a
 were admitted before, goes first, oldest first, while the aging gate lets aged requests go first (FCFS_GATE) and
 under FCFS_MAX caches wait. Not a default: its best setting lost fresh base-s33 1 1.2 (bench/RESULTS.md, round 26).
 Keeping up on a full cache (rounds 26-27; HRRN_LOAD 0 turns it off): hrrn's order alone (`_keeps_up`).
+The clock's work (round 27): what FCFS's own cache would lack, a metadata-only tree of FCFS_TREE caches under
+FCFS_EVICT fed in the fluid queue's order (0: the prompt, round 26's clock); FCFS_TAIL > 0: overdue only past that
+quantile of the clock's FCFS waits too (bench/RESULTS.md, round 27).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from radixkv.scheduling.fcfs_clock import FcfsClock
+from radixkv.scheduling.fcfs_clock import make_clock
 from radixkv.scheduling.policies import Policy, ResponseRatio
 from radixkv.scheduling.shape import TraceShape
 
@@ -125,6 +128,9 @@ class Auto(Policy):
     HRRN_AFTER = 8.0  # ... once this many caches of prompt tokens arrived, while at most HRRN_REUSE of the admitted
     HRRN_REUSE = 0.5  # prompt tokens were cached when ordered and fewer than HRRN_QUEUE caches of them wait
     HRRN_QUEUE = 1.0
+    FCFS_TREE = 1.0  # the clock's work: what a tree of this many caches under FCFS_EVICT lacks (0: the prompt)
+    FCFS_EVICT = "lru"
+    FCFS_TAIL = 0.0  # > 0: overdue only past this quantile of the FCFS waits so far too (its tail, not its body)
 
     def __init__(self, estimates: PrefixEstimates, full_cache: int) -> None:
         super().__init__(estimates, full_cache)
@@ -151,7 +157,8 @@ class Auto(Policy):
         self.risk: dict[Queued, float] = {}  # admitted_tokens at which a waiting request is at risk
         self.episode_from = 0  # arrived_tokens when an arrival last found no prompt waiting
         slots = estimates.cache.config.num_slots
-        self.fcfs = FcfsClock(self.FCFS_WINDOW * slots) if self.FCFS_LATE >= 0 else None
+        self.fcfs = make_clock(self.FCFS_WINDOW * slots, estimates.cache.config, self.FCFS_TREE,
+                               self.FCFS_EVICT) if self.FCFS_LATE >= 0 else None
         self.overdue: set[Queued] = set()  # the last order()'s overdue requests
 
     @property
@@ -246,11 +253,13 @@ class Auto(Policy):
         assert fcfs is not None
         fcfs.step(now, self._saturated())
         margin, late = self.FCFS_MARGIN * self.estimates.cache.config.num_slots, 1 + self.FCFS_LATE
+        tail = fcfs.wait_quantile(self.FCFS_TAIL) if self.FCFS_TAIL > 0 else 0.0  # and past the tail's FCFS wait
         self.overdue = overdue = set()
         passed, aged, least = self.passed, self.aged, self.FCFS_PASSED
         for r in window:
             start = fcfs.start(r)
-            if r in turn and start is not None and now - r.arrival > late * (start - r.arrival) + margin and (
+            waited = now - r.arrival
+            if r in turn and start is not None and waited > late * (start - r.arrival) + margin and waited > tail and (
                     r in aged or passed.get(r, 0) >= least):
                 overdue.add(r)
         return [r for r in window if r in overdue]
@@ -327,7 +336,7 @@ class Auto(Policy):
         if self.turn.pop(req, None) is None:
             return
         if self.fcfs is not None:
-            self.fcfs.admitted(req, now)
+            self.fcfs.admitted(req, now, self.lengths.get(req, 0))
         del self.risk[req]
         mine, seq = self.seq.pop(req), self.seq
         self.passed.pop(req, None)
