@@ -65,9 +65,13 @@ class Oracle(Recording):
 
 class Clocked(Auto):
     """Auto (its decisions) feeding a Recording clock of WINDOW cache-times: KIND "prompt" (round 26's: work is the
-    prompt), "oracle" (Oracle) or "tree" (FCFS's cache online, Auto.FCFS_TREE caches under Auto.FCFS_EVICT)."""
+    prompt), "oracle" (Oracle) or "tree" (FCFS's cache online, TREE caches under EVICT). The clock's rate counts the
+    steps that began with BUSY caches of prompt tokens waiting (the server admitted at its capacity)."""
     WINDOW = 1.0
     KIND = "tree"
+    BUSY = 0.1
+    TREE = 1.0
+    EVICT = "lru"
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
@@ -76,13 +80,21 @@ class Clocked(Auto):
         if self.KIND == "oracle":
             self.fcfs = Oracle(window)
         else:
-            made = make_clock(window, config, self.FCFS_TREE if self.KIND == "tree" else 0.0, self.FCFS_EVICT)
+            made = make_clock(window, config, self.TREE if self.KIND == "tree" else 0.0, self.EVICT)
             self.fcfs = Recording(window, made.tree, made.capacity)
 
-    def _overdue(self, window, now: float):
-        self.fcfs.step(now, self._saturated())
-        self.overdue = set()
-        return []
+    def arrived(self, req, now: float) -> None:
+        self.fcfs.arrived(req, now)
+        super().arrived(req, now)
+
+    def order(self, window, now: float):
+        self.fcfs.step(now, self.backlog >= self.BUSY * self.estimates.cache.config.num_slots)
+        return super().order(window, now)
+
+    def admitted(self, req, now: float) -> None:
+        if req in self.turn:  # not a preempted request's resumption
+            self.fcfs.admitted(req, now, self.lengths.get(req, 0))
+        super().admitted(req, now)
 
 
 def clocked_starts(name: str, cap: str, load: float, requests: int, traces_dir: str, window: float,
@@ -103,7 +115,7 @@ def tree_seconds(sim: Simulation, repeat: int) -> float:
     """Process seconds the tree clock's tree takes for every request of `sim` (its prompts, arrival order)."""
     best = math.inf
     for _ in range(repeat):
-        fluid = make_clock(1.0, sim.cache.config, Auto.FCFS_TREE, Auto.FCFS_EVICT)
+        fluid = make_clock(1.0, sim.cache.config, Clocked.TREE, Clocked.EVICT)
         began = time.process_time()
         for r in sim.reqs:
             fluid.cost(r, r.prompt_len)

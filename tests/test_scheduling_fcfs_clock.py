@@ -1,16 +1,16 @@
-"""The fluid FCFS clock (radixkv/scheduling/fcfs_clock.py) and auto's overdue rule on it (Auto.FCFS_LATE): a request
-that waited past (1 + FCFS_LATE) x its FCFS wait + FCFS_MARGIN goes first; off by default (main's decisions).
-"""
+"""The fluid FCFS clock (radixkv/scheduling/fcfs_clock.py): what FCFS would have done on the same arrivals. Work is
+the prompt (round 26) or, with a tree (round 27), what a metadata-only prefix tree fed in the fluid queue's order
+lacks, drained at the uncached tokens the real server admitted. bench/sched_tail_clock.py measures it against fcfs's
+own runs; auto's overdue rule on it is gone (rounds 26-27)."""
 
 from __future__ import annotations
 
 import pytest
 
-from radixkv.scheduling.auto import Auto
-from radixkv.scheduling.fcfs_clock import FcfsClock
+from radixkv.scheduling.fcfs_clock import FcfsClock, make_clock
 from radixkv.scheduling.scheduler import Request
 
-from test_scheduling import cold_behind_cached, order
+from test_scheduling import make_cache, tokens
 
 
 def req(i: int, n: int) -> Request:
@@ -43,52 +43,61 @@ def test_the_fluid_queue_starts_each_request_once_the_tokens_ahead_of_it_drained
     assert clock.start(d) == 50.0 and clock.start(e) == pytest.approx(52.0)
 
 
-def overdue_queue() -> tuple[list[int], Auto]:
-    """A cold request (1) behind a 40-token one (0), then three cached ones; 0 is admitted at clock 0, and the queue
-    is ordered at clock 100: the fluid queue started 1 at clock 40 (one token a clock unit)."""
-    sched, reqs = cold_behind_cached()
-    policy = sched.policy
-    assert isinstance(policy, Auto)
-    sched.waiting.remove(reqs[0])
-    policy.admitted(reqs[0], 0.0)  # 40 tokens admitted: under 1.5 x 40, 1 is not due
-    sched.planned = 100
-    return order(sched), policy
+def clock(share: float, slots: int = 4096) -> FcfsClock:
+    return make_clock(100.0, make_cache(slots).config, share, "lru")
 
 
-@pytest.mark.parametrize("late, first", [(-1.0, False), (0.0, True), (1.0, True), (1.6, False)])
-def test_a_request_past_its_fcfs_start_goes_first(late: float, first: bool, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Waited 100 against an FCFS wait of 40: overdue with FCFS_LATE 0 or 1 (100 > 80), not with 1.6 (104), nor
-    when off (-1: no clock at all); not overdue, the cold request waits behind the cached ones (deadline order)."""
-    monkeypatch.setattr(Auto, "FCFS_LATE", late)
-    got, policy = overdue_queue()
-    assert (policy.fcfs is None) == (late < 0)
-    assert got == ([1, 2, 3, 4] if first else [2, 3, 4, 1])
+def test_a_prompt_fcfs_s_cache_holds_costs_only_what_it_lacks() -> None:
+    """b repeats a's 200 tokens and adds one: with the tree it costs 1 (matched on all but its last token), so c
+    starts at 201, not at 401 as with the prompt as work."""
+    a = tokens(1, 200)
+    for share, start in [(1.0, 201.0), (0.0, 401.0)]:
+        fluid = clock(share)
+        reqs = [Request(0, a, 200, 1), Request(1, a + [7], 201, 1), Request(2, tokens(2, 300), 300, 1)]
+        for r in reqs:
+            fluid.arrived(r, 0.0)
+        fluid.advance(1000.0)
+        assert fluid.start(reqs[2]) == pytest.approx(start)
+        if share:
+            assert (fluid.prompts, fluid.work) == (701, 501)
 
 
-@pytest.mark.parametrize("passed, first", [(1, False), (2, True)])
-def test_an_overdue_request_goes_first_only_once_fcfs_passed_later_arrivals_went_before_it(
-        passed: int, first: bool, monkeypatch: pytest.MonkeyPatch) -> None:
-    """FCFS_PASSED 2: overdue (FCFS_LATE 0) only once two later arrivals were admitted before it. Its due share is
-    spent, so only the overdue rule puts it first."""
-    monkeypatch.setattr(Auto, "FCFS_LATE", 0.0)
-    monkeypatch.setattr(Auto, "FCFS_PASSED", 2)
-    got, policy = overdue_queue()
-    assert got == [2, 3, 4, 1]  # passed by none yet
-    policy.bound_tokens = policy.contested_tokens = 1000
-    for r in [r for r in policy.turn if r.index in (2, 3)][:passed]:
-        policy.admitted(r, 100.0)
-    window = [r for r in policy.turn]
-    policy.estimates.refresh(window)
-    assert [r.index for r in policy.order(window, 100.0)][0] == (1 if first else 3)
+def test_the_tree_holds_the_cache_s_size_and_evicts_the_least_recent() -> None:
+    """A tree of 0.05 x 4096 slots (204 tokens): a second 200-token prompt evicts all but the first page (4 tokens)
+    of the first, the least recently used, which then costs 197 of its 201 again."""
+    a, x = tokens(1, 200), tokens(3, 200)
+    fluid = clock(0.05)
+    assert fluid.capacity == 204
+    for i, p in enumerate([a, x, a + [7]]):
+        fluid.arrived(Request(i, p, len(p), 1), 0.0)
+    fluid.advance(1000.0)
+    assert fluid.work == 200 + 200 + 197
 
 
-@pytest.mark.parametrize("most, first", [(0.2, True), (0.1, False)])
-def test_overdue_requests_go_first_only_while_fewer_than_fcfs_max_caches_wait(
-        most: float, first: bool, monkeypatch: pytest.MonkeyPatch) -> None:
-    """504 prompt tokens wait, 0.12 of the 4,096-slot cache: under FCFS_MAX 0.2 the overdue request goes first, not
-    under 0.1 (a deep queue, where fcfs's own waits are longer than the clock's)."""
-    monkeypatch.setattr(Auto, "FCFS_LATE", 0.0)
-    monkeypatch.setattr(Auto, "FCFS_MAX", most)
-    got, policy = overdue_queue()
-    assert policy.backlog == 504
-    assert got == ([1, 2, 3, 4] if first else [2, 3, 4, 1])
+def test_with_a_tree_the_rate_is_in_uncached_tokens() -> None:
+    """A saturated step admits 100 prompt tokens, 60 of them cached, over 10 clock units: 4 a unit with a tree
+    (the work it drains is uncached), 10 without."""
+    for share, rate in [(1.0, 4.0), (0.0, 10.0)]:
+        fluid = clock(share)
+        r = Request(0, tokens(1, 100), 100, 1)
+        fluid.arrived(r, 0.0)
+        fluid.step(0.0, True)
+        fluid.admitted(r, 0.0, 60)
+        fluid.step(10.0, False)
+        assert fluid.rate == pytest.approx(rate)
+
+
+def test_admitted_requests_still_fill_fcfs_s_cache_but_are_not_read() -> None:
+    """The real server admits b before the fluid queue reaches it: no start is read for it, its prompt still goes
+    into FCFS's cache (c, which repeats it, costs 1), and its tokens growing by its output do not change that."""
+    fluid = clock(1.0)
+    a, b, c = Request(0, tokens(1, 200), 200, 1), Request(1, tokens(2, 100), 100, 1), None
+    fluid.arrived(a, 0.0)
+    fluid.arrived(b, 0.0)
+    fluid.admitted(b, 0.0)
+    b.tokens.append(5)  # its first output token
+    c = Request(2, tokens(2, 100) + [9], 101, 1)
+    fluid.arrived(c, 0.0)
+    fluid.advance(1000.0)
+    assert fluid.start(b) is None and fluid.start(c) == pytest.approx(300.0)
+    assert fluid.work == 301

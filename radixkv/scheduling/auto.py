@@ -42,21 +42,15 @@ those admitted so far, not those past their turn; the due share is SHARE_PASSED 
 most, which set its p99, are served oldest first at a bounded share, and nobody else is. In a deeper queue (a standing
 overload: sparse-s14 1/4 1.2 grows to 25 caches) K_THIN and the heavy due share as before (quarter 1.2: 5 -> 8 of 16
 cells tune + held, fresh 3 -> 6 of 8, no loss; bench/RESULTS.md, issue 20, round 27).
-Overdue (round 26, off unless FCFS_LATE >= 0): a request that waited past (1 + FCFS_LATE) x the wait a fluid FCFS
-queue on the same arrivals gives it (fcfs_clock.py) + FCFS_MARGIN cache-times, and that FCFS_PASSED later arrivals
-were admitted before, goes first, oldest first, while the aging gate lets aged requests go first (FCFS_GATE) and
-under FCFS_MAX caches wait. Not a default: its best setting lost fresh base-s33 1 1.2 (bench/RESULTS.md, round 26).
 Keeping up on a full cache (rounds 26-27; HRRN_LOAD 0 turns it off): hrrn's order alone (`_keeps_up`).
-The clock's work (round 27): what FCFS's own cache would lack, a metadata-only tree of FCFS_TREE caches under
-FCFS_EVICT fed in the fluid queue's order (0: the prompt, round 26's clock); FCFS_TAIL > 0: overdue only past that
-quantile of the clock's FCFS waits too (bench/RESULTS.md, round 27).
+Gone (rounds 26-27): overdue requests first, past their start on a fluid FCFS clock (fcfs_clock.py, which
+bench/sched_tail_clock.py still measures): no setting gained a cell at 5 replicates without losing fresh base-s33 1 1.2.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from radixkv.scheduling.fcfs_clock import make_clock
 from radixkv.scheduling.policies import Policy, ResponseRatio
 from radixkv.scheduling.shape import TraceShape
 
@@ -117,20 +111,10 @@ class Auto(Policy):
     TAIL = 0.96  # at risk: once max(work ahead at arrival, this quantile of it over all arrivals) was admitted
     TAIL_AFTER = 300  # ... read on a thin trace the server keeps up with, once this many requests arrived
     EPISODE = 7.0  # ... while under this many caches of prompt tokens arrived since an arrival found none waiting
-    FCFS_LATE = -1.0  # overdue: waited past (1 + this) x its FCFS wait (fcfs_clock.py) + FCFS_MARGIN; < 0: off
-    FCFS_MARGIN = 0.0  # cache-times
-    FCFS_WINDOW = 1.0  # the FCFS clock's rate: averaged over this many cache-times in which ...
-    FCFS_BUSY = 0.1  # ... at least this many caches of prompt tokens waited (the server admitted at its capacity)
-    FCFS_GATE = 1.0  # 1: overdue requests go first only while aged ones do (the aging gate); 0: always
-    FCFS_PASSED = 0  # ... and only once this many later arrivals were admitted before them (or they aged), ...
-    FCFS_MAX = 3.0  # ... and while fewer than this many caches of prompt tokens wait
     HRRN_LOAD = 0.5  # hrrn's order on a full-size cache while shape.rate() is under this (0: off),
     HRRN_AFTER = 8.0  # ... once this many caches of prompt tokens arrived, while at most HRRN_REUSE of the admitted
     HRRN_REUSE = 0.5  # prompt tokens were cached when ordered and fewer than HRRN_QUEUE caches of them wait
     HRRN_QUEUE = 1.0
-    FCFS_TREE = 1.0  # the clock's work: what a tree of this many caches under FCFS_EVICT lacks (0: the prompt)
-    FCFS_EVICT = "lru"
-    FCFS_TAIL = 0.0  # > 0: overdue only past this quantile of the FCFS waits so far too (its tail, not its body)
 
     def __init__(self, estimates: PrefixEstimates, full_cache: int) -> None:
         super().__init__(estimates, full_cache)
@@ -156,10 +140,6 @@ class Auto(Policy):
         self.share = self.SHARE  # the due share of the last order() (SHARE_OVER in a thin trace's backlog)
         self.risk: dict[Queued, float] = {}  # admitted_tokens at which a waiting request is at risk
         self.episode_from = 0  # arrived_tokens when an arrival last found no prompt waiting
-        slots = estimates.cache.config.num_slots
-        self.fcfs = make_clock(self.FCFS_WINDOW * slots, estimates.cache.config, self.FCFS_TREE,
-                               self.FCFS_EVICT) if self.FCFS_LATE >= 0 else None
-        self.overdue: set[Queued] = set()  # the last order()'s overdue requests
 
     @property
     def backlog(self) -> int:
@@ -168,8 +148,6 @@ class Auto(Policy):
 
     def arrived(self, req: Queued, now: float) -> None:
         backlog = self.backlog
-        if self.fcfs is not None:
-            self.fcfs.arrived(req, now)
         self.shape.arrived(now, backlog > 0)
         self.turn[req] = self.admitted_tokens + (1 + self.SLACK) * backlog
         slots = self.estimates.cache.config.num_slots
@@ -224,10 +202,6 @@ class Auto(Policy):
         episode = self.arrived_tokens - self.episode_from
         risky = thin and not heavy and self.arrivals >= self.TAIL_AFTER and episode < self.EPISODE * slots
         first = [r for r in window if r in turn and (aging and r in self.aged or risky and self.risk[r] <= done)]
-        if self.fcfs is not None:
-            overdue = self._overdue(window, now)
-            if (aging or not self.FCFS_GATE) and backlog < self.FCFS_MAX * slots:
-                first = overdue + [r for r in first if r not in self.overdue]
         if first:
             chosen = set(first)
             due = [r for r in due if r not in chosen]
@@ -245,28 +219,6 @@ class Auto(Policy):
         return (slots >= self.full_cache and arrived >= self.HRRN_AFTER * slots
                 and shape.cached <= self.HRRN_REUSE * shape.admitted and shape.rate(now, arrived) < self.HRRN_LOAD
                 and self.backlog < self.HRRN_QUEUE * slots)
-
-    def _overdue(self, window: list[Queued], now: float) -> list[Queued]:
-        """The window's overdue requests, in arrival order: waited past (1 + FCFS_LATE) x their FCFS wait (the
-        fluid FCFS queue's start, less their arrival) + FCFS_MARGIN cache-times."""
-        fcfs, turn = self.fcfs, self.turn
-        assert fcfs is not None
-        fcfs.step(now, self._saturated())
-        margin, late = self.FCFS_MARGIN * self.estimates.cache.config.num_slots, 1 + self.FCFS_LATE
-        tail = fcfs.wait_quantile(self.FCFS_TAIL) if self.FCFS_TAIL > 0 else 0.0  # and past the tail's FCFS wait
-        self.overdue = overdue = set()
-        passed, aged, least = self.passed, self.aged, self.FCFS_PASSED
-        for r in window:
-            start = fcfs.start(r)
-            waited = now - r.arrival
-            if r in turn and start is not None and waited > late * (start - r.arrival) + margin and waited > tail and (
-                    r in aged or passed.get(r, 0) >= least):
-                overdue.add(r)
-        return [r for r in window if r in overdue]
-
-    def _saturated(self) -> bool:
-        """Whether FCFS_BUSY caches of prompt tokens wait: the server admits at its capacity (the FCFS clock's rate)."""
-        return self.backlog >= self.FCFS_BUSY * self.estimates.cache.config.num_slots
 
     def _aging_first(self, now: float) -> bool:
         """Whether aged requests go strictly first now: fewer than AGED_MAX caches wait, and the queue
@@ -335,8 +287,6 @@ class Auto(Policy):
         self.shape.note(now, self.backlog > 0)
         if self.turn.pop(req, None) is None:
             return
-        if self.fcfs is not None:
-            self.fcfs.admitted(req, now, self.lengths.get(req, 0))
         del self.risk[req]
         mine, seq = self.seq.pop(req), self.seq
         self.passed.pop(req, None)

@@ -5,8 +5,8 @@ arrival order, draining each one's *work* at the rate the real server did that w
 exponentially weighted average over `window` clock units of the steps that began with enough waiting, so a light
 server's arrival rate is never read as its capacity; before any, one a clock unit: the clock's unit is one token's
 prefill). A request's *FCFS start* is the clock at which the fluid queue reaches it: when FCFS would have admitted
-it, had it worked as fast as this server does. Auto reads it (auto.py: a request is overdue once it waited past
-its FCFS start by a slack). bench/sched_tail_clock.py measures how well it predicts fcfs's own run.
+it, had it worked as fast as this server does. bench/sched_tail_clock.py measures how well it predicts fcfs's own
+run; auto's overdue rule on it (rounds 26-27: a request past its FCFS start goes first) held no setting and is gone.
 
 Work, two ways:
 - no tree: a request's prompt tokens, drained at the prompt tokens the server admitted (round 26). It starts the
@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import math
 from array import array
-from bisect import insort
 from collections import deque
 from typing import TYPE_CHECKING
 
@@ -57,7 +56,6 @@ class FcfsClock:
         self.prompts = 0  # ... and the prompt tokens it was fed
         self.gone: set[Queued] = set()  # admitted by the real server before the fluid queue reached them
         self.started: dict[Queued, float] = {}  # the FCFS start of each request reached and not admitted
-        self.waits: list[float] = []  # the FCFS wait (start - arrival) of every request reached, sorted
 
     @property
     def rate(self) -> float:
@@ -90,7 +88,6 @@ class FcfsClock:
         """The fluid queue reaches `req` (of an `n`-token prompt) at `t`: FCFS starts it (its cache takes the
         prompt)."""
         self.head, self.left = req, float(self.cost(req, n))
-        insort(self.waits, t - req.arrival)
         if req in self.gone:
             self.gone.discard(req)
         else:
@@ -133,11 +130,6 @@ class FcfsClock:
         self.count(req, now, cached)
         if self.started.pop(req, None) is None and req is not self.head:
             self.gone.add(req)  # left in the queue until the fluid queue reaches it
-
-    def wait_quantile(self, q: float) -> float:
-        """The `q` quantile of the FCFS waits so far (the lower one; 0 before any)."""
-        waits = self.waits
-        return waits[int(q * (len(waits) - 1))] if waits else 0.0
 
     def start(self, req: Queued) -> float | None:
         """`req`'s FCFS start, or None while the fluid queue has not reached it."""
