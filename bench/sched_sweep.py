@@ -16,8 +16,9 @@ fcfs and lpm runs are kept in `--cache` (keyed by trace, capacity, load, request
 a variant of auto reruns only auto; `--set NAME=VALUE` overrides a constant of auto.Auto. The
 cache holds runs of one version of radixkv's sources (`code_version`: the simulator runs the real
 Scheduler and the default eviction, so any change there changes fcfs's and lpm's runs too), less
-Auto's own files (scheduling/auto.py, shape.py, fcfs_clock.py), which those runs never execute: an edited Auto keeps
-the baselines, an edit anywhere else drops them at load, with a line saying so (round 15 found baselines a round old).
+Auto's own files (scheduling/auto.py, shape.py) and fcfs_clock.py (only bench/sched_tail_clock.py runs it),
+which those runs never execute: an edited Auto keeps the baselines, an edit anywhere else drops them at load, with
+a line saying so (round 15 found baselines a round old).
 
     python bench/sched_sweep.py --half tune --jobs 2
     python bench/sched_sweep.py --half tune --set SHARE=0.3          # a variant: only auto reruns
@@ -80,7 +81,7 @@ TRACES: dict[str, dict[str, dict]] = {
 TRACES["fresh"] = {f"{name.split('-')[0]}-s{seed}": {**spec, "seed": seed}
                    for (name, spec), seed in zip(TRACES["held"].items(), (31, 32, 33, 41, 42, 43, 44, 45))}
 CAPACITIES = {"1": None, "1/4": 100_000}  # None: the cost model's KV of one H100
-# Auto and what only it reads: not in the runs' key
+# Auto, what only it reads, and the FCFS clock (bench/sched_tail_clock.py's): not in the runs' key
 AUTO_FILES = ("scheduling/auto.py", "scheduling/shape.py", "scheduling/fcfs_clock.py")
 # Issue 20's goal lines, which goals() judges and bench/sched_frontier.py measures distances to: auto's hit rate -
 # lpm's >= "hit"; its mean TTFT / lpm's <= "mean"; at a load >= HEAVY its mean / fcfs's <= "0.9f"; its p99 TTFT /
