@@ -126,9 +126,8 @@ class Auto(Policy):
         self.bound_tokens = 0  # ... of them, those the oldest-first side picked
         self.picked: set[Queued] = set()  # the oldest-first side's picks in the last order()
         self.seq: dict[Queued, int] = {}  # waiting requests' arrival numbers
-        self.passed: dict[Queued, int] = {}  # those not aged yet, in arrival order: later arrivals admitted first
+        self.overtaken: dict[Queued, int] = {}  # waiting requests: later arrivals admitted first (aging, PASSED_HEAVY)
         self.aged: set[Queued] = set()
-        self.overtaken: dict[Queued, int] = {}  # waiting requests: later arrivals admitted first (PASSED_HEAVY)
         self.passes = [0] * 1024  # admitted requests by their count (the last counts the rest), PASSED_Q's
         self.prompts_admitted = 0  # ... their sum
         self.arrivals = 0
@@ -157,7 +156,6 @@ class Auto(Policy):
         self.risk[req] = self.admitted_tokens + max(backlog, self.shape.ahead_quantile(self.TAIL) * slots)
         self.arrived_tokens += len(req.tokens)
         self.seq[req] = self.arrivals
-        self.passed[req] = 0
         self.arrivals += 1
 
     def thin(self) -> bool:
@@ -239,16 +237,6 @@ class Auto(Policy):
         standing = self.above_since is not None and (now - self.above_since) / slots >= self.STAND
         return not standing or (self.rise < self.RISE and backlog > full)
 
-    def _overtake(self, req: Queued, mine: int) -> None:
-        """Counts `req`'s admission (arrival number `mine`) against every waiting request that arrived before it."""
-        overtaken, seq = self.overtaken, self.seq
-        self.passes[min(len(self.passes) - 1, overtaken.pop(req, 0))] += 1
-        self.prompts_admitted += 1
-        for r, n in seq.items():  # arrival order
-            if n > mine:
-                break
-            overtaken[r] = overtaken.get(r, 0) + 1
-
     def _passes_quantile(self) -> int:
         """The least count above those of a share PASSED_Q of the requests admitted so far (0 if none or off)."""
         need, seen = self.PASSED_Q * self.prompts_admitted, 0
@@ -288,23 +276,17 @@ class Auto(Policy):
         if self.turn.pop(req, None) is None:
             return
         del self.risk[req]
-        mine, seq = self.seq.pop(req), self.seq
-        self.passed.pop(req, None)
-        self.aged.discard(req)
-        if self.PASSED_HEAVY >= 0:
-            self._overtake(req, mine)
-        newly = []
-        for r, n in self.passed.items():  # arrival order: those that arrived before req come first
-            if seq[r] > mine:
+        mine, overtaken, aged = self.seq.pop(req), self.overtaken, self.aged
+        aged.discard(req)
+        self.passes[min(len(self.passes) - 1, overtaken.pop(req, 0))] += 1
+        self.prompts_admitted += 1
+        for r, n in self.seq.items():  # arrival order: those that arrived before req come first
+            if n > mine:
                 break
-            if n + 1 >= self.OVERTAKEN:
-                newly.append(r)
-            else:
-                self.passed[r] = n + 1
-        for r in newly:  # aged: no longer counted (each request is counted at most OVERTAKEN times)
-            del self.passed[r]
-            self.turn[r] = min(self.turn[r], self.admitted_tokens)
-            self.aged.add(r)
+            count = overtaken[r] = overtaken.get(r, 0) + 1
+            if count >= self.OVERTAKEN and r not in aged:  # aged
+                self.turn[r] = min(self.turn[r], self.admitted_tokens)
+                aged.add(r)
         n = len(req.tokens)
         self.admitted_tokens += n
         self.shape.admitted_one(n, self.lengths.get(req, 0))
