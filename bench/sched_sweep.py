@@ -2,9 +2,10 @@
 traces of several seeds and shapes (radixkv/scheduling/synth.py: prompt length, shared prefixes,
 follow-up turns, burstiness), at one H100's KV and a quarter of it, loads 0.8 and 1.2.
 
-The traces come in three halves: `tune` (to choose auto's constants on), `held` (to check a variant
-that did well on tune) and `fresh` (held's shapes on seeds no earlier round ran: look at it once per round, for
-the final choice only, so that it stays out of sample; `--half all` is tune and held, never fresh).
+The traces come in four halves: `tune` (to choose auto's constants on), `held` (to check a variant
+that did well on tune), `fresh` (held's shapes on seeds no earlier round ran: look at it once per round, for
+the final choice only, so that it stays out of sample; `--half all` is tune and held, never fresh) and `fresh2`
+(held's shapes on yet other seeds, added in round 28 once rounds 26-27 had chosen rules while looking at fresh).
 Per cell (trace, capacity, load) it prints auto's ratios and which goals hold:
 
     hit   auto's hit rate >= lpm's - 0.01
@@ -59,7 +60,7 @@ from radixkv.scheduling.simulate import Simulation
 from radixkv.scheduling.synth import mooncake_shaped
 
 # name: synth.mooncake_shaped arguments. The same families in every half; tune's parameters differ from held's,
-# fresh has held's on other seeds.
+# fresh and fresh2 have held's on other seeds.
 TRACES: dict[str, dict[str, dict]] = {
     "tune": {
         "base-s1": {"seed": 1}, "base-s2": {"seed": 2}, "base-s3": {"seed": 3},
@@ -78,8 +79,9 @@ TRACES: dict[str, dict[str, dict]] = {
         "bursty-s25": {"seed": 25, "burst": 2.5},
     },
 }
-TRACES["fresh"] = {f"{name.split('-')[0]}-s{seed}": {**spec, "seed": seed}
-                   for (name, spec), seed in zip(TRACES["held"].items(), (31, 32, 33, 41, 42, 43, 44, 45))}
+for half, seeds in (("fresh", (31, 32, 33, 41, 42, 43, 44, 45)), ("fresh2", (51, 52, 53, 61, 62, 63, 64, 65))):
+    TRACES[half] = {f"{name.split('-')[0]}-s{seed}": {**spec, "seed": seed}
+                    for (name, spec), seed in zip(TRACES["held"].items(), seeds)}
 CAPACITIES = {"1": None, "1/4": 100_000}  # None: the cost model's KV of one H100
 # Auto, what only it reads, and the FCFS clock (bench/sched_tail_clock.py's): not in the runs' key
 AUTO_FILES = ("scheduling/auto.py", "scheduling/shape.py", "scheduling/fcfs_clock.py")
@@ -186,7 +188,7 @@ def replicate_loads(load: float, k: int) -> list[float]:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--half", choices=["tune", "held", "fresh", "all"], default="tune")
+    p.add_argument("--half", choices=["tune", "held", "fresh", "fresh2", "all"], default="tune")
     p.add_argument("--requests", type=int, default=2000, help="first N requests of each trace")
     p.add_argument("--loads", default="0.8,1.2")
     p.add_argument("--replicates", type=int, default=1, help="runs per cell at loads 0.01%% apart; goals on medians")
