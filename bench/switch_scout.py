@@ -19,8 +19,9 @@ evidence) differ, and from then on that evidence alone decides. SMALL_MAX adds a
 clear lead for LFU while that pair's lead exceeds SMALL_MAX of its size ends the lead-in without a switch. PROBE puts
 the scouts' switch to LFU on probation: an LRU shadow copied from the real cache at the switch runs beside it at the
 real size for PROBE lookups, and the first lookup where it matches more than the real cache switches straight back
-(PROBE_FIRST: the first lookup where they differ ends the probation either way; PROBE_KEEP: the switch back keeps the
-LFU shadow that ran from the first eviction).
+(PROBE_FIRST: the first lookup where they differ ends the probation either way; PROBE_BACK off: no switch back of its
+own; PROBE_KEEP: a switch back in the probation, its own or the policy's, keeps the LFU shadow that ran from the first
+eviction).
 
 Round 26 (bench/RESULTS.md): at SCOUT 0.5, to LRU only, after the warmup, every in-sample grid gains (tune -0.073 ->
 -0.065, bench -0.122 -> -0.109, fit -0.325 -> -0.313), check and held too, but val loses (-0.521 -> -0.524, one more
@@ -32,7 +33,8 @@ anyway); SMALL_MAX 0.25 drops 6 of fit's 13 losses and 5 of its gains (fit -0.28
 unchanged), but val falls (-0.498 -> -0.503). Round 28: 7 of fit's 9 bounces lose all they lose in the first lookup
 that differs at the real size (the evictions made under LFU before it), and the policy already switches back there:
 no undo can come sooner; a probation that undoes at the first word for LRU loses more gains than it saves (fit -0.282
--> -0.299), first word either way with the LFU shadow kept -0.279.
+-> -0.299); by the first word either way with the LFU shadow kept (PROBE_FIRST, PROBE_KEEP) fit -0.281, val -0.498
+-> -0.499; the kept shadow alone (PROBE_BACK off) fit -0.284, val -0.493, tune and bench B's to the digit.
 
     RADIXKV_PURE_PYTHON=1 .venv/bin/python bench/switch_scout.py tune --jobs 2 --cells --set SCOUT=0.5 \
         --set SCOUT_TO=0 --set SCOUT_WARM=True --set SCOUT_QUIET=True
@@ -74,8 +76,9 @@ class Scout(Adaptive):
     # the real cache at the switch runs beside it at the real size, and the first lookup where it matched more than
     # the real cache switches straight back (no further evidence)
     PROBE_FIRST = False  # ... and the first lookup where they differ ends the probation whichever way it goes
-    PROBE_KEEP = False  # ... and the switch back keeps the LFU shadow that ran from the first eviction (not a copy
-    # of the real cache, which LFU's probation evictions made): the policy's evidence for LFU stays steady's
+    PROBE_BACK = True  # ... (False: no switch back of its own; PROBE_KEEP still acts on the policy's)
+    PROBE_KEEP = False  # ... and a switch back in it (its own or the policy's) keeps the LFU shadow that ran from the
+    # first eviction (not a copy of the real cache, which LFU's evictions in the probation made)
 
     def __init__(self) -> None:
         super().__init__()
@@ -109,18 +112,18 @@ class Scout(Adaptive):
             lead = self._lead(scouts, s, full)
             if self._small and self._small_warm <= 0:
                 self._small_ev.add(self._lead(self._small, s, full), len(key) // 4)
-        super().on_lookup(start, key, length)
         probe = self._probe
+        lfu = self._shadows.get(1) if probe is not None else None
+        super().on_lookup(start, key, length)
         if probe is not None:
             f = cast(NodeFields, start)
             lru = probe.match(f.ns, key if f.parent is None else absolute_key(start, key)) - f.end
             back = (lru if lru > 0 else 0) - length  # LRU's match at the real size minus the real cache's
             self._probe_left -= 1
-            if back > 0 and self.mode == 1:
-                lfu = self._shadows.get(1)
+            if back > 0 and self.mode == 1 and self.PROBE_BACK:
                 self._switch()  # the real size's first word is for LRU: undone
-                if self.PROBE_KEEP and lfu is not None:
-                    self._shadows[1] = lfu
+            if self.mode == 0 and self.PROBE_KEEP and lfu is not None:
+                self._shadows[1] = lfu
             if back > 0 or (back < 0 and self.PROBE_FIRST) or self._probe_left <= 0 or self.mode == 0:
                 self._probe = None
         if not scouts:
