@@ -16,7 +16,12 @@ dropped. SCOUT 0 is the policy itself; SCOUT_TO keeps them to one direction (non
 prior's verdict is already the expert they may switch to). SCOUT_QUIET lets them speak only while the real size is
 silent: they are dropped at the first lookup where the two experts' matches at the real size (the policy's own
 evidence) differ, and from then on that evidence alone decides. SMALL_MAX adds a second pair at half their size: a
-clear lead for LFU while that pair's lead exceeds SMALL_MAX of its size ends the lead-in without a switch.
+clear lead for LFU while that pair's lead exceeds SMALL_MAX of its size ends the lead-in without a switch. PROBE puts
+the scouts' switch to LFU on probation: an LRU shadow copied from the real cache at the switch runs beside it at the
+real size for PROBE lookups, and the first lookup where it matches more than the real cache switches straight back
+(PROBE_FIRST: the first lookup where they differ ends the probation either way; PROBE_BACK off: no switch back of its
+own; PROBE_KEEP: a switch back in the probation, its own or the policy's, keeps the LFU shadow that ran from the first
+eviction).
 
 Round 26 (bench/RESULTS.md): at SCOUT 0.5, to LRU only, after the warmup, every in-sample grid gains (tune -0.073 ->
 -0.065, bench -0.122 -> -0.109, fit -0.325 -> -0.313), check and held too, but val loses (-0.521 -> -0.524, one more
@@ -25,7 +30,11 @@ Round 27: on fit, all four of the scouts' LRU switches that lost came after look
 four of the five that gained before; quiet (SCOUT_QUIET), no grid's mean falls (val -0.521 -> -0.519). Quiet in
 both directions, the silent switches to LFU that lose are those the real size takes back (or an LFU spell it ends
 anyway); SMALL_MAX 0.25 drops 6 of fit's 13 losses and 5 of its gains (fit -0.282 -> -0.272, tune and bench
-unchanged), but val falls (-0.498 -> -0.503).
+unchanged), but val falls (-0.498 -> -0.503). Round 28: 7 of fit's 9 bounces lose all they lose in the first lookup
+that differs at the real size (the evictions made under LFU before it), and the policy already switches back there:
+no undo can come sooner; a probation that undoes at the first word for LRU loses more gains than it saves (fit -0.282
+-> -0.299); by the first word either way with the LFU shadow kept (PROBE_FIRST, PROBE_KEEP) fit -0.281, val -0.498
+-> -0.499; the kept shadow alone (PROBE_BACK off) fit -0.284, val -0.493, tune and bench B's to the digit.
 
     RADIXKV_PURE_PYTHON=1 .venv/bin/python bench/switch_scout.py tune --jobs 2 --cells --set SCOUT=0.5 \
         --set SCOUT_TO=0 --set SCOUT_WARM=True --set SCOUT_QUIET=True
@@ -63,6 +72,13 @@ class Scout(Adaptive):
     SMALL_MAX = 0.0  # a second pair at half the scouts' size: where the scouts are clear for LFU while its lead (per
     # token of its size) exceeds this, the lead-in is over, no switch (a lead that grows as the cache shrinks is a
     # small cache's); 0: no second pair
+    PROBE = 0  # after the scouts' switch to LFU, a probation of this many lookups (0: none): an LRU shadow copied from
+    # the real cache at the switch runs beside it at the real size, and the first lookup where it matched more than
+    # the real cache switches straight back (no further evidence)
+    PROBE_FIRST = False  # ... and the first lookup where they differ ends the probation whichever way it goes
+    PROBE_BACK = True  # ... (False: no switch back of its own; PROBE_KEEP still acts on the policy's)
+    PROBE_KEEP = False  # ... and a switch back in it (its own or the policy's) keeps the LFU shadow that ran from the
+    # first eviction (not a copy of the real cache, which LFU's evictions in the probation made)
 
     def __init__(self) -> None:
         super().__init__()
@@ -73,6 +89,8 @@ class Scout(Adaptive):
         self._scouted = Evidence()
         self._left = 0  # the policy's switch count when the scouts started
         self._warm = 0  # tokens the scouts must still cache before their leads count (their transient: WARMUP)
+        self._probe: ShadowView | None = None  # PROBE's LRU shadow, during the probation
+        self._probe_left = 0  # lookups the probation still lasts
 
     def on_evict(self, victim: CachedNodeView) -> None:
         first = self._tree is None
@@ -94,7 +112,20 @@ class Scout(Adaptive):
             lead = self._lead(scouts, s, full)
             if self._small and self._small_warm <= 0:
                 self._small_ev.add(self._lead(self._small, s, full), len(key) // 4)
+        probe = self._probe
+        lfu = self._shadows.get(1) if probe is not None else None
         super().on_lookup(start, key, length)
+        if probe is not None:
+            f = cast(NodeFields, start)
+            lru = probe.match(f.ns, key if f.parent is None else absolute_key(start, key)) - f.end
+            back = (lru if lru > 0 else 0) - length  # LRU's match at the real size minus the real cache's
+            self._probe_left -= 1
+            if back > 0 and self.mode == 1 and self.PROBE_BACK:
+                self._switch()  # the real size's first word is for LRU: undone
+            if self.mode == 0 and self.PROBE_KEEP and lfu is not None:
+                self._shadows[1] = lfu
+            if back > 0 or (back < 0 and self.PROBE_FIRST) or self._probe_left <= 0 or self.mode == 0:
+                self._probe = None
         if not scouts:
             return
         if self.switches != self._left or (self.SCOUT_QUIET and self._long.count > 0.0):
@@ -118,6 +149,9 @@ class Scout(Adaptive):
         elif clear and (mode == 1 or not vetoed):
             self._switch()
             self._scouts = self._small = []
+            if mode == 0 and self.PROBE > 0 and self._tree is not None:
+                self._probe = self._tree.shadow_copy(self._shadowed[0])
+                self._probe_left = self.PROBE
 
     def _lead(self, pair: list[ShadowView], s: NodeFields, full: bytes) -> int:
         """The other expert's match minus the followed one's, in one pair of shadows."""
@@ -126,14 +160,19 @@ class Scout(Adaptive):
         return (other if other > 0 else 0) - (own if own > 0 else 0)
 
     def on_cache(self, start: CachedNodeView, key: bytes, cached: int, use: bool) -> None:
-        scouts = self._scouts
-        if not scouts:
+        scouts, probe = self._scouts, self._probe
+        if not scouts and probe is None:
             super().on_cache(start, key, cached, use)
             return
         ns = cast(NodeFields, start).ns
         split, head, cut = self._split_key(start, key)
         leaf = self._leaf
         tail = cast(NodeFields, leaf).key if leaf is not None else None
+        if probe is not None:
+            probe.insert(ns, split, cached, use, tail, head, cut)
+        if not scouts:
+            super().on_cache(start, key, cached, use)
+            return
         if self._small:  # sized before this insert's growth of the real cache (as round 27's screen logged it)
             size = max(1, int(self.SCOUT / 2 * self._capacity))
             added = max(s.insert(ns, split, size, use, tail, head, cut) for s in self._small)

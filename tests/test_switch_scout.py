@@ -3,7 +3,9 @@ Without scouts it is the policy to the digit; with them (SCOUT 0.5, to LRU only,
 prior's LFU verdict sooner on longchat 25%; without the warmup the shrunk copies' transient takes moon:12 25% off
 LFU, which wins there by 3.65 points (bench/RESULTS.md, round 26). With SCOUT_QUIET they act only while the real size
 is silent (round 27); with SMALL_MAX a switch to LFU waits while a pair at half their size leads for LFU by more
-(round 27, a second section)."""
+(round 27, a second section). With PROBE the scouts' switch to LFU is undone at the real size's first word for LRU
+(round 28); with PROBE_KEEP a switch back in the probation keeps the LFU shadow that ran from the first eviction.
+"""
 
 from __future__ import annotations
 
@@ -22,7 +24,9 @@ GRID = load_script(ROOT / "bench" / "policy_grid.py")
 @pytest.fixture
 def scout() -> Iterator[type]:
     """The Scout class registered as a policy, its constants restored after the test."""
-    before = {k: getattr(SCOUT, k) for k in ("SCOUT", "SCOUT_TO", "SCOUT_WARM", "SCOUT_QUIET", "SMALL_MAX")}
+    names = ("SCOUT", "SCOUT_TO", "SCOUT_WARM", "SCOUT_QUIET", "SMALL_MAX", "PROBE", "PROBE_FIRST", "PROBE_BACK",
+             "PROBE_KEEP")
+    before = {k: getattr(SCOUT, k) for k in names}
     POLICIES["scout"] = SCOUT
     try:
         yield SCOUT
@@ -89,3 +93,37 @@ def test_a_small_pairs_lfu_lead_holds_a_silent_switch_to_lfu(scout: type) -> Non
     scout.SMALL_MAX = 0.25
     assert _hits("seed:4055", 0.25)["scout"] == wrong["adaptive"]
     assert _hits("seed:4024", 0.05)["scout"] == right["scout"]
+
+
+def test_a_probation_undoes_a_silent_switch_to_lfu_at_the_real_sizes_first_word(scout: type) -> None:
+    """fit's seed:4051 50%: quiet scouts in both directions leave LRU for LFU (-3.26 -> -0.25 points); on probation
+    to the first lookup where LRU's match at the real size beats the real cache's, a later such lookup undoes it
+    (-3.28); where the first lookup that differs ends the probation (PROBE_FIRST, it was for LFU) the gain stays.
+    seed:4034 25%: there the first word is for LRU; the switch back loses (-1.22 -> -2.29) unless it keeps the LFU
+    shadow that ran from the first eviction (PROBE_KEEP, -0.76). seed:4055 25%: the bounce comes at the first lookup
+    that differs, where the policy already switches back: a probation changes nothing (-0.98)."""
+    scout.SCOUT, scout.SCOUT_TO, scout.SCOUT_WARM, scout.SCOUT_QUIET = 0.5, -1, True, True
+    gain = _hits("seed:4051", 0.5)["scout"]
+    back = _hits("seed:4034", 0.25)["scout"]
+    bounce = _hits("seed:4055", 0.25)["scout"]
+    scout.PROBE = 1000
+    assert _hits("seed:4051", 0.5)["scout"] < gain - 0.01
+    scout.PROBE_FIRST = True
+    assert _hits("seed:4051", 0.5)["scout"] == gain
+    assert _hits("seed:4034", 0.25)["scout"] < back - 0.005
+    scout.PROBE_KEEP = True
+    assert _hits("seed:4034", 0.25)["scout"] > back + 0.002
+    assert _hits("seed:4055", 0.25)["scout"] == bounce
+
+
+def test_a_switch_back_in_the_probation_can_keep_the_steady_lfu_shadow(scout: type) -> None:
+    """val's seed:5029 10%: quiet scouts leave LRU for LFU, the policy bounces back 3 lookups later (a cheap bounce,
+    -0.08 points), then its later switches to LFU come later than main's (-0.71 -> -3.15 points); where the bounce
+    keeps the LFU shadow that ran from the first eviction (no undo of the probation's own: PROBE_BACK off) its later
+    path is main's again (-0.15). A probation with neither changes nothing."""
+    scout.SCOUT, scout.SCOUT_TO, scout.SCOUT_WARM, scout.SCOUT_QUIET = 0.5, -1, True, True
+    b = _hits("seed:5029", 0.1)
+    scout.PROBE, scout.PROBE_BACK = 1000, False
+    assert _hits("seed:5029", 0.1)["scout"] == b["scout"]
+    scout.PROBE_KEEP = True
+    assert _hits("seed:5029", 0.1)["scout"] > b["scout"] + 0.02
