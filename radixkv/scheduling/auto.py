@@ -43,11 +43,6 @@ most, which set its p99, are served oldest first at a bounded share, and nobody 
 overload: sparse-s14 1/4 1.2 grows to 25 caches) K_THIN and the heavy due share as before (quarter 1.2: 5 -> 8 of 16
 cells tune + held, fresh 3 -> 6 of 8, no loss; bench/RESULTS.md, issue 20, round 27).
 Keeping up on a full cache (rounds 26-27; HRRN_LOAD 0 turns it off): hrrn's order alone (`_keeps_up`).
-Not keeping up on a full cache (round 28, a probe, off: AGED_Q 1): while prompt tokens arrive at AGED_RATE or more
-and under AGED_QUEUE caches wait, a request ages once passed by more later arrivals than all but 1 - AGED_Q of those
-admitted so far (`_ages_at`); AGED_STRICT 0 makes them due only, AGED_SHARE >= 0 the due the counted alone at that
-share. At AGED_Q 0.97 it gains base-s5 1 1.2 and fresh base-s31 1 1.2 and loses bursty-s15 1 0.8 and fresh base-s33 1
-1.2 (bench/RESULTS.md, issue 20, round 28).
 Gone (rounds 26-27): overdue requests first, past their start on a fluid FCFS clock (fcfs_clock.py, which
 bench/sched_tail_clock.py still measures): no setting gained a cell at 5 replicates without losing fresh base-s33 1 1.2.
 """
@@ -120,14 +115,6 @@ class Auto(Policy):
     HRRN_AFTER = 8.0  # ... once this many caches of prompt tokens arrived, while at most HRRN_REUSE of the admitted
     HRRN_REUSE = 0.5  # prompt tokens were cached when ordered and fewer than HRRN_QUEUE caches of them wait
     HRRN_QUEUE = 1.0
-    AGED_Q = 1.0  # on a full-size cache while shape.rate() is at least AGED_RATE and under AGED_QUEUE caches wait,
-    AGED_MIN = 6.0  # a request ages once passed more often than all but 1 - AGED_Q of those admitted so far (>= 1:
-    AGED_TOP = 16.0  # off, OVERTAKEN), at least AGED_MIN times and at most AGED_TOP, once AGED_AFTER requests were
-    AGED_AFTER = 200  # admitted (`_ages_at`)
-    AGED_QUEUE = 1.0
-    AGED_RATE = 0.55
-    AGED_STRICT = 1.0  # 0: the counted are due (served by the due share), not aged (strictly first)
-    AGED_SHARE = -1.0  # >= 0: while counting, the due are the counted alone, at this due share
 
     def __init__(self, estimates: PrefixEstimates, full_cache: int) -> None:
         super().__init__(estimates, full_cache)
@@ -196,9 +183,6 @@ class Auto(Policy):
             due = [r for r in window if r in turn and self.overtaken.get(r, 0) >= least]
         else:
             due = [r for r in window if r in turn and turn[r] <= done]
-        least = self._ages_at(now) if self.AGED_SHARE >= 0 and not counted else self.OVERTAKEN
-        if least < self.OVERTAKEN:
-            due = [r for r in window if r in turn and self.overtaken.get(r, 0) >= least]
         self.contended = bool(due)
         if not due:
             self.contested_tokens = self.bound_tokens = 0  # the next contended period starts afresh
@@ -206,8 +190,6 @@ class Auto(Policy):
         self.share = self.SHARE_HEAVY if heavy and self.SHARE_HEAVY >= 0 else self.SHARE_OVER if over else self.SHARE
         if counted:
             k, self.share = self.K_PASSED, self.SHARE_PASSED
-        if least < self.OVERTAKEN:
-            self.share = self.AGED_SHARE
         self.lengths = lengths = {r: length(r) for r in window}
         aging = self._aging_first(now) and (self.AGED_HEAVY or not heavy)
         if self._keeps_up(now):  # hrrn's order alone: no due share, no aged or at-risk first
@@ -255,23 +237,10 @@ class Auto(Policy):
         standing = self.above_since is not None and (now - self.above_since) / slots >= self.STAND
         return not standing or (self.rise < self.RISE and backlog > full)
 
-    def _ages_at(self, now: float) -> float:
-        """How many later arrivals admitted first age a request: OVERTAKEN, but on a cache of at least one H100's KV
-        while prompt tokens arrive at AGED_RATE or more (the server does not keep up), once AGED_AFTER requests were
-        admitted, the AGED_Q quantile's count (`_passes_quantile`), within AGED_MIN and AGED_TOP: the requests passed
-        most so far, which set the p99, age before they wait for a fixed count (round 28)."""
-        if (self.AGED_Q >= 1 or self.prompts_admitted < self.AGED_AFTER
-                or self.estimates.cache.config.num_slots < self.full_cache
-                or self.backlog >= self.AGED_QUEUE * self.estimates.cache.config.num_slots
-                or self.shape.rate(now, self.arrived_tokens) < self.AGED_RATE):
-            return self.OVERTAKEN
-        return min(self.AGED_TOP, max(self.AGED_MIN, self._passes_quantile(self.AGED_Q)))
-
-    def _passes_quantile(self, q: float | None = None) -> int:
-        """The least count above those of a share q (PASSED_Q) of the requests admitted so far (0 if none or off)."""
-        q = self.PASSED_Q if q is None else q
-        need, seen = q * self.prompts_admitted, 0
-        if q >= 1 or not need:
+    def _passes_quantile(self) -> int:
+        """The least count above those of a share PASSED_Q of the requests admitted so far (0 if none or off)."""
+        need, seen = self.PASSED_Q * self.prompts_admitted, 0
+        if self.PASSED_Q >= 1 or not need:
             return 0
         for n, k in enumerate(self.passes):
             seen += k
@@ -311,15 +280,13 @@ class Auto(Policy):
         aged.discard(req)
         self.passes[min(len(self.passes) - 1, overtaken.pop(req, 0))] += 1
         self.prompts_admitted += 1
-        least = self._ages_at(now)
         for r, n in self.seq.items():  # arrival order: those that arrived before req come first
             if n > mine:
                 break
             count = overtaken[r] = overtaken.get(r, 0) + 1
-            if count >= least and r not in aged:  # aged
+            if count >= self.OVERTAKEN and r not in aged:  # aged
                 self.turn[r] = min(self.turn[r], self.admitted_tokens)
-                if count >= self.OVERTAKEN or self.AGED_STRICT:
-                    aged.add(r)
+                aged.add(r)
         n = len(req.tokens)
         self.admitted_tokens += n
         self.shape.admitted_one(n, self.lengths.get(req, 0))
