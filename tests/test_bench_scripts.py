@@ -72,13 +72,14 @@ def test_policy_memory_bounds_the_adaptive_policys_state() -> None:
     assert got["lru"]["bytes_per_token"] <= got["adaptive"]["bytes_per_token"] <= got["lru"]["bytes_per_token"] + 6, got
 
 
-def test_sched_sweep_fresh_half_is_held_on_seeds_of_its_own() -> None:
-    """The out-of-sample half: held's shapes, trace by trace, with seeds no other half draws."""
+def test_sched_sweep_fresh_halves_are_held_on_seeds_of_their_own() -> None:
+    """The out-of-sample halves (fresh, fresh2): held's shapes, trace by trace, with seeds no other half draws."""
     halves = load_script(ROOT / "bench" / "sched_sweep.py").TRACES
     shape = lambda spec: {k: v for k, v in spec.items() if k != "seed"}  # noqa: E731
-    assert [shape(s) for s in halves["fresh"].values()] == [shape(s) for s in halves["held"].values()]
+    for half in ("fresh", "fresh2"):
+        assert [shape(s) for s in halves[half].values()] == [shape(s) for s in halves["held"].values()]
     seeds = [s["seed"] for half in halves.values() for s in half.values()]
-    assert len(seeds) == len(set(seeds)) == 24
+    assert len(seeds) == len(set(seeds)) == 32
 
 
 def test_sched_sweep_judges_another_schedule_in_autos_place(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
