@@ -104,20 +104,19 @@ class Scout(Adaptive):
                 self._small_warm = int(self.SCOUT_WARM * self.WARMUP * self.SCOUT / 2 * self._capacity)
 
     def on_lookup(self, start: CachedNodeView, key: bytes, length: int) -> None:
-        scouts, mode = self._scouts, self.mode
+        scouts, mode, probe = self._scouts, self.mode, self._probe
         lead = 0
-        if scouts:
+        if scouts or probe is not None:
             s = cast(NodeFields, start)
             full = key if s.parent is None else absolute_key(start, key)
+        if scouts:
             lead = self._lead(scouts, s, full)
             if self._small and self._small_warm <= 0:
                 self._small_ev.add(self._lead(self._small, s, full), len(key) // 4)
-        probe = self._probe
         lfu = self._shadows.get(1) if probe is not None else None
         super().on_lookup(start, key, length)
         if probe is not None:
-            f = cast(NodeFields, start)
-            lru = probe.match(f.ns, key if f.parent is None else absolute_key(start, key)) - f.end
+            lru = probe.match(s.ns, full) - s.end
             back = (lru if lru > 0 else 0) - length  # LRU's match at the real size minus the real cache's
             self._probe_left -= 1
             if back > 0 and self.mode == 1 and self.PROBE_BACK:
