@@ -63,3 +63,15 @@ def test_lpm_until_0_turns_the_start_off(monkeypatch: pytest.MonkeyPatch) -> Non
     monkeypatch.setattr(Auto, "LPM_UNTIL", 0)
     sched, reqs, now = queue()
     assert order(sched) == OWN and sched.policy.lpm is False
+
+
+@pytest.mark.parametrize("idle, lpm", [(1.01, False), (0.5, None)])
+def test_from_lpm_early_arrivals_a_quiet_queue_decides_at_once(monkeypatch: pytest.MonkeyPatch, idle: float,
+                                                               lpm: bool | None) -> None:
+    """From LPM_EARLY arrivals on, a share under LPM_IDLE decides for auto's own order before LPM_UNTIL (the share is 1
+    here: an idle level above it decides, one under it leaves the start undecided, in lpm's order)."""
+    monkeypatch.setattr(Auto, "LPM_EARLY", 4)
+    monkeypatch.setattr(Auto, "LPM_IDLE", idle)
+    sched, reqs, now = queue()
+    now[0] = 10.0
+    assert order(sched) == (LPM if lpm is None else OWN) and sched.policy.lpm is lpm
