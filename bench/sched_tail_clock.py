@@ -80,8 +80,7 @@ class Clocked(Auto):
         if self.KIND == "oracle":
             self.fcfs = Oracle(window)
         else:
-            made = make_clock(window, config, self.TREE if self.KIND == "tree" else 0.0, self.EVICT)
-            self.fcfs = Recording(window, made.tree, made.capacity)
+            self.fcfs = make_clock(window, config, self.TREE if self.KIND == "tree" else 0.0, self.EVICT, Recording)
 
     def arrived(self, req, now: float) -> None:
         self.fcfs.arrived(req, now)

@@ -191,7 +191,7 @@ class Scout(Adaptive):
 
 
 def main(argv: list[str] | None = None) -> None:
-    policy_grid.Adaptive = Scout  # type: ignore[misc] - run() and --set read the module's name
+    policy_grid.Adaptive = Scout  # type: ignore[misc]  # run() and --set read the module's name
     policy_grid.main(argv)
 
 

@@ -48,3 +48,11 @@ def _kernel_tensors_on_gpu(request: pytest.FixtureRequest) -> Iterator[None]:
     yield
     if on_gpu:
         torch.set_default_device(None)
+
+
+@pytest.fixture
+def auto_own_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`auto`'s own order from the first arrival, as on a cache of one H100's KV: its lpm start on a smaller cache
+    (radixkv/scheduling/auto.py, LPM_UNTIL; tests/test_scheduling_lpm_start.py) off, for tests of the rules after it."""
+    from radixkv.scheduling.auto import Auto
+    monkeypatch.setattr(Auto, "LPM_UNTIL", 0)

@@ -14,6 +14,7 @@ from radixkv import CacheConfig, RadixCache
 from radixkv.errors import InvalidArgumentError
 from radixkv.scheduling.scheduler import Request, Scheduler
 from radixkv.scheduling import POLICIES, PrefixEstimates, make_policy
+from radixkv.scheduling.auto import Auto
 
 VOCAB = 1000
 
@@ -95,6 +96,7 @@ def test_hrrn_is_the_response_ratio() -> None:
     assert order(sched) == [1, 2, 0]
 
 
+@pytest.mark.usefixtures("auto_own_order")
 def test_auto_orders_by_virtual_deadline_and_late_requests_by_cached_prefix() -> None:
     """auto: deadline = arrival + 48 x (uncached - cached); a request whose deadline has passed is
     late, and late ones go first, longest cached prefix first (lpm's order), then in arrival order.
@@ -113,6 +115,7 @@ def test_auto_orders_by_virtual_deadline_and_late_requests_by_cached_prefix() ->
     assert order(sched) == [0, 2, 1, 3]
 
 
+@pytest.mark.usefixtures("auto_own_order")
 def test_auto_gives_due_requests_a_share_of_the_tokens_not_all() -> None:
     """When every waiting request is past its FCFS turn (a backlog that keeps growing), the oldest
     get SHARE of the admitted prompt tokens, oldest first (here 1/4, for round numbers; the default
@@ -143,6 +146,7 @@ def cold_behind_cached() -> tuple[Scheduler, list[Request]]:
     return queued(cache, prompts, "auto")
 
 
+@pytest.mark.usefixtures("auto_own_order")
 def test_auto_runs_a_request_once_its_fcfs_turn_has_passed() -> None:
     """A cold request is overtaken by cached ones only until 1.5x the tokens ahead of it at arrival
     have been admitted; then it goes first, whatever its deadline."""
@@ -180,13 +184,13 @@ def test_matching_is_bounded_per_step() -> None:
     assert set(sched.estimates.known) <= set(list(sched.waiting)[:100])
 
 
-def cold_wait(schedule: str, stream: int, cold_at: int, per_step: int) -> int:
+def cold_wait(schedule: str, stream: int, cold_at: int, per_step: int, full_cache: int | None = None) -> int:
     """Steps the cold request (added at step `cold_at`) waits while `stream` steps each bring
     `per_step` hot requests (48 cached tokens + 8 new) for a 64-token budget."""
-    cache = make_cache(slots=1 << 14, page_size=1)
+    cache = make_cache(slots=SLOTS, page_size=1)
     hot = tokens(1, 48)
     cache_prefix(cache, hot)
-    sched = Scheduler(cache, 64, schedule=schedule)
+    sched = Scheduler(cache, 64, schedule=schedule, full_cache=full_cache)
     cold = Request(-1, tokens(2, 60), 60, 1)
     for t in range(stream + 100):
         if t == cold_at:
@@ -201,15 +205,24 @@ def cold_wait(schedule: str, stream: int, cold_at: int, per_step: int) -> int:
     raise AssertionError(f"{schedule}: the cold request never ran")
 
 
+SLOTS = 1 << 14
+
+
 @pytest.mark.parametrize("cold_at", [0, 10])
 def test_lpm_starves_a_cold_request_and_auto_does_not(cold_at: int) -> None:
     """10 hot requests a step (80 tokens for a 64-token budget: a queue builds); the cold request
-    arrives first or behind that queue. LPM's wait grows with the stream, auto's does not."""
-    for stream in (30, 60):
-        lpm, auto, fcfs = (cold_wait(s, stream, cold_at, per_step=10) for s in ("lpm", "auto", "fcfs"))
+    arrives first or behind that queue. LPM's wait grows with the stream, auto's does not. On a cache of one
+    H100's KV (full_cache: this one) auto's own order: due once 1.5x the tokens queued ahead of it are admitted. On
+    a smaller one (the Engine's), lpm's order with the valve (auto.py, LPM_UNTIL; the queue never empties, so it
+    stays): first once VALVE (256) later arrivals were admitted before it, 8 a step here, however long the stream."""
+    for stream in (60, 120):
+        lpm, fcfs = (cold_wait(s, stream, cold_at, per_step=10) for s in ("lpm", "fcfs"))
+        auto = cold_wait("auto", stream, cold_at, per_step=10, full_cache=SLOTS)
+        valved = cold_wait("auto", stream, cold_at, per_step=10)
         assert lpm >= stream - cold_at  # it runs only once the hot stream has ended
-        assert auto <= 2 * fcfs + 1  # due once 1.5x the tokens queued ahead of it are admitted
+        assert auto <= 2 * fcfs + 1
         assert fcfs <= 2
+        assert Auto.VALVE // 8 - 2 <= valved <= Auto.VALVE // 8 + 4  # and 8 a step behind those queued ahead
 
 
 def test_every_policy_is_listed() -> None:

@@ -56,6 +56,7 @@ def first_is(sched: Scheduler, now: list[float], at: float, req: Request) -> boo
     return sched.policy.order(list(sched.waiting), now[0])[0] is req
 
 
+@pytest.mark.usefixtures("auto_own_order")
 @pytest.mark.parametrize("full_cache, burst", [(SLOTS, True), (4 * SLOTS, False), (None, False)])
 def test_the_burst_gate_measures_the_queue_in_full_caches(full_cache: int | None, burst: bool) -> None:
     """Under 4 cache-times of standing, aged first whatever the full cache; after, only where the

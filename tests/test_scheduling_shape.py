@@ -14,6 +14,8 @@ from radixkv import CacheConfig, RadixCache
 from radixkv.scheduling.scheduler import Request, Scheduler
 from radixkv.scheduling.shape import TraceShape
 
+pytestmark = pytest.mark.usefixtures("auto_own_order")  # auto's own rules (conftest.py)
+
 SLOTS = 400
 
 

@@ -7,7 +7,10 @@ mean TTFT 34.3 s against 32.8 s, bench/RESULTS.md, issue 20, round 26, helper sc
 
 from __future__ import annotations
 
+import pytest
 from test_scheduling import cache_prefix, make_cache, order, queued, tokens
+
+pytestmark = pytest.mark.usefixtures("auto_own_order")  # auto's own rules (conftest.py)
 
 
 def all_due_and_late() -> tuple[object, list]:

@@ -9,6 +9,8 @@ import pytest
 
 from test_scheduling import cache_prefix, make_cache, order, queued, tokens
 
+pytestmark = pytest.mark.usefixtures("auto_own_order")  # auto's own rules (conftest.py)
+
 
 def heavy_queue(passed: float, share: float = 1.0, thin: bool = True) -> tuple[object, list]:
     """Three cold 48-token requests, then six that share a cached 40-token prefix. Four of the hot ones are admitted

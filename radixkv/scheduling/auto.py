@@ -43,6 +43,16 @@ most, which set its p99, are served oldest first at a bounded share, and nobody 
 overload: sparse-s14 1/4 1.2 grows to 25 caches) K_THIN and the heavy due share as before (quarter 1.2: 5 -> 8 of 16
 cells tune + held, fresh 3 -> 6 of 8, no loss; bench/RESULTS.md, issue 20, round 27).
 Keeping up on a full cache (rounds 26-27; HRRN_LOAD 0 turns it off): hrrn's order alone (`_keeps_up`).
+Overload on a small cache (round 29): on a cache under one H100's KV (`full_cache`) the first LPM_UNTIL (300)
+arrivals are ordered as lpm orders them, with a valve; then, once, the share of the clock some request waited so far
+(`TraceShape.busy`) decides the rest of the run: at least LPM_BUSY (0.5), lpm's order with the valve for good; under
+it, the order above for good (from LPM_EARLY (100) arrivals on, at once if it is under LPM_IDLE: 0.1). There a
+server that does not keep up is critical at lpm's hit rate, and lpm's order is what drains the queue (its p99 is
+under FCFS's); any other order in the first stretch sends the run elsewhere. Under a light load lpm's order passes
+cold prompts for longer than FCFS would (its p99 above FCFS's), and the rules above keep the tail. The valve: a
+request that VALVE (256) later arrivals were admitted before goes first, oldest first, so no stream of cached
+requests holds one back for more than VALVE admissions. (Quarter H100, tune + held: 22 -> 28 of 32 cells, a second
+replicate set 20 -> 25, fresh 8 -> 10 of 16, fresh2 7 -> 10; bench/RESULTS.md, issue 20, round 29.)
 Gone (rounds 26-27): overdue requests first, past their start on a fluid FCFS clock (fcfs_clock.py, which
 bench/sched_tail_clock.py still measures): no setting gained a cell at 5 replicates without losing fresh base-s33 1 1.2.
 """
@@ -115,6 +125,11 @@ class Auto(Policy):
     HRRN_AFTER = 8.0  # ... once this many caches of prompt tokens arrived, while at most HRRN_REUSE of the admitted
     HRRN_REUSE = 0.5  # prompt tokens were cached when ordered and fewer than HRRN_QUEUE caches of them wait
     HRRN_QUEUE = 1.0
+    LPM_UNTIL = 300  # on a cache under one H100's KV, lpm's order with a valve for this many arrivals (0: never), then
+    LPM_BUSY = 0.5  # for the rest of the run if shape.busy() is at least this then, else the order above
+    LPM_EARLY = 100  # ... but from this many arrivals on, the order above at once if shape.busy() is under LPM_IDLE
+    LPM_IDLE = 0.1  # (0: never early)
+    VALVE = 256  # lpm's order with a valve: a request that VALVE later arrivals were admitted before goes first
 
     def __init__(self, estimates: PrefixEstimates, full_cache: int) -> None:
         super().__init__(estimates, full_cache)
@@ -139,6 +154,8 @@ class Auto(Policy):
         self.share = self.SHARE  # the due share of the last order() (SHARE_OVER in a thin trace's backlog)
         self.risk: dict[Queued, float] = {}  # admitted_tokens at which a waiting request is at risk
         self.episode_from = 0  # arrived_tokens when an arrival last found no prompt waiting
+        self.lpm: bool | None = None  # lpm's order with a valve (`_lpm_valve`) for good (True), not (False), or not
+        # decided yet (None: while under LPM_UNTIL requests arrived on a cache under one H100's KV, it is lpm's)
 
     @property
     def backlog(self) -> int:
@@ -171,10 +188,20 @@ class Auto(Policy):
 
     def order(self, window: list[Queued], now: float) -> list[Queued]:
         turn, done = self.turn, self.admitted_tokens
+        slots = self.estimates.cache.config.num_slots
+        if self.lpm is None and (self.LPM_UNTIL <= 0 or slots >= self.full_cache):
+            self.lpm = False
+        elif self.lpm is None and self.arrivals >= min(self.LPM_EARLY, self.LPM_UNTIL):  # decided once
+            busy = self.shape.busy(now, self.backlog > 0)
+            if busy < self.LPM_IDLE:
+                self.lpm = False
+            elif self.arrivals >= self.LPM_UNTIL:
+                self.lpm = bool(busy >= self.LPM_BUSY)  # (bool: the clock may be numpy's)
+        if self.lpm is None or self.lpm:
+            return self._lpm_valve(window)
         resumed = [r for r in window if r not in turn]  # preempted: no turn, first
         thin = self.thin()
         backlog = self.backlog
-        slots = self.estimates.cache.config.num_slots
         over = thin and backlog >= self.OVER * slots
         heavy = thin and self.shape.busy(now, backlog > 0) >= self.BUSY
         counted = heavy and self.PASSED_HEAVY >= 0 and backlog < self.PASSED_MAX * slots
@@ -205,6 +232,16 @@ class Auto(Policy):
             due = [r for r in due if r not in chosen]
             by_deadline = [r for r in by_deadline if r not in chosen]
         return resumed + first + self._interleave(due, by_deadline)
+
+    def _lpm_valve(self, window: list[Queued]) -> list[Queued]:
+        """lpm's order (the longest cached prefix first, ties in arrival order), but the requests that VALVE later
+        arrivals were admitted before go first, oldest first."""
+        self.contended, self.picked, self.contested_tokens, self.bound_tokens = False, set(), 0, 0
+        self.lengths = lengths = {r: self.estimates.length(r) for r in window}
+        overtaken, valve = self.overtaken, self.VALVE
+        first = [r for r in window if overtaken.get(r, 0) >= valve]
+        rest = [r for r in window if overtaken.get(r, 0) < valve]
+        return first + sorted(rest, key=lambda r: -lengths[r])
 
     def _keeps_up(self, now: float) -> bool:
         """Whether the order is hrrn's (policies.py) alone, no due share and no aged or at-risk request first: on a

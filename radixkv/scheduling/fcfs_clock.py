@@ -136,11 +136,12 @@ class FcfsClock:
         return self.started.get(req)
 
 
-def make_clock(window: float, config: CacheConfig, share: float, policy: str) -> FcfsClock:
-    """A clock of `window` clock units; with `share` > 0 its work is priced by a tree of `share` x the cache's slots
-    under eviction `policy` (a fixed one: radixkv.eviction.POLICIES' name)."""
+def make_clock(window: float, config: CacheConfig, share: float, policy: str,
+               cls: type[FcfsClock] = FcfsClock) -> FcfsClock:
+    """A clock (of class `cls`) of `window` clock units; with `share` > 0 its work is priced by a tree of `share` x the
+    cache's slots under eviction `policy` (a fixed one: radixkv.eviction.POLICIES' name)."""
     if share <= 0:
-        return FcfsClock(window)
+        return cls(window)
     from radixkv.eviction import POLICIES
     from radixkv.radix.shadow import ShadowTree
-    return FcfsClock(window, ShadowTree(POLICIES[policy](), config.page_size), int(share * config.num_slots))
+    return cls(window, ShadowTree(POLICIES[policy](), config.page_size), int(share * config.num_slots))
