@@ -24,19 +24,23 @@ Qwen3-Next-80B-A3B, Falcon-H1), measured on one mixer built at full size and run
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from typing import Any
 
-import torch
+if sys.path and sys.path[0].rstrip("/").endswith("bench"):  # see bench/e2e.py: bench/kernels.py shadows
+    del sys.path[0]  # the `kernels` package transformers probes for
 
-from radixkv import GroupSpec
-from radixkv.integrations.layer_groups import layer_groups
-from radixkv.integrations.recurrent import RecurrentRunner
-from radixkv.integrations.recurrent_state import RecurrentState, StateCache
-from radixkv.integrations.model_cache import kv_layers
-from radixkv.integrations.transformers import Engine
-from radixkv.pools import TokenToKVPool
-from radixkv.testing.hybrid_models import FAMILIES, build_hybrid
+import torch  # noqa: E402
+
+from radixkv import GroupSpec  # noqa: E402
+from radixkv.integrations.layer_groups import layer_groups  # noqa: E402
+from radixkv.integrations.recurrent import RecurrentRunner  # noqa: E402
+from radixkv.integrations.recurrent_state import RecurrentState, StateCache  # noqa: E402
+from radixkv.integrations.model_cache import kv_layers  # noqa: E402
+from radixkv.integrations.transformers import Engine  # noqa: E402
+from radixkv.pools import TokenToKVPool  # noqa: E402
+from radixkv.testing.hybrid_models import FAMILIES, build_hybrid  # noqa: E402
 
 
 class MeasuredRunner(RecurrentRunner):

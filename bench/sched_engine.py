@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import sys
 
-import torch
-from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
+if sys.path and sys.path[0].rstrip("/").endswith("bench"):  # see bench/e2e.py: bench/kernels.py shadows
+    del sys.path[0]  # the `kernels` package transformers probes for
 
-from radixkv.integrations.transformers import Engine
-from radixkv.scheduling import POLICIES
+import torch  # noqa: E402
+from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM  # noqa: E402
+
+from radixkv.integrations.transformers import Engine  # noqa: E402
+from radixkv.scheduling import POLICIES  # noqa: E402
 
 VOCAB, GROUPS, PER_GROUP, SYSTEM, OWN, NEW = 256, 4, 4, 64, 16, 4
 

@@ -30,14 +30,18 @@ caching (today's cache: every layer keeps every token in one pool, the same budg
 from __future__ import annotations
 
 import argparse
+import sys
 
-import torch
-import transformers
+if sys.path and sys.path[0].rstrip("/").endswith("bench"):  # see bench/e2e.py: bench/kernels.py shadows
+    del sys.path[0]  # the `kernels` package transformers probes for
 
-from radixkv import GroupSpec
-from radixkv.integrations.layer_groups import layer_groups
-from radixkv.integrations.transformers import Engine
-from radixkv.radix.windows import protected
+import torch  # noqa: E402
+import transformers  # noqa: E402
+
+from radixkv import GroupSpec  # noqa: E402
+from radixkv.integrations.layer_groups import layer_groups  # noqa: E402
+from radixkv.integrations.transformers import Engine  # noqa: E402
+from radixkv.radix.windows import protected  # noqa: E402
 
 LAYERS, EVERY = 62, 6  # Gemma 3 27B: 62 layers, sliding_window_pattern 6
 LLAMA4_LAYERS, LLAMA4_EVERY = 48, 4  # Llama 4 Scout: 48 layers, every 4th full attention without RoPE
