@@ -49,7 +49,7 @@ def test_the_start_ends_with_one_decision_kept_for_the_run(monkeypatch: pytest.M
     sched, reqs, now = queue()
     now[0] = 10.0
     assert order(sched) == (LPM if lpm else OWN) and sched.policy.lpm is lpm
-    monkeypatch.setattr(Auto, "LPM_BUSY", 2.0 - busy)  # the other way now: the decision stands
+    monkeypatch.setattr(Auto, "LPM_BUSY", 1.01 if lpm else 1.0)  # it would go the other way now: it stands
     now[0] = 20.0
     assert order(sched) == (LPM if lpm else OWN) and sched.policy.lpm is lpm
 
