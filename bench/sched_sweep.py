@@ -1,6 +1,7 @@
 """Does `auto` meet issue 20's goals on many traces, not one? fcfs, lpm and auto on Mooncake-shaped
 traces of several seeds and shapes (radixkv/scheduling/synth.py: prompt length, shared prefixes,
-follow-up turns, burstiness), at one H100's KV and a quarter of it, loads 0.8 and 1.2.
+follow-up turns, burstiness), at one H100's KV and a quarter of it, loads 0.8 and 1.2 (`--capacities` also takes
+1/2 and 1/8: sizes no round tuned on, round 29).
 
 The traces come in four halves: `tune` (to choose auto's constants on), `held` (to check a variant
 that did well on tune), `fresh` (held's shapes on seeds no earlier round ran: look at it once per round, for
@@ -82,7 +83,7 @@ TRACES: dict[str, dict[str, dict]] = {
 for half, seeds in (("fresh", (31, 32, 33, 41, 42, 43, 44, 45)), ("fresh2", (51, 52, 53, 61, 62, 63, 64, 65))):
     TRACES[half] = {f"{name.split('-')[0]}-s{seed}": {**spec, "seed": seed}
                     for (name, spec), seed in zip(TRACES["held"].items(), seeds)}
-CAPACITIES = {"1": None, "1/4": 100_000}  # None: the cost model's KV of one H100
+CAPACITIES = {"1": None, "1/2": 200_000, "1/4": 100_000, "1/8": 50_000}  # None: the cost model's KV of one H100
 # Auto, what only it reads, and the FCFS clock (bench/sched_tail_clock.py's): not in the runs' key
 AUTO_FILES = ("scheduling/auto.py", "scheduling/shape.py", "scheduling/fcfs_clock.py")
 # Issue 20's goal lines, which goals() judges and bench/sched_frontier.py measures distances to: auto's hit rate -
