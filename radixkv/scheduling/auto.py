@@ -220,7 +220,7 @@ class Auto(Policy):
         self.lengths = lengths = {r: length(r) for r in window}
         aging = self._aging_first(now) and (self.AGED_HEAVY or not heavy)
         if self._keeps_up(now):  # hrrn's order alone: no due share, no aged or at-risk first
-            self.contended, self.picked, self.contested_tokens, self.bound_tokens = False, set(), 0, 0
+            self._no_share()
             return resumed + sorted((r for r in window if r in turn), key=lambda r: ResponseRatio.key(r, now))
         by_deadline = sorted((r for r in window if r in turn),
                              key=lambda r: (max(now, r.arrival + k * (len(r.tokens) - 2 * lengths[r])), -lengths[r]))
@@ -236,12 +236,16 @@ class Auto(Policy):
     def _lpm_valve(self, window: list[Queued]) -> list[Queued]:
         """lpm's order (the longest cached prefix first, ties in arrival order), but the requests that VALVE later
         arrivals were admitted before go first, oldest first."""
-        self.contended, self.picked, self.contested_tokens, self.bound_tokens = False, set(), 0, 0
+        self._no_share()
         self.lengths = lengths = {r: self.estimates.length(r) for r in window}
         overtaken, valve = self.overtaken, self.VALVE
         first = [r for r in window if overtaken.get(r, 0) >= valve]
         rest = [r for r in window if overtaken.get(r, 0) < valve]
         return first + sorted(rest, key=lambda r: -lengths[r])
+
+    def _no_share(self) -> None:
+        """An order with no due share (hrrn's, lpm's): nobody picked oldest-first, the contended period over."""
+        self.contended, self.picked, self.contested_tokens, self.bound_tokens = False, set(), 0, 0
 
     def _keeps_up(self, now: float) -> bool:
         """Whether the order is hrrn's (policies.py) alone, no due share and no aged or at-risk request first: on a
