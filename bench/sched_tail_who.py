@@ -50,7 +50,7 @@ class Watched(Auto):
         first = set(out[:len(out) - len(self.merged)])
         for r in window:
             self.log[r.index].setdefault("cached0", self.lengths.get(r, 0))
-            if self.lpm is None or self.lpm:  # lpm's order with the valve (auto.py, LPM_UNTIL)
+            if self.lpm_order:  # lpm's order with the valve (auto.py, LPM_UNTIL)
                 self.route[r] = "valve" if self.overtaken.get(r, 0) >= self.VALVE else "lpm"
                 continue
             if r not in self.turn:

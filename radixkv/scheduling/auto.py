@@ -158,6 +158,11 @@ class Auto(Policy):
         # decided yet (None: while under LPM_UNTIL requests arrived on a cache under one H100's KV, it is lpm's)
 
     @property
+    def lpm_order(self) -> bool:
+        """Whether the order is lpm's with the valve: decided so for the run, or not decided yet (`lpm`)."""
+        return self.lpm is None or self.lpm
+
+    @property
     def backlog(self) -> int:
         """Prompt tokens of requests that arrived and were not admitted yet."""
         return self.arrived_tokens - self.admitted_tokens
@@ -197,7 +202,7 @@ class Auto(Policy):
                 self.lpm = False
             elif self.arrivals >= self.LPM_UNTIL:
                 self.lpm = bool(busy >= self.LPM_BUSY)  # (bool: the clock may be numpy's)
-        if self.lpm is None or self.lpm:
+        if self.lpm_order:
             return self._lpm_valve(window)
         resumed = [r for r in window if r not in turn]  # preempted: no turn, first
         thin = self.thin()
